@@ -1,0 +1,247 @@
+//! `tl`: the command line (§14), a thin layer over the `tensor_logic` library.
+//!
+//! Exit codes: 0 success, 1 an error in the program or its data, 2 wrong usage.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use tensor_logic::{ElemType, RunOptions, Session, Settings};
+
+#[derive(Parser)]
+#[command(
+    name = "tl",
+    version,
+    about = "Tensor Logic: run, check and query tensor-equation programs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Evaluate a program: write its files and print its query answers.
+    Run {
+        /// Program file.
+        file: PathBuf,
+        /// Override a scalar constant, e.g. `--set N=3`.
+        #[arg(long = "set", value_name = "NAME=VALUE", value_parser = parse_set)]
+        set: Vec<(String, f64)>,
+        /// Load parameters from a `.safetensors` checkpoint.
+        #[arg(long, value_name = "CKPT")]
+        load: Option<PathBuf>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Parse and check a program; print its diagnostics.
+    Check {
+        /// Program file.
+        file: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Answer one query, e.g. `tl query family.tl 'Ancestor(Alice, x)'`.
+    Query {
+        /// Program file.
+        file: PathBuf,
+        /// The query, with or without the trailing `?`.
+        query: String,
+        /// Override a scalar constant, e.g. `--set N=3`.
+        #[arg(long = "set", value_name = "NAME=VALUE", value_parser = parse_set)]
+        set: Vec<(String, f64)>,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+#[derive(Args, Clone)]
+struct Common {
+    /// Worker threads (results are identical for any count).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    threads: u32,
+    /// Precision of `real` tensors.
+    #[arg(long, default_value = "f32", value_parser = ["f32", "f64"])]
+    precision: String,
+    /// Iteration cap for recursive components.
+    #[arg(long, default_value_t = 10_000)]
+    max_iters: usize,
+    /// Convergence tolerance for real recursive components.
+    #[arg(long, default_value_t = 1e-6)]
+    tol: f64,
+    /// Largest dense tensor, e.g. `512M`, `4G` (default: 80% of RAM).
+    #[arg(long, value_parser = parse_bytes)]
+    max_memory: Option<u64>,
+    /// Seed for parameter initialisation.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print nothing but answers and errors.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn parse_set(s: &str) -> Result<(String, f64), String> {
+    let (name, value) = s.split_once('=').ok_or("expected NAME=VALUE")?;
+    let v: f64 = value
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{value}` is not a number"))?;
+    Ok((name.trim().to_string(), v))
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return Err(format!("unknown unit `{c}` (use K, M, G or T)")),
+            };
+            (&s[..i], m)
+        }
+        _ => (s, 1),
+    };
+    let n: f64 = num.parse().map_err(|_| format!("`{s}` is not a size"))?;
+    if !(n >= 0.0) {
+        return Err("a size must not be negative".into());
+    }
+    Ok((n * mult as f64) as u64)
+}
+
+impl Common {
+    fn settings(&self, scalars: &[(String, f64)]) -> Settings {
+        let mut s = Settings {
+            real: if self.precision == "f64" {
+                ElemType::F64
+            } else {
+                ElemType::F32
+            },
+            max_iters: self.max_iters,
+            scalars: scalars.to_vec(),
+            seed: self.seed,
+            ..Settings::default()
+        };
+        if let Some(m) = self.max_memory {
+            s.max_memory = m;
+        }
+        s
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(text) => {
+            eprint!("{text}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn load(file: &Path) -> Result<Session, String> {
+    let mut session = Session::new();
+    session.load_file(file).map_err(|d| {
+        let (name, src) = session.source();
+        d.render(name, src)
+    })?;
+    Ok(session)
+}
+
+fn run(command: Command) -> Result<(), String> {
+    match command {
+        Command::Run {
+            file,
+            set,
+            load: ckpt,
+            common,
+        } => {
+            let mut session = load(&file)?;
+            if let Some(ckpt) = ckpt {
+                bind_checkpoint(&mut session, &ckpt)?;
+            }
+            let opts = RunOptions {
+                settings: common.settings(&set),
+                tol: Some(common.tol),
+                write_files: true,
+            };
+            let lines = session.run(&opts).map_err(|d| render(&session, &d))?;
+            print_lines(&lines);
+            Ok(())
+        }
+        Command::Check { file, common } => {
+            let mut session = load(&file)?;
+            let (name, src) = (
+                session.source().0.to_string(),
+                session.source().1.to_string(),
+            );
+            let checked = session
+                .check(&common.settings(&[]))
+                .map_err(|d| d.render(&name, &src))?;
+            if !common.quiet {
+                println!(
+                    "ok: {} tensors, {} equations, {} strata",
+                    checked.tensors.len(),
+                    checked.equations.len(),
+                    checked.strata.len()
+                );
+            }
+            Ok(())
+        }
+        Command::Query {
+            file,
+            query,
+            set,
+            common,
+        } => {
+            let mut session = load(&file)?;
+            let opts = RunOptions {
+                settings: common.settings(&set),
+                tol: Some(common.tol),
+                write_files: false,
+            };
+            session.run(&opts).map_err(|d| render(&session, &d))?;
+            let lines = session
+                .query(&query)
+                .map_err(|d| d.render("<query>", &query))?;
+            print_lines(&lines);
+            Ok(())
+        }
+    }
+}
+
+fn render(session: &Session, d: &tensor_logic::Diagnostics) -> String {
+    let (name, src) = session.source();
+    d.render(name, src)
+}
+
+fn print_lines(lines: &[String]) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for l in lines {
+        if writeln!(out, "{l}").is_err() {
+            return;
+        }
+    }
+}
+
+/// Binds every checkpoint entry that names a declared or initialised parameter.
+fn bind_checkpoint(session: &mut Session, ckpt: &Path) -> Result<(), String> {
+    let bytes = std::fs::read(ckpt).map_err(|e| {
+        format!(
+            "error[E0501]: cannot read checkpoint `{}`: {e}\n",
+            ckpt.display()
+        )
+    })?;
+    let names = tensor_logic::io::checkpoint_entries(&bytes)
+        .map_err(|e| format!("error[E0501]: `{}`: {e}\n", ckpt.display()))?;
+    let params = session.parameter_names();
+    for name in names.into_iter().filter(|n| params.contains(n)) {
+        let raw =
+            tensor_logic::io::read_file(ckpt, &name).map_err(|e| format!("error[E0501]: {e}\n"))?;
+        session.bind_raw(&name, raw);
+    }
+    Ok(())
+}

@@ -1,0 +1,200 @@
+//! Located diagnostics with stable codes (SPEC §15), rendered like rustc's.
+//!
+//! Every stage reports problems as [`Diagnostic`]s instead of failing fast, so that a user sees
+//! all errors in a file at once. Codes are stable: they are listed in `docs/errors.md`.
+
+use codespan_reporting::diagnostic::{Diagnostic as CsDiagnostic, Label};
+use codespan_reporting::files::SimpleFile;
+use codespan_reporting::term::{self, Chars, Config};
+
+/// A byte range in the program source; kept `Copy` so that AST nodes can carry it cheaply.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Span {
+    /// First byte.
+    pub start: usize,
+    /// One past the last byte.
+    pub end: usize,
+}
+
+impl Span {
+    /// A span from `start` to `end` (byte offsets).
+    pub fn new(start: usize, end: usize) -> Self {
+        Span { start, end }
+    }
+
+    /// The smallest span covering both, for nodes built from several tokens.
+    pub fn to(self, other: Span) -> Span {
+        Span::new(self.start.min(other.start), self.end.max(other.end))
+    }
+}
+
+/// Stable error codes; `docs/errors.md` explains each one.
+pub mod codes {
+    /// Unexpected or invalid token.
+    pub const SYNTAX: &str = "E0001";
+    /// Unknown tensor name.
+    pub const UNKNOWN_TENSOR: &str = "E0101";
+    /// Unknown function name.
+    pub const UNKNOWN_FUNCTION: &str = "E0102";
+    /// A tensor used with different numbers of indices.
+    pub const ARITY: &str = "E0103";
+    /// A tensor both Boolean and real, or otherwise ill-typed.
+    pub const TYPE: &str = "E0104";
+    /// A statement form used where it is not allowed (e.g. a fact with variables).
+    pub const FORM: &str = "E0105";
+    /// Two dense axes disagree on the extent of one index.
+    pub const EXTENT_MISMATCH: &str = "E0201";
+    /// The range of an index variable cannot be inferred.
+    pub const UNBOUND_INDEX: &str = "E0202";
+    /// A write outside a declared extent, or an index outside a domain.
+    pub const OUT_OF_DOMAIN: &str = "E0203";
+    /// Data disagrees with a declaration.
+    pub const DECLARATION: &str = "E0204";
+    /// An unsafe variable in a rule head.
+    pub const UNSAFE: &str = "E0301";
+    /// Recursion through negation.
+    pub const NOT_STRATIFIED: &str = "E0302";
+    /// Equations of one tensor mix accumulation families.
+    pub const MIXED_ACCUMULATION: &str = "E0303";
+    /// A recursive component did not converge within `--max-iters`.
+    pub const DIVERGED: &str = "E0401";
+    /// An extent kept growing for `--max-iters` iterations.
+    pub const UNBOUNDED_GROWTH: &str = "E0402";
+    /// A file could not be read or written.
+    pub const FILE: &str = "E0501";
+    /// A file row does not fit the tensor.
+    pub const FILE_ROW: &str = "E0502";
+    /// A tensor would need more memory than `--max-memory`.
+    pub const MEMORY: &str = "E0601";
+    /// A query that cannot be answered.
+    pub const QUERY: &str = "E0701";
+    /// A value bound through the library API or `--set` that does not fit.
+    pub const BINDING: &str = "E0801";
+}
+
+/// One problem found in a program or its data, pointing at the source that caused it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Diagnostic {
+    /// Stable code such as `E0201`.
+    pub code: &'static str,
+    /// One-line summary.
+    pub message: String,
+    /// Where the problem is; `None` for problems with no place in the source.
+    pub span: Option<Span>,
+    /// Text under the primary caret.
+    pub label: String,
+    /// Other places that explain the problem (the other tensor of a mismatch, say).
+    pub secondary: Vec<(Span, String)>,
+    /// Hints and notes printed after the snippet.
+    pub notes: Vec<String>,
+}
+
+impl Diagnostic {
+    /// An error at `span`.
+    pub fn error(code: &'static str, span: Span, message: impl Into<String>) -> Self {
+        Diagnostic {
+            code,
+            message: message.into(),
+            span: Some(span),
+            label: "here".into(),
+            secondary: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// An error with no place in the source (a command-line value, say).
+    pub fn global(code: &'static str, message: impl Into<String>) -> Self {
+        Diagnostic {
+            code,
+            message: message.into(),
+            span: None,
+            label: String::new(),
+            secondary: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// Replaces the caret's label.
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.label = label.into();
+        self
+    }
+
+    /// Adds a secondary location.
+    pub fn with_secondary(mut self, span: Span, label: impl Into<String>) -> Self {
+        self.secondary.push((span, label.into()));
+        self
+    }
+
+    /// Adds a hint or note.
+    pub fn with_note(mut self, note: impl Into<String>) -> Self {
+        self.notes.push(note.into());
+        self
+    }
+}
+
+/// All the diagnostics of one failed stage; a non-empty list.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Diagnostics(pub Vec<Diagnostic>);
+
+impl Diagnostics {
+    /// Renders every diagnostic against the source, rustc-style, without colour.
+    pub fn render(&self, file_name: &str, source: &str) -> String {
+        render(&self.0, file_name, source)
+    }
+}
+
+impl From<Diagnostic> for Diagnostics {
+    fn from(d: Diagnostic) -> Self {
+        Diagnostics(vec![d])
+    }
+}
+
+impl std::fmt::Display for Diagnostics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for d in &self.0 {
+            writeln!(f, "error[{}]: {}", d.code, d.message)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Diagnostics {}
+
+/// Renders diagnostics as text, `--> file:line:col` first, then the source line with a caret.
+pub fn render(diags: &[Diagnostic], file_name: &str, source: &str) -> String {
+    let file = SimpleFile::new(file_name, source);
+    let config = Config {
+        chars: Chars::ascii(),
+        ..Config::default()
+    };
+    let mut out = term::termcolor::NoColor::new(Vec::new());
+    for d in diags {
+        let mut cs = CsDiagnostic::error()
+            .with_code(d.code)
+            .with_message(&d.message)
+            .with_notes(d.notes.clone());
+        let mut labels = Vec::new();
+        if let Some(span) = d.span {
+            let span = clamp(span, source.len());
+            labels.push(Label::primary((), span.start..span.end).with_message(&d.label));
+        }
+        for (span, text) in &d.secondary {
+            let span = clamp(*span, source.len());
+            labels.push(Label::secondary((), span.start..span.end).with_message(text));
+        }
+        cs = cs.with_labels(labels);
+        if term::emit(&mut out, &config, &file, &cs).is_err() {
+            return diags
+                .iter()
+                .map(|d| format!("error[{}]: {}\n", d.code, d.message))
+                .collect();
+        }
+    }
+    String::from_utf8_lossy(&out.into_inner()).into_owned()
+}
+
+fn clamp(span: Span, len: usize) -> Span {
+    let start = span.start.min(len);
+    Span::new(start, span.end.clamp(start, len))
+}

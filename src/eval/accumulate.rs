@@ -1,0 +1,113 @@
+//! Combining values that land on one left-hand-side element (§7), and finishing a tensor.
+
+use crate::semantics::{Family, Kind, TensorInfo};
+use crate::tensor::{Storage, Tensor};
+use std::collections::BTreeMap;
+
+/// Running values of one tensor while its equations are evaluated.
+pub(super) enum Accumulator {
+    /// Every element present; values add.
+    Dense {
+        /// Extents.
+        shape: Vec<usize>,
+        /// Row-major sums.
+        values: Vec<f64>,
+    },
+    /// Only written elements; values combine per family, with a count for `avg=`.
+    Map {
+        /// Family.
+        family: Family,
+        /// Written elements.
+        map: BTreeMap<Vec<u32>, (f64, u32)>,
+    },
+}
+
+impl Accumulator {
+    /// An empty accumulator shaped for `info`.
+    pub fn new(info: &TensorInfo) -> Accumulator {
+        if info.kind != Kind::Bool && info.family == Family::Sum && !info.sparse_values {
+            Accumulator::Dense {
+                shape: info.shape.clone(),
+                values: vec![0.0; info.shape.iter().product()],
+            }
+        } else {
+            Accumulator::Map {
+                family: info.family,
+                map: BTreeMap::new(),
+            }
+        }
+    }
+
+    /// Adds one value at `index` (out-of-bounds writes are dropped: extents were checked).
+    pub fn combine(&mut self, index: &[usize], v: f64) {
+        match self {
+            Accumulator::Dense { shape, values } => {
+                let mut off = 0usize;
+                for (&i, &n) in index.iter().zip(shape.iter()) {
+                    if i >= n {
+                        return;
+                    }
+                    off = off * n + i;
+                }
+                values[off] += v;
+            }
+            Accumulator::Map { family, map } => {
+                let key: Vec<u32> = index.iter().map(|&i| i as u32).collect();
+                match map.get_mut(&key) {
+                    None => {
+                        map.insert(key, (v, 1));
+                    }
+                    Some((acc, n)) => {
+                        *n += 1;
+                        *acc = match family {
+                            Family::Sum | Family::Avg => *acc + v,
+                            Family::Max => acc.max(v),
+                            Family::Min => acc.min(v),
+                        };
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds every defined element of a tensor (its data, or a finished virtual slice).
+    pub fn combine_tensor(&mut self, t: &Tensor) {
+        for (idx, v) in t.entries() {
+            self.combine(&idx, v);
+        }
+    }
+
+    /// The finished tensor: Boolean heads are stepped, `avg=` divided, values rounded.
+    pub fn finish(self, info: &TensorInfo) -> Tensor {
+        match self {
+            Accumulator::Dense { shape, values } => Tensor {
+                elem: info.elem,
+                shape,
+                storage: Storage::Dense(values.into_iter().map(|v| info.elem.round(v)).collect()),
+            },
+            Accumulator::Map { family, map } => {
+                let mut out = if info.kind == Kind::Bool || info.sparse_values {
+                    Tensor::sparse(info.elem, info.shape.clone())
+                } else {
+                    Tensor::zeros(info.elem, info.shape.clone())
+                };
+                for (k, (v, n)) in map {
+                    let idx: Vec<usize> = k.iter().map(|&i| i as usize).collect();
+                    let v = if family == Family::Avg {
+                        v / n as f64
+                    } else {
+                        v
+                    };
+                    if info.kind == Kind::Bool {
+                        if v > 0.0 {
+                            out.set(&idx, 1.0);
+                        }
+                    } else {
+                        out.set(&idx, v);
+                    }
+                }
+                out
+            }
+        }
+    }
+}

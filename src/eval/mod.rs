@@ -1,0 +1,49 @@
+//! Execution. An [`Engine`] turns a checked program into tensor values; the reference
+//! evaluator is the oracle every faster engine is tested against.
+
+mod accumulate;
+mod reference;
+
+use crate::diagnostics::Diagnostics;
+use crate::functions::UserFunction;
+use crate::semantics::Checked;
+use crate::tensor::Tensor;
+use std::collections::BTreeMap;
+
+pub use reference::Reference;
+
+/// Options that affect evaluation but not meaning.
+#[derive(Clone, Debug)]
+pub struct EvalOptions {
+    /// Convergence tolerance for real recursive components (§9).
+    pub tol: f64,
+    /// Iteration cap for recursive components (§9).
+    pub max_iters: usize,
+    /// Largest dense tensor, in bytes (§15).
+    pub max_memory: u64,
+    /// Registered functions (§16).
+    pub functions: BTreeMap<String, UserFunction>,
+}
+
+impl Default for EvalOptions {
+    fn default() -> Self {
+        EvalOptions {
+            tol: 1e-6,
+            max_iters: 10_000,
+            max_memory: crate::semantics::default_max_memory(),
+            functions: BTreeMap::new(),
+        }
+    }
+}
+
+/// Something that evaluates checked programs. Implementations must agree with [`Reference`].
+pub trait Engine {
+    /// A short name for messages and `--verify` reports.
+    fn name(&self) -> &'static str;
+    /// Values of every tensor, indexed like [`Checked::tensors`].
+    fn evaluate(
+        &self,
+        program: &Checked,
+        options: &EvalOptions,
+    ) -> Result<Vec<Tensor>, Diagnostics>;
+}

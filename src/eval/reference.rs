@@ -1,0 +1,446 @@
+//! The reference evaluator: loops over iteration spaces in f64, straight from the SPEC.
+//!
+//! It is deliberately simple: every summation point enumerates its variables' full ranges,
+//! every recursive component is iterated naively (Jacobi) to its fixpoint. Faster engines must
+//! agree with it; keep it obviously correct rather than fast.
+
+use super::accumulate::Accumulator;
+use super::{Engine, EvalOptions};
+use crate::diagnostics::{codes, Diagnostic, Diagnostics};
+use crate::functions::Structural;
+use crate::semantics::{Checked, Equation, Family, Func, Kind, Node, Stratum, TensorInfo};
+use crate::syntax::ast::{BinOp, CmpOp};
+use crate::tensor::{Storage, Tensor};
+
+/// The oracle evaluator.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Reference;
+
+impl Engine for Reference {
+    fn name(&self) -> &'static str {
+        "reference"
+    }
+
+    fn evaluate(&self, p: &Checked, o: &EvalOptions) -> Result<Vec<Tensor>, Diagnostics> {
+        let mut values = Vec::with_capacity(p.tensors.len());
+        for (t, info) in p.tensors.iter().enumerate() {
+            values.push(match &p.data[t] {
+                Some(d) => d.clone(),
+                None => empty(info, o)?,
+            });
+        }
+        for st in &p.strata {
+            if st.equations.is_empty() {
+                continue;
+            }
+            if st.recursive {
+                fixpoint(p, st, &mut values, o)?;
+            } else {
+                for &t in &st.tensors {
+                    values[t] = compute(p, t, &values, o)?;
+                }
+            }
+        }
+        Ok(values)
+    }
+}
+
+/// A tensor with no elements yet: zeros, or no defined elements.
+fn empty(info: &TensorInfo, o: &EvalOptions) -> Result<Tensor, Diagnostics> {
+    if info.kind == Kind::Bool || info.sparse_values {
+        return Ok(Tensor::sparse(info.elem, info.shape.clone()));
+    }
+    let n: u128 = info.shape.iter().map(|&d| d as u128).product();
+    if n * 8 > o.max_memory as u128 {
+        return Err(Diagnostic::error(
+            codes::MEMORY,
+            info.span,
+            format!("`{}` would need {} bytes as a dense {:?} tensor, over --max-memory ({} bytes)", info.name, n * 8, info.shape, o.max_memory),
+        )
+        .with_note("use a sparse formulation: a Boolean relation written with parentheses, or `max=`/`min=` over defined elements")
+        .into());
+    }
+    Ok(Tensor::zeros(info.elem, info.shape.clone()))
+}
+
+/// Iterates X ← F(X) from the data (or zeros) until nothing changes (§9).
+fn fixpoint(
+    p: &Checked,
+    st: &Stratum,
+    values: &mut [Tensor],
+    o: &EvalOptions,
+) -> Result<(), Diagnostics> {
+    let mut last_change = 0.0;
+    for _ in 0..o.max_iters {
+        let mut next = Vec::with_capacity(st.tensors.len());
+        for &t in &st.tensors {
+            next.push(compute(p, t, values, o)?);
+        }
+        let mut converged = true;
+        last_change = 0.0f64;
+        for (&t, new) in st.tensors.iter().zip(next) {
+            let tol = if p.tensors[t].kind == Kind::Real {
+                o.tol
+            } else {
+                0.0
+            };
+            match change(&values[t], &new) {
+                Some(c) if c <= tol => {}
+                Some(c) => {
+                    converged = false;
+                    last_change = last_change.max(c);
+                }
+                None => {
+                    converged = false;
+                    last_change = f64::INFINITY;
+                }
+            }
+            values[t] = new;
+        }
+        if converged {
+            return Ok(());
+        }
+    }
+    let names: Vec<String> = st
+        .tensors
+        .iter()
+        .map(|&t| format!("`{}`", p.tensors[t].name))
+        .collect();
+    let mut d = Diagnostic::error(
+        codes::DIVERGED,
+        p.equations[st.equations[0]].span,
+        format!(
+            "{} did not converge after {} iterations",
+            names.join(", "),
+            o.max_iters
+        ),
+    )
+    .with_label("in this recursive equation")
+    .with_note(format!(
+        "the largest change in the last iteration was {last_change}"
+    ))
+    .with_note("raise --max-iters or --tol, or check that the recursion is bounded");
+    for &e in &st.equations[1..] {
+        d = d.with_secondary(p.equations[e].span, "also part of the recursion");
+    }
+    Err(d.into())
+}
+
+/// Largest absolute change between two values of one tensor; `None` if the defined elements
+/// differ.
+fn change(old: &Tensor, new: &Tensor) -> Option<f64> {
+    if old.shape != new.shape {
+        return None;
+    }
+    let diff = |a: f64, b: f64| {
+        if a == b || (a.is_nan() && b.is_nan()) {
+            0.0
+        } else {
+            (a - b).abs()
+        }
+    };
+    match (&old.storage, &new.storage) {
+        (Storage::Dense(a), Storage::Dense(b)) => Some(
+            a.iter()
+                .zip(b)
+                .map(|(&x, &y)| diff(x, y))
+                .fold(0.0, f64::max),
+        ),
+        (Storage::Sparse(a), Storage::Sparse(b)) => {
+            if a.len() != b.len() || a.keys().zip(b.keys()).any(|(x, y)| x != y) {
+                return None;
+            }
+            Some(
+                a.values()
+                    .zip(b.values())
+                    .map(|(&x, &y)| diff(x, y))
+                    .fold(0.0, f64::max),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// One tensor's value: its data combined with every equation's contributions.
+fn compute(
+    p: &Checked,
+    t: usize,
+    values: &[Tensor],
+    o: &EvalOptions,
+) -> Result<Tensor, Diagnostics> {
+    let info = &p.tensors[t];
+    let mut acc = Accumulator::new(info);
+    if let Some(d) = &p.data[t] {
+        acc.combine_tensor(d);
+    }
+    for eq in p.equations.iter().filter(|e| e.target == t) {
+        run_equation(p, eq, values, o, &mut acc)?;
+    }
+    Ok(acc.finish(info))
+}
+
+/// Evaluates one equation at every left-hand-side point (sequentially along a virtual index).
+fn run_equation(
+    p: &Checked,
+    eq: &Equation,
+    values: &[Tensor],
+    o: &EvalOptions,
+    acc: &mut Accumulator,
+) -> Result<(), Diagnostics> {
+    let info = &p.tensors[eq.target];
+    let mut env = vec![0i64; eq.vars.len()];
+    let Some(tv) = eq.virtual_var else {
+        let cx = Cx {
+            eq,
+            values,
+            slice: None,
+            o,
+        };
+        return points(eq, &mut env, &mut |env| cx.emit(env, acc));
+    };
+    let mut slice = match &p.data[eq.target] {
+        Some(d) => d.clone(),
+        None => empty(info, o)?,
+    };
+    for step in 0..eq.vars[tv].range {
+        env[tv] = step as i64;
+        let mut next = Accumulator::new(info);
+        let cx = Cx {
+            eq,
+            values,
+            slice: Some(&slice),
+            o,
+        };
+        points(eq, &mut env, &mut |env| cx.emit(env, &mut next))?;
+        slice = next.finish(info);
+    }
+    acc.combine_tensor(&slice);
+    Ok(())
+}
+
+/// Calls `f` at every assignment of the equation's left-hand-side variables, in row-major order.
+fn points(
+    eq: &Equation,
+    env: &mut [i64],
+    f: &mut dyn FnMut(&mut [i64]) -> Result<(), Diagnostics>,
+) -> Result<(), Diagnostics> {
+    let vars = &eq.loop_vars;
+    if vars.iter().any(|&v| eq.vars[v].range == 0) {
+        return Ok(());
+    }
+    for &v in vars {
+        env[v] = 0;
+    }
+    loop {
+        f(env)?;
+        let mut k = vars.len();
+        loop {
+            if k == 0 {
+                return Ok(());
+            }
+            k -= 1;
+            let v = vars[k];
+            env[v] += 1;
+            if (env[v] as usize) < eq.vars[v].range {
+                break;
+            }
+            env[v] = 0;
+        }
+    }
+}
+
+/// What evaluating one equation reads.
+struct Cx<'a> {
+    eq: &'a Equation,
+    values: &'a [Tensor],
+    slice: Option<&'a Tensor>,
+    o: &'a EvalOptions,
+}
+
+impl Cx<'_> {
+    /// Evaluates the right-hand side at one point and writes it to the left-hand side.
+    fn emit(&self, env: &mut [i64], acc: &mut Accumulator) -> Result<(), Diagnostics> {
+        let Some(v) = self.eval(&self.eq.rhs, env, false) else {
+            return Ok(());
+        };
+        let mut idx = Vec::with_capacity(self.eq.lhs.len());
+        for f in &self.eq.lhs {
+            match f.eval(env) {
+                Some(i) if i >= 0 => idx.push(i as usize),
+                _ => return Ok(()),
+            }
+        }
+        acc.combine(&idx, v);
+        Ok(())
+    }
+
+    /// Relational semantics (§7): under `max=`/`min=` undefined elements stop a point.
+    fn relational(&self) -> bool {
+        matches!(self.eq.family, Family::Max | Family::Min)
+    }
+
+    /// The value at one point, or `None` when the point contributes nothing (an out-of-range
+    /// read, or an undefined element under relational semantics).
+    fn eval(&self, n: &Node, env: &mut [i64], total: bool) -> Option<f64> {
+        match n {
+            Node::Const(c) => Some(*c),
+            Node::Var(v) => Some(env[*v] as f64),
+            Node::Read {
+                tensor,
+                index,
+                slice,
+            } => {
+                let t = if *slice {
+                    self.slice?
+                } else {
+                    &self.values[*tensor]
+                };
+                let mut idx = Vec::with_capacity(index.len());
+                for (f, &n) in index.iter().zip(&t.shape) {
+                    let i = f.eval(env)?;
+                    if i < 0 || i as usize >= n {
+                        return None;
+                    }
+                    idx.push(i as usize);
+                }
+                match t.get(&idx) {
+                    Some(v) => Some(v),
+                    None if self.relational() && !total => None,
+                    None => Some(0.0),
+                }
+            }
+            Node::Sum { vars, body } => self.sum(vars, body, env, total),
+            Node::Product(fs) => {
+                let mut acc = 1.0;
+                let mut skip = false;
+                for (div, f) in fs {
+                    match self.eval(f, env, total) {
+                        Some(v) if *div => acc /= v,
+                        Some(v) => acc *= v,
+                        None => skip = true,
+                    }
+                }
+                (!skip).then_some(acc)
+            }
+            Node::Neg(x) => self.eval(x, env, total).map(|v| -v),
+            Node::Not(x) => self.eval(x, env, true).map(|v| 1.0 - v),
+            Node::Binary(op, a, b) => {
+                let (a, b) = (self.eval(a, env, total), self.eval(b, env, total));
+                let (a, b) = (a?, b?);
+                Some(match op {
+                    BinOp::Add => a + b,
+                    BinOp::Sub => a - b,
+                    BinOp::Pow => a.powf(b),
+                })
+            }
+            Node::Compare(op, a, b) => {
+                let (a, b) = (self.eval(a, env, total), self.eval(b, env, total));
+                let (a, b) = (a?, b?);
+                let r = match op {
+                    CmpOp::Eq => a == b,
+                    CmpOp::Ne => a != b,
+                    CmpOp::Lt => a < b,
+                    CmpOp::Le => a <= b,
+                    CmpOp::Gt => a > b,
+                    CmpOp::Ge => a >= b,
+                };
+                Some(if r { 1.0 } else { 0.0 })
+            }
+            Node::Call(f, args) => {
+                let mut xs = Vec::with_capacity(args.len());
+                let mut skip = false;
+                for a in args {
+                    match self.eval(a, env, total) {
+                        Some(v) => xs.push(v),
+                        None => skip = true,
+                    }
+                }
+                if skip {
+                    return None;
+                }
+                match f {
+                    Func::Builtin(b) => Some(b.apply(&xs)),
+                    Func::User(name) => self.o.functions.get(name).map(|uf| (uf.f)(xs[0])),
+                }
+            }
+            Node::Normalize(kind, var, arg) => {
+                let here = env[*var];
+                let range = self.eq.vars[*var].range;
+                let mut row = Vec::with_capacity(range);
+                for q in 0..range {
+                    env[*var] = q as i64;
+                    row.push(self.eval(arg, env, total));
+                }
+                env[*var] = here;
+                let x = row.get(here as usize).copied().flatten()?;
+                let defined: Vec<f64> = row.into_iter().flatten().collect();
+                Some(match kind {
+                    Structural::Softmax => {
+                        let m = defined.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                        let s: f64 = defined.iter().map(|v| (v - m).exp()).sum();
+                        (x - m).exp() / s
+                    }
+                    _ => {
+                        let n = defined.len() as f64;
+                        let mean = defined.iter().sum::<f64>() / n;
+                        let var = defined.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+                        (x - mean) / (var + 1e-5).sqrt()
+                    }
+                })
+            }
+            Node::Concat { out, parts, arg } => {
+                let mut rest = env[*out];
+                for &part in parts.iter().rev() {
+                    let r = self.eq.vars[part].range.max(1) as i64;
+                    env[part] = rest % r;
+                    rest /= r;
+                }
+                self.eval(arg, env, total)
+            }
+        }
+    }
+
+    /// A summation point: combines every defined value over its variables' ranges in
+    /// row-major order (a fixed order, so results are deterministic).
+    fn sum(&self, vars: &[usize], body: &Node, env: &mut [i64], total: bool) -> Option<f64> {
+        if vars.is_empty() {
+            return self.eval(body, env, total);
+        }
+        if vars.iter().any(|&v| self.eq.vars[v].range == 0) {
+            return None;
+        }
+        for &v in vars {
+            env[v] = 0;
+        }
+        let family = self.eq.family;
+        let mut acc: Option<f64> = None;
+        let mut count = 0usize;
+        loop {
+            if let Some(x) = self.eval(body, env, total) {
+                count += 1;
+                acc = Some(match (acc, family) {
+                    (None, _) => x,
+                    (Some(a), Family::Sum | Family::Avg) => a + x,
+                    (Some(a), Family::Max) => a.max(x),
+                    (Some(a), Family::Min) => a.min(x),
+                });
+            }
+            let mut k = vars.len();
+            loop {
+                if k == 0 {
+                    return match family {
+                        Family::Avg => acc.map(|a| a / count as f64),
+                        _ => acc,
+                    };
+                }
+                k -= 1;
+                let v = vars[k];
+                env[v] += 1;
+                if (env[v] as usize) < self.eq.vars[v].range {
+                    break;
+                }
+                env[v] = 0;
+            }
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! Files of §11: reading raw contents before semantic analysis (which interns their symbols
+//! at the statement that reads them), and writing results atomically after evaluation.
+
+mod read;
+mod write;
+
+pub use read::{checkpoint_entries, read_file, RawData, Row};
+pub use write::{write_files, WriteRequest};

@@ -1,0 +1,239 @@
+//! Readers for `.tsv`, `.csv`, `.npy`, `.safetensors` and `.txt`.
+
+use crate::tensor::ElemType;
+use std::path::Path;
+
+/// A file's contents before the checker gives them meaning.
+#[derive(Clone, Debug)]
+pub enum RawData {
+    /// Delimited rows: index fields, and for valued tensors a final value field.
+    Table(Vec<Row>),
+    /// A dense array.
+    Dense {
+        /// Extents.
+        shape: Vec<usize>,
+        /// Row-major values.
+        values: Vec<f64>,
+        /// Element type as stored.
+        elem: ElemType,
+    },
+    /// Whitespace-separated words of a text file.
+    Words(Vec<String>),
+}
+
+/// One row of a delimited file.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// 1-based line number, for messages.
+    pub line: usize,
+    /// Fields, trimmed.
+    pub fields: Vec<String>,
+}
+
+/// Reads `path`; `entry` names the safetensors entry. Errors name the file (and line).
+pub fn read_file(path: &Path, entry: &str) -> Result<RawData, String> {
+    let shown = path.display();
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read `{shown}`: {e}"))?;
+    match ext.as_str() {
+        "tsv" => read_delimited(&bytes, b'\t', &shown.to_string()),
+        "csv" => read_delimited(&bytes, b',', &shown.to_string()),
+        "npy" => read_npy(&bytes).map_err(|e| format!("`{shown}` is not a readable .npy file: {e}")),
+        "safetensors" => read_safetensors(&bytes, entry)
+            .map_err(|e| format!("`{shown}` is not a readable .safetensors file: {e}")),
+        "txt" => {
+            let text = String::from_utf8(bytes).map_err(|_| format!("`{shown}` is not UTF-8 text"))?;
+            Ok(RawData::Words(
+                text.split_whitespace().map(str::to_string).collect(),
+            ))
+        }
+        _ => Err(format!(
+            "`{shown}`: unknown file type `.{ext}` (expected .tsv, .csv, .npy, .safetensors or .txt)"
+        )),
+    }
+}
+
+fn read_delimited(bytes: &[u8], delimiter: u8, shown: &str) -> Result<RawData, String> {
+    let mut reader = csv::ReaderBuilder::new()
+        .delimiter(delimiter)
+        .has_headers(false)
+        .flexible(true)
+        .comment(Some(b'#'))
+        .from_reader(bytes);
+    let mut rows = Vec::new();
+    for record in reader.records() {
+        let record = record.map_err(|e| {
+            let line = e.position().map(|p| p.line()).unwrap_or(0);
+            format!("{shown}:{line}: malformed row: {e}")
+        })?;
+        let line = record.position().map(|p| p.line() as usize).unwrap_or(0);
+        let fields: Vec<String> = record.iter().map(|f| f.trim().to_string()).collect();
+        if fields.iter().all(|f| f.is_empty()) {
+            continue;
+        }
+        rows.push(Row { line, fields });
+    }
+    Ok(RawData::Table(rows))
+}
+
+fn read_npy(bytes: &[u8]) -> Result<RawData, String> {
+    let npy = npyz::NpyFile::new(bytes).map_err(|e| e.to_string())?;
+    let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+    if npy.order() == npyz::Order::Fortran && shape.len() > 1 {
+        return Err("Fortran-ordered arrays are not supported; save with order='C'".into());
+    }
+    let descr = match npy.dtype() {
+        npyz::DType::Plain(t) => t.to_string(),
+        other => return Err(format!("unsupported dtype {}", other.descr())),
+    };
+    let code = descr.trim_start_matches(['<', '>', '|', '=']);
+    let err = |e: std::io::Error| e.to_string();
+    let (values, elem): (Vec<f64>, ElemType) = match code {
+        "f8" => (npy.into_vec::<f64>().map_err(err)?, ElemType::F64),
+        "f4" => (
+            npy.into_vec::<f32>()
+                .map_err(err)?
+                .into_iter()
+                .map(f64::from)
+                .collect(),
+            ElemType::F32,
+        ),
+        "i8" => (
+            npy.into_vec::<i64>()
+                .map_err(err)?
+                .into_iter()
+                .map(|v| v as f64)
+                .collect(),
+            ElemType::Int,
+        ),
+        "i4" => (
+            npy.into_vec::<i32>()
+                .map_err(err)?
+                .into_iter()
+                .map(f64::from)
+                .collect(),
+            ElemType::Int,
+        ),
+        "u1" => (
+            npy.into_vec::<u8>()
+                .map_err(err)?
+                .into_iter()
+                .map(f64::from)
+                .collect(),
+            ElemType::Int,
+        ),
+        "b1" => (
+            npy.into_vec::<bool>()
+                .map_err(err)?
+                .into_iter()
+                .map(|b| if b { 1.0 } else { 0.0 })
+                .collect(),
+            ElemType::Bool,
+        ),
+        other => {
+            return Err(format!(
+                "unsupported dtype `{other}` (expected f8, f4, i8, i4, u1 or b1)"
+            ))
+        }
+    };
+    Ok(RawData::Dense {
+        shape,
+        values,
+        elem,
+    })
+}
+
+/// Names of the entries in a `.safetensors` file, sorted.
+pub fn checkpoint_entries(bytes: &[u8]) -> Result<Vec<String>, String> {
+    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| e.to_string())?;
+    let mut names: Vec<String> = st.names().into_iter().cloned().collect();
+    names.sort();
+    Ok(names)
+}
+
+fn read_safetensors(bytes: &[u8], entry: &str) -> Result<RawData, String> {
+    use safetensors::Dtype;
+    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| e.to_string())?;
+    let view = st.tensor(entry).map_err(|_| {
+        let mut names: Vec<String> = st.names().into_iter().cloned().collect();
+        names.sort();
+        format!("no entry named `{entry}` (entries: {})", names.join(", "))
+    })?;
+    let data = view.data();
+    let (values, elem): (Vec<f64>, ElemType) = match view.dtype() {
+        Dtype::F64 => (
+            data.chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect(),
+            ElemType::F64,
+        ),
+        Dtype::F32 => (
+            data.chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap_or([0; 4])) as f64)
+                .collect(),
+            ElemType::F32,
+        ),
+        Dtype::F16 => (
+            data.chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64())
+                .collect(),
+            ElemType::F16,
+        ),
+        Dtype::BF16 => (
+            data.chunks_exact(2)
+                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64())
+                .collect(),
+            ElemType::BF16,
+        ),
+        Dtype::I64 => (
+            data.chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f64)
+                .collect(),
+            ElemType::Int,
+        ),
+        Dtype::I32 => (
+            data.chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().unwrap_or([0; 4])) as f64)
+                .collect(),
+            ElemType::Int,
+        ),
+        Dtype::I8 => (data.iter().map(|&b| b as i8 as f64).collect(), ElemType::I8),
+        Dtype::U8 => (data.iter().map(|&b| b as f64).collect(), ElemType::Int),
+        Dtype::BOOL => (
+            data.iter()
+                .map(|&b| if b != 0 { 1.0 } else { 0.0 })
+                .collect(),
+            ElemType::Bool,
+        ),
+        other => return Err(format!("unsupported dtype {other:?}")),
+    };
+    Ok(RawData::Dense {
+        shape: view.shape().to_vec(),
+        values,
+        elem,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_file_names_the_file() {
+        let err = read_file(Path::new("/nonexistent/x.tsv"), "X").unwrap_err();
+        assert!(err.contains("/nonexistent/x.tsv"), "{err}");
+    }
+
+    #[test]
+    fn delimited_rows_keep_line_numbers() {
+        let RawData::Table(rows) = read_delimited(b"a\tb\n\nc\td\n", b'\t', "f").unwrap() else {
+            panic!()
+        };
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[1].line, 3);
+    }
+}

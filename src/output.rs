@@ -1,0 +1,100 @@
+//! Query answers printed exactly as §10 describes, and labels for file rows (§11).
+
+use crate::semantics::{Checked, Kind, Query, QueryIndex};
+use crate::tensor::{format_number, Tensor};
+
+/// The label of position `pos` on axis `axis` of tensor `t`: a symbol or an integer.
+/// `quoted` writes symbols as source would (§10); files hold them raw (§11).
+pub fn label(p: &Checked, t: usize, axis: usize, pos: usize, quoted: bool) -> String {
+    let dom = &p.domains[p.tensors[t].domains[axis]];
+    if !dom.symbolic {
+        return pos.to_string();
+    }
+    let Some(s) = dom.symbols.get(pos) else {
+        return pos.to_string();
+    };
+    if !quoted || is_bare_symbol(s) {
+        s.clone()
+    } else {
+        format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+    }
+}
+
+/// Whether a symbol prints bare: a capitalised identifier.
+fn is_bare_symbol(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_ascii_uppercase())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '\'')
+}
+
+/// The lines answering one query.
+pub fn answer(p: &Checked, values: &[Tensor], q: &Query) -> Vec<String> {
+    let info = &p.tensors[q.tensor];
+    let t = &values[q.tensor];
+    let name = &info.name;
+    let ground = !q.pattern.iter().any(|i| matches!(i, QueryIndex::Var(_)));
+    let fmt_idx = |idx: &[usize]| -> String {
+        idx.iter()
+            .enumerate()
+            .map(|(ax, &i)| label(p, q.tensor, ax, i, true))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if info.kind == Kind::Bool && (q.paren || info.shape.is_empty() || ground) {
+        if ground {
+            let hit = fixed_index(&q.pattern).is_some_and(|idx| t.value(&idx) != 0.0);
+            return vec![if hit { "true" } else { "false" }.to_string()];
+        }
+        return t
+            .entries()
+            .into_iter()
+            .filter(|(idx, v)| *v != 0.0 && matches(&q.pattern, idx))
+            .map(|(idx, _)| format!("{name}({})", fmt_idx(&idx)))
+            .collect();
+    }
+    if info.shape.is_empty() {
+        return vec![format!(
+            "{name} = {}",
+            format_number(t.value(&[]), info.elem)
+        )];
+    }
+    t.entries()
+        .into_iter()
+        .filter(|(idx, v)| matches(&q.pattern, idx) && !(info.kind == Kind::Bool && *v == 0.0))
+        .map(|(idx, v)| {
+            format!(
+                "{name}[{}] = {}",
+                fmt_idx(&idx),
+                format_number(v, info.elem)
+            )
+        })
+        .collect()
+}
+
+fn fixed_index(pattern: &[QueryIndex]) -> Option<Vec<usize>> {
+    pattern
+        .iter()
+        .map(|i| match i {
+            QueryIndex::Fixed(p) => Some(*p),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether an index matches a pattern: fixed positions equal, repeated variables agree.
+fn matches(pattern: &[QueryIndex], idx: &[usize]) -> bool {
+    let mut bound: Vec<(usize, usize)> = Vec::new();
+    for (p, &i) in pattern.iter().zip(idx) {
+        match p {
+            QueryIndex::Fixed(f) if *f != i => return false,
+            QueryIndex::Missing => return false,
+            QueryIndex::Var(k) => match bound.iter().find(|(v, _)| v == k) {
+                Some((_, x)) if *x != i => return false,
+                Some(_) => {}
+                None => bound.push((*k, i)),
+            },
+            _ => {}
+        }
+    }
+    true
+}

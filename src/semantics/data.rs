@@ -1,0 +1,512 @@
+//! Data: literals, scalars, facts, element facts, files and bindings, turned into tensors of
+//! their final shapes, with errors that name the file and line of a bad row (§11).
+
+use super::names::{element_value, IndexName};
+use super::{Ctx, Kind, TensorInfo};
+use crate::diagnostics::{codes, Diagnostic, Span};
+use crate::io::RawData;
+use crate::syntax::ast::*;
+use crate::tensor::{ElemType, Storage, Tensor};
+
+/// Shape and row-major values of a nested list literal; ragged lists are an error.
+pub(super) fn nested_shape(n: &Nested) -> Result<(Vec<usize>, Vec<f64>), Diagnostic> {
+    match n {
+        Nested::Leaf(v, _) => Ok((Vec::new(), vec![*v])),
+        Nested::List(items, span) => {
+            let mut shape: Option<Vec<usize>> = None;
+            let mut values = Vec::new();
+            for it in items {
+                let (s, v) = nested_shape(it)?;
+                match &shape {
+                    None => shape = Some(s),
+                    Some(prev) if *prev != s => {
+                        return Err(Diagnostic::error(
+                            codes::SYNTAX,
+                            nested_span(it),
+                            "ragged literal: every row must have the same shape",
+                        )
+                        .with_secondary(*span, "in this literal"))
+                    }
+                    _ => {}
+                }
+                values.extend(v);
+            }
+            let mut full = vec![items.len()];
+            full.extend(shape.unwrap_or_default());
+            Ok((full, values))
+        }
+    }
+}
+
+fn nested_span(n: &Nested) -> Span {
+    match n {
+        Nested::Leaf(_, s) | Nested::List(_, s) => *s,
+    }
+}
+
+impl Ctx<'_> {
+    /// Position of a constant index on axis `ax` of tensor `t`.
+    pub(super) fn const_position(
+        &mut self,
+        t: usize,
+        ax: usize,
+        idx: &Index,
+    ) -> Result<i64, Diagnostic> {
+        let symbol = |s: &str, span: Span, ctx: &mut Self| {
+            let d = ctx.axis_domain(t, ax);
+            ctx.symbol_index(d, s).map(|p| p as i64).ok_or_else(|| {
+                Diagnostic::error(
+                    codes::OUT_OF_DOMAIN,
+                    span,
+                    format!("`{s}` is not a symbol of this axis"),
+                )
+            })
+        };
+        match idx {
+            Index::Int(v, span) => {
+                if self.domains[self.axis_domain(t, ax)].symbolic {
+                    return Err(Diagnostic::error(
+                        codes::TYPE,
+                        *span,
+                        format!(
+                            "axis {} of `{}` holds symbols, not integers",
+                            ax + 1,
+                            self.tensors[t].name
+                        ),
+                    ));
+                }
+                Ok(*v)
+            }
+            Index::Str(s, span) => symbol(s, *span, self),
+            Index::Name(n) => match self.index_name(&n.text) {
+                IndexName::Const(v) => Ok(v),
+                IndexName::Symbol => symbol(&n.text, n.span, self),
+                IndexName::Var => Err(Diagnostic::error(
+                    codes::FORM,
+                    n.span,
+                    format!("a fact must be ground, but `{}` is a variable", n.text),
+                )
+                .with_note("write a rule (`H(x) :- B(x).`) to derive facts for every value")),
+            },
+            other => Err(Diagnostic::error(
+                codes::FORM,
+                other.span(),
+                "a fact's indices must be constants",
+            )),
+        }
+    }
+
+    /// Extent of each axis as given by data and declarations alone.
+    pub(super) fn data_extents(&mut self) {
+        let program = self.program;
+        for st in &program.statements {
+            if let StmtKind::Domain {
+                name,
+                def: DomainDef::Symbols(syms),
+            } = &st.kind
+            {
+                let node = self.named_domains[&name.text].node;
+                let root = self.uf.find(node);
+                if let Some(&d) = self.domain_of_root.get(&root) {
+                    self.declared_symbols.insert(d, syms.len());
+                }
+            }
+        }
+        for t in 0..self.tensors.len() {
+            let rank = self.tensors[t].rank();
+            let mut shape = vec![0usize; rank];
+            let mut given = vec![false; rank];
+            for ax in 0..rank {
+                let d = self.axis_domain(t, ax);
+                if self.domains[d].symbolic {
+                    shape[ax] = self.domains[d].symbols.len();
+                    given[ax] = true;
+                }
+            }
+            let stmts: Vec<usize> = self.tensors[t]
+                .facts
+                .iter()
+                .chain(&self.tensors[t].elements)
+                .copied()
+                .collect();
+            for si in stmts {
+                let idx = match &program.statements[si].kind {
+                    StmtKind::Fact(a) => &a.indices,
+                    StmtKind::Equation { lhs, .. } => &lhs.indices,
+                    _ => continue,
+                };
+                for (ax, i) in idx.iter().enumerate().take(rank) {
+                    if let Ok(p) = self.const_position(t, ax, i) {
+                        if !given[ax] && p >= 0 {
+                            shape[ax] = shape[ax].max(p as usize + 1);
+                        }
+                    }
+                }
+            }
+            for s in self.sources.iter().filter(|s| s.tensor == t) {
+                match &s.raw {
+                    RawData::Dense { shape: ds, .. } => {
+                        for (ax, &n) in ds.iter().enumerate().take(rank) {
+                            if !given[ax] {
+                                shape[ax] = shape[ax].max(n);
+                            }
+                        }
+                    }
+                    RawData::Table(rows) => {
+                        for r in rows {
+                            for (ax, f) in r.fields.iter().enumerate().take(rank) {
+                                if let (false, Ok(p)) = (given[ax], f.parse::<i64>()) {
+                                    if p >= 0 {
+                                        shape[ax] = shape[ax].max(p as usize + 1);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    RawData::Words(w) => {
+                        if rank == 2 && !given[0] {
+                            shape[0] = shape[0].max(w.len());
+                        }
+                    }
+                }
+            }
+            for si in self.tensors[t].sources.clone() {
+                if let StmtKind::Literal { value, .. } = &program.statements[si].kind {
+                    if let Ok((ls, _)) = nested_shape(value) {
+                        for (ax, &n) in ls.iter().enumerate().take(rank) {
+                            if !given[ax] {
+                                shape[ax] = shape[ax].max(n);
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some(si) = self.tensors[t].declared {
+                if let StmtKind::Declaration { dims, name, .. } = &program.statements[si].kind {
+                    for (ax, dim) in dims.iter().enumerate() {
+                        let n = match dim {
+                            Dim::Size(n, _) => Some(*n),
+                            Dim::Named(dn) => self.named_domains.get(&dn.text).and_then(|d| d.size),
+                        };
+                        if let Some(n) = n {
+                            let has_data = !self.tensors[t].sources.is_empty()
+                                || !self.tensors[t].facts.is_empty();
+                            if has_data && shape[ax] != n && shape[ax] != 0 {
+                                let at = self.tensors[t]
+                                    .sources
+                                    .first()
+                                    .map(|&s| program.statements[s].span)
+                                    .unwrap_or(self.tensors[t].span);
+                                self.diags.push(Diagnostic::error(
+                                    codes::DECLARATION,
+                                    at,
+                                    format!("data for `{}` has extent {} on axis {} but the declaration says {n}", name.text, shape[ax], ax + 1),
+                                ).with_secondary(dim_span(dim), "declared here"));
+                            }
+                            shape[ax] = n;
+                        } else if let Dim::Named(_) = dim {
+                            let d = self.axis_domain(t, ax);
+                            if !self.domains[d].symbolic {
+                                continue;
+                            }
+                        }
+                    }
+                }
+            }
+            self.data_shape.push(shape);
+        }
+    }
+
+    /// Builds the initial value of every tensor that has data, in its final shape.
+    pub(super) fn materialise_data(&mut self, infos: &[TensorInfo]) -> Vec<Option<Tensor>> {
+        let program = self.program;
+        let mut out = Vec::with_capacity(infos.len());
+        for (t, info) in infos.iter().enumerate() {
+            let d = self.tensors[t].clone();
+            let has = !d.facts.is_empty()
+                || !d.elements.is_empty()
+                || self.sources.iter().any(|s| s.tensor == t)
+                || d.sources.iter().any(|&s| {
+                    matches!(
+                        program.statements[s].kind,
+                        StmtKind::Literal { .. } | StmtKind::Scalar { .. }
+                    )
+                });
+            if !has {
+                out.push(None);
+                continue;
+            }
+            let mut tensor = if info.kind == Kind::Bool || info.sparse_values {
+                Tensor::sparse(info.elem, info.shape.clone())
+            } else {
+                match self.dense_zeros(info) {
+                    Some(z) => z,
+                    None => {
+                        out.push(None);
+                        continue;
+                    }
+                }
+            };
+            for si in d.facts {
+                if let StmtKind::Fact(a) = &program.statements[si].kind {
+                    if let Some(pos) = self.positions(t, &a.indices) {
+                        add(&mut tensor, &pos, 1.0);
+                    }
+                }
+            }
+            for si in self.tensors[t].elements.clone() {
+                if let StmtKind::Equation { lhs, rhs, .. } = &program.statements[si].kind {
+                    if let (Some(pos), Some(v)) =
+                        (self.positions(t, &lhs.indices), element_value(rhs))
+                    {
+                        add(&mut tensor, &pos, v);
+                    }
+                }
+            }
+            for si in self.tensors[t].sources.clone() {
+                match &program.statements[si].kind {
+                    StmtKind::Literal { value, name } => {
+                        if let Ok((shape, values)) = nested_shape(value) {
+                            self.add_dense(&mut tensor, &shape, &values, name.span, &name.text);
+                        }
+                    }
+                    StmtKind::Scalar { value, name, .. } => {
+                        let v = self.scalars.get(&name.text).copied().unwrap_or(*value);
+                        add(&mut tensor, &[], v);
+                    }
+                    _ => {}
+                }
+            }
+            for k in 0..self.sources.len() {
+                if self.sources[k].tensor != t {
+                    continue;
+                }
+                let src = self.sources[k].clone();
+                match &src.raw {
+                    RawData::Dense { shape, values, .. } => {
+                        self.add_dense(&mut tensor, shape, values, src.span, &src.file)
+                    }
+                    RawData::Table(rows) => self.add_rows(&mut tensor, t, info, rows, &src),
+                    RawData::Words(words) => {
+                        let dom = self.axis_domain(t, 1);
+                        for (p, w) in words.iter().enumerate() {
+                            if let Some(s) = self.symbol_index(dom, w) {
+                                add(&mut tensor, &[p, s], 1.0);
+                            }
+                        }
+                    }
+                }
+            }
+            out.push(Some(tensor));
+        }
+        out
+    }
+
+    /// A dense tensor of zeros, or an error if it would exceed `--max-memory`.
+    pub(super) fn dense_zeros(&mut self, info: &TensorInfo) -> Option<Tensor> {
+        let n: u128 = info.shape.iter().map(|&d| d as u128).product();
+        if n * 8 > self.input.settings.max_memory as u128 {
+            self.diags.push(
+                Diagnostic::error(
+                    codes::MEMORY,
+                    info.span,
+                    format!("`{}` would need {} bytes as a dense {:?} tensor, over --max-memory ({} bytes)", info.name, n * 8, info.shape, self.input.settings.max_memory),
+                )
+                .with_note("use a sparse formulation: a Boolean relation written with parentheses, or element facts"),
+            );
+            return None;
+        }
+        Some(Tensor::zeros(info.elem, info.shape.clone()))
+    }
+
+    fn positions(&mut self, t: usize, idx: &[Index]) -> Option<Vec<usize>> {
+        let mut pos = Vec::with_capacity(idx.len());
+        for (ax, i) in idx.iter().enumerate() {
+            match self.const_position(t, ax, i) {
+                Ok(p) if p >= 0 => pos.push(p as usize),
+                Ok(_) => {
+                    self.diags.push(Diagnostic::error(
+                        codes::OUT_OF_DOMAIN,
+                        i.span(),
+                        "a position must not be negative",
+                    ));
+                    return None;
+                }
+                Err(d) => {
+                    self.diags.push(d);
+                    return None;
+                }
+            }
+        }
+        Some(pos)
+    }
+
+    fn add_dense(
+        &mut self,
+        tensor: &mut Tensor,
+        shape: &[usize],
+        values: &[f64],
+        span: Span,
+        what: &str,
+    ) {
+        if shape.len() != tensor.rank() {
+            self.diags.push(Diagnostic::error(
+                codes::ARITY,
+                span,
+                format!(
+                    "{what} has {} axes but the tensor is used with {}",
+                    shape.len(),
+                    tensor.rank()
+                ),
+            ));
+            return;
+        }
+        if shape.iter().zip(&tensor.shape).any(|(a, b)| a > b) {
+            self.diags.push(Diagnostic::error(
+                codes::DECLARATION,
+                span,
+                format!(
+                    "{what} has shape {shape:?}, which does not fit the tensor's shape {:?}",
+                    tensor.shape
+                ),
+            ));
+            return;
+        }
+        let mut idx = vec![0usize; shape.len()];
+        for &v in values {
+            if tensor.elem == ElemType::Bool {
+                if v != 0.0 {
+                    add(tensor, &idx, 1.0);
+                }
+            } else {
+                add(tensor, &idx, v);
+            }
+            for ax in (0..idx.len()).rev() {
+                idx[ax] += 1;
+                if idx[ax] < shape[ax] {
+                    break;
+                }
+                idx[ax] = 0;
+            }
+        }
+    }
+
+    fn add_rows(
+        &mut self,
+        tensor: &mut Tensor,
+        t: usize,
+        info: &TensorInfo,
+        rows: &[crate::io::Row],
+        src: &super::Source,
+    ) {
+        let rank = info.shape.len();
+        let valued = info.kind != Kind::Bool;
+        let doms: Vec<usize> = (0..rank).map(|ax| self.axis_domain(t, ax)).collect();
+        for r in rows {
+            let want = if valued {
+                [rank, rank + 1]
+            } else {
+                [rank, rank]
+            };
+            let bad = |msg: String| {
+                Diagnostic::error(
+                    codes::FILE_ROW,
+                    src.span,
+                    format!("{}:{}: {msg}", src.file, r.line),
+                )
+                .with_label(format!("reading `{}`", src.file))
+            };
+            if !want.contains(&r.fields.len()) {
+                let expect = if valued {
+                    format!("{rank} index fields and a value")
+                } else {
+                    format!("{rank} fields")
+                };
+                self.diags.push(bad(format!(
+                    "expected {expect} for `{}`, found {} fields",
+                    info.name,
+                    r.fields.len()
+                )));
+                continue;
+            }
+            let mut pos = Vec::with_capacity(rank);
+            let mut ok = true;
+            for ax in 0..rank {
+                let f = &r.fields[ax];
+                let d = doms[ax];
+                let p = if self.domains[d].symbolic {
+                    match self.symbol_index(d, f) {
+                        Some(p) if self.declared_symbols.get(&d).is_none_or(|&n| p < n) => Some(p),
+                        _ => {
+                            self.diags.push(bad(format!(
+                                "`{f}` is not in the declared domain of axis {}",
+                                ax + 1
+                            )));
+                            None
+                        }
+                    }
+                } else {
+                    match f.parse::<i64>() {
+                        Ok(p) if p >= 0 && (p as usize) < info.shape[ax] => Some(p as usize),
+                        Ok(p) => {
+                            self.diags.push(bad(format!(
+                                "index {p} is outside 0..{} on axis {}",
+                                info.shape[ax],
+                                ax + 1
+                            )));
+                            None
+                        }
+                        Err(_) => {
+                            self.diags
+                                .push(bad(format!("`{f}` is not an integer index")));
+                            None
+                        }
+                    }
+                };
+                match p {
+                    Some(p) => pos.push(p),
+                    None => ok = false,
+                }
+            }
+            if !ok {
+                continue;
+            }
+            let v = if r.fields.len() == rank + 1 {
+                match r.fields[rank].parse::<f64>() {
+                    Ok(v) => v,
+                    Err(_) => {
+                        self.diags
+                            .push(bad(format!("value `{}` is not a number", r.fields[rank])));
+                        continue;
+                    }
+                }
+            } else {
+                1.0
+            };
+            add(tensor, &pos, v);
+        }
+    }
+}
+
+fn dim_span(d: &Dim) -> Span {
+    match d {
+        Dim::Named(n) => n.span,
+        Dim::Size(_, s) => *s,
+    }
+}
+
+/// Adds `v` at `pos`: data for one tensor from several places is summed (§7); for relations
+/// it is an `or`.
+fn add(t: &mut Tensor, pos: &[usize], v: f64) {
+    if t.elem == ElemType::Bool {
+        if v != 0.0 {
+            t.set(pos, 1.0);
+        }
+        return;
+    }
+    let old = match &t.storage {
+        Storage::Dense(_) => t.value(pos),
+        Storage::Sparse(_) => t.get(pos).unwrap_or(0.0),
+    };
+    t.set(pos, old + v);
+}

@@ -1,0 +1,451 @@
+//! Domain inference (§4): union-find over (tensor, axis) slots, named domains and the index
+//! variables of each equation, then symbol interning in source order.
+
+use super::names::IndexName;
+use super::{Ctx, Domain};
+use crate::diagnostics::{codes, Diagnostic, Span};
+use crate::io::RawData;
+use crate::syntax::ast::*;
+
+/// Disjoint sets over slot numbers.
+#[derive(Default, Debug)]
+pub(crate) struct UnionFind {
+    parent: Vec<usize>,
+}
+
+impl UnionFind {
+    /// Adds a fresh node.
+    pub fn add(&mut self) -> usize {
+        self.parent.push(self.parent.len());
+        self.parent.len() - 1
+    }
+
+    /// Makes sure nodes `0..n` exist.
+    pub fn grow(&mut self, n: usize) {
+        while self.parent.len() < n {
+            self.add();
+        }
+    }
+
+    /// Representative of `x`'s set.
+    pub fn find(&mut self, mut x: usize) -> usize {
+        while self.parent[x] != x {
+            self.parent[x] = self.parent[self.parent[x]];
+            x = self.parent[x];
+        }
+        x
+    }
+
+    /// Representative of `x`'s set, without path compression (for shared borrows).
+    pub fn root(&self, mut x: usize) -> usize {
+        while self.parent[x] != x {
+            x = self.parent[x];
+        }
+        x
+    }
+
+    /// Merges two sets; the smaller root wins so results do not depend on call order.
+    pub fn union(&mut self, a: usize, b: usize) {
+        let (a, b) = (self.find(a), self.find(b));
+        if a != b {
+            let (lo, hi) = (a.min(b), a.max(b));
+            self.parent[hi] = lo;
+        }
+    }
+}
+
+impl Ctx<'_> {
+    /// Reads every file in statement order, then the bound data.
+    pub(super) fn load_files(&mut self) {
+        let program = self.program;
+        for st in &program.statements {
+            if let StmtKind::FileRead { name, path } = &st.kind {
+                let id = self.by_name[&name.text];
+                let full = self.input.base_dir.join(path);
+                match crate::io::read_file(&full, &name.text) {
+                    Ok(raw) => self.sources.push(super::Source {
+                        tensor: id,
+                        raw,
+                        span: st.span,
+                        file: path.clone(),
+                    }),
+                    Err(msg) => self.diags.push(
+                        Diagnostic::error(
+                            codes::FILE,
+                            st.span,
+                            msg.replace(&full.display().to_string(), path),
+                        )
+                        .with_label(format!("reading `{path}` for `{}`", name.text)),
+                    ),
+                }
+            }
+        }
+        for (name, raw) in self.input.bindings {
+            let id = self.by_name[name];
+            self.sources.push(super::Source {
+                tensor: id,
+                raw: raw.clone(),
+                span: Span::default(),
+                file: format!("binding `{name}`"),
+            });
+        }
+    }
+
+    fn var_node(&mut self, stmt: usize, name: &str) -> usize {
+        if let Some(&n) = self.var_nodes.get(&(stmt, name.to_string())) {
+            return n;
+        }
+        let n = self.uf.add();
+        self.var_nodes.insert((stmt, name.to_string()), n);
+        n
+    }
+
+    /// Unifies slots that share an index variable and records where symbols are placed.
+    pub(super) fn build_domains(&mut self) {
+        let mut base = 0;
+        for t in &self.tensors {
+            self.axis_base.push(base);
+            base += t.rank();
+        }
+        self.uf.grow(base);
+        let mut named: Vec<String> = self.named_domains.keys().cloned().collect();
+        named.sort();
+        for n in named {
+            let node = self.uf.add();
+            if let Some(d) = self.named_domains.get_mut(&n) {
+                d.node = node;
+            }
+        }
+        let mut placements = Vec::new();
+        let program = self.program;
+        for (si, st) in program.statements.iter().enumerate() {
+            match &st.kind {
+                StmtKind::Equation { lhs, rhs, .. } => {
+                    self.unify_access(si, lhs, &mut placements);
+                    self.unify_expr(si, rhs, &mut placements);
+                }
+                StmtKind::Rule { head, body } => {
+                    self.unify_access(si, head, &mut placements);
+                    for e in body {
+                        self.unify_expr(si, e, &mut placements);
+                    }
+                }
+                StmtKind::Fact(a) => self.unify_access(si, a, &mut placements),
+                StmtKind::Declaration { name, dims, .. } => {
+                    let t = self.by_name[&name.text];
+                    for (ax, d) in dims.iter().enumerate() {
+                        if let Dim::Named(n) = d {
+                            match self.named_domains.get(&n.text) {
+                                Some(nd) => {
+                                    let node = nd.node;
+                                    self.uf.union(self.axis_base[t] + ax, node);
+                                }
+                                None => self.diags.push(
+                                    Diagnostic::error(
+                                        codes::UNKNOWN_TENSOR,
+                                        n.span,
+                                        format!("unknown domain `{}`", n.text),
+                                    )
+                                    .with_note(format!(
+                                        "declare it, e.g. `{} : 10` or `{} : {{A, B}}`",
+                                        n.text, n.text
+                                    )),
+                                ),
+                            }
+                        }
+                    }
+                }
+                StmtKind::Domain {
+                    name,
+                    def: DomainDef::Symbols(syms),
+                } => {
+                    let node = self.named_domains[&name.text].node;
+                    for s in syms {
+                        placements.push(Pending::Symbol(node, s.text.clone()));
+                    }
+                }
+                StmtKind::FileRead { .. } => {
+                    let k = self
+                        .sources
+                        .iter()
+                        .take_while(|s| s.span != st.span)
+                        .count();
+                    if k < self.sources.len() {
+                        self.place_source(k, &mut placements);
+                    }
+                }
+                _ => {}
+            }
+        }
+        for k in 0..self.sources.len() {
+            if self.sources[k].span == Span::default() {
+                self.place_source(k, &mut placements);
+            }
+        }
+        self.placements = placements;
+    }
+
+    fn place_source(&mut self, k: usize, placements: &mut Vec<Pending>) {
+        match &self.sources[k].raw {
+            RawData::Table(_) => placements.push(Pending::Table(k)),
+            RawData::Words(_) => placements.push(Pending::Words(k)),
+            RawData::Dense { .. } => {}
+        }
+    }
+
+    fn unify_access(&mut self, si: usize, a: &Access, placements: &mut Vec<Pending>) {
+        let Some(&t) = self.by_name.get(&a.name.text) else {
+            return;
+        };
+        if self.tensors[t].rank() != super::names::axes(&a.indices) {
+            return;
+        }
+        let stored = a
+            .indices
+            .iter()
+            .filter(|i| !matches!(i, Index::Virtual(..)));
+        for (ax, idx) in stored.enumerate() {
+            let slot = self.axis_base[t] + ax;
+            match idx {
+                Index::Name(n) | Index::Normalized(n) => match self.index_name(&n.text) {
+                    IndexName::Var => {
+                        let v = self.var_node(si, &n.text);
+                        self.uf.union(slot, v);
+                    }
+                    IndexName::Symbol => placements.push(Pending::Symbol(slot, n.text.clone())),
+                    IndexName::Const(_) => {}
+                },
+                Index::Str(s, _) => placements.push(Pending::Symbol(slot, s.clone())),
+                _ => {}
+            }
+        }
+    }
+
+    fn unify_expr(&mut self, si: usize, e: &Expr, placements: &mut Vec<Pending>) {
+        match e {
+            Expr::Access(a) => self.unify_access(si, a, placements),
+            Expr::Call { args, .. } => args.iter().for_each(|x| self.unify_expr(si, x, placements)),
+            Expr::Neg(x, _) | Expr::Not(x, _) => self.unify_expr(si, x, placements),
+            Expr::Binary(_, a, b, _) => {
+                self.unify_expr(si, a, placements);
+                self.unify_expr(si, b, placements);
+            }
+            Expr::Compare(_, a, b, _) => {
+                self.unify_expr(si, a, placements);
+                self.unify_expr(si, b, placements);
+                match (self.value_var(a), self.value_var(b)) {
+                    (Some(x), Some(y)) => {
+                        let (x, y) = (self.var_node(si, &x), self.var_node(si, &y));
+                        self.uf.union(x, y);
+                    }
+                    (Some(x), None) => {
+                        if let Some(s) = self.symbol_constant(b) {
+                            let x = self.var_node(si, &x);
+                            placements.push(Pending::Symbol(x, s));
+                        }
+                    }
+                    (None, Some(y)) => {
+                        if let Some(s) = self.symbol_constant(a) {
+                            let y = self.var_node(si, &y);
+                            placements.push(Pending::Symbol(y, s));
+                        }
+                    }
+                    (None, None) => {}
+                }
+            }
+            Expr::Term(fs, _) => fs
+                .iter()
+                .for_each(|(_, f)| self.unify_expr(si, f, placements)),
+            Expr::Number(..) | Expr::Str(..) => {}
+        }
+    }
+
+    /// The variable an expression is, when it is a bare index variable used as a value.
+    pub(super) fn value_var(&self, e: &Expr) -> Option<String> {
+        match e {
+            Expr::Term(fs, _) if fs.len() == 1 => self.value_var(&fs[0].1),
+            Expr::Access(a)
+                if a.brackets == Brackets::None
+                    && !self.by_name.contains_key(&a.name.text)
+                    && self.index_name(&a.name.text) == IndexName::Var =>
+            {
+                Some(a.name.text.clone())
+            }
+            _ => None,
+        }
+    }
+
+    /// The symbol an expression names, when it is a string or an unknown capitalised name.
+    pub(super) fn symbol_constant(&self, e: &Expr) -> Option<String> {
+        match e {
+            Expr::Term(fs, _) if fs.len() == 1 => self.symbol_constant(&fs[0].1),
+            Expr::Str(s, _) => Some(s.clone()),
+            Expr::Access(a)
+                if a.brackets == Brackets::None
+                    && !self.by_name.contains_key(&a.name.text)
+                    && self.index_name(&a.name.text) == IndexName::Symbol =>
+            {
+                Some(a.name.text.clone())
+            }
+            _ => None,
+        }
+    }
+
+    /// Marks symbolic domains and numbers their symbols in source order.
+    pub(super) fn intern(&mut self) {
+        let pending = std::mem::take(&mut self.placements);
+        // Which roots are symbolic: any placed symbol, or a file column with a non-integer field.
+        let mut symbolic = std::collections::HashSet::new();
+        for p in &pending {
+            match p {
+                Pending::Symbol(node, _) => {
+                    symbolic.insert(self.uf.find(*node));
+                }
+                Pending::Table(k) => {
+                    let t = self.sources[*k].tensor;
+                    if let RawData::Table(rows) = &self.sources[*k].raw {
+                        for ax in 0..self.tensors[t].rank() {
+                            if rows.iter().any(|r| {
+                                r.fields.get(ax).is_some_and(|f| f.parse::<i64>().is_err())
+                            }) {
+                                symbolic.insert(self.uf.find(self.axis_base[t] + ax));
+                            }
+                        }
+                    }
+                }
+                Pending::Words(k) => {
+                    let t = self.sources[*k].tensor;
+                    if self.tensors[t].rank() == 2 {
+                        symbolic.insert(self.uf.find(self.axis_base[t] + 1));
+                    }
+                }
+            }
+        }
+        // Domain 0 is the shared integer domain; every symbolic root gets its own.
+        self.domains.push(Domain::default());
+        let mut roots: Vec<usize> = symbolic.into_iter().collect();
+        roots.sort();
+        for r in roots {
+            self.domain_of_root.insert(r, self.domains.len());
+            self.domains.push(Domain {
+                name: None,
+                symbols: Vec::new(),
+                symbolic: true,
+            });
+        }
+        let mut names: Vec<(String, usize, Option<usize>)> = self
+            .named_domains
+            .iter()
+            .map(|(k, v)| (k.clone(), v.node, v.size))
+            .collect();
+        names.sort();
+        for (name, node, size) in names {
+            let root = self.uf.find(node);
+            match self.domain_of_root.get(&root) {
+                Some(&d) => {
+                    self.domains[d].name = Some(name.clone());
+                    if size.is_some() {
+                        let span = self.named_domains[&name].span;
+                        self.diags.push(Diagnostic::error(
+                            codes::DECLARATION,
+                            span,
+                            format!("domain `{name}` is declared as an integer range but symbols are placed in it"),
+                        ));
+                    }
+                }
+                None => {
+                    self.domain_of_root.insert(root, self.domains.len());
+                    self.domains.push(Domain {
+                        name: Some(name),
+                        symbols: Vec::new(),
+                        symbolic: false,
+                    });
+                }
+            }
+        }
+        for p in pending {
+            match p {
+                Pending::Symbol(node, s) => {
+                    let d = self.domain_of_node(node);
+                    self.add_symbol(d, s);
+                }
+                Pending::Table(k) => {
+                    let t = self.sources[k].tensor;
+                    let rank = self.tensors[t].rank();
+                    let rows = match &self.sources[k].raw {
+                        RawData::Table(rows) => rows.clone(),
+                        _ => Vec::new(),
+                    };
+                    let doms: Vec<usize> = (0..rank).map(|ax| self.axis_domain(t, ax)).collect();
+                    for r in &rows {
+                        for (ax, f) in r.fields.iter().take(rank).enumerate() {
+                            if self.domains[doms[ax]].symbolic {
+                                self.add_symbol(doms[ax], f.clone());
+                            }
+                        }
+                    }
+                }
+                Pending::Words(k) => {
+                    let t = self.sources[k].tensor;
+                    if self.tensors[t].rank() != 2 {
+                        let span = self.sources[k].span;
+                        self.diags.push(Diagnostic::error(
+                            codes::ARITY,
+                            span,
+                            format!("a text file gives a position×word relation, but `{}` has {} indices", self.tensors[t].name, self.tensors[t].rank()),
+                        ).with_note(format!("use it as `{}(p, w)`", self.tensors[t].name)));
+                        continue;
+                    }
+                    let d = self.axis_domain(t, 1);
+                    let words = match &self.sources[k].raw {
+                        RawData::Words(w) => w.clone(),
+                        _ => Vec::new(),
+                    };
+                    for w in words {
+                        self.add_symbol(d, w);
+                    }
+                }
+            }
+        }
+    }
+
+    fn domain_of_node(&mut self, node: usize) -> usize {
+        let root = self.uf.find(node);
+        self.domain_of_root.get(&root).copied().unwrap_or(0)
+    }
+
+    fn add_symbol(&mut self, d: usize, s: String) {
+        if d == 0 {
+            return;
+        }
+        let dom = &mut self.domains[d];
+        if !dom.symbols.contains(&s) {
+            dom.symbols.push(s);
+        }
+    }
+
+    /// Position of `symbol` in domain `d`.
+    pub(super) fn symbol_index(&self, d: usize, symbol: &str) -> Option<usize> {
+        self.domains
+            .get(d)?
+            .symbols
+            .iter()
+            .position(|s| s == symbol)
+    }
+
+    /// Domain of a variable of statement `stmt`.
+    pub(super) fn var_domain(&mut self, stmt: usize, name: &str) -> usize {
+        match self.var_nodes.get(&(stmt, name.to_string())) {
+            Some(&n) => self.domain_of_node(n),
+            None => 0,
+        }
+    }
+}
+
+/// A symbol placement, in source order, kept between unification and interning.
+#[derive(Debug)]
+pub(crate) enum Pending {
+    Symbol(usize, String),
+    Table(usize),
+    Words(usize),
+}

@@ -1,0 +1,351 @@
+//! Ranges of index variables and extents of derived tensors (§5.1), computed statically in
+//! stratum order; a recursive component is iterated until its extents stop growing.
+
+use super::lower::{EqMeta, Lowered};
+use super::{Ctx, Equation, IndexFn, Kind, Node, Stratum, TensorInfo, VarId};
+use crate::diagnostics::{codes, Diagnostic};
+
+/// Largest value a scan for a "valid" range goes to.
+const SCAN_LIMIT: i64 = 1 << 22;
+
+impl Ctx<'_> {
+    /// Fixes every variable's range and every tensor's shape.
+    pub(super) fn infer_extents(
+        &mut self,
+        tensors: &mut [TensorInfo],
+        eqs: Vec<Lowered>,
+        strata: &[Stratum],
+    ) -> Vec<Equation> {
+        let mut eqs = eqs;
+        let max_iters = self.input.settings.max_iters.max(1);
+        let symbolic: Vec<bool> = self.domains.iter().map(|d| d.symbolic).collect();
+        for st in strata {
+            if st.equations.is_empty() {
+                continue;
+            }
+            let mut iter = 0;
+            loop {
+                iter += 1;
+                let mut errors = Vec::new();
+                let mut changed = false;
+                for &i in &st.equations {
+                    let (eq, meta) = &mut eqs[i];
+                    let ranges = ranges(eq, meta, tensors, &symbolic, &st.tensors, &mut errors);
+                    for (v, r) in ranges.iter().enumerate() {
+                        eq.vars[v].range = *r;
+                    }
+                    changed |= grow_lhs(eq, tensors, &symbolic, &ranges, &mut errors);
+                }
+                if !changed {
+                    self.diags.extend(errors);
+                    break;
+                }
+                if iter >= max_iters {
+                    let names: Vec<String> = st
+                        .tensors
+                        .iter()
+                        .map(|&t| format!("`{}`", tensors[t].name))
+                        .collect();
+                    let span = eqs[st.equations[0]].0.span;
+                    self.diags.push(
+                        Diagnostic::error(codes::UNBOUNDED_GROWTH, span, format!("the extent of {} keeps growing", names.join(", ")))
+                            .with_note(format!("it still grew after --max-iters ({max_iters}) iterations; declare the tensor's shape to bound it")),
+                    );
+                    break;
+                }
+            }
+        }
+        eqs.into_iter().map(|(e, _)| e).collect()
+    }
+}
+
+/// Whether an axis of `t` fixes ranges (and so must agree with other such axes).
+fn is_hard(t: usize, tensors: &[TensorInfo], current: &[usize]) -> bool {
+    tensors[t].declared.is_some()
+        || (!current.contains(&t) && tensors[t].kind != Kind::Bool && !tensors[t].sparse_values)
+}
+
+/// Every bare occurrence `(tensor, axis)` of each variable, and every arithmetic one.
+fn occurrences(
+    n: &Node,
+    bare: &mut Vec<(VarId, usize, usize)>,
+    arith: &mut Vec<(usize, usize, IndexFn)>,
+) {
+    match n {
+        Node::Read {
+            tensor,
+            index,
+            slice: false,
+        } => {
+            for (ax, f) in index.iter().enumerate() {
+                match f {
+                    IndexFn::Var(v) => bare.push((*v, *tensor, ax)),
+                    IndexFn::Const(_) => {}
+                    other => arith.push((*tensor, ax, other.clone())),
+                }
+            }
+        }
+        Node::Read { .. } | Node::Const(_) | Node::Var(_) => {}
+        Node::Sum { body, .. }
+        | Node::Neg(body)
+        | Node::Not(body)
+        | Node::Normalize(_, _, body) => occurrences(body, bare, arith),
+        Node::Concat { arg, .. } => occurrences(arg, bare, arith),
+        Node::Product(fs) => fs.iter().for_each(|(_, f)| occurrences(f, bare, arith)),
+        Node::Binary(_, a, b) | Node::Compare(_, a, b) => {
+            occurrences(a, bare, arith);
+            occurrences(b, bare, arith);
+        }
+        Node::Call(_, args) => args.iter().for_each(|a| occurrences(a, bare, arith)),
+    }
+}
+
+fn concats(n: &Node, out: &mut Vec<(VarId, Vec<VarId>)>) {
+    match n {
+        Node::Concat { out: o, parts, arg } => {
+            out.push((*o, parts.clone()));
+            concats(arg, out);
+        }
+        Node::Sum { body, .. }
+        | Node::Neg(body)
+        | Node::Not(body)
+        | Node::Normalize(_, _, body) => concats(body, out),
+        Node::Product(fs) => fs.iter().for_each(|(_, f)| concats(f, out)),
+        Node::Binary(_, a, b) | Node::Compare(_, a, b) => {
+            concats(a, out);
+            concats(b, out);
+        }
+        Node::Call(_, args) => args.iter().for_each(|a| concats(a, out)),
+        Node::Read { .. } | Node::Const(_) | Node::Var(_) => {}
+    }
+}
+
+fn ranges(
+    eq: &Equation,
+    meta: &EqMeta,
+    tensors: &[TensorInfo],
+    symbolic: &[bool],
+    current: &[usize],
+    errors: &mut Vec<Diagnostic>,
+) -> Vec<usize> {
+    let n = eq.vars.len();
+    let mut range: Vec<Option<usize>> = vec![None; n];
+    let mut bare = Vec::new();
+    let mut arith = Vec::new();
+    occurrences(&eq.rhs, &mut bare, &mut arith);
+    for (ax, f) in eq.lhs.iter().enumerate() {
+        if let IndexFn::Var(v) = f {
+            let target = eq.target;
+            if tensors[target].declared.is_some()
+                || tensors[target]
+                    .domains
+                    .get(ax)
+                    .is_some_and(|&d| symbolic[d])
+            {
+                bare.push((*v, target, ax));
+            }
+        }
+    }
+    for (&v, &r) in &meta.fixed_ranges {
+        range[v] = Some(r);
+    }
+    for v in 0..n {
+        if range[v].is_some() {
+            continue;
+        }
+        let mut hard: Option<(usize, usize)> = None;
+        let mut soft: Option<usize> = None;
+        for &(w, t, ax) in &bare {
+            if w != v {
+                continue;
+            }
+            let ext = tensors[t].shape.get(ax).copied().unwrap_or(0);
+            let on_symbols = tensors[t].domains.get(ax).is_some_and(|&d| symbolic[d]);
+            if on_symbols || is_hard(t, tensors, current) {
+                match hard {
+                    None => hard = Some((ext, t)),
+                    Some((e0, t0)) if e0 != ext => {
+                        errors.push(
+                            Diagnostic::error(
+                                codes::EXTENT_MISMATCH,
+                                eq.vars[v].span,
+                                format!(
+                                    "index `{}` ranges over {} in {} but over {} in {}",
+                                    eq.vars[v].name, e0, tensors[t0].name, ext, tensors[t].name
+                                ),
+                            )
+                            .with_secondary(eq.span, "in this equation"),
+                        );
+                    }
+                    _ => {}
+                }
+            } else {
+                soft = Some(soft.unwrap_or(0).max(ext));
+            }
+        }
+        range[v] = hard.map(|(e, _)| e).or(soft);
+    }
+    let mut cs = Vec::new();
+    concats(&eq.rhs, &mut cs);
+    for (out, parts) in cs {
+        if range[out].is_none() {
+            range[out] = Some(parts.iter().map(|&p| range[p].unwrap_or(0)).product());
+        }
+    }
+    for v in 0..n {
+        if range[v].is_some() {
+            continue;
+        }
+        let constraints: Vec<&(usize, usize, IndexFn)> = arith
+            .iter()
+            .filter(|(_, _, f)| {
+                let mut vs = Vec::new();
+                f.vars(&mut vs);
+                vs.contains(&v)
+            })
+            .collect();
+        if constraints.is_empty() {
+            continue;
+        }
+        let mut first_valid = None;
+        let mut end = 0;
+        let mut x = 0;
+        while x < SCAN_LIMIT {
+            let ok = constraints.iter().all(|(t, ax, f)| {
+                let ext = tensors[*t].shape.get(*ax).copied().unwrap_or(0) as i64;
+                match bounds(f, &range, Some((v, x))) {
+                    Some((lo, hi)) => lo >= 0 && hi < ext,
+                    None => true,
+                }
+            });
+            if ok {
+                first_valid.get_or_insert(x);
+                end = x + 1;
+            } else if first_valid.is_some() {
+                break;
+            }
+            let max_ext = constraints
+                .iter()
+                .map(|(t, ax, _)| tensors[*t].shape.get(*ax).copied().unwrap_or(0) as i64)
+                .max()
+                .unwrap_or(0);
+            if first_valid.is_none() && x > 4 * max_ext + 64 {
+                break;
+            }
+            x += 1;
+        }
+        range[v] = Some(end as usize);
+    }
+    range
+        .into_iter()
+        .enumerate()
+        .map(|(v, r)| match r {
+            Some(r) => r,
+            None => {
+                errors.push(
+                    Diagnostic::error(codes::UNBOUND_INDEX, eq.vars[v].span, format!("cannot infer the range of index `{}`", eq.vars[v].name))
+                        .with_label("its range is not fixed by any tensor it indexes")
+                        .with_note(format!("declare the shape of `{}` (e.g. `{} : real[10]`), or use `{}` to index a tensor of known shape", tensors[eq.target].name, tensors[eq.target].name, eq.vars[v].name)),
+                );
+                0
+            }
+        })
+        .collect()
+}
+
+/// Smallest and largest value of a (monotone) index function over the ranges, or `None` if
+/// some variable has an empty range.
+fn bounds(f: &IndexFn, range: &[Option<usize>], fixed: Option<(VarId, i64)>) -> Option<(i64, i64)> {
+    let mut vs = Vec::new();
+    f.vars(&mut vs);
+    vs.sort();
+    vs.dedup();
+    let mut corners: Vec<Vec<(VarId, i64)>> = vec![Vec::new()];
+    for &v in &vs {
+        let choices: Vec<i64> = match fixed {
+            Some((fv, x)) if fv == v => vec![x],
+            _ => {
+                let r = range[v].unwrap_or(1) as i64;
+                if r == 0 {
+                    return None;
+                }
+                if r == 1 {
+                    vec![0]
+                } else {
+                    vec![0, r - 1]
+                }
+            }
+        };
+        corners = corners
+            .into_iter()
+            .flat_map(|c| {
+                choices.iter().map(move |&x| {
+                    let mut c = c.clone();
+                    c.push((v, x));
+                    c
+                })
+            })
+            .collect();
+    }
+    let width = vs.iter().max().map(|m| m + 1).unwrap_or(0);
+    let mut lo = i64::MAX;
+    let mut hi = i64::MIN;
+    for c in corners {
+        let mut env = vec![0i64; width];
+        for (v, x) in c {
+            env[v] = x;
+        }
+        let val = f.eval(&env)?;
+        lo = lo.min(val);
+        hi = hi.max(val);
+    }
+    Some((lo, hi))
+}
+
+/// Grows the target's integer extents to hold every index written; reports writes outside a
+/// declared extent. Returns whether anything grew.
+fn grow_lhs(
+    eq: &Equation,
+    tensors: &mut [TensorInfo],
+    symbolic: &[bool],
+    ranges: &[usize],
+    errors: &mut Vec<Diagnostic>,
+) -> bool {
+    let t = eq.target;
+    let r: Vec<Option<usize>> = ranges.iter().map(|&x| Some(x)).collect();
+    let mut changed = false;
+    for (ax, f) in eq.lhs.iter().enumerate() {
+        if tensors[t].domains.get(ax).is_some_and(|&d| symbolic[d]) {
+            continue;
+        }
+        let Some((lo, hi)) = bounds(f, &r, None) else {
+            continue;
+        };
+        if lo < 0 {
+            errors.push(Diagnostic::error(
+                codes::OUT_OF_DOMAIN,
+                eq.span,
+                format!(
+                    "this equation writes `{}` at a negative index on axis {}",
+                    tensors[t].name,
+                    ax + 1
+                ),
+            ));
+            continue;
+        }
+        let need = (hi + 1) as usize;
+        let have = tensors[t].shape[ax];
+        if need > have {
+            if let Some(decl) = tensors[t].declared {
+                errors.push(
+                    Diagnostic::error(codes::OUT_OF_DOMAIN, eq.span, format!("this equation writes `{}` up to index {hi} on axis {}, outside its declared extent {have}", tensors[t].name, ax + 1))
+                        .with_secondary(decl, "declared here"),
+                );
+            } else {
+                tensors[t].shape[ax] = need;
+                changed = true;
+            }
+        }
+    }
+    changed
+}

@@ -1,0 +1,284 @@
+//! The checked program: what semantic analysis hands to an evaluator.
+//!
+//! Names are resolved to ids, domains and extents are fixed, summation points carry the
+//! variables they sum (§6.2), and equations are grouped into strata in evaluation order.
+
+use crate::diagnostics::Span;
+use crate::functions::{Builtin, Structural};
+use crate::syntax::ast::{ArithOp, BinOp, CmpOp};
+use crate::tensor::{ElemType, Tensor};
+
+/// Index of a tensor in [`Checked::tensors`].
+pub type TensorId = usize;
+/// Index of a variable in [`Equation::vars`].
+pub type VarId = usize;
+/// Index of a domain in [`Checked::domains`].
+pub type DomainId = usize;
+
+/// Everything an evaluator needs to run a program.
+#[derive(Clone, Debug)]
+pub struct Checked {
+    /// All tensors, data and derived.
+    pub tensors: Vec<TensorInfo>,
+    /// All domains; symbolic ones hold their symbols in interning order.
+    pub domains: Vec<Domain>,
+    /// All equations (rules are equations too).
+    pub equations: Vec<Equation>,
+    /// Strongly connected components in evaluation order.
+    pub strata: Vec<Stratum>,
+    /// Initial data per tensor (facts, literals, files, bindings), already in final shape.
+    pub data: Vec<Option<Tensor>>,
+    /// Queries and file writes, in source order.
+    pub outputs: Vec<Output>,
+    /// Scalar constants, for resolving queries given later.
+    pub scalars: std::collections::BTreeMap<String, f64>,
+}
+
+impl Checked {
+    /// The id of the tensor called `name`.
+    pub fn tensor_id(&self, name: &str) -> Option<TensorId> {
+        self.tensors.iter().position(|t| t.name == name)
+    }
+}
+
+/// How values combine at summation points and on the left-hand side (§7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// `=` and `+=`.
+    Sum,
+    /// `max=`.
+    Max,
+    /// `min=`.
+    Min,
+    /// `avg=`.
+    Avg,
+}
+
+/// Value kind of a tensor (§4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Boolean: written with parentheses somewhere.
+    Bool,
+    /// Exact integer arithmetic over Boolean and integer operands.
+    Int,
+    /// Real-valued.
+    Real,
+}
+
+/// What the checker knows about one tensor.
+#[derive(Clone, Debug)]
+pub struct TensorInfo {
+    /// Its name.
+    pub name: String,
+    /// Value kind.
+    pub kind: Kind,
+    /// Storage type of its elements.
+    pub elem: ElemType,
+    /// Domain of each axis.
+    pub domains: Vec<DomainId>,
+    /// Final extent of each axis.
+    pub shape: Vec<usize>,
+    /// Accumulation family of its equations.
+    pub family: Family,
+    /// Whether only defined elements exist (element facts, `max=`/`min=`, valued files).
+    pub sparse_values: bool,
+    /// Where it first appears, for messages.
+    pub span: Span,
+    /// Where it is declared, if it is.
+    pub declared: Option<Span>,
+}
+
+/// A domain of §4.
+#[derive(Clone, Debug, Default)]
+pub struct Domain {
+    /// Declared name, if any.
+    pub name: Option<String>,
+    /// Symbols in interning order (empty for an integer domain).
+    pub symbols: Vec<String>,
+    /// Whether any symbol was ever placed in it.
+    pub symbolic: bool,
+}
+
+/// One strongly connected component of the dependency graph.
+#[derive(Clone, Debug)]
+pub struct Stratum {
+    /// Tensors computed together.
+    pub tensors: Vec<TensorId>,
+    /// Equations defining them.
+    pub equations: Vec<usize>,
+    /// Whether they depend on themselves (a fixpoint is needed).
+    pub recursive: bool,
+}
+
+/// An index variable of one equation.
+#[derive(Clone, Debug)]
+pub struct VarInfo {
+    /// Its name as written.
+    pub name: String,
+    /// It ranges over `0..range`.
+    pub range: usize,
+    /// First occurrence.
+    pub span: Span,
+}
+
+/// One equation or rule, lowered.
+#[derive(Clone, Debug)]
+pub struct Equation {
+    /// The tensor it defines.
+    pub target: TensorId,
+    /// Left-hand-side index functions.
+    pub lhs: Vec<IndexFn>,
+    /// Variables free on the left-hand side, looped over (excludes the virtual one).
+    pub loop_vars: Vec<VarId>,
+    /// A virtual index variable, looped sequentially (§5.2).
+    pub virtual_var: Option<VarId>,
+    /// How values combine.
+    pub family: Family,
+    /// Whether the head is Boolean (the result is stepped).
+    pub bool_head: bool,
+    /// Right-hand side; its root is a summation point.
+    pub rhs: Node,
+    /// Variables, with their ranges.
+    pub vars: Vec<VarInfo>,
+    /// The statement.
+    pub span: Span,
+}
+
+/// Index function of one axis: integer arithmetic over variables and constants.
+#[derive(Clone, Debug, PartialEq)]
+pub enum IndexFn {
+    /// A variable.
+    Var(VarId),
+    /// A constant position.
+    Const(i64),
+    /// Arithmetic.
+    Arith(Box<IndexFn>, ArithOp, Box<IndexFn>),
+}
+
+impl IndexFn {
+    /// Evaluates under an assignment of variables; `None` on division by zero.
+    pub fn eval(&self, env: &[i64]) -> Option<i64> {
+        match self {
+            IndexFn::Var(v) => env.get(*v).copied(),
+            IndexFn::Const(c) => Some(*c),
+            IndexFn::Arith(a, op, b) => {
+                let (a, b) = (a.eval(env)?, b.eval(env)?);
+                match op {
+                    ArithOp::Add => a.checked_add(b),
+                    ArithOp::Sub => a.checked_sub(b),
+                    ArithOp::Mul => a.checked_mul(b),
+                    ArithOp::Div => (b != 0).then(|| a.div_euclid(b)),
+                }
+            }
+        }
+    }
+
+    /// Variables it mentions.
+    pub fn vars(&self, out: &mut Vec<VarId>) {
+        match self {
+            IndexFn::Var(v) => out.push(*v),
+            IndexFn::Const(_) => {}
+            IndexFn::Arith(a, _, b) => {
+                a.vars(out);
+                b.vars(out);
+            }
+        }
+    }
+}
+
+/// A called function.
+#[derive(Clone, Debug)]
+pub enum Func {
+    /// A built-in of §6.3.
+    Builtin(Builtin),
+    /// A registered user function, by name.
+    User(String),
+}
+
+/// Right-hand-side node.
+#[derive(Clone, Debug)]
+pub enum Node {
+    /// A number.
+    Const(f64),
+    /// An index variable used as a value.
+    Var(VarId),
+    /// A tensor read; `slice` marks a read of the current virtual slice.
+    Read {
+        /// Which tensor.
+        tensor: TensorId,
+        /// Index per axis.
+        index: Vec<IndexFn>,
+        /// A read of the previous virtual slice of the equation's own target.
+        slice: bool,
+    },
+    /// A summation point and the variables summed there.
+    Sum {
+        /// Summed variables.
+        vars: Vec<VarId>,
+        /// Body.
+        body: Box<Node>,
+    },
+    /// A join of factors; `true` marks division.
+    Product(Vec<(bool, Node)>),
+    /// Negation.
+    Neg(Box<Node>),
+    /// `1 - e`; its operand is read totally (false is 0, not undefined).
+    Not(Box<Node>),
+    /// Arithmetic.
+    Binary(BinOp, Box<Node>, Box<Node>),
+    /// Comparison yielding 0/1.
+    Compare(CmpOp, Box<Node>, Box<Node>),
+    /// Elementwise function.
+    Call(Func, Vec<Node>),
+    /// `softmax`/`lnorm` over `var`.
+    Normalize(Structural, VarId, Box<Node>),
+    /// `concat`: `out` enumerates the flattened `parts` (outermost first).
+    Concat {
+        /// The left-hand-side index that is absent from the argument.
+        out: VarId,
+        /// Flattened variables.
+        parts: Vec<VarId>,
+        /// The argument.
+        arg: Box<Node>,
+    },
+}
+
+/// A query or a file write, answered after evaluation.
+#[derive(Clone, Debug)]
+pub enum Output {
+    /// A query.
+    Query(Query),
+    /// A file write.
+    Write {
+        /// Resolved path.
+        path: std::path::PathBuf,
+        /// Tensor written.
+        tensor: TensorId,
+        /// The statement.
+        span: Span,
+    },
+}
+
+/// A resolved query pattern.
+#[derive(Clone, Debug)]
+pub struct Query {
+    /// Queried tensor.
+    pub tensor: TensorId,
+    /// Per axis: a fixed position, or a variable (by number within the query).
+    pub pattern: Vec<QueryIndex>,
+    /// Whether it was written with parentheses.
+    pub paren: bool,
+    /// Where it is.
+    pub span: Span,
+}
+
+/// One position of a query.
+#[derive(Clone, Debug, PartialEq)]
+pub enum QueryIndex {
+    /// A constant.
+    Fixed(usize),
+    /// A variable; equal numbers must match.
+    Var(usize),
+    /// A constant outside the axis: the query has no answers.
+    Missing,
+}

@@ -1,0 +1,690 @@
+//! Lowers equations and rules to the IR, placing each summed variable at the innermost
+//! summation point that contains all of its occurrences (§6.2).
+
+use super::names::IndexName;
+use super::{Ctx, Equation, Family, Func, IndexFn, Node, TensorId, VarId, VarInfo};
+use crate::diagnostics::{codes, Diagnostic, Span};
+use crate::functions::{self, Structural};
+use crate::syntax::ast::*;
+use std::collections::HashMap;
+
+/// Facts about one equation that later passes need but evaluation does not.
+#[derive(Clone, Debug, Default)]
+pub(super) struct EqMeta {
+    /// Tensors read, whether under `not`, and where.
+    pub reads: Vec<(TensorId, bool, Span)>,
+    /// Variables that occur in a positive atom or are bound to a constant by `==`.
+    pub bound_positively: Vec<bool>,
+    /// Variables whose range is fixed by a slice.
+    pub fixed_ranges: HashMap<VarId, usize>,
+    /// Head span (for safety messages).
+    pub head_span: Span,
+}
+
+/// An equation with its metadata.
+pub(super) type Lowered = (Equation, EqMeta);
+
+struct Builder<'c, 'a> {
+    ctx: &'c mut Ctx<'a>,
+    stmt: usize,
+    target: TensorId,
+    vars: Vec<VarInfo>,
+    ids: HashMap<String, VarId>,
+    meta: EqMeta,
+    lhs_vars: Vec<VarId>,
+    normalized: Option<VarId>,
+    virtual_var: Option<VarId>,
+    slices: usize,
+}
+
+impl Ctx<'_> {
+    /// Lowers every equation and rule.
+    pub(super) fn lower_all(&mut self) -> Vec<Lowered> {
+        let program = self.program;
+        let mut out = Vec::new();
+        for t in 0..self.tensors.len() {
+            for si in self.tensors[t].equations.clone() {
+                let st = &program.statements[si];
+                let lowered = match &st.kind {
+                    StmtKind::Equation { lhs, op, rhs } => {
+                        self.lower_equation(si, t, lhs, *op, Some(rhs), &[], st.span)
+                    }
+                    StmtKind::Rule { head, body } => {
+                        self.lower_equation(si, t, head, AccumOp::Assign, None, body, st.span)
+                    }
+                    _ => None,
+                };
+                out.extend(lowered);
+            }
+        }
+        out.sort_by_key(|(e, _)| e.span.start);
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn lower_equation(
+        &mut self,
+        stmt: usize,
+        target: TensorId,
+        lhs: &Access,
+        op: AccumOp,
+        rhs: Option<&Expr>,
+        body: &[Expr],
+        span: Span,
+    ) -> Option<Lowered> {
+        let before = self.diags.len();
+        let mut b = Builder {
+            ctx: self,
+            stmt,
+            target,
+            vars: Vec::new(),
+            ids: HashMap::new(),
+            meta: EqMeta {
+                head_span: lhs.span,
+                ..EqMeta::default()
+            },
+            lhs_vars: Vec::new(),
+            normalized: None,
+            virtual_var: None,
+            slices: 0,
+        };
+        let slice_lhs = lhs.brackets == Brackets::None && rhs.is_some_and(has_slices);
+        let mut lhs_fns = Vec::new();
+        if !slice_lhs {
+            let mut ax: usize = 0;
+            for idx in &lhs.indices {
+                if !matches!(idx, Index::Virtual(..)) {
+                    ax += 1;
+                }
+                let ax = ax.saturating_sub(1);
+                match idx {
+                    Index::Virtual(inner, vspan) => match b.virtual_lhs(inner, *vspan) {
+                        Some(v) => b.virtual_var = Some(v),
+                        None => return None,
+                    },
+                    Index::Normalized(n) => {
+                        let v = b.var(&n.text, n.span);
+                        b.normalized = Some(v);
+                        lhs_fns.push(IndexFn::Var(v));
+                    }
+                    _ => match b.index(target, ax, idx) {
+                        Some(f) => lhs_fns.push(f),
+                        None => return None,
+                    },
+                }
+            }
+        }
+        let mut loop_vars = Vec::new();
+        for f in &lhs_fns {
+            let mut vs = Vec::new();
+            f.vars(&mut vs);
+            for v in vs {
+                if !loop_vars.contains(&v) {
+                    loop_vars.push(v);
+                }
+            }
+        }
+        b.lhs_vars = loop_vars.clone();
+        let body_node = match rhs {
+            Some(e) => b.expr(e, false),
+            None => {
+                let lits: Vec<(bool, Node)> =
+                    body.iter().map(|e| (false, b.expr(e, false))).collect();
+                Node::Product(lits)
+            }
+        };
+        if slice_lhs {
+            for k in 0..b.slices {
+                let v = b.ids[&format!("#slice{k}")];
+                loop_vars.push(v);
+                lhs_fns.push(IndexFn::Var(v));
+            }
+        }
+        let mut root = Node::Sum {
+            vars: Vec::new(),
+            body: Box::new(body_node),
+        };
+        let n = b.vars.len();
+        let mut total = vec![0usize; n];
+        count(&root, &mut total);
+        let mut bound = vec![false; n];
+        for &v in &loop_vars {
+            bound[v] = true;
+        }
+        if let Some(v) = b.virtual_var {
+            bound[v] = true;
+        }
+        mark_concat_parts(&root, &mut bound);
+        let mut assigned = vec![false; n];
+        assign(&mut root, &total, &bound, &mut assigned);
+        let Builder {
+            vars,
+            meta,
+            virtual_var,
+            ..
+        } = b;
+        if self.diags.len() > before {
+            return None;
+        }
+        let bool_head = self.tensors[target].is_bool();
+        let family = match op {
+            AccumOp::Assign | AccumOp::Add => Family::Sum,
+            AccumOp::Max => Family::Max,
+            AccumOp::Min => Family::Min,
+            AccumOp::Avg => Family::Avg,
+        };
+        let mut meta = meta;
+        meta.bound_positively.resize(vars.len(), false);
+        Some((
+            Equation {
+                target,
+                lhs: lhs_fns,
+                loop_vars,
+                virtual_var,
+                family,
+                bool_head,
+                rhs: root,
+                vars,
+                span,
+            },
+            meta,
+        ))
+    }
+}
+
+impl Builder<'_, '_> {
+    fn var(&mut self, name: &str, span: Span) -> VarId {
+        if let Some(&v) = self.ids.get(name) {
+            return v;
+        }
+        let v = self.vars.len();
+        self.vars.push(VarInfo {
+            name: name.to_string(),
+            range: 0,
+            span,
+        });
+        self.ids.insert(name.to_string(), v);
+        v
+    }
+
+    fn error(&mut self, d: Diagnostic) {
+        self.ctx.diags.push(d);
+    }
+
+    fn positive(&mut self, v: VarId) {
+        if self.meta.bound_positively.len() <= v {
+            self.meta.bound_positively.resize(v + 1, false);
+        }
+        self.meta.bound_positively[v] = true;
+    }
+
+    fn virtual_lhs(&mut self, inner: &Index, span: Span) -> Option<VarId> {
+        let var = match inner {
+            Index::Arith(a, ArithOp::Add, c, _) => match (&**a, &**c) {
+                (Index::Name(n), Index::Int(1, _)) => Some(n),
+                _ => None,
+            },
+            _ => None,
+        };
+        match var {
+            Some(n) if self.ctx.index_name(&n.text) == IndexName::Var => {
+                Some(self.var(&n.text, n.span))
+            }
+            _ => {
+                self.error(
+                    Diagnostic::error(
+                        codes::FORM,
+                        span,
+                        "a virtual index on the left-hand side must be written `*t + 1`",
+                    )
+                    .with_note("the right-hand side then reads the previous step as `*t`"),
+                );
+                None
+            }
+        }
+    }
+
+    /// An index position of tensor `t`, axis `ax`.
+    fn index(&mut self, t: TensorId, ax: usize, idx: &Index) -> Option<IndexFn> {
+        match idx {
+            Index::Name(n) => match self.ctx.index_name(&n.text) {
+                IndexName::Var => Some(IndexFn::Var(self.var(&n.text, n.span))),
+                _ => self.constant(t, ax, idx),
+            },
+            Index::Int(..) | Index::Str(..) => self.constant(t, ax, idx),
+            Index::Arith(..) => {
+                if self.ctx.domains[self.ctx.axis_domain(t, ax)].symbolic {
+                    self.error(Diagnostic::error(
+                        codes::TYPE,
+                        idx.span(),
+                        format!(
+                            "index arithmetic on axis {} of `{}`, which holds symbols",
+                            ax + 1,
+                            self.ctx.tensors[t].name
+                        ),
+                    ));
+                    return None;
+                }
+                self.arith(idx)
+            }
+            Index::Normalized(n) => {
+                self.error(Diagnostic::error(
+                    codes::FORM,
+                    n.span,
+                    "a normalised index (`p'.`) may only appear on the left-hand side",
+                ));
+                None
+            }
+            Index::Virtual(_, span) => {
+                self.error(Diagnostic::error(
+                    codes::FORM,
+                    *span,
+                    "a virtual index here must read the previous step of the tensor being defined",
+                ));
+                None
+            }
+            Index::Slice(lo, hi, span) => {
+                let k = self.slices;
+                self.slices += 1;
+                let v = self.var(&format!("#slice{k}"), *span);
+                let lo = lo.unwrap_or(0);
+                let ext = self
+                    .ctx
+                    .data_shape
+                    .get(t)
+                    .and_then(|s| s.get(ax))
+                    .copied()
+                    .unwrap_or(0) as i64;
+                let hi = hi.unwrap_or(ext);
+                if lo < 0 || hi < lo {
+                    self.error(Diagnostic::error(
+                        codes::OUT_OF_DOMAIN,
+                        *span,
+                        format!("empty or negative slice {lo}:{hi}"),
+                    ));
+                    return None;
+                }
+                self.meta.fixed_ranges.insert(v, (hi - lo) as usize);
+                Some(IndexFn::Arith(
+                    Box::new(IndexFn::Var(v)),
+                    ArithOp::Add,
+                    Box::new(IndexFn::Const(lo)),
+                ))
+            }
+        }
+    }
+
+    fn constant(&mut self, t: TensorId, ax: usize, idx: &Index) -> Option<IndexFn> {
+        match self.ctx.const_position(t, ax, idx) {
+            Ok(p) => Some(IndexFn::Const(p)),
+            Err(d) => {
+                self.error(d);
+                None
+            }
+        }
+    }
+
+    fn arith(&mut self, idx: &Index) -> Option<IndexFn> {
+        match idx {
+            Index::Name(n) => match self.ctx.index_name(&n.text) {
+                IndexName::Var => Some(IndexFn::Var(self.var(&n.text, n.span))),
+                IndexName::Const(c) => Some(IndexFn::Const(c)),
+                IndexName::Symbol => {
+                    self.error(
+                        Diagnostic::error(
+                            codes::UNKNOWN_TENSOR,
+                            n.span,
+                            format!(
+                                "`{}` in index arithmetic is not an integer scalar constant",
+                                n.text
+                            ),
+                        )
+                        .with_note(format!("define it, e.g. `{} = 2`", n.text)),
+                    );
+                    None
+                }
+            },
+            Index::Int(v, _) => Some(IndexFn::Const(*v)),
+            Index::Arith(a, op, b, _) => Some(IndexFn::Arith(
+                Box::new(self.arith(a)?),
+                *op,
+                Box::new(self.arith(b)?),
+            )),
+            other => {
+                self.error(Diagnostic::error(
+                    codes::SYNTAX,
+                    other.span(),
+                    "only variables, integers and scalar constants may appear in index arithmetic",
+                ));
+                None
+            }
+        }
+    }
+
+    fn read(&mut self, a: &Access, negated: bool) -> Node {
+        let Some(&t) = self.ctx.by_name.get(&a.name.text) else {
+            return Node::Const(0.0);
+        };
+        let mut index = Vec::with_capacity(a.indices.len());
+        let mut slice = false;
+        let mut ax = 0;
+        for idx in &a.indices {
+            if let Index::Virtual(inner, span) = idx {
+                let ok = t == self.target
+                    && matches!(&**inner, Index::Name(n) if self.virtual_var == self.ids.get(&n.text).copied() && self.virtual_var.is_some());
+                if !ok {
+                    self.error(Diagnostic::error(codes::FORM, *span, "`*t` reads the previous step of the tensor defined with `*t + 1` on the left-hand side"));
+                }
+                slice = true;
+                continue;
+            }
+            let this = ax;
+            ax += 1;
+            if let Some(f) = self.index(t, this, idx) {
+                if !negated {
+                    let mut vs = Vec::new();
+                    f.vars(&mut vs);
+                    vs.into_iter().for_each(|v| self.positive(v));
+                }
+                index.push(f);
+            }
+        }
+        if !slice {
+            self.meta.reads.push((t, negated, a.span));
+        }
+        Node::Read {
+            tensor: t,
+            index,
+            slice,
+        }
+    }
+
+    fn expr(&mut self, e: &Expr, negated: bool) -> Node {
+        match e {
+            Expr::Number(v, _) => Node::Const(*v),
+            Expr::Str(s, span) => {
+                self.error(Diagnostic::error(
+                    codes::FORM,
+                    *span,
+                    format!("the symbol \"{s}\" can only be compared with an index variable"),
+                ));
+                Node::Const(0.0)
+            }
+            Expr::Access(a) => {
+                if a.brackets == Brackets::None && !self.ctx.by_name.contains_key(&a.name.text) {
+                    return match self.ctx.index_name(&a.name.text) {
+                        IndexName::Var => Node::Var(self.var(&a.name.text, a.name.span)),
+                        IndexName::Const(c) => Node::Const(c as f64),
+                        IndexName::Symbol => {
+                            self.error(Diagnostic::error(
+                                codes::UNKNOWN_TENSOR,
+                                a.name.span,
+                                format!("unknown tensor `{}`", a.name.text),
+                            ));
+                            Node::Const(0.0)
+                        }
+                    };
+                }
+                self.read(a, negated)
+            }
+            Expr::Call { func, args, span } => self.call(func, args, *span, negated),
+            Expr::Neg(x, _) => Node::Neg(Box::new(self.expr(x, negated))),
+            Expr::Not(x, _) => Node::Not(Box::new(self.expr(x, true))),
+            Expr::Binary(op, a, b, _) => Node::Binary(
+                *op,
+                Box::new(self.expr(a, negated)),
+                Box::new(self.expr(b, negated)),
+            ),
+            Expr::Compare(op, a, b, span) => self.compare(*op, a, b, *span, negated),
+            Expr::Term(fs, _) => {
+                let body = if fs.len() == 1 && !fs[0].0 {
+                    self.expr(&fs[0].1, negated)
+                } else {
+                    Node::Product(
+                        fs.iter()
+                            .map(|(d, f)| (*d, self.expr(f, negated)))
+                            .collect(),
+                    )
+                };
+                Node::Sum {
+                    vars: Vec::new(),
+                    body: Box::new(body),
+                }
+            }
+        }
+    }
+
+    fn compare(&mut self, op: CmpOp, a: &Expr, b: &Expr, span: Span, negated: bool) -> Node {
+        let (va, vb) = (self.ctx.value_var(a), self.ctx.value_var(b));
+        let symbolic = |s: &mut Self, v: &str| {
+            let d = s.ctx.var_domain(s.stmt, v);
+            s.ctx.domains[d].symbolic.then_some(d)
+        };
+        let sym = |s: &mut Self, var: &str, e: &Expr| -> Option<Node> {
+            let name = s.ctx.symbol_constant(e)?;
+            let d = s.ctx.var_domain(s.stmt, var);
+            let p = s.ctx.symbol_index(d, &name)?;
+            Some(Node::Const(p as f64))
+        };
+        let (left, right) = match (&va, &vb) {
+            (Some(x), None) if self.ctx.symbol_constant(b).is_some() => {
+                let node = sym(self, x, b).unwrap_or(Node::Const(-1.0));
+                (self.expr(a, negated), node)
+            }
+            (None, Some(y)) if self.ctx.symbol_constant(a).is_some() => {
+                let node = sym(self, y, a).unwrap_or(Node::Const(-1.0));
+                (node, self.expr(b, negated))
+            }
+            _ => (self.expr(a, negated), self.expr(b, negated)),
+        };
+        let on_symbols = va.as_deref().and_then(|v| symbolic(self, v)).is_some()
+            || vb.as_deref().and_then(|v| symbolic(self, v)).is_some();
+        if on_symbols && !matches!(op, CmpOp::Eq | CmpOp::Ne) {
+            self.error(Diagnostic::error(
+                codes::TYPE,
+                span,
+                "symbols can only be compared with `==` and `!=`",
+            ));
+        }
+        if op == CmpOp::Eq && !negated {
+            if let (Node::Var(v), Node::Const(_)) | (Node::Const(_), Node::Var(v)) =
+                (unwrap_sum(&left), unwrap_sum(&right))
+            {
+                self.positive(*v);
+            }
+        }
+        Node::Compare(op, Box::new(left), Box::new(right))
+    }
+
+    fn call(&mut self, func: &Name, args: &[Expr], span: Span, negated: bool) -> Node {
+        let arg = |s: &mut Self, e: &Expr| Node::Sum {
+            vars: Vec::new(),
+            body: Box::new(s.expr(e, negated)),
+        };
+        if let Some(kind) = functions::structural(&func.text) {
+            if args.len() != 1 {
+                self.error(Diagnostic::error(
+                    codes::ARITY,
+                    span,
+                    format!("`{}` takes one argument", func.text),
+                ));
+                return Node::Const(0.0);
+            }
+            let body = arg(self, &args[0]);
+            return match kind {
+                Structural::Softmax | Structural::Lnorm => {
+                    let var = self.normalized.or_else(|| self.lhs_vars.last().copied());
+                    match var {
+                        Some(v) => Node::Normalize(kind, v, Box::new(body)),
+                        None => {
+                            self.error(Diagnostic::error(
+                                codes::FORM,
+                                span,
+                                format!(
+                                    "`{}` needs a left-hand-side index to normalise over",
+                                    func.text
+                                ),
+                            ));
+                            Node::Const(0.0)
+                        }
+                    }
+                }
+                Structural::Concat => self.concat(body, span),
+            };
+        }
+        if let Some((b, arities)) = functions::builtin(&func.text) {
+            if !arities.contains(&args.len()) {
+                let want: Vec<String> = arities.iter().map(|a| a.to_string()).collect();
+                self.error(Diagnostic::error(
+                    codes::ARITY,
+                    span,
+                    format!(
+                        "`{}` takes {} argument(s), found {}",
+                        func.text,
+                        want.join(" or "),
+                        args.len()
+                    ),
+                ));
+            }
+            let nodes = args.iter().map(|e| arg(self, e)).collect();
+            return Node::Call(Func::Builtin(b), nodes);
+        }
+        if args.len() != 1 {
+            self.error(Diagnostic::error(
+                codes::ARITY,
+                span,
+                format!("`{}` takes one argument", func.text),
+            ));
+        }
+        let nodes = args.iter().map(|e| arg(self, e)).collect();
+        Node::Call(Func::User(func.text.clone()), nodes)
+    }
+
+    fn concat(&mut self, body: Node, span: Span) -> Node {
+        let mut order = Vec::new();
+        occurrences(&body, &mut order);
+        let mut parts = Vec::new();
+        for v in order {
+            if !self.lhs_vars.contains(&v) && !parts.contains(&v) {
+                parts.push(v);
+            }
+        }
+        let absent: Vec<VarId> = self
+            .lhs_vars
+            .iter()
+            .copied()
+            .filter(|v| {
+                let mut o = Vec::new();
+                occurrences(&body, &mut o);
+                !o.contains(v)
+            })
+            .collect();
+        if absent.len() != 1 || parts.is_empty() {
+            self.error(
+                Diagnostic::error(codes::FORM, span, "`concat` needs exactly one left-hand-side index that is absent from its argument")
+                    .with_note("e.g. `Merge[b, p, dm] = concat(Attn[b, h, p, dv])` flattens h and dv into dm"),
+            );
+            return Node::Const(0.0);
+        }
+        Node::Concat {
+            out: absent[0],
+            parts,
+            arg: Box::new(body),
+        }
+    }
+}
+
+/// The node inside summation points that sum nothing (before assignment, all of them).
+fn unwrap_sum(n: &Node) -> &Node {
+    match n {
+        Node::Sum { vars, body } if vars.is_empty() => unwrap_sum(body),
+        other => other,
+    }
+}
+
+/// Whether a right-hand side is a whole-tensor copy with slices (`Y = X[4:8, :]`).
+pub(super) fn has_slices(e: &Expr) -> bool {
+    match e {
+        Expr::Access(a) => a.indices.iter().any(|i| matches!(i, Index::Slice(..))),
+        Expr::Term(fs, _) => fs.iter().any(|(_, f)| has_slices(f)),
+        _ => false,
+    }
+}
+
+/// Variables in order of first occurrence.
+fn occurrences(n: &Node, out: &mut Vec<VarId>) {
+    match n {
+        Node::Var(v) => out.push(*v),
+        Node::Read { index, .. } => index.iter().for_each(|f| f.vars(out)),
+        Node::Const(_) => {}
+        Node::Sum { body, .. }
+        | Node::Neg(body)
+        | Node::Not(body)
+        | Node::Normalize(_, _, body) => occurrences(body, out),
+        Node::Product(fs) => fs.iter().for_each(|(_, f)| occurrences(f, out)),
+        Node::Binary(_, a, b) | Node::Compare(_, a, b) => {
+            occurrences(a, out);
+            occurrences(b, out);
+        }
+        Node::Call(_, args) => args.iter().for_each(|a| occurrences(a, out)),
+        Node::Concat { arg, .. } => occurrences(arg, out),
+    }
+}
+
+fn count(n: &Node, counts: &mut [usize]) {
+    let mut o = Vec::new();
+    occurrences(n, &mut o);
+    for v in o {
+        counts[v] += 1;
+    }
+}
+
+fn mark_concat_parts(n: &Node, bound: &mut [bool]) {
+    match n {
+        Node::Concat { parts, arg, .. } => {
+            parts.iter().for_each(|&p| bound[p] = true);
+            mark_concat_parts(arg, bound);
+        }
+        Node::Sum { body, .. }
+        | Node::Neg(body)
+        | Node::Not(body)
+        | Node::Normalize(_, _, body) => mark_concat_parts(body, bound),
+        Node::Product(fs) => fs.iter().for_each(|(_, f)| mark_concat_parts(f, bound)),
+        Node::Binary(_, a, b) | Node::Compare(_, a, b) => {
+            mark_concat_parts(a, bound);
+            mark_concat_parts(b, bound);
+        }
+        Node::Call(_, args) => args.iter().for_each(|a| mark_concat_parts(a, bound)),
+        Node::Var(_) | Node::Const(_) | Node::Read { .. } => {}
+    }
+}
+
+/// Bottom-up: a summation point takes every free variable all of whose occurrences it holds.
+fn assign(n: &mut Node, total: &[usize], bound: &[bool], assigned: &mut [bool]) {
+    match n {
+        Node::Sum { vars, body } => {
+            assign(body, total, bound, assigned);
+            let mut here = vec![0usize; total.len()];
+            count(body, &mut here);
+            for v in 0..total.len() {
+                if here[v] > 0 && here[v] == total[v] && !bound[v] && !assigned[v] {
+                    vars.push(v);
+                    assigned[v] = true;
+                }
+            }
+        }
+        Node::Neg(b) | Node::Not(b) | Node::Normalize(_, _, b) => assign(b, total, bound, assigned),
+        Node::Concat { arg, .. } => assign(arg, total, bound, assigned),
+        Node::Product(fs) => fs
+            .iter_mut()
+            .for_each(|(_, f)| assign(f, total, bound, assigned)),
+        Node::Binary(_, a, b) | Node::Compare(_, a, b) => {
+            assign(a, total, bound, assigned);
+            assign(b, total, bound, assigned);
+        }
+        Node::Call(_, args) => args
+            .iter_mut()
+            .for_each(|a| assign(a, total, bound, assigned)),
+        Node::Var(_) | Node::Const(_) | Node::Read { .. } => {}
+    }
+}

@@ -1,0 +1,261 @@
+//! Semantic analysis: names, domains, extents, types, safety and strata.
+//!
+//! Input is a parsed program plus data bound from outside; output is a [`Checked`] program in
+//! which every name is resolved and every extent is known, or every error found.
+
+mod data;
+mod domains;
+mod extents;
+pub mod ir;
+mod lower;
+mod names;
+mod params;
+mod query;
+mod strata;
+
+use crate::diagnostics::{Diagnostic, Diagnostics, Span};
+use crate::io::RawData;
+use crate::syntax::ast::Program;
+use crate::tensor::ElemType;
+pub use ir::*;
+pub use query::resolve_query;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+/// Options that change what a program means.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Element type of `real` (f32 by default, §4).
+    pub real: ElemType,
+    /// Iteration cap for fixpoints and extent growth (§9).
+    pub max_iters: usize,
+    /// Scalar constants set from outside (`--set N=3`), overriding the program's.
+    pub scalars: Vec<(String, f64)>,
+    /// Seed of every random initialisation (§12).
+    pub seed: u64,
+    /// Largest dense tensor, in bytes, that may be allocated (§15).
+    pub max_memory: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            real: ElemType::F32,
+            max_iters: 10_000,
+            scalars: Vec::new(),
+            seed: 0,
+            max_memory: default_max_memory(),
+        }
+    }
+}
+
+/// 80% of physical memory (§15), read from `/proc/meminfo`; 8 GiB where that is unavailable.
+pub fn default_max_memory() -> u64 {
+    let total_kib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .and_then(|v| v.parse::<u64>().ok())
+                })
+        })
+        .unwrap_or(10 * 1024 * 1024);
+    total_kib * 1024 / 10 * 8
+}
+
+/// Everything the checker reads.
+pub struct CheckInput<'a> {
+    /// The parsed program.
+    pub program: &'a Program,
+    /// Directory that file paths are relative to.
+    pub base_dir: PathBuf,
+    /// Data bound from memory, by tensor name (interned after the program's own symbols).
+    pub bindings: &'a BTreeMap<String, RawData>,
+    /// Names of registered user functions.
+    pub user_functions: Vec<String>,
+    /// Settings.
+    pub settings: Settings,
+}
+
+/// Checks a program, reporting every error found.
+pub fn check(input: &CheckInput) -> Result<Checked, Diagnostics> {
+    let mut ctx = Ctx::new(input);
+    ctx.collect_scalars();
+    ctx.collect_definitions();
+    ctx.collect_reads();
+    ctx.check_kinds();
+    ctx.bail()?;
+    ctx.load_files();
+    ctx.build_domains();
+    ctx.bail()?;
+    ctx.intern();
+    ctx.bail()?;
+    ctx.data_extents();
+    let equations = ctx.lower_all();
+    ctx.bail()?;
+    let kinds = ctx.infer_kinds(&equations);
+    let families = ctx.families(&equations);
+    ctx.bail()?;
+    let strata = ctx.stratify(&equations);
+    ctx.check_safety(&equations);
+    ctx.bail()?;
+    let mut tensors = ctx.tensor_infos(&kinds, &families, &equations);
+    let equations = ctx.infer_extents(&mut tensors, equations, &strata);
+    ctx.bail()?;
+    let mut data = ctx.materialise_data(&tensors);
+    let has_equations: Vec<bool> = (0..tensors.len())
+        .map(|t| equations.iter().any(|e| e.target == t))
+        .collect();
+    ctx.init_params(&tensors, &mut data, &has_equations);
+    let outputs = ctx.outputs(&tensors);
+    ctx.bail()?;
+    Ok(Checked {
+        tensors,
+        domains: ctx.domains,
+        equations,
+        strata,
+        data,
+        outputs,
+        scalars: ctx.scalars.into_iter().collect(),
+    })
+}
+
+/// A named domain declaration.
+#[derive(Clone, Debug)]
+pub(crate) struct NamedDomain {
+    span: Span,
+    size: Option<usize>,
+    node: usize,
+}
+
+/// What the checker gathers about one tensor before it is resolved.
+#[derive(Clone, Debug)]
+pub(crate) struct Draft {
+    name: String,
+    span: Span,
+    arity: Option<(usize, Span)>,
+    paren: Option<Span>,
+    real: Option<Span>,
+    elem: Option<ElemType>,
+    declared: Option<usize>,
+    init: Option<usize>,
+    equations: Vec<usize>,
+    facts: Vec<usize>,
+    elements: Vec<usize>,
+    sources: Vec<usize>,
+    bound: bool,
+}
+
+impl Draft {
+    fn new(name: &str, span: Span) -> Self {
+        Draft {
+            name: name.to_string(),
+            span,
+            arity: None,
+            paren: None,
+            real: None,
+            elem: None,
+            declared: None,
+            init: None,
+            equations: Vec::new(),
+            facts: Vec::new(),
+            elements: Vec::new(),
+            sources: Vec::new(),
+            bound: false,
+        }
+    }
+
+    fn is_defined(&self) -> bool {
+        !self.equations.is_empty()
+            || !self.facts.is_empty()
+            || !self.elements.is_empty()
+            || !self.sources.is_empty()
+            || self.declared.is_some()
+            || self.init.is_some()
+            || self.bound
+    }
+
+    fn rank(&self) -> usize {
+        self.arity.map(|(a, _)| a).unwrap_or(0)
+    }
+
+    fn is_bool(&self) -> bool {
+        self.paren.is_some()
+    }
+}
+
+/// Raw data for one tensor from one statement (or from a binding).
+#[derive(Clone, Debug)]
+pub(crate) struct Source {
+    tensor: usize,
+    raw: RawData,
+    span: Span,
+    file: String,
+}
+
+/// Shared state of the checker's passes.
+pub(crate) struct Ctx<'a> {
+    program: &'a Program,
+    input: &'a CheckInput<'a>,
+    diags: Vec<Diagnostic>,
+    tensors: Vec<Draft>,
+    by_name: HashMap<String, usize>,
+    scalars: HashMap<String, f64>,
+    named_domains: HashMap<String, NamedDomain>,
+    sources: Vec<Source>,
+    uf: domains::UnionFind,
+    axis_base: Vec<usize>,
+    var_nodes: HashMap<(usize, String), usize>,
+    domain_of_root: HashMap<usize, DomainId>,
+    domains: Vec<Domain>,
+    data_shape: Vec<Vec<usize>>,
+    placements: Vec<domains::Pending>,
+    declared_symbols: HashMap<DomainId, usize>,
+}
+
+impl<'a> Ctx<'a> {
+    fn new(input: &'a CheckInput<'a>) -> Self {
+        Ctx {
+            program: input.program,
+            input,
+            diags: Vec::new(),
+            tensors: Vec::new(),
+            by_name: HashMap::new(),
+            scalars: HashMap::new(),
+            named_domains: HashMap::new(),
+            sources: Vec::new(),
+            uf: domains::UnionFind::default(),
+            axis_base: Vec::new(),
+            var_nodes: HashMap::new(),
+            domain_of_root: HashMap::new(),
+            domains: Vec::new(),
+            data_shape: Vec::new(),
+            placements: Vec::new(),
+            declared_symbols: HashMap::new(),
+        }
+    }
+
+    fn bail(&mut self) -> Result<(), Diagnostics> {
+        if self.diags.is_empty() {
+            Ok(())
+        } else {
+            let mut d = std::mem::take(&mut self.diags);
+            d.sort_by_key(|d| d.span.map(|s| s.start).unwrap_or(usize::MAX));
+            d.dedup();
+            Err(Diagnostics(d))
+        }
+    }
+
+    fn is_function(&self, name: &str) -> bool {
+        crate::functions::is_builtin(name) || self.input.user_functions.iter().any(|f| f == name)
+    }
+
+    /// Domain of axis `axis` of tensor `t`.
+    fn axis_domain(&self, t: usize, axis: usize) -> DomainId {
+        let root = self.uf.root(self.axis_base[t] + axis);
+        self.domain_of_root.get(&root).copied().unwrap_or(0)
+    }
+}

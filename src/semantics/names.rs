@@ -1,0 +1,372 @@
+//! Name resolution: which names are tensors, their arity, whether they are Boolean, what defines
+//! them, and which capitalised names are scalar constants.
+
+use super::{Ctx, Draft};
+use crate::diagnostics::{codes, Diagnostic, Span};
+use crate::syntax::ast::*;
+use crate::tensor::ElemType;
+
+/// How a name in an index position resolves.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum IndexName {
+    /// An index variable.
+    Var,
+    /// A scalar constant with an integer value.
+    Const(i64),
+    /// A symbol.
+    Symbol,
+}
+
+impl Ctx<'_> {
+    /// Finds or creates the tensor `name`, first seen at `span`.
+    pub(super) fn tensor_id(&mut self, name: &str, span: Span) -> usize {
+        if let Some(&id) = self.by_name.get(name) {
+            return id;
+        }
+        let id = self.tensors.len();
+        self.tensors.push(Draft::new(name, span));
+        self.by_name.insert(name.to_string(), id);
+        id
+    }
+
+    /// Records the number of indices `name` is used with, reporting a mismatch.
+    fn use_arity(&mut self, id: usize, arity: usize, span: Span) {
+        let t = &mut self.tensors[id];
+        match t.arity {
+            None => t.arity = Some((arity, span)),
+            Some((a, first)) if a != arity => {
+                let name = t.name.clone();
+                self.diags.push(
+                    Diagnostic::error(
+                        codes::ARITY,
+                        span,
+                        format!("`{name}` is used with {arity} indices here but {a} elsewhere"),
+                    )
+                    .with_secondary(first, format!("used with {a} indices here")),
+                );
+            }
+            _ => {}
+        }
+    }
+
+    fn mark_paren(&mut self, id: usize, span: Span) {
+        if self.tensors[id].paren.is_none() {
+            self.tensors[id].paren = Some(span);
+        }
+    }
+
+    fn mark_real(&mut self, id: usize, span: Span) {
+        if self.tensors[id].real.is_none() {
+            self.tensors[id].real = Some(span);
+        }
+    }
+
+    /// Resolves a name in an index position.
+    pub(super) fn index_name(&self, name: &str) -> IndexName {
+        if let Some(&v) = self.scalars.get(name) {
+            if v.fract() == 0.0 {
+                return IndexName::Const(v as i64);
+            }
+        }
+        if name.starts_with(|c: char| c.is_ascii_uppercase()) {
+            IndexName::Symbol
+        } else {
+            IndexName::Var
+        }
+    }
+
+    /// First pass: scalar constants, so that index names can be resolved everywhere.
+    pub(super) fn collect_scalars(&mut self) {
+        for st in &self.program.statements {
+            if let StmtKind::Scalar { name, value, .. } = &st.kind {
+                self.scalars.insert(name.text.clone(), *value);
+            }
+        }
+        for (name, value) in &self.input.settings.scalars {
+            self.scalars.insert(name.clone(), *value);
+        }
+    }
+
+    /// Second pass: every tensor that is defined somewhere, with its arity and kind.
+    pub(super) fn collect_definitions(&mut self) {
+        let program = self.program;
+        for (si, st) in program.statements.iter().enumerate() {
+            match &st.kind {
+                StmtKind::Equation { lhs, rhs, .. } => {
+                    self.check_not_function(&lhs.name);
+                    let id = self.tensor_id(&lhs.name.text, lhs.name.span);
+                    let arity = if lhs.brackets == Brackets::None && super::lower::has_slices(rhs) {
+                        slice_count(rhs)
+                    } else {
+                        axes(&lhs.indices)
+                    };
+                    self.use_arity(id, arity, lhs.span);
+                    if lhs.brackets == Brackets::Paren {
+                        self.mark_paren(id, lhs.span);
+                    } else {
+                        self.mark_real(id, lhs.span);
+                    }
+                    if element_value(rhs).is_some()
+                        && lhs.indices.iter().all(|i| self.is_constant(i))
+                    {
+                        self.tensors[id].elements.push(si);
+                    } else {
+                        self.tensors[id].equations.push(si);
+                    }
+                }
+                StmtKind::Rule { head, .. } => {
+                    self.check_not_function(&head.name);
+                    let id = self.tensor_id(&head.name.text, head.name.span);
+                    self.use_arity(id, head.indices.len(), head.span);
+                    self.mark_paren(id, head.span);
+                    self.tensors[id].equations.push(si);
+                }
+                StmtKind::Fact(a) => {
+                    self.check_not_function(&a.name);
+                    let id = self.tensor_id(&a.name.text, a.name.span);
+                    self.use_arity(id, a.indices.len(), a.span);
+                    if a.brackets == Brackets::Square {
+                        self.diags.push(
+                            Diagnostic::error(codes::FORM, a.span, format!("`{}[...]` on its own is not a statement", a.name.text))
+                                .with_note("write a fact with parentheses, `R(A, B)`, or give a value, `T[A, B] = 1`"),
+                        );
+                    }
+                    self.mark_paren(id, a.span);
+                    self.tensors[id].facts.push(si);
+                }
+                StmtKind::Literal { name, value } => {
+                    self.check_not_function(name);
+                    let id = self.tensor_id(&name.text, name.span);
+                    self.mark_real(id, name.span);
+                    match super::data::nested_shape(value) {
+                        Ok((shape, _)) => self.use_arity(id, shape.len(), name.span),
+                        Err(d) => self.diags.push(d),
+                    }
+                    self.tensors[id].sources.push(si);
+                }
+                StmtKind::Scalar { name, .. } => {
+                    self.check_not_function(name);
+                    let id = self.tensor_id(&name.text, name.span);
+                    self.mark_real(id, name.span);
+                    self.use_arity(id, 0, name.span);
+                    self.tensors[id].sources.push(si);
+                }
+                StmtKind::Declaration { name, ty, dims } => {
+                    self.check_not_function(name);
+                    let id = self.tensor_id(&name.text, name.span);
+                    self.use_arity(id, dims.len(), name.span);
+                    match ElemType::parse(&ty.text, self.input.settings.real) {
+                        Some(ElemType::Bool) => self.mark_paren(id, ty.span),
+                        Some(elem) => {
+                            self.mark_real(id, ty.span);
+                            self.tensors[id].elem = Some(elem);
+                        }
+                        None => self.diags.push(
+                            Diagnostic::error(
+                                codes::TYPE,
+                                ty.span,
+                                format!("unknown type `{}`", ty.text),
+                            )
+                            .with_note(
+                                "types are bool, int, real, f64, f32, bf16, f16, fp8 and i8",
+                            ),
+                        ),
+                    }
+                    if self.tensors[id].declared.is_some() {
+                        self.diags.push(Diagnostic::error(
+                            codes::DECLARATION,
+                            name.span,
+                            format!("`{}` is declared twice", name.text),
+                        ));
+                    }
+                    self.tensors[id].declared = Some(si);
+                }
+                StmtKind::Init { name, .. } => {
+                    let id = self.tensor_id(&name.text, name.span);
+                    self.tensors[id].init = Some(si);
+                }
+                StmtKind::FileRead { name, .. } => {
+                    self.check_not_function(name);
+                    let id = self.tensor_id(&name.text, name.span);
+                    self.tensors[id].sources.push(si);
+                }
+                StmtKind::Domain { name, def } => {
+                    if self.named_domains.contains_key(&name.text) {
+                        self.diags.push(Diagnostic::error(
+                            codes::DECLARATION,
+                            name.span,
+                            format!("domain `{}` is declared twice", name.text),
+                        ));
+                    }
+                    let size = match def {
+                        DomainDef::Size(n) => Some(*n),
+                        DomainDef::Symbols(_) => None,
+                    };
+                    self.named_domains.insert(
+                        name.text.clone(),
+                        super::NamedDomain {
+                            span: name.span,
+                            size,
+                            node: 0,
+                        },
+                    );
+                }
+                StmtKind::FileWrite { .. } | StmtKind::Query(_) => {}
+            }
+        }
+        for name in self.input.bindings.keys() {
+            let id = self.tensor_id(name, Span::default());
+            self.tensors[id].bound = true;
+        }
+    }
+
+    fn check_not_function(&mut self, name: &Name) {
+        if self.is_function(&name.text) {
+            self.diags.push(Diagnostic::error(
+                codes::TYPE,
+                name.span,
+                format!(
+                    "`{}` is a function; tensors may not take a function's name",
+                    name.text
+                ),
+            ));
+        }
+    }
+
+    fn is_constant(&self, i: &Index) -> bool {
+        match i {
+            Index::Int(..) | Index::Str(..) => true,
+            Index::Name(n) => self.index_name(&n.text) != IndexName::Var,
+            _ => false,
+        }
+    }
+
+    /// Third pass: reads on right-hand sides, queries and writes, checking every name.
+    pub(super) fn collect_reads(&mut self) {
+        let program = self.program;
+        for st in &program.statements {
+            match &st.kind {
+                StmtKind::Equation { rhs, .. } => self.reads_in(rhs),
+                StmtKind::Rule { body, .. } => body.iter().for_each(|e| self.reads_in(e)),
+                StmtKind::Query(a) => {
+                    if self.known(&a.name) {
+                        self.read_access(a);
+                    }
+                }
+                StmtKind::FileWrite { name, .. } | StmtKind::Init { name, .. } => {
+                    self.known(name);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn known(&mut self, name: &Name) -> bool {
+        match self.by_name.get(&name.text) {
+            Some(&id) if self.tensors[id].is_defined() => true,
+            _ => {
+                self.diags.push(
+                    Diagnostic::error(
+                        codes::UNKNOWN_TENSOR,
+                        name.span,
+                        format!("unknown tensor `{}`", name.text),
+                    )
+                    .with_label("not defined by data, an equation or a declaration"),
+                );
+                false
+            }
+        }
+    }
+
+    fn read_access(&mut self, a: &Access) {
+        let Some(&id) = self.by_name.get(&a.name.text) else {
+            return;
+        };
+        if a.brackets != Brackets::None {
+            self.use_arity(id, axes(&a.indices), a.span);
+        }
+        if a.brackets == Brackets::Paren {
+            self.mark_paren(id, a.span);
+        }
+    }
+
+    fn reads_in(&mut self, e: &Expr) {
+        match e {
+            Expr::Number(..) | Expr::Str(..) => {}
+            Expr::Access(a) => {
+                if a.brackets == Brackets::None && !self.by_name.contains_key(&a.name.text) {
+                    // A variable used as a value, or a symbol in a comparison: checked when lowering.
+                    return;
+                }
+                if self.known(&a.name) {
+                    self.read_access(a);
+                }
+            }
+            Expr::Call { func, args, .. } => {
+                if !self.is_function(&func.text) {
+                    self.diags.push(Diagnostic::error(
+                        codes::UNKNOWN_FUNCTION,
+                        func.span,
+                        format!("unknown function `{}`", func.text),
+                    ));
+                }
+                args.iter().for_each(|a| self.reads_in(a));
+            }
+            Expr::Neg(x, _) | Expr::Not(x, _) => self.reads_in(x),
+            Expr::Binary(_, a, b, _) | Expr::Compare(_, a, b, _) => {
+                self.reads_in(a);
+                self.reads_in(b);
+            }
+            Expr::Term(fs, _) => fs.iter().for_each(|(_, f)| self.reads_in(f)),
+        }
+    }
+
+    /// Reports tensors that are both Boolean and real.
+    pub(super) fn check_kinds(&mut self) {
+        for t in &self.tensors {
+            if let (Some(p), Some(r)) = (t.paren, t.real) {
+                self.diags.push(
+                    Diagnostic::error(
+                        codes::TYPE,
+                        r,
+                        format!(
+                            "`{}` is defined as real here but is Boolean elsewhere",
+                            t.name
+                        ),
+                    )
+                    .with_secondary(p, "written with parentheses here, which makes it Boolean"),
+                );
+            }
+        }
+    }
+}
+
+/// The value of an element fact's right-hand side (`Edge[A, B] = 2.5`), if it is a number.
+pub(super) fn element_value(rhs: &Expr) -> Option<f64> {
+    match rhs {
+        Expr::Number(v, _) => Some(*v),
+        Expr::Neg(x, _) => element_value(x).map(|v| -v),
+        Expr::Term(fs, _) if fs.len() == 1 => element_value(&fs[0].1),
+        _ => None,
+    }
+}
+
+fn slice_count(e: &Expr) -> usize {
+    match e {
+        Expr::Access(a) => a
+            .indices
+            .iter()
+            .filter(|i| matches!(i, Index::Slice(..)))
+            .count(),
+        Expr::Term(fs, _) => fs.iter().map(|(_, f)| slice_count(f)).sum(),
+        _ => 0,
+    }
+}
+
+/// Number of stored axes an access names: a virtual index (§5.2) is not stored.
+pub(super) fn axes(indices: &[Index]) -> usize {
+    indices
+        .iter()
+        .filter(|i| !matches!(i, Index::Virtual(..)))
+        .count()
+}

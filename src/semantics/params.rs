@@ -1,0 +1,86 @@
+//! Parameters (§12): tensors declared or initialised but not defined by data or equations get
+//! values drawn from `--seed`, so that `tl run` on an untrained model is reproducible.
+
+use super::{Ctx, Kind, TensorInfo};
+use crate::diagnostics::{codes, Diagnostic};
+use crate::syntax::ast::StmtKind;
+use crate::tensor::Tensor;
+use rand::SeedableRng;
+use rand_distr::{Distribution, Normal, Uniform};
+
+impl Ctx<'_> {
+    /// Initial values of parameters: `~` distributions, or the SPEC's default.
+    pub(super) fn init_params(
+        &mut self,
+        infos: &[TensorInfo],
+        data: &mut [Option<Tensor>],
+        has_equations: &[bool],
+    ) {
+        let program = self.program;
+        for (t, info) in infos.iter().enumerate() {
+            let d = &self.tensors[t];
+            if data[t].is_some()
+                || has_equations[t]
+                || (d.declared.is_none() && d.init.is_none())
+                || info.kind == Kind::Bool
+            {
+                continue;
+            }
+            let rank = info.shape.len();
+            let (dist, args, span) = match d.init.map(|s| &program.statements[s]) {
+                Some(st) => match &st.kind {
+                    StmtKind::Init { dist, args, .. } => (dist.text.clone(), args.clone(), st.span),
+                    _ => continue,
+                },
+                None if rank >= 2 => {
+                    let n = info.shape[rank - 1].max(1) as f64;
+                    ("normal".to_string(), vec![0.0, 1.0 / n.sqrt()], info.span)
+                }
+                None => ("zeros".to_string(), Vec::new(), info.span),
+            };
+            let Some(mut tensor) = self.dense_zeros(info) else {
+                continue;
+            };
+            let n: usize = info.shape.iter().product();
+            let mut rng =
+                rand_chacha::ChaCha8Rng::seed_from_u64(self.input.settings.seed ^ fnv(&info.name));
+            let values: Vec<f64> = match (dist.as_str(), args.as_slice()) {
+                ("zeros", []) => vec![0.0; n],
+                ("ones", []) => vec![1.0; n],
+                ("normal", [m, s]) if *s >= 0.0 && s.is_finite() => match Normal::new(*m, *s) {
+                    Ok(nd) => (0..n).map(|_| nd.sample(&mut rng)).collect(),
+                    Err(_) => vec![*m; n],
+                },
+                ("uniform", [a, b]) if a < b => {
+                    let u = Uniform::new(*a, *b);
+                    (0..n).map(|_| u.sample(&mut rng)).collect()
+                }
+                _ => {
+                    self.diags.push(
+                        Diagnostic::error(
+                            codes::FORM,
+                            span,
+                            format!(
+                                "unknown initialisation `{dist}` with {} argument(s)",
+                                args.len()
+                            ),
+                        )
+                        .with_note("use normal(mean, std), uniform(low, high), zeros or ones"),
+                    );
+                    continue;
+                }
+            };
+            if let Ok(t2) = Tensor::dense(info.elem, info.shape.clone(), values) {
+                tensor = t2;
+            }
+            data[t] = Some(tensor);
+        }
+    }
+}
+
+/// A stable hash of a name, so each parameter draws from its own stream.
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
+}

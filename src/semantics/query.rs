@@ -1,0 +1,135 @@
+//! Queries (§10) resolved against a checked program, and the outputs list of a program.
+
+use super::{Checked, Ctx, Domain, Output, Query, QueryIndex, TensorInfo};
+use crate::diagnostics::{codes, Diagnostic};
+use crate::syntax::ast::{Access, Brackets, Index, StmtKind};
+use std::collections::BTreeMap;
+
+/// Resolves a query pattern such as `Ancestor(Alice, x)` against a checked program.
+pub fn resolve_query(checked: &Checked, access: &Access) -> Result<Query, Diagnostic> {
+    let Some(t) = checked.tensor_id(&access.name.text) else {
+        return Err(Diagnostic::error(
+            codes::UNKNOWN_TENSOR,
+            access.name.span,
+            format!("unknown tensor `{}`", access.name.text),
+        ));
+    };
+    resolve(
+        &checked.tensors[t],
+        t,
+        &checked.domains,
+        &checked.scalars,
+        access,
+    )
+}
+
+fn resolve(
+    info: &TensorInfo,
+    t: usize,
+    domains: &[Domain],
+    scalars: &BTreeMap<String, f64>,
+    access: &Access,
+) -> Result<Query, Diagnostic> {
+    let rank = info.shape.len();
+    let mut names: Vec<String> = Vec::new();
+    let mut var = |n: &str| match names.iter().position(|x| x == n) {
+        Some(k) => QueryIndex::Var(k),
+        None => {
+            names.push(n.to_string());
+            QueryIndex::Var(names.len() - 1)
+        }
+    };
+    let pattern: Vec<QueryIndex> = if access.brackets == Brackets::None {
+        (0..rank).map(|ax| var(&format!("#{ax}"))).collect()
+    } else {
+        if access.indices.len() != rank {
+            return Err(Diagnostic::error(
+                codes::ARITY,
+                access.span,
+                format!(
+                    "`{}` has {rank} indices, but the query gives {}",
+                    info.name,
+                    access.indices.len()
+                ),
+            ));
+        }
+        let mut out = Vec::with_capacity(rank);
+        for (ax, idx) in access.indices.iter().enumerate() {
+            let dom = &domains[info.domains[ax]];
+            let symbol = |s: &str| match dom.symbols.iter().position(|x| x == s) {
+                Some(p) => QueryIndex::Fixed(p),
+                None => QueryIndex::Missing,
+            };
+            let position = |p: i64| {
+                if p >= 0 && (p as usize) < info.shape[ax] {
+                    QueryIndex::Fixed(p as usize)
+                } else {
+                    QueryIndex::Missing
+                }
+            };
+            out.push(match idx {
+                Index::Name(n) => {
+                    let scalar = scalars.get(&n.text).filter(|v| v.fract() == 0.0);
+                    match scalar {
+                        Some(&v) => position(v as i64),
+                        None if n.text.starts_with(|c: char| c.is_ascii_uppercase()) => {
+                            symbol(&n.text)
+                        }
+                        None => var(&n.text),
+                    }
+                }
+                Index::Str(s, _) => symbol(s),
+                Index::Int(p, _) if !dom.symbolic => position(*p),
+                other => {
+                    return Err(Diagnostic::error(
+                        codes::QUERY,
+                        other.span(),
+                        "a query index must be a variable, an integer or a symbol",
+                    ))
+                }
+            });
+        }
+        out
+    };
+    Ok(Query {
+        tensor: t,
+        pattern,
+        paren: access.brackets == Brackets::Paren,
+        span: access.span,
+    })
+}
+
+impl Ctx<'_> {
+    /// Queries and writes in source order.
+    pub(super) fn outputs(&mut self, tensors: &[TensorInfo]) -> Vec<Output> {
+        let program = self.program;
+        let scalars: BTreeMap<String, f64> =
+            self.scalars.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        let mut out = Vec::new();
+        for st in &program.statements {
+            match &st.kind {
+                StmtKind::Query(a) => {
+                    let Some(&t) = self.by_name.get(&a.name.text) else {
+                        continue;
+                    };
+                    match resolve(&tensors[t], t, &self.domains, &scalars, a) {
+                        Ok(q) => out.push(Output::Query(q)),
+                        Err(d) => self.diags.push(d),
+                    }
+                }
+                StmtKind::FileWrite { path, name } => {
+                    let Some(&t) = self.by_name.get(&name.text) else {
+                        continue;
+                    };
+                    out.push(Output::Write {
+                        path: self.input.base_dir.join(path),
+                        tensor: t,
+                        span: st.span,
+                    });
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,277 @@
+//! Kinds (Boolean, integer, real), accumulation families, strata (SCCs), stratification of
+//! negation, and rule safety (§4, §7, §8, §9).
+
+use super::lower::Lowered;
+use super::{Ctx, Family, Func, Kind, Node, Stratum, TensorInfo};
+use crate::diagnostics::{codes, Diagnostic};
+use crate::functions::Builtin;
+use crate::io::RawData;
+use crate::syntax::ast::{BinOp, StmtKind};
+use crate::tensor::ElemType;
+use petgraph::graph::DiGraph;
+
+impl Ctx<'_> {
+    /// Boolean where written with parentheses; integer where every operand is Boolean or
+    /// integer and no real operation occurs; real otherwise.
+    pub(super) fn infer_kinds(&mut self, eqs: &[Lowered]) -> Vec<Kind> {
+        let program = self.program;
+        let mut kinds: Vec<Kind> = (0..self.tensors.len())
+            .map(|t| {
+                let d = &self.tensors[t];
+                if d.is_bool() {
+                    return Kind::Bool;
+                }
+                if let Some(e) = d.elem {
+                    return if e.is_integral() {
+                        Kind::Int
+                    } else {
+                        Kind::Real
+                    };
+                }
+                let literal = d.sources.iter().any(|&s| {
+                    matches!(
+                        program.statements[s].kind,
+                        StmtKind::Literal { .. } | StmtKind::Scalar { .. }
+                    )
+                });
+                let real_data =
+                    self.sources
+                        .iter()
+                        .filter(|s| s.tensor == t)
+                        .any(|s| match &s.raw {
+                            RawData::Dense { elem, .. } => !elem.is_integral(),
+                            RawData::Table(_) => true,
+                            RawData::Words(_) => false,
+                        });
+                if literal || real_data || !d.elements.is_empty() || d.init.is_some() {
+                    Kind::Real
+                } else {
+                    Kind::Int
+                }
+            })
+            .collect();
+        loop {
+            let mut changed = false;
+            for (eq, _) in eqs {
+                if kinds[eq.target] == Kind::Int
+                    && (eq.family == Family::Avg || !integral(&eq.rhs, &kinds))
+                {
+                    kinds[eq.target] = Kind::Real;
+                    changed = true;
+                }
+            }
+            if !changed {
+                return kinds;
+            }
+        }
+    }
+
+    /// The accumulation family of each tensor; mixing families is an error (§7).
+    pub(super) fn families(&mut self, eqs: &[Lowered]) -> Vec<Family> {
+        let mut fams: Vec<Option<(Family, crate::diagnostics::Span)>> =
+            vec![None; self.tensors.len()];
+        let mut counts = vec![0usize; self.tensors.len()];
+        for (eq, _) in eqs {
+            counts[eq.target] += 1;
+            match fams[eq.target] {
+                None => fams[eq.target] = Some((eq.family, eq.span)),
+                Some((f, first)) if f != eq.family => self.diags.push(
+                    Diagnostic::error(
+                        codes::MIXED_ACCUMULATION,
+                        eq.span,
+                        format!("`{}` mixes accumulation operators", self.tensors[eq.target].name),
+                    )
+                    .with_secondary(first, "first defined with another operator here")
+                    .with_note("all equations of one tensor use the same family: `=`/`+=`, `max=` or `min=`"),
+                ),
+                _ => {}
+            }
+        }
+        for (eq, _) in eqs {
+            if eq.family == Family::Avg && counts[eq.target] > 1 {
+                self.diags.push(Diagnostic::error(
+                    codes::MIXED_ACCUMULATION,
+                    eq.span,
+                    format!("`avg=` is allowed only for a tensor with a single equation, but `{}` has {}", self.tensors[eq.target].name, counts[eq.target]),
+                ));
+            }
+        }
+        fams.into_iter()
+            .map(|f| f.map(|(f, _)| f).unwrap_or(Family::Sum))
+            .collect()
+    }
+
+    /// Strongly connected components in evaluation order; recursion through `not` is an error
+    /// that prints the cycle.
+    pub(super) fn stratify(&mut self, eqs: &[Lowered]) -> Vec<Stratum> {
+        let n = self.tensors.len();
+        let mut g = DiGraph::<usize, bool>::with_capacity(n, eqs.len());
+        let nodes: Vec<_> = (0..n).map(|t| g.add_node(t)).collect();
+        for (eq, meta) in eqs {
+            for &(src, negated, _) in &meta.reads {
+                g.add_edge(nodes[src], nodes[eq.target], negated);
+            }
+        }
+        let mut sccs = petgraph::algo::tarjan_scc(&g);
+        sccs.reverse();
+        let mut strata = Vec::new();
+        for scc in sccs {
+            let mut tensors: Vec<usize> = scc.iter().map(|&ix| g[ix]).collect();
+            tensors.sort();
+            let recursive = tensors.len() > 1 || g.contains_edge(scc[0], scc[0]);
+            let equations: Vec<usize> = eqs
+                .iter()
+                .enumerate()
+                .filter(|(_, (e, _))| tensors.contains(&e.target))
+                .map(|(i, _)| i)
+                .collect();
+            if recursive {
+                for &i in &equations {
+                    let (eq, meta) = &eqs[i];
+                    for &(src, negated, span) in &meta.reads {
+                        if negated && tensors.contains(&src) {
+                            let cycle = self.cycle(eqs, &tensors, src, eq.target);
+                            self.diags.push(
+                                Diagnostic::error(
+                                    codes::NOT_STRATIFIED,
+                                    span,
+                                    format!("recursion through negation: `{}` depends on `not {}`", self.tensors[eq.target].name, self.tensors[src].name),
+                                )
+                                .with_label("negated here")
+                                .with_note(format!("cycle: {cycle}"))
+                                .with_note("a tensor may only be negated once it is fully computed, in an earlier stratum"),
+                            );
+                        }
+                    }
+                }
+            }
+            strata.push(Stratum {
+                tensors,
+                equations,
+                recursive,
+            });
+        }
+        strata
+    }
+
+    /// The dependency path `target ← not src ← … ← target`, by breadth-first search.
+    fn cycle(&self, eqs: &[Lowered], scc: &[usize], src: usize, target: usize) -> String {
+        let mut prev: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+        let mut queue = std::collections::VecDeque::from([target]);
+        let mut seen = vec![target];
+        while let Some(t) = queue.pop_front() {
+            if t == src {
+                break;
+            }
+            for (eq, meta) in eqs.iter().filter(|(e, _)| e.target == t) {
+                for &(r, _, _) in &meta.reads {
+                    if scc.contains(&r) && !seen.contains(&r) {
+                        seen.push(r);
+                        prev.insert(r, eq.target);
+                        queue.push_back(r);
+                    }
+                }
+            }
+        }
+        let name = |t: usize| self.tensors[t].name.clone();
+        let mut parts = vec![name(target), format!("not {}", name(src))];
+        let mut cur = src;
+        while let Some(&p) = prev.get(&cur) {
+            parts.push(name(p));
+            cur = p;
+        }
+        if parts.last() != Some(&name(target)) {
+            parts.push(name(target));
+        }
+        parts.join(" ← ")
+    }
+
+    /// Every head variable of a rule must occur in a positive body atom (§8).
+    pub(super) fn check_safety(&mut self, eqs: &[Lowered]) {
+        for (eq, meta) in eqs {
+            if !eq.bool_head {
+                continue;
+            }
+            for &v in &eq.loop_vars {
+                if !meta.bound_positively.get(v).copied().unwrap_or(false) {
+                    self.diags.push(
+                        Diagnostic::error(
+                            codes::UNSAFE,
+                            eq.vars[v].span,
+                            format!("unsafe variable `{}` in rule for `{}`", eq.vars[v].name, self.tensors[eq.target].name),
+                        )
+                        .with_label("not bound by a positive body atom")
+                        .with_secondary(meta.head_span, "in this head")
+                        .with_note("every head variable must occur in a positive body atom or be compared `==` with a constant"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Resolved per-tensor information, with shapes from data (extents are finished later).
+    pub(super) fn tensor_infos(
+        &mut self,
+        kinds: &[Kind],
+        families: &[Family],
+        eqs: &[Lowered],
+    ) -> Vec<TensorInfo> {
+        let program = self.program;
+        (0..self.tensors.len())
+            .map(|t| {
+                let d = &self.tensors[t];
+                let kind = kinds[t];
+                let elem = match kind {
+                    Kind::Bool => ElemType::Bool,
+                    Kind::Int => d.elem.unwrap_or(ElemType::Int),
+                    Kind::Real => d.elem.unwrap_or(self.input.settings.real),
+                };
+                let has_eqs = eqs.iter().any(|(e, _)| e.target == t);
+                let dense_data = d.sources.iter().any(|&s| {
+                    matches!(
+                        program.statements[s].kind,
+                        StmtKind::Literal { .. } | StmtKind::Scalar { .. }
+                    )
+                }) || self
+                    .sources
+                    .iter()
+                    .any(|s| s.tensor == t && matches!(s.raw, RawData::Dense { .. }));
+                let sparse_values = kind != Kind::Bool
+                    && (matches!(families[t], Family::Max | Family::Min)
+                        || (!has_eqs && !dense_data && d.declared.is_none() && d.init.is_none()));
+                TensorInfo {
+                    name: d.name.clone(),
+                    kind,
+                    elem,
+                    domains: (0..d.rank()).map(|ax| self.axis_domain(t, ax)).collect(),
+                    shape: self.data_shape[t].clone(),
+                    family: families[t],
+                    sparse_values,
+                    span: d.span,
+                    declared: d.declared.map(|s| program.statements[s].span),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Whether a right-hand side keeps integer values exact (§4).
+fn integral(n: &Node, kinds: &[Kind]) -> bool {
+    match n {
+        Node::Const(c) => c.fract() == 0.0,
+        Node::Var(_) => true,
+        Node::Read { tensor, .. } => kinds[*tensor] != Kind::Real,
+        Node::Sum { body, .. } | Node::Neg(body) | Node::Not(body) => integral(body, kinds),
+        Node::Product(fs) => fs.iter().all(|(div, f)| !div && integral(f, kinds)),
+        Node::Binary(op, a, b) => *op != BinOp::Pow && integral(a, kinds) && integral(b, kinds),
+        Node::Compare(..) => true,
+        Node::Call(Func::Builtin(b), args) => {
+            matches!(
+                b,
+                Builtin::Step | Builtin::Relu | Builtin::Abs | Builtin::Max | Builtin::Min
+            ) && args.iter().all(|a| integral(a, kinds))
+        }
+        Node::Call(Func::User(_), _) | Node::Normalize(..) => false,
+        Node::Concat { arg, .. } => integral(arg, kinds),
+    }
+}

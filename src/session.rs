@@ -1,0 +1,259 @@
+//! The library API (§16): parse a program, bind tensors from memory, register functions,
+//! run, read tensors back and answer queries. The `tl` CLI is a thin layer over this.
+
+use crate::diagnostics::{codes, Diagnostic, Diagnostics};
+use crate::eval::{Engine, EvalOptions, Reference};
+use crate::functions::UserFunction;
+use crate::io::{write_files, RawData, Row, WriteRequest};
+use crate::output;
+use crate::semantics::{self, CheckInput, Checked, Output, Settings};
+use crate::syntax::{self, ast::Program};
+use crate::tensor::Tensor;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Options for a run: meaning ([`Settings`]) and evaluation ([`EvalOptions`]).
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// What the program means (precision, `--set`, iteration cap, memory cap, seed).
+    pub settings: Settings,
+    /// Convergence tolerance for real recursion (§9); 1e-6 when `None`.
+    pub tol: Option<f64>,
+    /// Whether to write the program's output files (§11).
+    pub write_files: bool,
+}
+
+/// A program being worked with: its source, bound data, registered functions and, after a
+/// run, its values.
+#[derive(Default)]
+pub struct Session {
+    file_name: String,
+    source: String,
+    base_dir: PathBuf,
+    program: Program,
+    bindings: BTreeMap<String, RawData>,
+    functions: BTreeMap<String, UserFunction>,
+    checked: Option<Checked>,
+    values: Option<Vec<Tensor>>,
+}
+
+impl Session {
+    /// An empty session; register functions before loading a program that calls them.
+    pub fn new() -> Session {
+        Session::default()
+    }
+
+    /// Registers an elementwise function `f` with derivative `df` under `name`.
+    pub fn register_function(
+        &mut self,
+        name: &str,
+        f: impl Fn(f64) -> f64 + Send + Sync + 'static,
+        df: impl Fn(f64) -> f64 + Send + Sync + 'static,
+    ) {
+        self.functions.insert(
+            name.to_string(),
+            UserFunction {
+                f: Arc::new(f),
+                df: Arc::new(df),
+            },
+        );
+    }
+
+    /// Parses a program given as text; `file_name` is used in diagnostics and `base_dir`
+    /// resolves its file paths.
+    pub fn load_source(
+        &mut self,
+        file_name: &str,
+        source: &str,
+        base_dir: &Path,
+    ) -> Result<(), Diagnostics> {
+        self.file_name = file_name.to_string();
+        self.source = source.to_string();
+        self.base_dir = base_dir.to_path_buf();
+        self.checked = None;
+        self.values = None;
+        let funcs: Vec<String> = self.functions.keys().cloned().collect();
+        let is_function = |n: &str| crate::functions::is_builtin(n) || funcs.iter().any(|f| f == n);
+        let (program, errors) = syntax::parse(source, &is_function);
+        self.program = program;
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(Diagnostics(errors))
+        }
+    }
+
+    /// Reads and parses a program file.
+    pub fn load_file(&mut self, path: &Path) -> Result<(), Diagnostics> {
+        let source = std::fs::read_to_string(path).map_err(|e| {
+            Diagnostics::from(Diagnostic::global(
+                codes::FILE,
+                format!("cannot read `{}`: {e}", path.display()),
+            ))
+        })?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let name = path.display().to_string();
+        self.load_source(&name, &source, &base)
+    }
+
+    /// The loaded source and its file name, for rendering diagnostics.
+    pub fn source(&self) -> (&str, &str) {
+        (&self.file_name, &self.source)
+    }
+
+    /// Binds a tensor from memory, as if it were read from a file (positions index symbols in
+    /// interning order for symbolic axes).
+    pub fn bind(&mut self, name: &str, tensor: &Tensor) {
+        self.bindings.insert(
+            name.to_string(),
+            RawData::Dense {
+                shape: tensor.shape.clone(),
+                values: tensor.to_dense_values(),
+                elem: tensor.elem,
+            },
+        );
+    }
+
+    /// Binds a relation (or a valued tensor, with a final value field) from rows of fields, as
+    /// if read from a `.tsv` file.
+    pub fn bind_rows(&mut self, name: &str, rows: &[Vec<String>]) {
+        let rows = rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Row {
+                line: i + 1,
+                fields: r.clone(),
+            })
+            .collect();
+        self.bindings.insert(name.to_string(), RawData::Table(rows));
+    }
+
+    /// Binds raw file contents (as read by [`crate::io::read_file`]) to a tensor.
+    pub fn bind_raw(&mut self, name: &str, raw: RawData) {
+        self.bindings.insert(name.to_string(), raw);
+    }
+
+    /// Names the program declares or initialises: its parameters (§12), which a checkpoint
+    /// may supply.
+    pub fn parameter_names(&self) -> Vec<String> {
+        use crate::syntax::ast::StmtKind;
+        self.program
+            .statements
+            .iter()
+            .filter_map(|s| match &s.kind {
+                StmtKind::Declaration { name, .. } | StmtKind::Init { name, .. } => {
+                    Some(name.text.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Checks the program without evaluating it.
+    pub fn check(&mut self, settings: &Settings) -> Result<&Checked, Diagnostics> {
+        let input = CheckInput {
+            program: &self.program,
+            base_dir: self.base_dir.clone(),
+            bindings: &self.bindings,
+            user_functions: self.functions.keys().cloned().collect(),
+            settings: settings.clone(),
+        };
+        let checked = semantics::check(&input)?;
+        Ok(self.checked.insert(checked))
+    }
+
+    /// Checks, evaluates with the reference engine, writes files and answers the program's
+    /// queries. Returns the answer lines in source order.
+    pub fn run(&mut self, options: &RunOptions) -> Result<Vec<String>, Diagnostics> {
+        self.run_with(&Reference, options)
+    }
+
+    /// As [`Session::run`], with a chosen engine.
+    pub fn run_with(
+        &mut self,
+        engine: &dyn Engine,
+        options: &RunOptions,
+    ) -> Result<Vec<String>, Diagnostics> {
+        self.check(&options.settings)?;
+        let checked = self
+            .checked
+            .as_ref()
+            .ok_or_else(|| Diagnostics::from(Diagnostic::global(codes::FORM, "no program")))?;
+        let eval = EvalOptions {
+            tol: options.tol.unwrap_or(1e-6),
+            max_iters: options.settings.max_iters,
+            max_memory: options.settings.max_memory,
+            functions: self.functions.clone(),
+        };
+        let values = engine.evaluate(checked, &eval)?;
+        let mut lines = Vec::new();
+        let mut writes = Vec::new();
+        for out in &checked.outputs {
+            match out {
+                Output::Query(q) => lines.extend(output::answer(checked, &values, q)),
+                Output::Write { path, tensor, span } => writes.push((path.clone(), *tensor, *span)),
+            }
+        }
+        if options.write_files {
+            write_outputs(checked, &values, &writes)?;
+        }
+        self.values = Some(values);
+        Ok(lines)
+    }
+
+    /// The value of a tensor after a run.
+    pub fn tensor(&self, name: &str) -> Option<&Tensor> {
+        let id = self.checked.as_ref()?.tensor_id(name)?;
+        self.values.as_ref()?.get(id)
+    }
+
+    /// The checked program of the last check or run.
+    pub fn checked(&self) -> Option<&Checked> {
+        self.checked.as_ref()
+    }
+
+    /// Answers a query such as `Ancestor(Alice, x)` (with or without `?`) after a run; the
+    /// answer is the same as forward chaining's (§9).
+    pub fn query(&self, text: &str) -> Result<Vec<String>, Diagnostics> {
+        let funcs: Vec<String> = self.functions.keys().cloned().collect();
+        let is_function = |n: &str| crate::functions::is_builtin(n) || funcs.iter().any(|f| f == n);
+        let access = syntax::parse_query(text, &is_function)?;
+        let (Some(checked), Some(values)) = (&self.checked, &self.values) else {
+            return Err(
+                Diagnostic::global(codes::QUERY, "run the program before querying it").into(),
+            );
+        };
+        let q = semantics::resolve_query(checked, &access)?;
+        Ok(output::answer(checked, values, &q))
+    }
+}
+
+fn write_outputs(
+    checked: &Checked,
+    values: &[Tensor],
+    writes: &[(PathBuf, usize, crate::diagnostics::Span)],
+) -> Result<(), Diagnostics> {
+    let labels: Vec<Box<dyn Fn(usize, usize) -> String + '_>> = writes
+        .iter()
+        .map(|&(_, t, _)| {
+            Box::new(move |ax: usize, pos: usize| output::label(checked, t, ax, pos, false))
+                as Box<dyn Fn(usize, usize) -> String>
+        })
+        .collect();
+    let requests: Vec<WriteRequest> = writes
+        .iter()
+        .zip(&labels)
+        .map(|((path, t, _), label)| WriteRequest {
+            path: path.clone(),
+            name: checked.tensors[*t].name.clone(),
+            tensor: &values[*t],
+            boolean: checked.tensors[*t].kind == semantics::Kind::Bool,
+            label: label.as_ref(),
+        })
+        .collect();
+    write_files(&requests).map_err(|msg| {
+        let span = writes.first().map(|w| w.2).unwrap_or_default();
+        Diagnostics::from(Diagnostic::error(codes::FILE, span, msg))
+    })
+}

@@ -1,0 +1,295 @@
+//! The syntax tree: statements of §3 and expressions of §6.1, each carrying its span.
+
+use crate::diagnostics::Span;
+
+/// A parsed program: its statements in source order.
+#[derive(Clone, Debug, Default)]
+pub struct Program {
+    /// Statements in source order (order matters for queries, writes and symbol interning).
+    pub statements: Vec<Statement>,
+}
+
+/// One statement and where it is.
+#[derive(Clone, Debug)]
+pub struct Statement {
+    /// What it says.
+    pub kind: StmtKind,
+    /// The whole statement.
+    pub span: Span,
+}
+
+/// A name with its location.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Name {
+    /// The identifier text.
+    pub text: String,
+    /// Where it is written.
+    pub span: Span,
+}
+
+/// The statement forms of §3.
+#[derive(Clone, Debug)]
+pub enum StmtKind {
+    /// `C[i,k] = A[i,j] B[j,k]`, `Y[i] max= ...`, `Ancestor(x,z) = ...`.
+    Equation {
+        /// Left-hand side.
+        lhs: Access,
+        /// Accumulation operator.
+        op: AccumOp,
+        /// Right-hand side.
+        rhs: Expr,
+    },
+    /// `H(x) :- B1(x), not B2(x), x != y.`
+    Rule {
+        /// Head atom.
+        head: Access,
+        /// Body literals, joined.
+        body: Vec<Expr>,
+    },
+    /// `Parent(Alice, Bob).`
+    Fact(Access),
+    /// `W = [0.2, 1.9]`.
+    Literal {
+        /// Tensor name.
+        name: Name,
+        /// Nested values.
+        value: Nested,
+    },
+    /// `S = 2`.
+    Scalar {
+        /// Constant name.
+        name: Name,
+        /// Its value.
+        value: f64,
+        /// Written as an integer (usable in index arithmetic).
+        is_int: bool,
+    },
+    /// `W1 : real[Hidden, 784]`.
+    Declaration {
+        /// Tensor name.
+        name: Name,
+        /// Element type name (`real`, `bool`, `f16`, ...).
+        ty: Name,
+        /// Axis domains or sizes.
+        dims: Vec<Dim>,
+    },
+    /// `Hidden : 64`, `Person : {Alice, Bob}`.
+    Domain {
+        /// Domain name.
+        name: Name,
+        /// Its definition.
+        def: DomainDef,
+    },
+    /// `W ~ normal(0, 0.05)`.
+    Init {
+        /// Parameter name.
+        name: Name,
+        /// Distribution name.
+        dist: Name,
+        /// Its numeric arguments.
+        args: Vec<f64>,
+    },
+    /// `Parent = "parent.tsv"`.
+    FileRead {
+        /// Tensor name.
+        name: Name,
+        /// Path as written.
+        path: String,
+    },
+    /// `"out.tsv" = Ancestor`.
+    FileWrite {
+        /// Path as written.
+        path: String,
+        /// Tensor name.
+        name: Name,
+    },
+    /// `Ancestor(Alice, x)?`.
+    Query(Access),
+}
+
+/// Accumulation operators of §7.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccumOp {
+    /// `=`
+    Assign,
+    /// `+=`
+    Add,
+    /// `max=`
+    Max,
+    /// `min=`
+    Min,
+    /// `avg=`
+    Avg,
+}
+
+/// One axis of a declaration.
+#[derive(Clone, Debug)]
+pub enum Dim {
+    /// A named domain.
+    Named(Name),
+    /// A literal size.
+    Size(usize, Span),
+}
+
+/// A domain declaration's right-hand side.
+#[derive(Clone, Debug)]
+pub enum DomainDef {
+    /// An integer range `0..n`.
+    Size(usize),
+    /// A set of symbols, numbered in this order.
+    Symbols(Vec<Name>),
+}
+
+/// Nested list literal.
+#[derive(Clone, Debug)]
+pub enum Nested {
+    /// A number.
+    Leaf(f64, Span),
+    /// A bracketed list.
+    List(Vec<Nested>, Span),
+}
+
+/// Which brackets an access uses: parentheses make the tensor Boolean (§4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Brackets {
+    /// `Name`
+    None,
+    /// `Name[...]`
+    Square,
+    /// `Name(...)`
+    Paren,
+}
+
+/// A tensor access `Name[i, j]` or `Name(x, y)`.
+#[derive(Clone, Debug)]
+pub struct Access {
+    /// Tensor name.
+    pub name: Name,
+    /// Bracket style.
+    pub brackets: Brackets,
+    /// Index expressions.
+    pub indices: Vec<Index>,
+    /// Whole access.
+    pub span: Span,
+}
+
+/// An index expression (§5).
+#[derive(Clone, Debug)]
+pub enum Index {
+    /// A name: a variable, a scalar constant or a symbol, resolved later.
+    Name(Name),
+    /// An integer constant.
+    Int(i64, Span),
+    /// A quoted symbol.
+    Str(String, Span),
+    /// Index arithmetic.
+    Arith(Box<Index>, ArithOp, Box<Index>, Span),
+    /// A virtual index `*t`, `*t+1`.
+    Virtual(Box<Index>, Span),
+    /// A normalised index `p'.`.
+    Normalized(Name),
+    /// A slice `a:b` (either side optional).
+    Slice(Option<i64>, Option<i64>, Span),
+}
+
+impl Index {
+    /// Where it is written.
+    pub fn span(&self) -> Span {
+        match self {
+            Index::Name(n) | Index::Normalized(n) => n.span,
+            Index::Int(_, s)
+            | Index::Str(_, s)
+            | Index::Arith(_, _, _, s)
+            | Index::Virtual(_, s)
+            | Index::Slice(_, _, s) => *s,
+        }
+    }
+}
+
+/// Operators of index arithmetic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArithOp {
+    /// `+`
+    Add,
+    /// `-`
+    Sub,
+    /// `*`
+    Mul,
+    /// `/` (floor division)
+    Div,
+}
+
+/// Binary arithmetic on values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    /// `+`
+    Add,
+    /// `-`
+    Sub,
+    /// `^`
+    Pow,
+}
+
+/// Comparison operators (§6.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CmpOp {
+    /// `==`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+}
+
+/// Right-hand-side expressions (§6.1).
+#[derive(Clone, Debug)]
+pub enum Expr {
+    /// A numeric literal.
+    Number(f64, Span),
+    /// A string: a symbol constant.
+    Str(String, Span),
+    /// A tensor access, a bare name, or an index variable used as a value.
+    Access(Access),
+    /// A function call.
+    Call {
+        /// Function name.
+        func: Name,
+        /// Arguments; each is a summation point.
+        args: Vec<Expr>,
+        /// Whole call.
+        span: Span,
+    },
+    /// `-e`
+    Neg(Box<Expr>, Span),
+    /// `not e`
+    Not(Box<Expr>, Span),
+    /// `a + b`, `a - b`, `a ^ b`.
+    Binary(BinOp, Box<Expr>, Box<Expr>, Span),
+    /// A comparison.
+    Compare(CmpOp, Box<Expr>, Box<Expr>, Span),
+    /// A product of factors (a join): the summation point of §6.2. The flag marks division.
+    Term(Vec<(bool, Expr)>, Span),
+}
+
+impl Expr {
+    /// Where it is written.
+    pub fn span(&self) -> Span {
+        match self {
+            Expr::Number(_, s)
+            | Expr::Str(_, s)
+            | Expr::Call { span: s, .. }
+            | Expr::Neg(_, s)
+            | Expr::Not(_, s)
+            | Expr::Binary(_, _, _, s)
+            | Expr::Compare(_, _, _, s)
+            | Expr::Term(_, s) => *s,
+            Expr::Access(a) => a.span,
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! Tokens of §2, with newlines inside `()`, `[]` and `{}` dropped so that the parser sees a
+//! newline only where it may end a statement.
+
+use crate::diagnostics::{codes, Diagnostic, Span};
+use logos::Logos;
+
+/// One token of Tensor Logic source.
+#[derive(Logos, Clone, Debug, PartialEq)]
+#[logos(skip r"[ \t\r\f]+")]
+#[logos(skip r"#[^\n]*")]
+pub enum Tok {
+    /// Ends a statement outside brackets.
+    #[token("\n")]
+    Newline,
+    /// Ends a statement.
+    #[token(";")]
+    Semi,
+    /// Ends a rule or fact; marks a normalised index (`p'.`).
+    #[token(".")]
+    Dot,
+    /// Separates indices, arguments and body literals.
+    #[token(",")]
+    Comma,
+    /// `(`
+    #[token("(")]
+    LParen,
+    /// `)`
+    #[token(")")]
+    RParen,
+    /// `[`
+    #[token("[")]
+    LBracket,
+    /// `]`
+    #[token("]")]
+    RBracket,
+    /// `{`
+    #[token("{")]
+    LBrace,
+    /// `}`
+    #[token("}")]
+    RBrace,
+    /// The rule arrow in any of its three spellings.
+    #[token(":-")]
+    #[token("<-")]
+    #[token("←")]
+    Arrow,
+    /// Declarations and slices.
+    #[token(":")]
+    Colon,
+    /// Ends a query.
+    #[token("?")]
+    Question,
+    /// Initialisation.
+    #[token("~")]
+    Tilde,
+    /// `=`
+    #[token("=")]
+    Assign,
+    /// `+=`
+    #[token("+=")]
+    PlusAssign,
+    /// `max=`
+    #[token("max=")]
+    MaxAssign,
+    /// `min=`
+    #[token("min=")]
+    MinAssign,
+    /// `avg=`
+    #[token("avg=")]
+    AvgAssign,
+    /// `==`
+    #[token("==")]
+    EqEq,
+    /// `!=`
+    #[token("!=")]
+    NotEq,
+    /// `<`
+    #[token("<")]
+    Lt,
+    /// `<=`
+    #[token("<=")]
+    Le,
+    /// `>`
+    #[token(">")]
+    Gt,
+    /// `>=`
+    #[token(">=")]
+    Ge,
+    /// `+`
+    #[token("+")]
+    Plus,
+    /// `-`
+    #[token("-")]
+    Minus,
+    /// `*`: the join written out, or a virtual index.
+    #[token("*")]
+    Star,
+    /// `/`
+    #[token("/")]
+    Slash,
+    /// `^`
+    #[token("^")]
+    Caret,
+    /// Negation.
+    #[token("not")]
+    Not,
+    /// A name.
+    #[regex(r"[A-Za-z_][A-Za-z0-9_']*", |lex| lex.slice().to_string())]
+    Ident(String),
+    /// A number; `is_int` tells whether it was written without a fraction or exponent.
+    #[regex(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?", number)]
+    Number(Number),
+    /// A string with its escapes resolved.
+    #[regex(r#""([^"\\\n]|\\.)*""#, string)]
+    Str(String),
+}
+
+/// A numeric literal.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Number {
+    /// Its value.
+    pub value: f64,
+    /// True when written as a plain integer (usable as an index).
+    pub is_int: bool,
+}
+
+fn number(lex: &mut logos::Lexer<Tok>) -> Option<Number> {
+    let s = lex.slice();
+    let value: f64 = s.parse().ok()?;
+    Some(Number {
+        value,
+        is_int: !s.contains(['.', 'e', 'E']),
+    })
+}
+
+fn string(lex: &mut logos::Lexer<Tok>) -> Option<String> {
+    let s = lex.slice();
+    let inner = &s[1..s.len() - 1];
+    let mut out = String::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            match chars.next() {
+                Some('"') => out.push('"'),
+                Some('\\') => out.push('\\'),
+                Some('n') => out.push('\n'),
+                Some('t') => out.push('\t'),
+                _ => return None,
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Some(out)
+}
+
+/// Splits source into tokens, reporting every invalid character or string.
+pub fn lex(source: &str) -> (Vec<(Tok, Span)>, Vec<Diagnostic>) {
+    let mut tokens = Vec::new();
+    let mut errors = Vec::new();
+    let mut depth: usize = 0;
+    for (result, range) in Tok::lexer(source).spanned() {
+        let span = Span::new(range.start, range.end);
+        match result {
+            Ok(tok) => {
+                match tok {
+                    Tok::LParen | Tok::LBracket | Tok::LBrace => depth += 1,
+                    Tok::RParen | Tok::RBracket | Tok::RBrace => depth = depth.saturating_sub(1),
+                    Tok::Newline if depth > 0 => continue,
+                    _ => {}
+                }
+                tokens.push((tok, span));
+            }
+            Err(()) => {
+                let text = &source[range.clone()];
+                let what = if text.starts_with('"') {
+                    "unterminated or malformed string".to_string()
+                } else {
+                    format!("unexpected character `{}`", text.escape_debug())
+                };
+                errors.push(Diagnostic::error(codes::SYNTAX, span, what));
+            }
+        }
+    }
+    (tokens, errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(s: &str) -> Vec<Tok> {
+        lex(s).0.into_iter().map(|(t, _)| t).collect()
+    }
+
+    #[test]
+    fn accumulation_operators_win_over_names() {
+        assert_eq!(
+            kinds("Y max= A"),
+            vec![
+                Tok::Ident("Y".into()),
+                Tok::MaxAssign,
+                Tok::Ident("A".into())
+            ]
+        );
+        assert_eq!(kinds("max(a")[0], Tok::Ident("max".into()));
+    }
+
+    #[test]
+    fn newlines_inside_brackets_are_dropped() {
+        let toks = kinds("A = [1,\n 2]\nB");
+        assert_eq!(toks.iter().filter(|t| **t == Tok::Newline).count(), 1);
+    }
+
+    #[test]
+    fn primes_and_arrows() {
+        assert_eq!(kinds("p'")[0], Tok::Ident("p'".into()));
+        assert_eq!(kinds("← <- :-"), vec![Tok::Arrow, Tok::Arrow, Tok::Arrow]);
+    }
+
+    #[test]
+    fn numbers_keep_integer_flag_and_dot_ends_statement() {
+        let toks = kinds("X = 3.");
+        assert!(matches!(toks[2], Tok::Number(Number { is_int: true, .. })));
+        assert_eq!(toks[3], Tok::Dot);
+    }
+
+    #[test]
+    fn bad_characters_are_reported_not_panicked() {
+        let (_, errs) = lex("A = $ \"open");
+        assert_eq!(errs.len(), 2);
+    }
+}

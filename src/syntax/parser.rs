@@ -1,0 +1,812 @@
+//! Recursive-descent parser for §3 statements and the §6.1 expression grammar.
+//!
+//! On an error it records a diagnostic and skips to the next statement boundary, so every
+//! syntax error in a file is reported in one run.
+
+use super::ast::*;
+use super::lexer::{lex, Number, Tok};
+use crate::diagnostics::{codes, Diagnostic, Span};
+
+/// Parses a whole program. `is_function` tells a call `f(x)` from a Boolean access `R(x)`.
+pub fn parse(source: &str, is_function: &dyn Fn(&str) -> bool) -> (Program, Vec<Diagnostic>) {
+    let (tokens, mut errors) = lex(source);
+    let mut p = Parser {
+        tokens,
+        pos: 0,
+        end: source.len(),
+        is_function,
+    };
+    let mut program = Program::default();
+    loop {
+        p.skip_separators();
+        if p.at_end() {
+            break;
+        }
+        match p.statement() {
+            Ok(stmt) => program.statements.push(stmt),
+            Err(e) => {
+                errors.push(e);
+                p.recover();
+            }
+        }
+    }
+    (program, errors)
+}
+
+/// Parses the text of a query as given to `tl query` (with or without the trailing `?`).
+pub fn parse_query(text: &str, is_function: &dyn Fn(&str) -> bool) -> Result<Access, Diagnostic> {
+    let (tokens, errors) = lex(text);
+    if let Some(e) = errors.into_iter().next() {
+        return Err(e);
+    }
+    let mut p = Parser {
+        tokens,
+        pos: 0,
+        end: text.len(),
+        is_function,
+    };
+    let access = p.access()?;
+    p.eat(&Tok::Question);
+    p.skip_separators();
+    if !p.at_end() {
+        return Err(p.unexpected("the end of the query"));
+    }
+    Ok(access)
+}
+
+type PResult<T> = Result<T, Diagnostic>;
+
+struct Parser<'a> {
+    tokens: Vec<(Tok, Span)>,
+    pos: usize,
+    end: usize,
+    is_function: &'a dyn Fn(&str) -> bool,
+}
+
+impl Parser<'_> {
+    fn peek(&self) -> Option<&Tok> {
+        self.tokens.get(self.pos).map(|(t, _)| t)
+    }
+
+    fn peek_at(&self, k: usize) -> Option<&Tok> {
+        self.tokens.get(self.pos + k).map(|(t, _)| t)
+    }
+
+    fn span(&self) -> Span {
+        self.tokens
+            .get(self.pos)
+            .map(|(_, s)| *s)
+            .unwrap_or(Span::new(self.end, self.end))
+    }
+
+    fn prev_span(&self) -> Span {
+        self.pos
+            .checked_sub(1)
+            .and_then(|i| self.tokens.get(i))
+            .map(|(_, s)| *s)
+            .unwrap_or(Span::new(0, 0))
+    }
+
+    fn at_end(&self) -> bool {
+        self.pos >= self.tokens.len()
+    }
+
+    fn bump(&mut self) -> Option<(Tok, Span)> {
+        let t = self.tokens.get(self.pos).cloned();
+        if t.is_some() {
+            self.pos += 1;
+        }
+        t
+    }
+
+    fn eat(&mut self, tok: &Tok) -> bool {
+        if self.peek() == Some(tok) {
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect(&mut self, tok: &Tok, what: &str) -> PResult<Span> {
+        if self.eat(tok) {
+            Ok(self.prev_span())
+        } else {
+            Err(self.unexpected(what))
+        }
+    }
+
+    fn unexpected(&self, wanted: &str) -> Diagnostic {
+        let found = match self.peek() {
+            None => "end of input".to_string(),
+            Some(Tok::Newline) => "end of line".to_string(),
+            Some(t) => format!("`{}`", describe(t)),
+        };
+        Diagnostic::error(
+            codes::SYNTAX,
+            self.span(),
+            format!("expected {wanted}, found {found}"),
+        )
+        .with_label(format!("expected {wanted}"))
+    }
+
+    fn skip_separators(&mut self) {
+        while matches!(self.peek(), Some(Tok::Newline | Tok::Semi)) {
+            self.pos += 1;
+        }
+    }
+
+    fn recover(&mut self) {
+        while let Some(t) = self.peek() {
+            if matches!(t, Tok::Newline | Tok::Semi) {
+                break;
+            }
+            self.pos += 1;
+        }
+    }
+
+    fn name(&mut self, what: &str) -> PResult<Name> {
+        match self.peek() {
+            Some(Tok::Ident(text)) => {
+                let name = Name {
+                    text: text.clone(),
+                    span: self.span(),
+                };
+                self.pos += 1;
+                Ok(name)
+            }
+            _ => Err(self.unexpected(what)),
+        }
+    }
+
+    fn end_statement(&mut self) -> PResult<()> {
+        if self.eat(&Tok::Dot) {
+            return Ok(());
+        }
+        match self.peek() {
+            None | Some(Tok::Newline | Tok::Semi) => Ok(()),
+            _ => Err(self.unexpected("the end of the statement")),
+        }
+    }
+
+    fn statement(&mut self) -> PResult<Statement> {
+        let start = self.span();
+        let kind = self.statement_kind()?;
+        let span = start.to(self.prev_span());
+        self.end_statement()?;
+        Ok(Statement { kind, span })
+    }
+
+    fn statement_kind(&mut self) -> PResult<StmtKind> {
+        if let Some(Tok::Str(path)) = self.peek().cloned() {
+            self.pos += 1;
+            self.expect(&Tok::Assign, "`=` after the output path")?;
+            let name = self.name("the name of the tensor to write")?;
+            return Ok(StmtKind::FileWrite { path, name });
+        }
+        if matches!(self.peek(), Some(Tok::Ident(_))) {
+            match self.peek_at(1) {
+                Some(Tok::Colon) => return self.declaration(),
+                Some(Tok::Tilde) => return self.init(),
+                _ => {}
+            }
+        }
+        let lhs = self.access()?;
+        match self.peek().cloned() {
+            Some(Tok::Question) => {
+                self.pos += 1;
+                Ok(StmtKind::Query(lhs))
+            }
+            Some(Tok::Arrow) => {
+                self.pos += 1;
+                let mut body = vec![self.cmp()?];
+                while self.eat(&Tok::Comma) {
+                    body.push(self.cmp()?);
+                }
+                Ok(StmtKind::Rule { head: lhs, body })
+            }
+            Some(
+                op @ (Tok::Assign
+                | Tok::PlusAssign
+                | Tok::MaxAssign
+                | Tok::MinAssign
+                | Tok::AvgAssign),
+            ) => {
+                self.pos += 1;
+                let op = match op {
+                    Tok::PlusAssign => AccumOp::Add,
+                    Tok::MaxAssign => AccumOp::Max,
+                    Tok::MinAssign => AccumOp::Min,
+                    Tok::AvgAssign => AccumOp::Avg,
+                    _ => AccumOp::Assign,
+                };
+                self.equation(lhs, op)
+            }
+            None | Some(Tok::Newline | Tok::Semi | Tok::Dot) => Ok(StmtKind::Fact(lhs)),
+            _ => Err(self.unexpected("`=`, `:-`, `?` or the end of the statement")),
+        }
+    }
+
+    fn equation(&mut self, lhs: Access, op: AccumOp) -> PResult<StmtKind> {
+        let bare = lhs.brackets == Brackets::None;
+        if bare && op == AccumOp::Assign {
+            match self.peek().cloned() {
+                Some(Tok::Str(path)) => {
+                    self.pos += 1;
+                    return Ok(StmtKind::FileRead {
+                        name: lhs.name,
+                        path,
+                    });
+                }
+                Some(Tok::LBracket) => {
+                    let value = self.nested()?;
+                    return Ok(StmtKind::Literal {
+                        name: lhs.name,
+                        value,
+                    });
+                }
+                _ => {}
+            }
+            if let Some((value, is_int)) = self.scalar_literal() {
+                return Ok(StmtKind::Scalar {
+                    name: lhs.name,
+                    value,
+                    is_int,
+                });
+            }
+        }
+        let rhs = self.cmp()?;
+        Ok(StmtKind::Equation { lhs, op, rhs })
+    }
+
+    /// A lone (possibly negated) number followed by the end of the statement.
+    fn scalar_literal(&mut self) -> Option<(f64, bool)> {
+        let (neg, k) = if self.peek() == Some(&Tok::Minus) {
+            (true, 1)
+        } else {
+            (false, 0)
+        };
+        let Some(Tok::Number(Number { value, is_int })) = self.peek_at(k).cloned() else {
+            return None;
+        };
+        if !matches!(
+            self.peek_at(k + 1),
+            None | Some(Tok::Newline | Tok::Semi | Tok::Dot)
+        ) {
+            return None;
+        }
+        self.pos += k + 1;
+        Some((if neg { -value } else { value }, is_int))
+    }
+
+    fn nested(&mut self) -> PResult<Nested> {
+        if self.peek() == Some(&Tok::LBracket) {
+            let start = self.span();
+            self.pos += 1;
+            let mut items = Vec::new();
+            if self.peek() != Some(&Tok::RBracket) {
+                items.push(self.nested()?);
+                while self.eat(&Tok::Comma) {
+                    if self.peek() == Some(&Tok::RBracket) {
+                        break;
+                    }
+                    items.push(self.nested()?);
+                }
+            }
+            let end = self.expect(&Tok::RBracket, "`,` or `]`")?;
+            return Ok(Nested::List(items, start.to(end)));
+        }
+        let start = self.span();
+        let neg = self.eat(&Tok::Minus);
+        match self.bump() {
+            Some((Tok::Number(n), s)) => Ok(Nested::Leaf(
+                if neg { -n.value } else { n.value },
+                start.to(s),
+            )),
+            _ => {
+                self.pos -= 1;
+                Err(self.unexpected("a number or `[`"))
+            }
+        }
+    }
+
+    fn declaration(&mut self) -> PResult<StmtKind> {
+        let name = self.name("a name")?;
+        self.expect(&Tok::Colon, "`:`")?;
+        match self.peek().cloned() {
+            Some(Tok::Number(n)) => {
+                self.pos += 1;
+                let size = as_size(n).ok_or_else(|| {
+                    Diagnostic::error(
+                        codes::SYNTAX,
+                        self.prev_span(),
+                        "a domain size must be a non-negative integer",
+                    )
+                })?;
+                Ok(StmtKind::Domain {
+                    name,
+                    def: DomainDef::Size(size),
+                })
+            }
+            Some(Tok::LBrace) => {
+                self.pos += 1;
+                let mut symbols = Vec::new();
+                while self.peek() != Some(&Tok::RBrace) {
+                    match self.bump() {
+                        Some((Tok::Ident(text), span)) | Some((Tok::Str(text), span)) => {
+                            symbols.push(Name { text, span })
+                        }
+                        Some((Tok::Number(n), span)) if n.is_int => symbols.push(Name {
+                            text: format!("{}", n.value),
+                            span,
+                        }),
+                        _ => {
+                            self.pos = self.pos.saturating_sub(1);
+                            return Err(self.unexpected("a symbol"));
+                        }
+                    }
+                    if !self.eat(&Tok::Comma) {
+                        break;
+                    }
+                }
+                self.expect(&Tok::RBrace, "`,` or `}`")?;
+                Ok(StmtKind::Domain {
+                    name,
+                    def: DomainDef::Symbols(symbols),
+                })
+            }
+            Some(Tok::Ident(_)) => {
+                let ty = self.name("a type")?;
+                let mut dims = Vec::new();
+                if self.eat(&Tok::LBracket) {
+                    loop {
+                        match self.bump() {
+                            Some((Tok::Ident(text), span)) => {
+                                dims.push(Dim::Named(Name { text, span }))
+                            }
+                            Some((Tok::Number(n), span)) => match as_size(n) {
+                                Some(size) => dims.push(Dim::Size(size, span)),
+                                None => {
+                                    return Err(Diagnostic::error(
+                                        codes::SYNTAX,
+                                        span,
+                                        "an extent must be a non-negative integer",
+                                    ))
+                                }
+                            },
+                            _ => {
+                                self.pos = self.pos.saturating_sub(1);
+                                return Err(self.unexpected("a domain name or an extent"));
+                            }
+                        }
+                        if !self.eat(&Tok::Comma) {
+                            break;
+                        }
+                    }
+                    self.expect(&Tok::RBracket, "`,` or `]`")?;
+                }
+                Ok(StmtKind::Declaration { name, ty, dims })
+            }
+            _ => Err(self.unexpected("a type, a size or `{`")),
+        }
+    }
+
+    fn init(&mut self) -> PResult<StmtKind> {
+        let name = self.name("a name")?;
+        self.expect(&Tok::Tilde, "`~`")?;
+        let dist = self.name("a distribution")?;
+        let mut args = Vec::new();
+        if self.eat(&Tok::LParen) {
+            loop {
+                let neg = self.eat(&Tok::Minus);
+                match self.bump() {
+                    Some((Tok::Number(n), _)) => args.push(if neg { -n.value } else { n.value }),
+                    _ => {
+                        self.pos = self.pos.saturating_sub(1);
+                        return Err(self.unexpected("a number"));
+                    }
+                }
+                if !self.eat(&Tok::Comma) {
+                    break;
+                }
+            }
+            self.expect(&Tok::RParen, "`,` or `)`")?;
+        }
+        Ok(StmtKind::Init { name, dist, args })
+    }
+
+    fn access(&mut self) -> PResult<Access> {
+        let name = self.name("a tensor name")?;
+        let (brackets, close) = match self.peek() {
+            Some(Tok::LBracket) => (Brackets::Square, Tok::RBracket),
+            Some(Tok::LParen) => (Brackets::Paren, Tok::RParen),
+            _ => {
+                return Ok(Access {
+                    span: name.span,
+                    name,
+                    brackets: Brackets::None,
+                    indices: Vec::new(),
+                })
+            }
+        };
+        self.pos += 1;
+        let mut indices = Vec::new();
+        if self.peek() != Some(&close) {
+            indices.push(self.index()?);
+            while self.eat(&Tok::Comma) {
+                indices.push(self.index()?);
+            }
+        }
+        let end = self.expect(
+            &close,
+            if close == Tok::RBracket {
+                "`,` or `]`"
+            } else {
+                "`,` or `)`"
+            },
+        )?;
+        Ok(Access {
+            span: name.span.to(end),
+            name,
+            brackets,
+            indices,
+        })
+    }
+
+    fn index(&mut self) -> PResult<Index> {
+        let start = self.span();
+        if self.eat(&Tok::Star) {
+            let inner = self.iarith()?;
+            return Ok(Index::Virtual(Box::new(inner), start.to(self.prev_span())));
+        }
+        if self.peek() == Some(&Tok::Colon) {
+            self.pos += 1;
+            let hi = self.slice_bound()?;
+            return Ok(Index::Slice(None, hi, start.to(self.prev_span())));
+        }
+        let first = self.iarith()?;
+        if self.eat(&Tok::Colon) {
+            let lo = match first {
+                Index::Int(v, _) => v,
+                _ => {
+                    return Err(Diagnostic::error(
+                        codes::SYNTAX,
+                        first.span(),
+                        "slice bounds must be integers",
+                    ))
+                }
+            };
+            let hi = self.slice_bound()?;
+            return Ok(Index::Slice(Some(lo), hi, start.to(self.prev_span())));
+        }
+        if let Index::Name(n) = &first {
+            if self.peek() == Some(&Tok::Dot) {
+                self.pos += 1;
+                return Ok(Index::Normalized(n.clone()));
+            }
+        }
+        Ok(first)
+    }
+
+    fn slice_bound(&mut self) -> PResult<Option<i64>> {
+        match self.peek().cloned() {
+            Some(Tok::Number(n)) if n.is_int => {
+                self.pos += 1;
+                Ok(Some(n.value as i64))
+            }
+            Some(Tok::Comma | Tok::RBracket) => Ok(None),
+            _ => Err(self.unexpected("an integer slice bound")),
+        }
+    }
+
+    fn iarith(&mut self) -> PResult<Index> {
+        let mut lhs = self.iterm()?;
+        loop {
+            let op = match self.peek() {
+                Some(Tok::Plus) => ArithOp::Add,
+                Some(Tok::Minus) => ArithOp::Sub,
+                _ => return Ok(lhs),
+            };
+            self.pos += 1;
+            let rhs = self.iterm()?;
+            let span = lhs.span().to(rhs.span());
+            lhs = Index::Arith(Box::new(lhs), op, Box::new(rhs), span);
+        }
+    }
+
+    fn iterm(&mut self) -> PResult<Index> {
+        let mut lhs = self.iatom()?;
+        loop {
+            let op = match self.peek() {
+                Some(Tok::Star) => ArithOp::Mul,
+                Some(Tok::Slash) => ArithOp::Div,
+                _ => return Ok(lhs),
+            };
+            self.pos += 1;
+            let rhs = self.iatom()?;
+            let span = lhs.span().to(rhs.span());
+            lhs = Index::Arith(Box::new(lhs), op, Box::new(rhs), span);
+        }
+    }
+
+    fn iatom(&mut self) -> PResult<Index> {
+        let start = self.span();
+        match self.bump() {
+            Some((Tok::Ident(text), span)) => Ok(Index::Name(Name { text, span })),
+            Some((Tok::Number(n), span)) if n.is_int => Ok(Index::Int(n.value as i64, span)),
+            Some((Tok::Str(s), span)) => Ok(Index::Str(s, span)),
+            Some((Tok::Minus, _)) => {
+                let inner = self.iatom()?;
+                let span = start.to(inner.span());
+                Ok(Index::Arith(
+                    Box::new(Index::Int(0, start)),
+                    ArithOp::Sub,
+                    Box::new(inner),
+                    span,
+                ))
+            }
+            Some((Tok::LParen, _)) => {
+                let inner = self.iarith()?;
+                self.expect(&Tok::RParen, "`)`")?;
+                Ok(inner)
+            }
+            _ => {
+                self.pos = self.pos.saturating_sub(1);
+                Err(self.unexpected("an index (a variable, an integer or a symbol)"))
+            }
+        }
+    }
+
+    fn cmp(&mut self) -> PResult<Expr> {
+        let lhs = self.sum()?;
+        let op = match self.peek() {
+            Some(Tok::EqEq) => CmpOp::Eq,
+            Some(Tok::NotEq) => CmpOp::Ne,
+            Some(Tok::Lt) => CmpOp::Lt,
+            Some(Tok::Le) => CmpOp::Le,
+            Some(Tok::Gt) => CmpOp::Gt,
+            Some(Tok::Ge) => CmpOp::Ge,
+            _ => return Ok(lhs),
+        };
+        self.pos += 1;
+        let rhs = self.sum()?;
+        let span = lhs.span().to(rhs.span());
+        Ok(Expr::Compare(op, Box::new(lhs), Box::new(rhs), span))
+    }
+
+    fn sum(&mut self) -> PResult<Expr> {
+        let mut lhs = self.term()?;
+        loop {
+            let op = match self.peek() {
+                Some(Tok::Plus) => BinOp::Add,
+                Some(Tok::Minus) => BinOp::Sub,
+                _ => return Ok(lhs),
+            };
+            self.pos += 1;
+            let rhs = self.term()?;
+            let span = lhs.span().to(rhs.span());
+            lhs = Expr::Binary(op, Box::new(lhs), Box::new(rhs), span);
+        }
+    }
+
+    fn starts_factor(&self) -> bool {
+        matches!(
+            self.peek(),
+            Some(Tok::Ident(_) | Tok::Number(_) | Tok::LParen | Tok::Str(_) | Tok::Not)
+        )
+    }
+
+    fn term(&mut self) -> PResult<Expr> {
+        let first = self.factor()?;
+        let mut span = first.span();
+        let mut factors = vec![(false, first)];
+        loop {
+            let divide = match self.peek() {
+                Some(Tok::Star) => {
+                    self.pos += 1;
+                    false
+                }
+                Some(Tok::Slash) => {
+                    self.pos += 1;
+                    true
+                }
+                _ if self.starts_factor() => false,
+                _ => break,
+            };
+            let f = self.factor()?;
+            span = span.to(f.span());
+            factors.push((divide, f));
+        }
+        Ok(Expr::Term(factors, span))
+    }
+
+    fn factor(&mut self) -> PResult<Expr> {
+        let start = self.span();
+        if self.eat(&Tok::Minus) {
+            let inner = self.factor()?;
+            let span = start.to(inner.span());
+            return Ok(Expr::Neg(Box::new(inner), span));
+        }
+        if self.eat(&Tok::Not) {
+            let inner = self.factor()?;
+            let span = start.to(inner.span());
+            return Ok(Expr::Not(Box::new(inner), span));
+        }
+        let base = self.primary()?;
+        if self.eat(&Tok::Caret) {
+            let exp = self.factor()?;
+            let span = base.span().to(exp.span());
+            return Ok(Expr::Binary(
+                BinOp::Pow,
+                Box::new(base),
+                Box::new(exp),
+                span,
+            ));
+        }
+        Ok(base)
+    }
+
+    fn primary(&mut self) -> PResult<Expr> {
+        match self.peek().cloned() {
+            Some(Tok::Number(n)) => {
+                self.pos += 1;
+                Ok(Expr::Number(n.value, self.prev_span()))
+            }
+            Some(Tok::Str(s)) => {
+                self.pos += 1;
+                Ok(Expr::Str(s, self.prev_span()))
+            }
+            Some(Tok::LParen) => {
+                self.pos += 1;
+                let inner = self.cmp()?;
+                self.expect(&Tok::RParen, "`)`")?;
+                Ok(inner)
+            }
+            Some(Tok::Ident(text)) => {
+                if (self.is_function)(&text) && self.peek_at(1) == Some(&Tok::LParen) {
+                    let func = self.name("a function")?;
+                    self.pos += 1;
+                    let mut args = vec![self.cmp()?];
+                    while self.eat(&Tok::Comma) {
+                        args.push(self.cmp()?);
+                    }
+                    let end = self.expect(&Tok::RParen, "`,` or `)`")?;
+                    return Ok(Expr::Call {
+                        span: func.span.to(end),
+                        func,
+                        args,
+                    });
+                }
+                Ok(Expr::Access(self.access()?))
+            }
+            _ => Err(self.unexpected("an expression")),
+        }
+    }
+}
+
+fn as_size(n: Number) -> Option<usize> {
+    (n.is_int && n.value >= 0.0 && n.value < 1e15).then_some(n.value as usize)
+}
+
+fn describe(t: &Tok) -> String {
+    match t {
+        Tok::Ident(s) => s.clone(),
+        Tok::Number(n) => format!("{}", n.value),
+        Tok::Str(s) => format!("\"{s}\""),
+        other => {
+            let s = format!("{other:?}");
+            match other {
+                Tok::Dot => ".".into(),
+                Tok::Comma => ",".into(),
+                Tok::LParen => "(".into(),
+                Tok::RParen => ")".into(),
+                Tok::LBracket => "[".into(),
+                Tok::RBracket => "]".into(),
+                Tok::LBrace => "{".into(),
+                Tok::RBrace => "}".into(),
+                Tok::Arrow => ":-".into(),
+                Tok::Colon => ":".into(),
+                Tok::Question => "?".into(),
+                Tok::Tilde => "~".into(),
+                Tok::Assign => "=".into(),
+                Tok::PlusAssign => "+=".into(),
+                Tok::MaxAssign => "max=".into(),
+                Tok::MinAssign => "min=".into(),
+                Tok::AvgAssign => "avg=".into(),
+                Tok::EqEq => "==".into(),
+                Tok::NotEq => "!=".into(),
+                Tok::Lt => "<".into(),
+                Tok::Le => "<=".into(),
+                Tok::Gt => ">".into(),
+                Tok::Ge => ">=".into(),
+                Tok::Plus => "+".into(),
+                Tok::Minus => "-".into(),
+                Tok::Star => "*".into(),
+                Tok::Slash => "/".into(),
+                Tok::Caret => "^".into(),
+                Tok::Not => "not".into(),
+                Tok::Semi => ";".into(),
+                _ => s,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_ok(src: &str) -> Program {
+        let (p, errs) = parse(src, &|n| crate::functions::is_builtin(n));
+        assert!(errs.is_empty(), "{errs:?}");
+        p
+    }
+
+    #[test]
+    fn statement_forms() {
+        let p = parse_ok(
+            "Parent(Ann, Bob). Parent(Bob, Cid).\nW = [[1,2],[3,4]]\nS = -2\nH : 64\nP : {A, B}\n\
+             W1 : real[H, 3]\nW1 ~ normal(0, 0.1)\nE = \"e.tsv\"\n\"o.tsv\" = E\nY?\n\
+             A(x,z) :- P(x,y), not Q(y), x != z.\nY[i] max= A[i,j]",
+        );
+        let kinds: Vec<_> = p
+            .statements
+            .iter()
+            .map(|s| std::mem::discriminant(&s.kind))
+            .collect();
+        assert_eq!(kinds.len(), 13);
+        assert!(matches!(p.statements[3].kind, StmtKind::Scalar { value, .. } if value == -2.0));
+        assert!(matches!(
+            p.statements[12].kind,
+            StmtKind::Equation {
+                op: AccumOp::Max,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn juxtaposition_and_division_form_one_term() {
+        let p = parse_ok("C[p, q.] = softmax(Q[p, d] K[q, d] / sqrt(D))");
+        let StmtKind::Equation { rhs, lhs, .. } = &p.statements[0].kind else {
+            panic!()
+        };
+        assert!(matches!(lhs.indices[1], Index::Normalized(_)));
+        let Expr::Term(f, _) = rhs else { panic!() };
+        let Expr::Call { args, .. } = &f[0].1 else {
+            panic!()
+        };
+        let Expr::Term(inner, _) = &args[0] else {
+            panic!()
+        };
+        assert_eq!(inner.len(), 3);
+        assert!(inner[2].0);
+    }
+
+    #[test]
+    fn negation_binds_looser_than_power() {
+        let p = parse_ok("Y = -X^2");
+        let StmtKind::Equation { rhs, .. } = &p.statements[0].kind else {
+            panic!()
+        };
+        let Expr::Term(f, _) = rhs else { panic!() };
+        assert!(
+            matches!(&f[0].1, Expr::Neg(inner, _) if matches!(**inner, Expr::Binary(BinOp::Pow, ..)))
+        );
+    }
+
+    #[test]
+    fn all_errors_are_reported() {
+        let (_, errs) = parse("A = [1, 2\nB[i] = A[i] +* 2\nC = )\n", &|_| false);
+        assert_eq!(errs.len(), 3, "{errs:?}");
+    }
+
+    #[test]
+    fn virtual_and_arith_indices() {
+        let p = parse_ok("S[i, *t + 1] = tanh(W[i, j] S[j, *t] + U[i, t - 1] X[x / 2])");
+        let StmtKind::Equation { lhs, .. } = &p.statements[0].kind else {
+            panic!()
+        };
+        assert!(matches!(lhs.indices[1], Index::Virtual(..)));
+    }
+}

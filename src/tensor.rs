@@ -1,0 +1,314 @@
+//! Tensor values as the library exposes them: dense arrays or sparse maps of defined elements.
+//!
+//! Relations (Boolean tensors) are always sparse, so a graph of 10,000 nodes never allocates a
+//! 10⁸-element matrix. Values are held as f64 and rounded to the element type on every store,
+//! so that a tensor's observable values are those of its declared type.
+
+use std::collections::BTreeMap;
+
+/// Element types of §4.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElemType {
+    /// Boolean (0/1).
+    Bool,
+    /// 64-bit integer.
+    Int,
+    /// IEEE double.
+    F64,
+    /// IEEE single (the default for `real`).
+    F32,
+    /// bfloat16.
+    BF16,
+    /// IEEE half.
+    F16,
+    /// OCP E4M3FN: max ±448, no infinities, saturating.
+    FP8,
+    /// Symmetric 8-bit integer (−127..=127).
+    I8,
+}
+
+impl ElemType {
+    /// Parses a declaration's type name; `real` resolves to `real_as`.
+    pub fn parse(name: &str, real_as: ElemType) -> Option<ElemType> {
+        Some(match name {
+            "bool" => ElemType::Bool,
+            "int" => ElemType::Int,
+            "real" => real_as,
+            "f64" => ElemType::F64,
+            "f32" => ElemType::F32,
+            "bf16" => ElemType::BF16,
+            "f16" => ElemType::F16,
+            "fp8" => ElemType::FP8,
+            "i8" => ElemType::I8,
+            _ => return None,
+        })
+    }
+
+    /// Rounds a value to what this type can hold.
+    pub fn round(self, v: f64) -> f64 {
+        match self {
+            ElemType::Bool => {
+                if v > 0.0 {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+            ElemType::Int | ElemType::F64 => v,
+            ElemType::F32 => v as f32 as f64,
+            ElemType::BF16 => half::bf16::from_f64(v).to_f64(),
+            ElemType::F16 => half::f16::from_f64(v).to_f64(),
+            ElemType::FP8 => round_e4m3fn(v),
+            ElemType::I8 => {
+                if v.is_nan() {
+                    0.0
+                } else {
+                    v.round_ties_even().clamp(-127.0, 127.0)
+                }
+            }
+        }
+    }
+
+    /// Whether values print and are stored as integers.
+    pub fn is_integral(self) -> bool {
+        matches!(self, ElemType::Bool | ElemType::Int | ElemType::I8)
+    }
+}
+
+/// Rounds to the nearest E4M3FN value (ties to even), saturating at ±448.
+fn round_e4m3fn(v: f64) -> f64 {
+    if v.is_nan() || v == 0.0 {
+        return v;
+    }
+    let a = v.abs();
+    if a >= 448.0 {
+        return 448.0f64.copysign(v);
+    }
+    let e = a.log2().floor().max(-6.0);
+    let quantum = (e - 3.0).exp2();
+    let r = (a / quantum).round_ties_even() * quantum;
+    r.min(448.0).copysign(v)
+}
+
+/// Storage of a tensor's elements.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Storage {
+    /// Row-major, every element present.
+    Dense(Vec<f64>),
+    /// Only defined (for Boolean: true) elements, keyed by index.
+    Sparse(BTreeMap<Vec<u32>, f64>),
+}
+
+/// A tensor value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    /// Element type.
+    pub elem: ElemType,
+    /// Extent of each axis.
+    pub shape: Vec<usize>,
+    /// Elements.
+    pub storage: Storage,
+}
+
+impl Tensor {
+    /// A dense tensor; `values` are rounded to `elem`. Fails if the length does not fit.
+    pub fn dense(elem: ElemType, shape: Vec<usize>, values: Vec<f64>) -> Result<Tensor, String> {
+        let n: usize = shape.iter().product();
+        if n != values.len() {
+            return Err(format!(
+                "shape {shape:?} needs {n} values, got {}",
+                values.len()
+            ));
+        }
+        let values = values.into_iter().map(|v| elem.round(v)).collect();
+        Ok(Tensor {
+            elem,
+            shape,
+            storage: Storage::Dense(values),
+        })
+    }
+
+    /// A dense tensor of zeros.
+    pub fn zeros(elem: ElemType, shape: Vec<usize>) -> Tensor {
+        let n = shape.iter().product();
+        Tensor {
+            elem,
+            shape,
+            storage: Storage::Dense(vec![0.0; n]),
+        }
+    }
+
+    /// An empty sparse tensor (a relation, or a tensor of defined elements only).
+    pub fn sparse(elem: ElemType, shape: Vec<usize>) -> Tensor {
+        Tensor {
+            elem,
+            shape,
+            storage: Storage::Sparse(BTreeMap::new()),
+        }
+    }
+
+    /// A relation from tuples of positions.
+    pub fn relation(shape: Vec<usize>, tuples: impl IntoIterator<Item = Vec<u32>>) -> Tensor {
+        let map = tuples.into_iter().map(|t| (t, 1.0)).collect();
+        Tensor {
+            elem: ElemType::Bool,
+            shape,
+            storage: Storage::Sparse(map),
+        }
+    }
+
+    /// Number of axes.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Row-major offset of an in-bounds index.
+    fn offset(&self, index: &[usize]) -> Option<usize> {
+        if index.len() != self.shape.len() {
+            return None;
+        }
+        let mut off = 0usize;
+        for (&i, &n) in index.iter().zip(&self.shape) {
+            if i >= n {
+                return None;
+            }
+            off = off * n + i;
+        }
+        Some(off)
+    }
+
+    /// The element at `index` if it is defined (dense elements always are).
+    pub fn get(&self, index: &[usize]) -> Option<f64> {
+        match &self.storage {
+            Storage::Dense(v) => self.offset(index).and_then(|o| v.get(o).copied()),
+            Storage::Sparse(m) => {
+                let key: Vec<u32> = index.iter().map(|&i| i as u32).collect();
+                m.get(&key).copied()
+            }
+        }
+    }
+
+    /// The element at `index`, 0 where undefined (§4: elements are 0 by default).
+    pub fn value(&self, index: &[usize]) -> f64 {
+        self.get(index).unwrap_or(0.0)
+    }
+
+    /// Sets one element (rounded to the element type); out-of-bounds writes are ignored.
+    pub fn set(&mut self, index: &[usize], v: f64) {
+        let v = self.elem.round(v);
+        if let Some(off) = self.offset(index) {
+            match &mut self.storage {
+                Storage::Dense(d) => d[off] = v,
+                Storage::Sparse(m) => {
+                    let key = index.iter().map(|&i| i as u32).collect();
+                    if self.elem == ElemType::Bool && v == 0.0 {
+                        m.remove(&key);
+                    } else {
+                        m.insert(key, v);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Defined elements in ascending index order (every element of a dense tensor; the true
+    /// elements of a relation).
+    pub fn entries(&self) -> Vec<(Vec<usize>, f64)> {
+        match &self.storage {
+            Storage::Dense(v) => {
+                let mut out = Vec::with_capacity(v.len());
+                let mut idx = vec![0usize; self.shape.len()];
+                for &x in v {
+                    out.push((idx.clone(), x));
+                    for ax in (0..idx.len()).rev() {
+                        idx[ax] += 1;
+                        if idx[ax] < self.shape[ax] {
+                            break;
+                        }
+                        idx[ax] = 0;
+                    }
+                }
+                out
+            }
+            Storage::Sparse(m) => m
+                .iter()
+                .map(|(k, &x)| (k.iter().map(|&i| i as usize).collect(), x))
+                .collect(),
+        }
+    }
+
+    /// All elements as a dense row-major vector (undefined ones as 0).
+    pub fn to_dense_values(&self) -> Vec<f64> {
+        match &self.storage {
+            Storage::Dense(v) => v.clone(),
+            Storage::Sparse(_) => {
+                let mut out = vec![0.0; self.shape.iter().product()];
+                for (idx, x) in self.entries() {
+                    if let Some(o) = self.offset(&idx) {
+                        out[o] = x;
+                    }
+                }
+                out
+            }
+        }
+    }
+}
+
+/// Formats a number in the shortest form that reads back to the same value (§10).
+pub fn format_number(v: f64, elem: ElemType) -> String {
+    if v == 0.0 {
+        return "0".into();
+    }
+    if elem.is_integral() && v.fract() == 0.0 && v.abs() < 1e16 {
+        return format!("{}", v as i64);
+    }
+    if elem == ElemType::F64 {
+        shortest(format!("{v}"), format!("{v:e}"))
+    } else {
+        let f = v as f32;
+        if f as f64 == v {
+            shortest(format!("{f}"), format!("{f:e}"))
+        } else {
+            shortest(format!("{v}"), format!("{v:e}"))
+        }
+    }
+}
+
+fn shortest(plain: String, sci: String) -> String {
+    if sci.len() < plain.len() {
+        sci
+    } else {
+        plain
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fp8_saturates_at_448_and_rounds_to_even() {
+        assert_eq!(ElemType::FP8.round(1000.0), 448.0);
+        assert_eq!(ElemType::FP8.round(-500.0), -448.0);
+        assert_eq!(ElemType::FP8.round(1.0625), 1.0);
+        assert_eq!(ElemType::FP8.round(1.1875), 1.25);
+        assert_eq!(ElemType::FP8.round(2f64.powi(-9)), 2f64.powi(-9));
+    }
+
+    #[test]
+    fn numbers_print_shortest() {
+        assert_eq!(format_number(0.1f32 as f64, ElemType::F32), "0.1");
+        assert_eq!(format_number(2.0, ElemType::F32), "2");
+        assert_eq!(format_number(1e-7f32 as f64, ElemType::F32), "1e-7");
+        assert_eq!(format_number(-0.0, ElemType::F32), "0");
+        assert_eq!(format_number(8.0, ElemType::Int), "8");
+    }
+
+    #[test]
+    fn relations_are_sparse_and_default_to_zero() {
+        let r = Tensor::relation(vec![10_000, 10_000], vec![vec![1, 2]]);
+        assert_eq!(r.value(&[1, 2]), 1.0);
+        assert_eq!(r.value(&[2, 1]), 0.0);
+        assert_eq!(r.get(&[2, 1]), None);
+    }
+}
