@@ -10,23 +10,19 @@ use crate::diagnostics::{codes, Diagnostic, Span};
 /// Parses a whole program. `is_function` tells a call `f(x)` from a Boolean access `R(x)`.
 pub fn parse(source: &str, is_function: &dyn Fn(&str) -> bool) -> (Program, Vec<Diagnostic>) {
     let (tokens, mut errors) = lex(source);
-    let mut p = Parser {
-        tokens,
-        pos: 0,
-        end: source.len(),
-        is_function,
-    };
+    let mut p = Parser::new(tokens, source, is_function);
     let mut program = Program::default();
     loop {
         p.skip_separators();
         if p.at_end() {
             break;
         }
+        let start = p.pos;
         match p.statement() {
             Ok(stmt) => program.statements.push(stmt),
             Err(e) => {
                 errors.push(e);
-                p.recover();
+                p.recover(start);
             }
         }
     }
@@ -39,12 +35,7 @@ pub fn parse_query(text: &str, is_function: &dyn Fn(&str) -> bool) -> Result<Acc
     if let Some(e) = errors.into_iter().next() {
         return Err(e);
     }
-    let mut p = Parser {
-        tokens,
-        pos: 0,
-        end: text.len(),
-        is_function,
-    };
+    let mut p = Parser::new(tokens, text, is_function);
     let access = p.access()?;
     p.eat(&Tok::Question);
     p.skip_separators();
@@ -58,12 +49,34 @@ type PResult<T> = Result<T, Diagnostic>;
 
 struct Parser<'a> {
     tokens: Vec<(Tok, Span)>,
+    /// Whether each token is the first on its source line (recovery stops there even inside
+    /// an unclosed bracket).
+    line_start: Vec<bool>,
     pos: usize,
     end: usize,
     is_function: &'a dyn Fn(&str) -> bool,
 }
 
-impl Parser<'_> {
+impl<'a> Parser<'a> {
+    fn new(tokens: Vec<(Tok, Span)>, source: &str, is_function: &'a dyn Fn(&str) -> bool) -> Self {
+        let mut prev_end = 0;
+        let line_start = tokens
+            .iter()
+            .map(|(_, s)| {
+                let between = source.get(prev_end..s.start).unwrap_or("");
+                prev_end = s.end;
+                between.contains('\n')
+            })
+            .collect();
+        Parser {
+            tokens,
+            line_start,
+            pos: 0,
+            end: source.len(),
+            is_function,
+        }
+    }
+
     fn peek(&self) -> Option<&Tok> {
         self.tokens.get(self.pos).map(|(t, _)| t)
     }
@@ -136,9 +149,13 @@ impl Parser<'_> {
         }
     }
 
-    fn recover(&mut self) {
+    /// Skips to the next statement boundary: a newline, a `;`, or a token that begins a line.
+    fn recover(&mut self, start: usize) {
+        if self.pos == start {
+            self.pos += 1;
+        }
         while let Some(t) = self.peek() {
-            if matches!(t, Tok::Newline | Tok::Semi) {
+            if matches!(t, Tok::Newline | Tok::Semi) || self.line_start[self.pos] {
                 break;
             }
             self.pos += 1;
