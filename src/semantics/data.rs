@@ -7,6 +7,7 @@ use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::io::RawData;
 use crate::syntax::ast::*;
 use crate::tensor::{ElemType, Storage, Tensor};
+use std::collections::HashMap;
 
 /// Shape and row-major values of a nested list literal; ragged lists are an error.
 pub(super) fn nested_shape(n: &Nested) -> Result<(Vec<usize>, Vec<f64>), Diagnostic> {
@@ -214,6 +215,33 @@ impl Ctx<'_> {
                 }
             }
             self.data_shape.push(shape);
+        }
+        self.share_relation_extents();
+    }
+
+    /// Integer axes of relations given by data (facts, files) that share a domain get the
+    /// largest extent among them: `Even(0). Even(2). Odd(1). Odd(3).` read at `d = 3` is
+    /// false, not out of range (docs/language.md, "Extents of relations").
+    fn share_relation_extents(&mut self) {
+        let mut widest: HashMap<usize, usize> = HashMap::new();
+        let mut axes = Vec::new();
+        for t in 0..self.tensors.len() {
+            let d = &self.tensors[t];
+            if !d.is_bool() || d.declared.is_some() || !d.equations.is_empty() {
+                continue;
+            }
+            for ax in 0..d.rank() {
+                if self.domains[self.axis_domain(t, ax)].symbolic {
+                    continue;
+                }
+                let root = self.uf.root(self.axis_base[t] + ax);
+                let w = widest.entry(root).or_insert(0);
+                *w = (*w).max(self.data_shape[t][ax]);
+                axes.push((t, ax, root));
+            }
+        }
+        for (t, ax, root) in axes {
+            self.data_shape[t][ax] = widest[&root];
         }
     }
 
