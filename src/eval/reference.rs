@@ -79,6 +79,16 @@ fn fixpoint(
         let mut converged = true;
         last_change = 0.0f64;
         for (&t, new) in st.tensors.iter().zip(next) {
+            if let Some(d) = blew_up(&values[t], &new) {
+                return Err(Diagnostic::error(
+                    codes::DIVERGED,
+                    p.equations[st.equations[0]].span,
+                    format!("`{}` diverged: an element became {d} during fixpoint iteration", p.tensors[t].name),
+                )
+                .with_label("in this recursive equation")
+                .with_note("the recursion grows without bound; check that it is a contraction (e.g. damped by a factor below 1)")
+                .into());
+            }
             let tol = if p.tensors[t].kind == Kind::Real {
                 o.tol
             } else {
@@ -124,6 +134,15 @@ fn fixpoint(
         d = d.with_secondary(p.equations[e].span, "also part of the recursion");
     }
     Err(d.into())
+}
+
+/// A non-finite value that appeared where the previous iterate was finite.
+fn blew_up(old: &Tensor, new: &Tensor) -> Option<f64> {
+    let (Storage::Dense(a), Storage::Dense(b)) = (&old.storage, &new.storage) else {
+        let bad = new.entries().into_iter().map(|(_, v)| v).find(|v| !v.is_finite())?;
+        return old.entries().iter().all(|(_, v)| v.is_finite()).then_some(bad);
+    };
+    a.iter().zip(b).find(|(x, y)| x.is_finite() && !y.is_finite()).map(|(_, y)| *y)
 }
 
 /// Largest absolute change between two values of one tensor; `None` if the defined elements

@@ -348,6 +348,9 @@ impl Ctx<'_> {
     }
 
     fn positions(&mut self, t: usize, idx: &[Index]) -> Option<Vec<usize>> {
+        if idx.len() != self.tensors[t].rank() {
+            return None;
+        }
         let mut pos = Vec::with_capacity(idx.len());
         for (ax, i) in idx.iter().enumerate() {
             match self.const_position(t, ax, i) {

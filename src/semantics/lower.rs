@@ -89,6 +89,9 @@ impl Ctx<'_> {
             slices: 0,
         };
         let slice_lhs = lhs.brackets == Brackets::None && rhs.is_some_and(has_slices);
+        if !slice_lhs && super::names::axes(&lhs.indices) != b.ctx.tensors[target].rank() {
+            return None;
+        }
         let mut lhs_fns = Vec::new();
         if !slice_lhs {
             let mut ax: usize = 0;
@@ -365,6 +368,9 @@ impl Builder<'_, '_> {
         let Some(&t) = self.ctx.by_name.get(&a.name.text) else {
             return Node::Const(0.0);
         };
+        if super::names::axes(&a.indices) != self.ctx.tensors[t].rank() {
+            return Node::Const(0.0);
+        }
         let mut index = Vec::with_capacity(a.indices.len());
         let mut slice = false;
         let mut ax = 0;

@@ -87,15 +87,11 @@ pub fn check(input: &CheckInput) -> Result<Checked, Diagnostics> {
     ctx.collect_definitions();
     ctx.collect_reads();
     ctx.check_kinds();
-    ctx.bail()?;
     ctx.load_files();
     ctx.build_domains();
-    ctx.bail()?;
     ctx.intern();
-    ctx.bail()?;
     ctx.data_extents();
     let equations = ctx.lower_all();
-    ctx.bail()?;
     let kinds = ctx.infer_kinds(&equations);
     let families = ctx.families(&equations);
     ctx.bail()?;

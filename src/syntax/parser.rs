@@ -55,7 +55,15 @@ struct Parser<'a> {
     pos: usize,
     end: usize,
     is_function: &'a dyn Fn(&str) -> bool,
+    depth: usize,
 }
+
+/// Deepest nesting of brackets and prefix operators the parser accepts; deeper input is an
+/// error rather than a stack overflow.
+const MAX_DEPTH: usize = 64;
+
+/// Most `+`/`-` operands in one sum (sums nest as trees that later passes walk recursively).
+const MAX_TERMS: usize = 256;
 
 impl<'a> Parser<'a> {
     fn new(tokens: Vec<(Tok, Span)>, source: &str, is_function: &'a dyn Fn(&str) -> bool) -> Self {
@@ -74,6 +82,7 @@ impl<'a> Parser<'a> {
             pos: 0,
             end: source.len(),
             is_function,
+            depth: 0,
         }
     }
 
@@ -297,6 +306,13 @@ impl<'a> Parser<'a> {
     }
 
     fn nested(&mut self) -> PResult<Nested> {
+        self.enter()?;
+        let r = self.nested_inner();
+        self.depth -= 1;
+        r
+    }
+
+    fn nested_inner(&mut self) -> PResult<Nested> {
         if self.peek() == Some(&Tok::LBracket) {
             let start = self.span();
             self.pos += 1;
@@ -518,7 +534,12 @@ impl<'a> Parser<'a> {
 
     fn iarith(&mut self) -> PResult<Index> {
         let mut lhs = self.iterm()?;
+        let mut operands = 1;
         loop {
+            operands += 1;
+            if operands > MAX_TERMS {
+                return Err(Diagnostic::error(codes::SYNTAX, self.span(), "index expression too long"));
+            }
             let op = match self.peek() {
                 Some(Tok::Plus) => ArithOp::Add,
                 Some(Tok::Minus) => ArithOp::Sub,
@@ -533,7 +554,12 @@ impl<'a> Parser<'a> {
 
     fn iterm(&mut self) -> PResult<Index> {
         let mut lhs = self.iatom()?;
+        let mut operands = 1;
         loop {
+            operands += 1;
+            if operands > MAX_TERMS {
+                return Err(Diagnostic::error(codes::SYNTAX, self.span(), "index expression too long"));
+            }
             let op = match self.peek() {
                 Some(Tok::Star) => ArithOp::Mul,
                 Some(Tok::Slash) => ArithOp::Div,
@@ -547,6 +573,13 @@ impl<'a> Parser<'a> {
     }
 
     fn iatom(&mut self) -> PResult<Index> {
+        self.enter()?;
+        let r = self.iatom_inner();
+        self.depth -= 1;
+        r
+    }
+
+    fn iatom_inner(&mut self) -> PResult<Index> {
         let start = self.span();
         match self.bump() {
             Some((Tok::Ident(text), span)) => Ok(Index::Name(Name { text, span })),
@@ -593,7 +626,17 @@ impl<'a> Parser<'a> {
 
     fn sum(&mut self) -> PResult<Expr> {
         let mut lhs = self.term()?;
+        let mut operands = 1;
         loop {
+            if operands > MAX_TERMS {
+                return Err(Diagnostic::error(
+                    codes::SYNTAX,
+                    self.span(),
+                    format!("more than {MAX_TERMS} terms in one sum"),
+                )
+                .with_note("split it into several equations for the same tensor: they are added (§7)"));
+            }
+            operands += 1;
             let op = match self.peek() {
                 Some(Tok::Plus) => BinOp::Add,
                 Some(Tok::Minus) => BinOp::Sub,
@@ -638,6 +681,21 @@ impl<'a> Parser<'a> {
     }
 
     fn factor(&mut self) -> PResult<Expr> {
+        self.enter()?;
+        let r = self.factor_inner();
+        self.depth -= 1;
+        r
+    }
+
+    fn enter(&mut self) -> PResult<()> {
+        if self.depth >= MAX_DEPTH {
+            return Err(Diagnostic::error(codes::SYNTAX, self.span(), format!("nesting deeper than {MAX_DEPTH} levels")));
+        }
+        self.depth += 1;
+        Ok(())
+    }
+
+    fn factor_inner(&mut self) -> PResult<Expr> {
         let start = self.span();
         if self.eat(&Tok::Minus) {
             let inner = self.factor()?;
@@ -663,6 +721,25 @@ impl<'a> Parser<'a> {
         Ok(base)
     }
 
+    fn peek_at_from(&self, at: usize, k: usize) -> Option<&Tok> {
+        self.tokens.get(at + k).map(|(t, _)| t)
+    }
+
+    fn call(&mut self) -> PResult<Expr> {
+        let func = self.name("a function")?;
+        self.expect(&Tok::LParen, "`(`")?;
+        let mut args = vec![self.cmp()?];
+        while self.eat(&Tok::Comma) {
+            args.push(self.cmp()?);
+        }
+        let end = self.expect(&Tok::RParen, "`,` or `)`")?;
+        Ok(Expr::Call {
+            span: func.span.to(end),
+            func,
+            args,
+        })
+    }
+
     fn primary(&mut self) -> PResult<Expr> {
         match self.peek().cloned() {
             Some(Tok::Number(n)) => {
@@ -681,20 +758,19 @@ impl<'a> Parser<'a> {
             }
             Some(Tok::Ident(text)) => {
                 if (self.is_function)(&text) && self.peek_at(1) == Some(&Tok::LParen) {
-                    let func = self.name("a function")?;
-                    self.pos += 1;
-                    let mut args = vec![self.cmp()?];
-                    while self.eat(&Tok::Comma) {
-                        args.push(self.cmp()?);
-                    }
-                    let end = self.expect(&Tok::RParen, "`,` or `)`")?;
-                    return Ok(Expr::Call {
-                        span: func.span.to(end),
-                        func,
-                        args,
-                    });
+                    return self.call();
                 }
-                Ok(Expr::Access(self.access()?))
+                let start = self.pos;
+                match self.access() {
+                    Ok(a) => Ok(Expr::Access(a)),
+                    Err(e) if self.peek_at_from(start, 1) == Some(&Tok::LParen) => {
+                        // `f(expr)` with an unknown `f`: parse it as a call so that checking
+                        // reports the unknown function rather than a syntax error.
+                        self.pos = start;
+                        self.call().map_err(|_| e)
+                    }
+                    Err(e) => Err(e),
+                }
             }
             _ => Err(self.unexpected("an expression")),
         }
@@ -816,6 +892,21 @@ mod tests {
     fn all_errors_are_reported() {
         let (_, errs) = parse("A = [1, 2\nB[i] = A[i] +* 2\nC = )\n", &|_| false);
         assert_eq!(errs.len(), 3, "{errs:?}");
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        let src = format!("Y = {}1{}", "(".repeat(100_000), ")".repeat(100_000));
+        let (_, errs) = parse(&src, &|_| false);
+        assert!(errs[0].message.contains("nesting"));
+        let src = format!("Y = {}1{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(!parse(&src, &|_| false).1.is_empty());
+        let src = format!("Y = {}", vec!["A"; 100_000].join(" + "));
+        assert!(parse(&src, &|_| false).1[0].message.contains("terms"));
+        let src = format!("Y[i{}] = 1", "+1".repeat(100_000));
+        assert!(!parse(&src, &|_| false).1.is_empty());
+        let src = format!("Y[{}i{}] = 1", "(".repeat(100_000), ")".repeat(100_000));
+        assert!(!parse(&src, &|_| false).1.is_empty());
     }
 
     #[test]
