@@ -63,12 +63,15 @@ impl Ctx<'_> {
                 let id = self.by_name[&name.text];
                 let full = self.input.base_dir.join(path);
                 match crate::io::read_file(&full, &name.text) {
-                    Ok(raw) => self.sources.push(super::Source {
+                    Ok(raw) => {
+                        self.rank_from_file(id, &raw, st.span);
+                        self.sources.push(super::Source {
                         tensor: id,
                         raw,
                         span: st.span,
                         file: path.clone(),
-                    }),
+                    })
+                    }
                     Err(msg) => self.diags.push(
                         Diagnostic::error(
                             codes::FILE,
@@ -82,6 +85,7 @@ impl Ctx<'_> {
         }
         for (name, raw) in self.input.bindings {
             let id = self.by_name[name];
+            self.rank_from_file(id, raw, Span::default());
             self.sources.push(super::Source {
                 tensor: id,
                 raw: raw.clone(),
@@ -89,6 +93,34 @@ impl Ctx<'_> {
                 file: format!("binding `{name}`"),
             });
         }
+    }
+
+    /// A tensor known only from a file takes its rank from the file; a text file is a
+    /// Boolean position×word relation.
+    fn rank_from_file(&mut self, id: usize, raw: &RawData, span: Span) {
+        let t = &mut self.tensors[id];
+        if let RawData::Words(_) = raw {
+            t.paren.get_or_insert(span);
+        }
+        if t.arity.is_some() {
+            return;
+        }
+        let rank = match raw {
+            RawData::Dense { shape, .. } => shape.len(),
+            RawData::Words(_) => 2,
+            RawData::Table(rows) => {
+                let fields = rows.first().map(|r| r.fields.len()).unwrap_or(0);
+                let valued = !t.is_bool()
+                    && fields >= 2
+                    && rows.iter().all(|r| r.fields.last().is_some_and(|f| f.parse::<f64>().is_ok()));
+                if valued {
+                    fields - 1
+                } else {
+                    fields
+                }
+            }
+        };
+        t.arity = Some((rank, span));
     }
 
     fn var_node(&mut self, stmt: usize, name: &str) -> usize {

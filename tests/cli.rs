@@ -1,0 +1,159 @@
+//! End-to-end tests of the `tl` command line (SPEC §14): subcommands, options, exit codes,
+//! and files (§11).
+
+mod common;
+use std::path::Path;
+
+fn write(dir: &Path, name: &str, text: &str) {
+    std::fs::write(dir.join(name), text).unwrap();
+}
+
+const FAMILY: &str = "Parent(Alice, Bob). Parent(Bob, Charlie).\n\
+    Ancestor(x, y) :- Parent(x, y).\nAncestor(x, z) :- Ancestor(x, y), Parent(y, z).\n";
+
+#[test]
+fn run_prints_answers_in_source_order() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "f.tl", &format!("{FAMILY}Ancestor(Charlie, x)?\nAncestor(Alice, x)?\nAncestor(Alice, Charlie)?\n"));
+    let out = common::tl(dir.path(), &["run", "f.tl"]);
+    assert!(out.status.success());
+    assert_eq!(common::stdout(&out), "Ancestor(Alice, Bob)\nAncestor(Alice, Charlie)\ntrue\n");
+}
+
+#[test]
+fn query_answers_like_forward_chaining() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "f.tl", &format!("{FAMILY}Ancestor(Alice, x)?\n"));
+    let forward = common::stdout(&common::tl(dir.path(), &["run", "f.tl"]));
+    for q in ["Ancestor(Alice, x)", "Ancestor(Alice, x)?"] {
+        let out = common::tl(dir.path(), &["query", "f.tl", q]);
+        assert!(out.status.success(), "{}", common::stderr(&out));
+        assert_eq!(common::stdout(&out), forward);
+    }
+    let out = common::tl(dir.path(), &["query", "f.tl", "Ancestor(Zed, x)"]);
+    assert_eq!(common::stdout(&out), "", "an unknown constant has no answers");
+    let out = common::tl(dir.path(), &["query", "f.tl", "Nope(x)"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(common::stderr(&out).contains("E0101"));
+}
+
+#[test]
+fn check_reports_without_running() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "ok.tl", FAMILY);
+    let out = common::tl(dir.path(), &["check", "ok.tl"]);
+    assert!(out.status.success());
+    assert!(common::stdout(&out).starts_with("ok:"));
+    assert!(common::stdout(&common::tl(dir.path(), &["check", "ok.tl", "--quiet"])).is_empty());
+    write(dir.path(), "bad.tl", "Odd(x, z) :- Parent(x, y).\nParent(A, B).\n");
+    let out = common::tl(dir.path(), &["check", "bad.tl"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(common::stderr(&out).contains("bad.tl:1:8"));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "f.tl", FAMILY);
+    for args in [
+        vec![],
+        vec!["frob"],
+        vec!["run"],
+        vec!["run", "f.tl", "--threads", "0"],
+        vec!["run", "f.tl", "--precision", "f16"],
+        vec!["run", "f.tl", "--set", "N"],
+        vec!["run", "f.tl", "--max-memory", "12Q"],
+    ] {
+        let out = common::tl(dir.path(), &args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+    let out = common::tl(dir.path(), &["run", "missing.tl"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(common::stderr(&out).contains("missing.tl"));
+}
+
+#[test]
+fn set_overrides_a_scalar_and_precision_changes_printing() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "s.tl", "N = 3\nX = [1, 2]\nY[i] = X[i] / N\nY?\n");
+    let out = common::tl(dir.path(), &["run", "s.tl", "--set", "N=4"]);
+    assert_eq!(common::stdout(&out), "Y[0] = 0.25\nY[1] = 0.5\n");
+    let f32 = common::stdout(&common::tl(dir.path(), &["run", "s.tl"]));
+    let f64 = common::stdout(&common::tl(dir.path(), &["run", "s.tl", "--precision", "f64"]));
+    assert_eq!(f32, "Y[0] = 0.33333334\nY[1] = 0.6666667\n");
+    assert_eq!(f64, "Y[0] = 0.3333333333333333\nY[1] = 0.6666666666666666\n");
+}
+
+#[test]
+fn thread_count_does_not_change_results() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for ex in ["examples/transformer.tl", "examples/gnn.tl", "examples/family.tl"] {
+        let one = common::tl(root, &["run", ex, "--threads", "1"]);
+        let two = common::tl(root, &["run", ex, "--threads", "2"]);
+        assert_eq!(one.stdout, two.stdout, "{ex}");
+    }
+}
+
+#[test]
+fn files_round_trip_and_are_written_atomically() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "edge.csv", "a,b\nb,c\n");
+    write(
+        dir.path(),
+        "w.tl",
+        "Edge = \"edge.csv\"\nPath(x, y) :- Edge(x, y).\nPath(x, z) :- Path(x, y), Edge(y, z).\n\
+         W = [[1.5, 2], [3, 4]]\nCount[x] = Path(x, y)\n\"out/path.csv\" = Path\n\"out/w.npy\" = W\n\
+         \"out/m.safetensors\" = W\n\"out/m.safetensors\" = Count\n\"out/count.tsv\" = Count\n",
+    );
+    let out = common::tl(dir.path(), &["run", "w.tl"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let o = dir.path().join("out");
+    assert_eq!(std::fs::read_to_string(o.join("path.csv")).unwrap(), "a,b\na,c\nb,c\n");
+    assert_eq!(std::fs::read_to_string(o.join("count.tsv")).unwrap(), "a\t2\nb\t1\nc\t0\n");
+    let names: Vec<String> = std::fs::read_dir(&o).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(names.len(), 4, "no temporary files are left behind: {names:?}");
+    write(
+        dir.path(),
+        "r.tl",
+        "W = \"out/w.npy\"\nCount = \"out/m.safetensors\"\nP = \"out/path.csv\"\n\
+         S = W[i, j]\nT[x] = P(x, y)\nW?\nS?\nT?\nCount?\n",
+    );
+    let out = common::tl(dir.path(), &["run", "r.tl"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(common::stdout(&out), "W[0, 0] = 1.5\nW[0, 1] = 2\nW[1, 0] = 3\nW[1, 1] = 4\nS = 10.5\nT[\"a\"] = 2\nT[\"b\"] = 1\nCount[0] = 2\nCount[1] = 1\nCount[2] = 0\n");
+}
+
+#[test]
+fn nothing_is_written_when_evaluation_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "f.tl", "X = [1, 2]\n\"x.tsv\" = X\nY[i] = 1 - Y[i] + 0 X[i]\n");
+    let out = common::tl(dir.path(), &["run", "f.tl", "--max-iters", "20"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!dir.path().join("x.tsv").exists());
+}
+
+#[test]
+fn load_binds_parameters_from_a_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "save.tl", "W = [[1, 2], [3, 4]]\n\"ckpt.safetensors\" = W\n");
+    assert!(common::tl(dir.path(), &["run", "save.tl"]).status.success());
+    write(dir.path(), "use.tl", "W : real[2, 2]\nX = [1, 1]\nY[i] = W[i, j] X[j]\nY?\n");
+    let out = common::tl(dir.path(), &["run", "use.tl", "--load", "ckpt.safetensors"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(common::stdout(&out), "Y[0] = 3\nY[1] = 7\n");
+}
+
+#[test]
+fn parameters_are_initialised_from_the_seed() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "p.tl", "W : real[3, 4]\nB ~ ones\nB : real[3]\nV ~ uniform(-1, 1)\nV : real[2]\nW?\nB?\nV?\n");
+    let a = common::tl(dir.path(), &["run", "p.tl", "--seed", "7"]);
+    let b = common::tl(dir.path(), &["run", "p.tl", "--seed", "7"]);
+    let c = common::tl(dir.path(), &["run", "p.tl", "--seed", "8"]);
+    assert!(a.status.success(), "{}", common::stderr(&a));
+    assert_eq!(a.stdout, b.stdout);
+    assert_ne!(a.stdout, c.stdout);
+    let text = common::stdout(&a);
+    assert!(text.contains("B[2] = 1"));
+    assert_eq!(text.lines().count(), 12 + 3 + 2);
+}

@@ -1,0 +1,184 @@
+//! Every class of user error (SPEC §15): exit code 1, a stable code, a `file:line:col`
+//! location, and never a panic.
+
+mod common;
+
+/// Runs `tl run main.tl` on `src` (with extra files and arguments); returns stderr after
+/// checking the exit code and that nothing panicked.
+fn fails(src: &str, files: &[(&str, &str)], args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("main.tl"), src).unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let mut all = vec!["run", "main.tl"];
+    all.extend_from_slice(args);
+    let out = common::tl(dir.path(), &all);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "expected exit 1 for {src:?}, stderr: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(common::stdout(&out).is_empty(), "nothing is printed when evaluation fails");
+    err
+}
+
+fn has(err: &str, code: &str, location: &str) {
+    assert!(err.contains(&format!("error[{code}]")), "wanted {code} in:\n{err}");
+    assert!(err.contains(&format!("--> main.tl:{location}")), "wanted main.tl:{location} in:\n{err}");
+}
+
+#[test]
+fn malformed_syntax() {
+    has(&fails("A = [1, 2, 3]\nB[i] = A[i] +* 2\n", &[], &[]), "E0001", "2:14");
+    has(&fails("A = \"open\n", &[], &[]), "E0001", "1:5");
+    has(&fails("A = [1, [2, 3]]\n", &[], &[]), "E0001", "1:9");
+}
+
+#[test]
+fn unknown_names() {
+    has(&fails("A = [1]\nB[i] = Foo[i]\n", &[], &[]), "E0101", "2:8");
+    has(&fails("A = [1]\nB[i] = frob(A[i])\n", &[], &[]), "E0102", "2:8");
+    has(&fails("W1 : real[Hiden, 3]\n", &[], &[]), "E0101", "1:11");
+}
+
+#[test]
+fn arity_mismatch() {
+    has(&fails("A = [1, 2]\nB[i, j] = A[i, j]\n", &[], &[]), "E0103", "2:11");
+}
+
+#[test]
+fn boolean_and_real_conflict() {
+    has(&fails("X = [1, 2]\nY(x) :- X(x).\n", &[], &[]), "E0104", "1:1");
+}
+
+#[test]
+fn fact_with_a_variable() {
+    has(&fails("Parent(Ann, x).\n", &[], &[]), "E0105", "1:13");
+}
+
+#[test]
+fn extent_mismatch_names_both_tensors() {
+    let err = fails("W = [[1, 2, 3], [4, 5, 6]]\nX = [1, 2, 3, 4]\nY[i] = W[i, j] X[j]\n", &[], &[]);
+    has(&err, "E0201", "3:13");
+    assert!(err.contains("ranges over 3 in W but over 4 in X"), "{err}");
+}
+
+#[test]
+fn range_that_cannot_be_inferred() {
+    let err = fails("P[p] = sin(p)\n", &[], &[]);
+    has(&err, "E0202", "1:3");
+    assert!(err.contains("declare"), "{err}");
+}
+
+#[test]
+fn write_outside_declared_extent() {
+    has(&fails("X : real[3]\nA = [1, 2, 3]\nX[i + 1] = A[i]\n", &[], &[]), "E0203", "3:1");
+}
+
+#[test]
+fn data_that_disagrees_with_its_declaration() {
+    has(&fails("A : real[4]\nA = [1, 2, 3]\n", &[], &[]), "E0204", "2:1");
+}
+
+#[test]
+fn unsafe_rule() {
+    let err = fails("Parent(Ann, Bob).\nOdd(x, z) :- Parent(x, y).\n", &[], &[]);
+    has(&err, "E0301", "2:8");
+    assert!(err.contains("unsafe variable `z`"), "{err}");
+}
+
+#[test]
+fn negation_through_recursion_prints_the_cycle() {
+    let err = fails("Node(A). Node(B).\nWin(x) :- Node(x), not Win(x).\n", &[], &[]);
+    has(&err, "E0302", "2:24");
+    assert!(err.contains("cycle: Win ← not Win"), "{err}");
+    let err = fails("N(A).\nP(x) :- N(x), not Q(x).\nQ(x) :- N(x), P(x).\n", &[], &[]);
+    assert!(err.contains("cycle: P ← not Q ← P"), "{err}");
+}
+
+#[test]
+fn mixed_accumulation_operators() {
+    has(&fails("X = [1, 2]\nY[i] max= X[i]\nY[i] = X[i]\n", &[], &[]), "E0303", "3:1");
+    has(&fails("X = [1, 2]\nY[i] avg= X[i]\nY[i] avg= X[i]\n", &[], &[]), "E0303", "2:1");
+}
+
+#[test]
+fn divergent_recursion() {
+    let err = fails("X = [0.5, 1]\nY[i] = 1 - Y[i] + 0 X[i]\n", &[], &["--max-iters", "50"]);
+    has(&err, "E0401", "2:1");
+    assert!(err.contains("did not converge after 50 iterations"), "{err}");
+    has(&fails("X = [1, 2]\nR[x] = 2 * R[x] + X[x]\n", &[], &[]), "E0401", "2:1");
+}
+
+#[test]
+fn extent_that_keeps_growing() {
+    has(&fails("C[0] = 1\nC[i + 1] = C[i]\n", &[], &["--max-iters", "30"]), "E0402", "2:1");
+}
+
+#[test]
+fn missing_file_names_the_file() {
+    let err = fails("Edge = \"no_such_file.tsv\"\nPath(x, y) :- Edge(x, y).\n", &[], &[]);
+    has(&err, "E0501", "1:1");
+    assert!(err.contains("no_such_file.tsv"), "{err}");
+}
+
+#[test]
+fn malformed_file_names_file_and_line() {
+    let err = fails(
+        "Edge = \"edge.tsv\"\nPath(x, y) :- Edge(x, y).\n",
+        &[("edge.tsv", "a\tb\nc\td\te\n")],
+        &[],
+    );
+    has(&err, "E0502", "1:1");
+    assert!(err.contains("edge.tsv:2"), "{err}");
+    let err = fails("W = \"w.tsv\"\nY[i] = W[i, j]\n", &[("w.tsv", "0\t0\t1.5\n1\t0\tabc\n")], &[]);
+    assert!(err.contains("w.tsv:2: value `abc` is not a number"), "{err}");
+    let err = fails("W = \"w.npy\"\nY[i] = W[i]\n", &[("w.npy", "not numpy")], &[]);
+    has(&err, "E0501", "1:1");
+    let err = fails("P : {A, B}\nR : bool[P]\nR = \"r.tsv\"\n", &[("r.tsv", "A\nC\n")], &[]);
+    assert!(err.contains("r.tsv:2"), "{err}");
+}
+
+#[test]
+fn memory_over_the_limit_suggests_sparse() {
+    let err = fails("E(0, 1). E(1, 2).\nBig[i, j, k] = E(i, j) E(j, k)\n", &[], &["--max-memory", "100"]);
+    has(&err, "E0601", "2:1");
+    assert!(err.contains("sparse"), "{err}");
+}
+
+#[test]
+fn every_error_in_a_file_is_reported() {
+    let err = fails(
+        "A = [1, 2, 3]\nC[i] = Foo[i]\nD[i] = frob(A[i])\nE(x) :- A(x)\nF[i, j] = A[i]\nF[i] = A[i]\n",
+        &[],
+        &[],
+    );
+    for code in ["E0101", "E0102", "E0103", "E0104"] {
+        assert!(err.contains(code), "{code} missing from:\n{err}");
+    }
+    let err = fails("A = 1 +\nB = * 2\nC = )\n", &[], &[]);
+    assert_eq!(err.matches("error[E0001]").count(), 3, "{err}");
+}
+
+#[test]
+fn hostile_input_never_panics() {
+    for src in [
+        "\u{0}\u{1}\u{2}",
+        "((((((((((",
+        "]]]]",
+        "X[*t] = 1",
+        "Y[i.] = softmax(1)",
+        "M[p, m] = concat(3)",
+        "A = []\nB[i] = A[i]",
+        "S = 0\nX = [1, 2]\nY[i / S] = X[i]",
+        "X(0). X(1).\nY[i] = X[i - 5]\nY?",
+        "Q? W? Z[0]?",
+        &format!("Y = {}1{}", "(".repeat(5000), ")".repeat(5000)),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("main.tl"), src).unwrap();
+        let out = common::tl(dir.path(), &["run", "main.tl"]);
+        let err = common::stderr(&out);
+        assert!(!err.contains("panicked"), "{src:?}: {err}");
+        assert!(matches!(out.status.code(), Some(0 | 1)), "{src:?}: {err}");
+    }
+}
