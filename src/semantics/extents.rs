@@ -207,10 +207,13 @@ fn ranges(
         if constraints.is_empty() {
             continue;
         }
+        let max_ext = constraints.iter().map(|(t, ax, _)| tensors[*t].shape.get(*ax).copied().unwrap_or(0) as i64).max().unwrap_or(0);
+        let scale = constraints.iter().map(|(_, _, f)| largest_constant(f)).max().unwrap_or(1).max(1);
+        let limit = (4 * (max_ext + 1)).saturating_mul(scale).saturating_add(64).min(SCAN_LIMIT);
         let mut first_valid = None;
         let mut end = 0;
-        let mut x = 0;
-        while x < SCAN_LIMIT {
+        let mut bounded = false;
+        for x in 0..limit {
             let ok = constraints.iter().all(|(t, ax, f)| {
                 let ext = tensors[*t].shape.get(*ax).copied().unwrap_or(0) as i64;
                 match bounds(f, &range, Some((v, x))) {
@@ -222,17 +225,12 @@ fn ranges(
                 first_valid.get_or_insert(x);
                 end = x + 1;
             } else if first_valid.is_some() {
+                bounded = true;
                 break;
             }
-            let max_ext = constraints
-                .iter()
-                .map(|(t, ax, _)| tensors[*t].shape.get(*ax).copied().unwrap_or(0) as i64)
-                .max()
-                .unwrap_or(0);
-            if first_valid.is_none() && x > 4 * max_ext + 64 {
-                break;
-            }
-            x += 1;
+        }
+        if first_valid.is_some() && !bounded {
+            continue;
         }
         range[v] = Some(end as usize);
     }
@@ -251,6 +249,15 @@ fn ranges(
             }
         })
         .collect()
+}
+
+/// The largest absolute integer constant in an index function (scales the valid-range scan).
+fn largest_constant(f: &IndexFn) -> i64 {
+    match f {
+        IndexFn::Var(_) => 1,
+        IndexFn::Const(c) => c.saturating_abs(),
+        IndexFn::Arith(a, _, b) => largest_constant(a).max(largest_constant(b)),
+    }
 }
 
 /// Smallest and largest value of a (monotone) index function over the ranges, or `None` if
@@ -295,7 +302,8 @@ fn bounds(f: &IndexFn, range: &[Option<usize>], fixed: Option<(VarId, i64)>) -> 
         for (v, x) in c {
             env[v] = x;
         }
-        let val = f.eval(&env)?;
+        // Division by zero or overflow: no valid position.
+        let val = f.eval(&env).unwrap_or(-1);
         lo = lo.min(val);
         hi = hi.max(val);
     }
