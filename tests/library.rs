@@ -1,0 +1,88 @@
+//! The library API (SPEC §16): everything the CLI does, from Rust, without files.
+
+use std::path::Path;
+use tensor_logic::tensor::Storage;
+use tensor_logic::{ElemType, RunOptions, Session, Tensor};
+
+fn session(src: &str) -> Session {
+    let mut s = Session::new();
+    s.load_source("mem.tl", src, Path::new(".")).unwrap();
+    s
+}
+
+#[test]
+fn bind_dense_tensors_run_and_read_back() {
+    let mut s = session("X : real[2, 3]\nW : real[3]\nY[i] = X[i, j] W[j]\n");
+    s.bind("X", &Tensor::dense(ElemType::F64, vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap());
+    s.bind("W", &Tensor::dense(ElemType::F64, vec![3], vec![1.0, 0.0, -1.0]).unwrap());
+    s.run(&RunOptions::default()).unwrap();
+    let y = s.tensor("Y").unwrap();
+    assert_eq!(y.shape, vec![2]);
+    assert_eq!(y.storage, Storage::Dense(vec![-2.0, -2.0]));
+}
+
+#[test]
+fn bind_relations_from_rows_and_query() {
+    let mut s = session("Path(x, y) :- Edge(x, y).\nPath(x, z) :- Path(x, y), Edge(y, z).\n");
+    let rows: Vec<Vec<String>> = [("a", "b"), ("b", "c"), ("c", "d")]
+        .iter()
+        .map(|(x, y)| vec![x.to_string(), y.to_string()])
+        .collect();
+    s.bind_rows("Edge", &rows);
+    s.run(&RunOptions::default()).unwrap();
+    assert_eq!(s.query("Path(\"b\", x)").unwrap(), vec!["Path(\"b\", \"c\")", "Path(\"b\", \"d\")"]);
+    assert_eq!(s.query("Path(\"d\", \"a\")?").unwrap(), vec!["false"]);
+    assert!(s.query("Path(").is_err());
+}
+
+#[test]
+fn registered_functions_are_called_by_name() {
+    let mut s = Session::new();
+    s.register_function("swish", |x| x / (1.0 + (-x).exp()), |x| {
+        let sg = 1.0 / (1.0 + (-x).exp());
+        sg + x * sg * (1.0 - sg)
+    });
+    s.load_source("f.tl", "X = [0, 1, -1]\nY[i] = swish(X[i])\nY?\n", Path::new(".")).unwrap();
+    let lines = s.run(&RunOptions::default()).unwrap();
+    assert_eq!(lines[0], "Y[0] = 0");
+    assert!(lines[1].== "Y[1] = 0.7310586", "{lines:?}");
+}
+
+#[test]
+fn unregistered_functions_are_errors_with_locations() {
+    let mut s = session("X = [0, 1]\nY[i] = swish(X[i])\n");
+    let err = s.run(&RunOptions::default()).unwrap_err();
+    let text = err.render("f.tl", "X = [0, 1]\nY[i] = swish(X[i])\n");
+    assert!(text.contains("error[E0102]: unknown function `swish`"), "{text}");
+    assert!(text.contains("f.tl:2:8"), "{text}");
+}
+
+#[test]
+fn parse_errors_come_back_as_diagnostics() {
+    let mut s = Session::new();
+    let err = s.load_source("bad.tl", "A = [1,\nB = ]\n", Path::new(".")).unwrap_err();
+    assert!(!err.0.is_empty());
+    assert!(err.0.iter().all(|d| d.code == "E0001"));
+}
+
+#[test]
+fn relations_stay_sparse_at_ten_thousand_nodes() {
+    let mut src = String::new();
+    for i in 0..10_000 {
+        src.push_str(&format!("Edge({i}, {}).\n", (i + 1) % 10_000));
+    }
+    src.push_str("Next(y) :- Edge(5, y).\nHasNext[x] = Edge(x, 6)\n");
+    let mut s = session(&src);
+    s.run(&RunOptions::default()).unwrap();
+    let edge = s.tensor("Edge").unwrap();
+    assert_eq!(edge.shape, vec![10_000, 10_000]);
+    match &edge.storage {
+        Storage::Sparse(m) => assert_eq!(m.len(), 10_000),
+        Storage::Dense(_) => panic!("a relation must not be densified"),
+    }
+    match &s.tensor("Next").unwrap().storage {
+        Storage::Sparse(m) => assert_eq!(m.keys().cloned().collect::<Vec<_>>(), vec![vec![6]]),
+        Storage::Dense(_) => panic!("a derived relation must be sparse"),
+    }
+    assert_eq!(s.tensor("HasNext").unwrap().value(&[5]), 1.0);
+}
