@@ -45,7 +45,7 @@ fn registered_functions_are_called_by_name() {
     s.load_source("f.tl", "X = [0, 1, -1]\nY[i] = swish(X[i])\nY?\n", Path::new(".")).unwrap();
     let lines = s.run(&RunOptions::default()).unwrap();
     assert_eq!(lines[0], "Y[0] = 0");
-    assert!(lines[1].== "Y[1] = 0.7310586", "{lines:?}");
+    assert_eq!(lines[1], "Y[1] = 0.7310586");
 }
 
 #[test]

@@ -184,7 +184,7 @@ impl Ctx<'_> {
             }
             if let Some(si) = self.tensors[t].declared {
                 if let StmtKind::Declaration { dims, name, .. } = &program.statements[si].kind {
-                    for (ax, dim) in dims.iter().enumerate() {
+                    for (ax, dim) in dims.iter().enumerate().take(rank) {
                         let n = match dim {
                             Dim::Size(n, _) => Some(*n),
                             Dim::Named(dn) => self.named_domains.get(&dn.text).and_then(|d| d.size),
