@@ -68,8 +68,6 @@ pub mod codes {
     pub const MEMORY: &str = "E0601";
     /// A query that cannot be answered.
     pub const QUERY: &str = "E0701";
-    /// A value bound through the library API or `--set` that does not fit.
-    pub const BINDING: &str = "E0801";
 }
 
 /// One problem found in a program or its data, pointing at the source that caused it.

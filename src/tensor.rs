@@ -188,6 +188,21 @@ impl Tensor {
         }
     }
 
+    /// The element at an in-bounds `index` if it is defined; the evaluator's allocation-free
+    /// read.
+    pub fn get_at(&self, index: &[u32]) -> Option<f64> {
+        match &self.storage {
+            Storage::Dense(v) => {
+                let mut off = 0usize;
+                for (&i, &n) in index.iter().zip(&self.shape) {
+                    off = off * n + i as usize;
+                }
+                v.get(off).copied()
+            }
+            Storage::Sparse(m) => m.get(index).copied(),
+        }
+    }
+
     /// The element at `index`, 0 where undefined (§4: elements are 0 by default).
     pub fn value(&self, index: &[usize]) -> f64 {
         self.get(index).unwrap_or(0.0)

@@ -12,6 +12,9 @@ use crate::semantics::{Checked, Equation, Family, Func, Kind, Node, Stratum, Ten
 use crate::syntax::ast::{BinOp, CmpOp};
 use crate::tensor::{Storage, Tensor};
 
+/// Reads of tensors up to this rank build their index on the stack.
+const MAX_STACK_RANK: usize = 8;
+
 /// The oracle evaluator.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Reference;
@@ -314,15 +317,22 @@ impl Cx<'_> {
                 } else {
                     &self.values[*tensor]
                 };
-                let mut idx = Vec::with_capacity(index.len());
-                for (f, &n) in index.iter().zip(&t.shape) {
+                let mut key = [0u32; MAX_STACK_RANK];
+                let mut heap = Vec::new();
+                let key: &mut [u32] = if index.len() <= MAX_STACK_RANK {
+                    &mut key[..index.len()]
+                } else {
+                    heap.resize(index.len(), 0);
+                    &mut heap
+                };
+                for ((f, &n), k) in index.iter().zip(&t.shape).zip(key.iter_mut()) {
                     let i = f.eval(env)?;
                     if i < 0 || i as usize >= n {
                         return None;
                     }
-                    idx.push(i as usize);
+                    *k = i as u32;
                 }
-                match t.get(&idx) {
+                match t.get_at(key) {
                     Some(v) => Some(v),
                     None if self.relational() && !total => None,
                     None => Some(0.0),

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Baseline figures for the reference evaluator (the oracle, not the fast engine):
+# wall time and peak memory of `tl run` on generated inputs. Prints a Markdown table.
+#   bench/reference.sh            (builds target/release/tl first)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --quiet
+tl=$PWD/target/release/tl
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+measure() { # name, program file
+  local out
+  out=$( { /usr/bin/time -f "%e %M" "$tl" run "$2" >/dev/null; } 2>&1 | tail -1 )
+  printf '| %s | %s | %s |\n' "$1" "${out% *}" "$(( ${out#* } / 1024 ))"
+}
+
+echo "| workload | wall s | peak MiB |"
+echo "|---|---|---|"
+for n in 50 100 150; do
+  f=$work/chain$n.tl
+  : > "$f"
+  for ((i = 0; i < n - 1; i++)); do echo "Edge(N$i, N$((i + 1)))." >> "$f"; done
+  printf 'Path(x, y) :- Edge(x, y).\nPath(x, z) :- Path(x, y), Edge(y, z).\nCount = Path(x, y)\nCount?\n' >> "$f"
+  measure "transitive closure, chain of $n nodes" "$f"
+done
+f=$work/sparse.tl
+: > "$f"
+for ((i = 0; i < 100000; i++)); do echo "Edge($i, $(( (i * 7919 + 1) % 100000 )))." >> "$f"; done
+printf 'Next(y) :- Edge(5, y).\nNext(y)?\n' >> "$f"
+measure "100,000 facts over 100,000 nodes (a 10^10 relation, kept sparse)" "$f"
+python3 - "$work/mm.tl" <<'PY'
+import sys, random
+random.seed(1)
+n = 48
+row = lambda: "[" + ", ".join("%.3f" % random.uniform(-1, 1) for _ in range(n)) + "]"
+with open(sys.argv[1], "w") as f:
+    f.write("A = [" + ", ".join(row() for _ in range(n)) + "]\n")
+    f.write("B = [" + ", ".join(row() for _ in range(n)) + "]\n")
+    f.write("C[i, k] = A[i, j] B[j, k]\nT = C[i, k]\nT?\n")
+PY
+measure "matmul 48x48x48 through an equation" "$work/mm.tl"
+for ex in family mlp transformer gnn; do measure "examples/$ex.tl" "examples/$ex.tl"; done
