@@ -6,6 +6,9 @@
 
 use std::collections::BTreeMap;
 
+/// Largest extent of an axis: positions are stored as `u32` in sparse tensors.
+pub const MAX_EXTENT: usize = u32::MAX as usize;
+
 /// Element types of §4.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ElemType {

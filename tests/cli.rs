@@ -14,16 +14,27 @@ const FAMILY: &str = "Parent(Alice, Bob). Parent(Bob, Charlie).\n\
 #[test]
 fn run_prints_answers_in_source_order() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "f.tl", &format!("{FAMILY}Ancestor(Charlie, x)?\nAncestor(Alice, x)?\nAncestor(Alice, Charlie)?\n"));
+    write(
+        dir.path(),
+        "f.tl",
+        &format!("{FAMILY}Ancestor(Charlie, x)?\nAncestor(Alice, x)?\nAncestor(Alice, Charlie)?\n"),
+    );
     let out = common::tl(dir.path(), &["run", "f.tl"]);
     assert!(out.status.success());
-    assert_eq!(common::stdout(&out), "Ancestor(Alice, Bob)\nAncestor(Alice, Charlie)\ntrue\n");
+    assert_eq!(
+        common::stdout(&out),
+        "Ancestor(Alice, Bob)\nAncestor(Alice, Charlie)\ntrue\n"
+    );
 }
 
 #[test]
 fn query_answers_like_forward_chaining() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "f.tl", &format!("{FAMILY}Ancestor(Alice, x)?\n"));
+    write(
+        dir.path(),
+        "f.tl",
+        &format!("{FAMILY}Ancestor(Alice, x)?\n"),
+    );
     let forward = common::stdout(&common::tl(dir.path(), &["run", "f.tl"]));
     for q in ["Ancestor(Alice, x)", "Ancestor(Alice, x)?"] {
         let out = common::tl(dir.path(), &["query", "f.tl", q]);
@@ -31,7 +42,11 @@ fn query_answers_like_forward_chaining() {
         assert_eq!(common::stdout(&out), forward);
     }
     let out = common::tl(dir.path(), &["query", "f.tl", "Ancestor(Zed, x)"]);
-    assert_eq!(common::stdout(&out), "", "an unknown constant has no answers");
+    assert_eq!(
+        common::stdout(&out),
+        "",
+        "an unknown constant has no answers"
+    );
     let out = common::tl(dir.path(), &["query", "f.tl", "Nope(x)"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(common::stderr(&out).contains("E0101"));
@@ -45,7 +60,11 @@ fn check_reports_without_running() {
     assert!(out.status.success());
     assert!(common::stdout(&out).starts_with("ok:"));
     assert!(common::stdout(&common::tl(dir.path(), &["check", "ok.tl", "--quiet"])).is_empty());
-    write(dir.path(), "bad.tl", "Odd(x, z) :- Parent(x, y).\nParent(A, B).\n");
+    write(
+        dir.path(),
+        "bad.tl",
+        "Odd(x, z) :- Parent(x, y).\nParent(A, B).\n",
+    );
     let out = common::tl(dir.path(), &["check", "bad.tl"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(common::stderr(&out).contains("bad.tl:1:8"));
@@ -75,19 +94,33 @@ fn usage_errors_exit_2() {
 #[test]
 fn set_overrides_a_scalar_and_precision_changes_printing() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "s.tl", "N = 3\nX = [1, 2]\nY[i] = X[i] / N\nY?\n");
+    write(
+        dir.path(),
+        "s.tl",
+        "N = 3\nX = [1, 2]\nY[i] = X[i] / N\nY?\n",
+    );
     let out = common::tl(dir.path(), &["run", "s.tl", "--set", "N=4"]);
     assert_eq!(common::stdout(&out), "Y[0] = 0.25\nY[1] = 0.5\n");
     let f32 = common::stdout(&common::tl(dir.path(), &["run", "s.tl"]));
-    let f64 = common::stdout(&common::tl(dir.path(), &["run", "s.tl", "--precision", "f64"]));
+    let f64 = common::stdout(&common::tl(
+        dir.path(),
+        &["run", "s.tl", "--precision", "f64"],
+    ));
     assert_eq!(f32, "Y[0] = 0.33333334\nY[1] = 0.6666667\n");
-    assert_eq!(f64, "Y[0] = 0.3333333333333333\nY[1] = 0.6666666666666666\n");
+    assert_eq!(
+        f64,
+        "Y[0] = 0.3333333333333333\nY[1] = 0.6666666666666666\n"
+    );
 }
 
 #[test]
 fn thread_count_does_not_change_results() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for ex in ["examples/transformer.tl", "examples/gnn.tl", "examples/family.tl"] {
+    for ex in [
+        "examples/transformer.tl",
+        "examples/gnn.tl",
+        "examples/family.tl",
+    ] {
         let one = common::tl(root, &["run", ex, "--threads", "1"]);
         let two = common::tl(root, &["run", ex, "--threads", "2"]);
         assert_eq!(one.stdout, two.stdout, "{ex}");
@@ -108,10 +141,23 @@ fn files_round_trip_and_are_written_atomically() {
     let out = common::tl(dir.path(), &["run", "w.tl"]);
     assert!(out.status.success(), "{}", common::stderr(&out));
     let o = dir.path().join("out");
-    assert_eq!(std::fs::read_to_string(o.join("path.csv")).unwrap(), "a,b\na,c\nb,c\n");
-    assert_eq!(std::fs::read_to_string(o.join("count.tsv")).unwrap(), "a\t2\nb\t1\nc\t0\n");
-    let names: Vec<String> = std::fs::read_dir(&o).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
-    assert_eq!(names.len(), 4, "no temporary files are left behind: {names:?}");
+    assert_eq!(
+        std::fs::read_to_string(o.join("path.csv")).unwrap(),
+        "a,b\na,c\nb,c\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(o.join("count.tsv")).unwrap(),
+        "a\t2\nb\t1\nc\t0\n"
+    );
+    let names: Vec<String> = std::fs::read_dir(&o)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names.len(),
+        4,
+        "no temporary files are left behind: {names:?}"
+    );
     write(
         dir.path(),
         "r.tl",
@@ -126,7 +172,11 @@ fn files_round_trip_and_are_written_atomically() {
 #[test]
 fn nothing_is_written_when_evaluation_fails() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "f.tl", "X = [1, 2]\n\"x.tsv\" = X\nY[i] = 1 - Y[i] + 0 X[i]\n");
+    write(
+        dir.path(),
+        "f.tl",
+        "X = [1, 2]\n\"x.tsv\" = X\nY[i] = 1 - Y[i] + 0 X[i]\n",
+    );
     let out = common::tl(dir.path(), &["run", "f.tl", "--max-iters", "20"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(!dir.path().join("x.tsv").exists());
@@ -135,9 +185,17 @@ fn nothing_is_written_when_evaluation_fails() {
 #[test]
 fn load_binds_parameters_from_a_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "save.tl", "W = [[1, 2], [3, 4]]\n\"ckpt.safetensors\" = W\n");
+    write(
+        dir.path(),
+        "save.tl",
+        "W = [[1, 2], [3, 4]]\n\"ckpt.safetensors\" = W\n",
+    );
     assert!(common::tl(dir.path(), &["run", "save.tl"]).status.success());
-    write(dir.path(), "use.tl", "W : real[2, 2]\nX = [1, 1]\nY[i] = W[i, j] X[j]\nY?\n");
+    write(
+        dir.path(),
+        "use.tl",
+        "W : real[2, 2]\nX = [1, 1]\nY[i] = W[i, j] X[j]\nY?\n",
+    );
     let out = common::tl(dir.path(), &["run", "use.tl", "--load", "ckpt.safetensors"]);
     assert!(out.status.success(), "{}", common::stderr(&out));
     assert_eq!(common::stdout(&out), "Y[0] = 3\nY[1] = 7\n");
@@ -146,7 +204,11 @@ fn load_binds_parameters_from_a_checkpoint() {
 #[test]
 fn parameters_are_initialised_from_the_seed() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "p.tl", "W : real[3, 4]\nB ~ ones\nB : real[3]\nV ~ uniform(-1, 1)\nV : real[2]\nW?\nB?\nV?\n");
+    write(
+        dir.path(),
+        "p.tl",
+        "W : real[3, 4]\nB ~ ones\nB : real[3]\nV ~ uniform(-1, 1)\nV : real[2]\nW?\nB?\nV?\n",
+    );
     let a = common::tl(dir.path(), &["run", "p.tl", "--seed", "7"]);
     let b = common::tl(dir.path(), &["run", "p.tl", "--seed", "7"]);
     let c = common::tl(dir.path(), &["run", "p.tl", "--seed", "8"]);

@@ -14,7 +14,10 @@ fn copy_dir(from: &Path, to: &Path) {
 #[test]
 fn all_conformance_cases_pass() {
     let cases = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance");
-    let mut names: Vec<_> = std::fs::read_dir(&cases).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut names: Vec<_> = std::fs::read_dir(&cases)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     names.sort();
     let mut failures = Vec::new();
     for case in &names {
@@ -43,7 +46,9 @@ fn all_conformance_cases_pass() {
             for f in std::fs::read_dir(case).unwrap() {
                 let p = f.unwrap().path();
                 let file = p.file_name().unwrap().to_string_lossy().into_owned();
-                let Some(target) = file.strip_prefix("expected.") else { continue };
+                let Some(target) = file.strip_prefix("expected.") else {
+                    continue;
+                };
                 let actual = if target == "out" {
                     common::stdout(&out)
                 } else {

@@ -15,20 +15,37 @@ fn fails(src: &str, files: &[(&str, &str)], args: &[&str]) -> String {
     all.extend_from_slice(args);
     let out = common::tl(dir.path(), &all);
     let err = common::stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "expected exit 1 for {src:?}, stderr: {err}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "expected exit 1 for {src:?}, stderr: {err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
-    assert!(common::stdout(&out).is_empty(), "nothing is printed when evaluation fails");
+    assert!(
+        common::stdout(&out).is_empty(),
+        "nothing is printed when evaluation fails"
+    );
     err
 }
 
 fn has(err: &str, code: &str, location: &str) {
-    assert!(err.contains(&format!("error[{code}]")), "wanted {code} in:\n{err}");
-    assert!(err.contains(&format!("--> main.tl:{location}")), "wanted main.tl:{location} in:\n{err}");
+    assert!(
+        err.contains(&format!("error[{code}]")),
+        "wanted {code} in:\n{err}"
+    );
+    assert!(
+        err.contains(&format!("--> main.tl:{location}")),
+        "wanted main.tl:{location} in:\n{err}"
+    );
 }
 
 #[test]
 fn malformed_syntax() {
-    has(&fails("A = [1, 2, 3]\nB[i] = A[i] +* 2\n", &[], &[]), "E0001", "2:14");
+    has(
+        &fails("A = [1, 2, 3]\nB[i] = A[i] +* 2\n", &[], &[]),
+        "E0001",
+        "2:14",
+    );
     has(&fails("A = \"open\n", &[], &[]), "E0001", "1:5");
     has(&fails("A = [1, [2, 3]]\n", &[], &[]), "E0001", "1:9");
 }
@@ -36,18 +53,30 @@ fn malformed_syntax() {
 #[test]
 fn unknown_names() {
     has(&fails("A = [1]\nB[i] = Foo[i]\n", &[], &[]), "E0101", "2:8");
-    has(&fails("A = [1]\nB[i] = frob(A[i])\n", &[], &[]), "E0102", "2:8");
+    has(
+        &fails("A = [1]\nB[i] = frob(A[i])\n", &[], &[]),
+        "E0102",
+        "2:8",
+    );
     has(&fails("W1 : real[Hiden, 3]\n", &[], &[]), "E0101", "1:11");
 }
 
 #[test]
 fn arity_mismatch() {
-    has(&fails("A = [1, 2]\nB[i, j] = A[i, j]\n", &[], &[]), "E0103", "2:11");
+    has(
+        &fails("A = [1, 2]\nB[i, j] = A[i, j]\n", &[], &[]),
+        "E0103",
+        "2:11",
+    );
 }
 
 #[test]
 fn boolean_and_real_conflict() {
-    has(&fails("X = [1, 2]\nY(x) :- X(x).\n", &[], &[]), "E0104", "1:1");
+    has(
+        &fails("X = [1, 2]\nY(x) :- X(x).\n", &[], &[]),
+        "E0104",
+        "1:1",
+    );
 }
 
 #[test]
@@ -57,7 +86,11 @@ fn fact_with_a_variable() {
 
 #[test]
 fn extent_mismatch_names_both_tensors() {
-    let err = fails("W = [[1, 2, 3], [4, 5, 6]]\nX = [1, 2, 3, 4]\nY[i] = W[i, j] X[j]\n", &[], &[]);
+    let err = fails(
+        "W = [[1, 2, 3], [4, 5, 6]]\nX = [1, 2, 3, 4]\nY[i] = W[i, j] X[j]\n",
+        &[],
+        &[],
+    );
     has(&err, "E0201", "3:13");
     assert!(err.contains("ranges over 3 in W but over 4 in X"), "{err}");
 }
@@ -71,12 +104,30 @@ fn range_that_cannot_be_inferred() {
 
 #[test]
 fn write_outside_declared_extent() {
-    has(&fails("X : real[3]\nA = [1, 2, 3]\nX[i + 1] = A[i]\n", &[], &[]), "E0203", "3:1");
+    has(
+        &fails("X : real[3]\nA = [1, 2, 3]\nX[i + 1] = A[i]\n", &[], &[]),
+        "E0203",
+        "3:1",
+    );
+}
+
+#[test]
+fn positions_beyond_u32_are_errors_not_wrapped() {
+    has(&fails("E(0, 10000000000).\nE?\n", &[], &[]), "E0203", "1:1");
+    has(
+        &fails("E(0, 1).\nF(x, y * 4294967296) :- E(x, y).\n", &[], &[]),
+        "E0203",
+        "2:1",
+    );
 }
 
 #[test]
 fn data_that_disagrees_with_its_declaration() {
-    has(&fails("A : real[4]\nA = [1, 2, 3]\n", &[], &[]), "E0204", "2:1");
+    has(
+        &fails("A : real[4]\nA = [1, 2, 3]\n", &[], &[]),
+        "E0204",
+        "2:1",
+    );
 }
 
 #[test]
@@ -88,35 +139,70 @@ fn unsafe_rule() {
 
 #[test]
 fn negation_through_recursion_prints_the_cycle() {
-    let err = fails("Node(A). Node(B).\nWin(x) :- Node(x), not Win(x).\n", &[], &[]);
+    let err = fails(
+        "Node(A). Node(B).\nWin(x) :- Node(x), not Win(x).\n",
+        &[],
+        &[],
+    );
     has(&err, "E0302", "2:24");
     assert!(err.contains("cycle: Win ← not Win"), "{err}");
-    let err = fails("N(A).\nP(x) :- N(x), not Q(x).\nQ(x) :- N(x), P(x).\n", &[], &[]);
+    let err = fails(
+        "N(A).\nP(x) :- N(x), not Q(x).\nQ(x) :- N(x), P(x).\n",
+        &[],
+        &[],
+    );
     assert!(err.contains("cycle: P ← not Q ← P"), "{err}");
 }
 
 #[test]
 fn mixed_accumulation_operators() {
-    has(&fails("X = [1, 2]\nY[i] max= X[i]\nY[i] = X[i]\n", &[], &[]), "E0303", "3:1");
-    has(&fails("X = [1, 2]\nY[i] avg= X[i]\nY[i] avg= X[i]\n", &[], &[]), "E0303", "2:1");
+    has(
+        &fails("X = [1, 2]\nY[i] max= X[i]\nY[i] = X[i]\n", &[], &[]),
+        "E0303",
+        "3:1",
+    );
+    has(
+        &fails("X = [1, 2]\nY[i] avg= X[i]\nY[i] avg= X[i]\n", &[], &[]),
+        "E0303",
+        "2:1",
+    );
 }
 
 #[test]
 fn divergent_recursion() {
-    let err = fails("X = [0.5, 1]\nY[i] = 1 - Y[i] + 0 X[i]\n", &[], &["--max-iters", "50"]);
+    let err = fails(
+        "X = [0.5, 1]\nY[i] = 1 - Y[i] + 0 X[i]\n",
+        &[],
+        &["--max-iters", "50"],
+    );
     has(&err, "E0401", "2:1");
-    assert!(err.contains("did not converge after 50 iterations"), "{err}");
-    has(&fails("X = [1, 2]\nR[x] = 2 * R[x] + X[x]\n", &[], &[]), "E0401", "2:1");
+    assert!(
+        err.contains("did not converge after 50 iterations"),
+        "{err}"
+    );
+    has(
+        &fails("X = [1, 2]\nR[x] = 2 * R[x] + X[x]\n", &[], &[]),
+        "E0401",
+        "2:1",
+    );
 }
 
 #[test]
 fn extent_that_keeps_growing() {
-    has(&fails("C[0] = 1\nC[i + 1] = C[i]\n", &[], &["--max-iters", "30"]), "E0402", "2:1");
+    has(
+        &fails("C[0] = 1\nC[i + 1] = C[i]\n", &[], &["--max-iters", "30"]),
+        "E0402",
+        "2:1",
+    );
 }
 
 #[test]
 fn missing_file_names_the_file() {
-    let err = fails("Edge = \"no_such_file.tsv\"\nPath(x, y) :- Edge(x, y).\n", &[], &[]);
+    let err = fails(
+        "Edge = \"no_such_file.tsv\"\nPath(x, y) :- Edge(x, y).\n",
+        &[],
+        &[],
+    );
     has(&err, "E0501", "1:1");
     assert!(err.contains("no_such_file.tsv"), "{err}");
 }
@@ -130,17 +216,36 @@ fn malformed_file_names_file_and_line() {
     );
     has(&err, "E0502", "1:1");
     assert!(err.contains("edge.tsv:2"), "{err}");
-    let err = fails("W = \"w.tsv\"\nY[i] = W[i, j]\n", &[("w.tsv", "0\t0\t1.5\n1\t0\tabc\n")], &[]);
-    assert!(err.contains("w.tsv:2: value `abc` is not a number"), "{err}");
-    let err = fails("W = \"w.npy\"\nY[i] = W[i]\n", &[("w.npy", "not numpy")], &[]);
+    let err = fails(
+        "W = \"w.tsv\"\nY[i] = W[i, j]\n",
+        &[("w.tsv", "0\t0\t1.5\n1\t0\tabc\n")],
+        &[],
+    );
+    assert!(
+        err.contains("w.tsv:2: value `abc` is not a number"),
+        "{err}"
+    );
+    let err = fails(
+        "W = \"w.npy\"\nY[i] = W[i]\n",
+        &[("w.npy", "not numpy")],
+        &[],
+    );
     has(&err, "E0501", "1:1");
-    let err = fails("P : {A, B}\nR : bool[P]\nR = \"r.tsv\"\n", &[("r.tsv", "A\nC\n")], &[]);
+    let err = fails(
+        "P : {A, B}\nR : bool[P]\nR = \"r.tsv\"\n",
+        &[("r.tsv", "A\nC\n")],
+        &[],
+    );
     assert!(err.contains("r.tsv:2"), "{err}");
 }
 
 #[test]
 fn memory_over_the_limit_suggests_sparse() {
-    let err = fails("E(0, 1). E(1, 2).\nBig[i, j, k] = E(i, j) E(j, k)\n", &[], &["--max-memory", "100"]);
+    let err = fails(
+        "E(0, 1). E(1, 2).\nBig[i, j, k] = E(i, j) E(j, k)\n",
+        &[],
+        &["--max-memory", "100"],
+    );
     has(&err, "E0601", "2:1");
     assert!(err.contains("sparse"), "{err}");
 }

@@ -8,7 +8,8 @@ fn check(name: &str) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = common::tl(root, &["run", &format!("examples/{name}.tl")]);
     assert!(out.status.success(), "{name}: {}", common::stderr(&out));
-    let expected = std::fs::read_to_string(root.join(format!("tests/expected/{name}.out"))).unwrap();
+    let expected =
+        std::fs::read_to_string(root.join(format!("tests/expected/{name}.out"))).unwrap();
     if let Err(e) = common::compare(&expected, &common::stdout(&out)) {
         panic!("{name}: {e}");
     }

@@ -12,7 +12,11 @@ fn fuzzer_findings_stay_fixed() {
         let path = entry.unwrap().path();
         let out = common::tl(&dir, &["run", path.to_str().unwrap(), "--max-iters", "50"]);
         let err = common::stderr(&out);
-        assert!(matches!(out.status.code(), Some(0 | 1)), "{}: {err}", path.display());
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "{}: {err}",
+            path.display()
+        );
         assert!(!err.contains("panicked"), "{}: {err}", path.display());
         n += 1;
     }
@@ -23,5 +27,9 @@ fn fuzzer_findings_stay_fixed() {
 fn an_index_used_only_as_a_divisor_has_no_range() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_regressions");
     let out = common::tl(&dir, &["check", "divisor_only_index.tl"]);
-    assert!(common::stderr(&out).contains("E0202"), "{}", common::stderr(&out));
+    assert!(
+        common::stderr(&out).contains("E0202"),
+        "{}",
+        common::stderr(&out)
+    );
 }

@@ -13,8 +13,19 @@ fn session(src: &str) -> Session {
 #[test]
 fn bind_dense_tensors_run_and_read_back() {
     let mut s = session("X : real[2, 3]\nW : real[3]\nY[i] = X[i, j] W[j]\n");
-    s.bind("X", &Tensor::dense(ElemType::F64, vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap());
-    s.bind("W", &Tensor::dense(ElemType::F64, vec![3], vec![1.0, 0.0, -1.0]).unwrap());
+    s.bind(
+        "X",
+        &Tensor::dense(
+            ElemType::F64,
+            vec![2, 3],
+            vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+        )
+        .unwrap(),
+    );
+    s.bind(
+        "W",
+        &Tensor::dense(ElemType::F64, vec![3], vec![1.0, 0.0, -1.0]).unwrap(),
+    );
     s.run(&RunOptions::default()).unwrap();
     let y = s.tensor("Y").unwrap();
     assert_eq!(y.shape, vec![2]);
@@ -30,7 +41,10 @@ fn bind_relations_from_rows_and_query() {
         .collect();
     s.bind_rows("Edge", &rows);
     s.run(&RunOptions::default()).unwrap();
-    assert_eq!(s.query("Path(\"b\", x)").unwrap(), vec!["Path(\"b\", \"c\")", "Path(\"b\", \"d\")"]);
+    assert_eq!(
+        s.query("Path(\"b\", x)").unwrap(),
+        vec!["Path(\"b\", \"c\")", "Path(\"b\", \"d\")"]
+    );
     assert_eq!(s.query("Path(\"d\", \"a\")?").unwrap(), vec!["false"]);
     assert!(s.query("Path(").is_err());
 }
@@ -38,11 +52,20 @@ fn bind_relations_from_rows_and_query() {
 #[test]
 fn registered_functions_are_called_by_name() {
     let mut s = Session::new();
-    s.register_function("swish", |x| x / (1.0 + (-x).exp()), |x| {
-        let sg = 1.0 / (1.0 + (-x).exp());
-        sg + x * sg * (1.0 - sg)
-    });
-    s.load_source("f.tl", "X = [0, 1, -1]\nY[i] = swish(X[i])\nY?\n", Path::new(".")).unwrap();
+    s.register_function(
+        "swish",
+        |x| x / (1.0 + (-x).exp()),
+        |x| {
+            let sg = 1.0 / (1.0 + (-x).exp());
+            sg + x * sg * (1.0 - sg)
+        },
+    );
+    s.load_source(
+        "f.tl",
+        "X = [0, 1, -1]\nY[i] = swish(X[i])\nY?\n",
+        Path::new("."),
+    )
+    .unwrap();
     let lines = s.run(&RunOptions::default()).unwrap();
     assert_eq!(lines[0], "Y[0] = 0");
     assert_eq!(lines[1], "Y[1] = 0.7310586");
@@ -53,14 +76,19 @@ fn unregistered_functions_are_errors_with_locations() {
     let mut s = session("X = [0, 1]\nY[i] = swish(X[i])\n");
     let err = s.run(&RunOptions::default()).unwrap_err();
     let text = err.render("f.tl", "X = [0, 1]\nY[i] = swish(X[i])\n");
-    assert!(text.contains("error[E0102]: unknown function `swish`"), "{text}");
+    assert!(
+        text.contains("error[E0102]: unknown function `swish`"),
+        "{text}"
+    );
     assert!(text.contains("f.tl:2:8"), "{text}");
 }
 
 #[test]
 fn parse_errors_come_back_as_diagnostics() {
     let mut s = Session::new();
-    let err = s.load_source("bad.tl", "A = [1,\nB = ]\n", Path::new(".")).unwrap_err();
+    let err = s
+        .load_source("bad.tl", "A = [1,\nB = ]\n", Path::new("."))
+        .unwrap_err();
     assert!(!err.0.is_empty());
     assert!(err.0.iter().all(|d| d.code == "E0001"));
 }

@@ -9,7 +9,13 @@ use tensor_logic::{ElemType, RunOptions, Session, Settings};
 fn run(src: &str, real: ElemType) -> Session {
     let mut s = Session::new();
     s.load_source("p.tl", src, Path::new(".")).unwrap();
-    let opts = RunOptions { settings: Settings { real, ..Settings::default() }, ..RunOptions::default() };
+    let opts = RunOptions {
+        settings: Settings {
+            real,
+            ..Settings::default()
+        },
+        ..RunOptions::default()
+    };
     if let Err(e) = s.run(&opts) {
         panic!("{}", e.render("p.tl", src));
     }

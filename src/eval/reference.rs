@@ -142,10 +142,21 @@ fn fixpoint(
 /// A non-finite value that appeared where the previous iterate was finite.
 fn blew_up(old: &Tensor, new: &Tensor) -> Option<f64> {
     let (Storage::Dense(a), Storage::Dense(b)) = (&old.storage, &new.storage) else {
-        let bad = new.entries().into_iter().map(|(_, v)| v).find(|v| !v.is_finite())?;
-        return old.entries().iter().all(|(_, v)| v.is_finite()).then_some(bad);
+        let bad = new
+            .entries()
+            .into_iter()
+            .map(|(_, v)| v)
+            .find(|v| !v.is_finite())?;
+        return old
+            .entries()
+            .iter()
+            .all(|(_, v)| v.is_finite())
+            .then_some(bad);
     };
-    a.iter().zip(b).find(|(x, y)| x.is_finite() && !y.is_finite()).map(|(_, y)| *y)
+    a.iter()
+        .zip(b)
+        .find(|(x, y)| x.is_finite() && !y.is_finite())
+        .map(|(_, y)| *y)
 }
 
 /// Largest absolute change between two values of one tensor; `None` if the defined elements

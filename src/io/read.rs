@@ -67,11 +67,19 @@ fn read_delimited(bytes: &[u8], delimiter: u8, shown: &str) -> Result<RawData, S
     let mut rows = Vec::new();
     for record in reader.records() {
         let record = record.map_err(|e| {
-            let offset = e.position().map(|p| p.byte() as usize).unwrap_or(0).min(bytes.len());
+            let offset = e
+                .position()
+                .map(|p| p.byte() as usize)
+                .unwrap_or(0)
+                .min(bytes.len());
             let line = 1 + bytes[..offset].iter().filter(|&&b| b == b'\n').count();
             format!("{shown}:{line}: malformed row: {e}")
         })?;
-        let mut offset = record.position().map(|p| p.byte() as usize).unwrap_or(0).min(bytes.len());
+        let mut offset = record
+            .position()
+            .map(|p| p.byte() as usize)
+            .unwrap_or(0)
+            .min(bytes.len());
         while offset < bytes.len() && matches!(bytes[offset], b'\n' | b'\r') {
             offset += 1;
         }

@@ -5,6 +5,9 @@ use crate::tensor::{format_number, ElemType, Storage, Tensor};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// Most elements a dense file (`.npy`, `.safetensors`) may hold: 2³¹, i.e. 16 GiB of f64.
+const MAX_DENSE_WRITE: usize = 1 << 31;
+
 /// One tensor to write, with its index labels resolved (symbols raw, integers as digits).
 pub struct WriteRequest<'a> {
     /// Destination.
@@ -32,6 +35,21 @@ pub fn write_files(requests: &[WriteRequest]) -> Result<(), String> {
             .and_then(|e| e.to_str())
             .unwrap_or("")
             .to_ascii_lowercase();
+        if matches!(ext.as_str(), "npy" | "safetensors") {
+            let n = req
+                .tensor
+                .shape
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(d));
+            if n.is_none_or(|n| n > MAX_DENSE_WRITE) {
+                return Err(format!(
+                    "cannot write `{}`: `{}` has shape {:?}, too large for a dense file; write it as .tsv",
+                    req.path.display(),
+                    req.name,
+                    req.tensor.shape
+                ));
+            }
+        }
         let bytes = match ext.as_str() {
             "tsv" => delimited(req, '\t'),
             "csv" => delimited(req, ','),

@@ -214,6 +214,18 @@ impl Ctx<'_> {
                     }
                 }
             }
+            if shape.iter().any(|&n| n > crate::tensor::MAX_EXTENT) {
+                let span = self.tensors[t].span;
+                self.diags.push(Diagnostic::error(
+                    codes::OUT_OF_DOMAIN,
+                    span,
+                    format!(
+                        "`{}` has an index above the largest supported position ({})",
+                        self.tensors[t].name,
+                        crate::tensor::MAX_EXTENT - 1
+                    ),
+                ));
+            }
             self.data_shape.push(shape);
         }
         self.share_relation_extents();

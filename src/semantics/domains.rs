@@ -66,11 +66,11 @@ impl Ctx<'_> {
                     Ok(raw) => {
                         self.rank_from_file(id, &raw, st.span);
                         self.sources.push(super::Source {
-                        tensor: id,
-                        raw,
-                        span: st.span,
-                        file: path.clone(),
-                    })
+                            tensor: id,
+                            raw,
+                            span: st.span,
+                            file: path.clone(),
+                        })
                     }
                     Err(msg) => self.diags.push(
                         Diagnostic::error(
@@ -112,7 +112,9 @@ impl Ctx<'_> {
                 let fields = rows.first().map(|r| r.fields.len()).unwrap_or(0);
                 let valued = !t.is_bool()
                     && fields >= 2
-                    && rows.iter().all(|r| r.fields.last().is_some_and(|f| f.parse::<f64>().is_ok()));
+                    && rows
+                        .iter()
+                        .all(|r| r.fields.last().is_some_and(|f| f.parse::<f64>().is_ok()));
                 if valued {
                     fields - 1
                 } else {

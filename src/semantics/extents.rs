@@ -207,9 +207,21 @@ fn ranges(
         if constraints.is_empty() {
             continue;
         }
-        let max_ext = constraints.iter().map(|(t, ax, _)| tensors[*t].shape.get(*ax).copied().unwrap_or(0) as i64).max().unwrap_or(0);
-        let scale = constraints.iter().map(|(_, _, f)| largest_constant(f)).max().unwrap_or(1).max(1);
-        let limit = (4 * (max_ext + 1)).saturating_mul(scale).saturating_add(64).min(SCAN_LIMIT);
+        let max_ext = constraints
+            .iter()
+            .map(|(t, ax, _)| tensors[*t].shape.get(*ax).copied().unwrap_or(0) as i64)
+            .max()
+            .unwrap_or(0);
+        let scale = constraints
+            .iter()
+            .map(|(_, _, f)| largest_constant(f))
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let limit = (4 * (max_ext + 1))
+            .saturating_mul(scale)
+            .saturating_add(64)
+            .min(SCAN_LIMIT);
         let mut first_valid = None;
         let mut end = 0;
         let mut bounded = false;
@@ -342,6 +354,18 @@ fn grow_lhs(
             continue;
         }
         let need = (hi + 1) as usize;
+        if need > crate::tensor::MAX_EXTENT {
+            errors.push(Diagnostic::error(
+                codes::OUT_OF_DOMAIN,
+                eq.span,
+                format!(
+                    "this equation writes `{}` beyond the largest supported position ({})",
+                    tensors[t].name,
+                    crate::tensor::MAX_EXTENT - 1
+                ),
+            ));
+            continue;
+        }
         let have = tensors[t].shape[ax];
         if need > have {
             if let Some(decl) = tensors[t].declared {

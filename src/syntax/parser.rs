@@ -538,7 +538,11 @@ impl<'a> Parser<'a> {
         loop {
             operands += 1;
             if operands > MAX_TERMS {
-                return Err(Diagnostic::error(codes::SYNTAX, self.span(), "index expression too long"));
+                return Err(Diagnostic::error(
+                    codes::SYNTAX,
+                    self.span(),
+                    "index expression too long",
+                ));
             }
             let op = match self.peek() {
                 Some(Tok::Plus) => ArithOp::Add,
@@ -558,7 +562,11 @@ impl<'a> Parser<'a> {
         loop {
             operands += 1;
             if operands > MAX_TERMS {
-                return Err(Diagnostic::error(codes::SYNTAX, self.span(), "index expression too long"));
+                return Err(Diagnostic::error(
+                    codes::SYNTAX,
+                    self.span(),
+                    "index expression too long",
+                ));
             }
             let op = match self.peek() {
                 Some(Tok::Star) => ArithOp::Mul,
@@ -634,7 +642,9 @@ impl<'a> Parser<'a> {
                     self.span(),
                     format!("more than {MAX_TERMS} terms in one sum"),
                 )
-                .with_note("split it into several equations for the same tensor: they are added (§7)"));
+                .with_note(
+                    "split it into several equations for the same tensor: they are added (§7)",
+                ));
             }
             operands += 1;
             let op = match self.peek() {
@@ -689,7 +699,11 @@ impl<'a> Parser<'a> {
 
     fn enter(&mut self) -> PResult<()> {
         if self.depth >= MAX_DEPTH {
-            return Err(Diagnostic::error(codes::SYNTAX, self.span(), format!("nesting deeper than {MAX_DEPTH} levels")));
+            return Err(Diagnostic::error(
+                codes::SYNTAX,
+                self.span(),
+                format!("nesting deeper than {MAX_DEPTH} levels"),
+            ));
         }
         self.depth += 1;
         Ok(())

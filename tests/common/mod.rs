@@ -38,17 +38,35 @@ fn squash(s: &str) -> String {
 
 /// Compares expected and actual output line by line; `Err` describes the first difference.
 pub fn compare(expected: &str, actual: &str) -> Result<(), String> {
-    let exp: Vec<&str> = expected.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    let act: Vec<&str> = actual.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let exp: Vec<&str> = expected
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let act: Vec<&str> = actual
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
     for (n, (e, a)) in exp.iter().zip(&act).enumerate() {
         let ok = match (e.rsplit_once('='), a.rsplit_once('=')) {
-            (Some((le, ve)), Some((la, va))) if !e.contains("==") => squash(le) == squash(la) && close(va.trim(), ve.trim()),
+            (Some((le, ve)), Some((la, va))) if !e.contains("==") => {
+                squash(le) == squash(la) && close(va.trim(), ve.trim())
+            }
             _ => squash(e) == squash(a),
         };
         if !ok {
-            let fields_e: Vec<&str> = e.split(|c: char| c.is_whitespace() || c == ',').filter(|s| !s.is_empty()).collect();
-            let fields_a: Vec<&str> = a.split(|c: char| c.is_whitespace() || c == ',').filter(|s| !s.is_empty()).collect();
-            if fields_e.len() == fields_a.len() && fields_e.iter().zip(&fields_a).all(|(x, y)| close(y, x)) {
+            let fields_e: Vec<&str> = e
+                .split(|c: char| c.is_whitespace() || c == ',')
+                .filter(|s| !s.is_empty())
+                .collect();
+            let fields_a: Vec<&str> = a
+                .split(|c: char| c.is_whitespace() || c == ',')
+                .filter(|s| !s.is_empty())
+                .collect();
+            if fields_e.len() == fields_a.len()
+                && fields_e.iter().zip(&fields_a).all(|(x, y)| close(y, x))
+            {
                 continue;
             }
             return Err(format!("line {}: expected {e:?}, got {a:?}", n + 1));
