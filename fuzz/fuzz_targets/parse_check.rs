@@ -10,14 +10,10 @@ use tensor_logic::{RunOptions, Session, Settings};
 /// the row length for every `softmax`/`lnorm` (each point re-evaluates its row).
 fn cost(e: &Equation) -> u128 {
     fn normalizers(n: &Node, e: &Equation) -> u128 {
+        let inner = n.children().into_iter().map(|c| normalizers(c, e)).max().unwrap_or(1);
         match n {
-            Node::Normalize(_, v, arg) => e.vars[*v].range.max(1) as u128 * normalizers(arg, e),
-            Node::Sum { body, .. } | Node::Neg(body) | Node::Not(body) => normalizers(body, e),
-            Node::Concat { arg, .. } => normalizers(arg, e),
-            Node::Product(fs) => fs.iter().map(|(_, f)| normalizers(f, e)).max().unwrap_or(1),
-            Node::Binary(_, a, b) | Node::Compare(_, a, b) => normalizers(a, e).max(normalizers(b, e)),
-            Node::Call(_, args) => args.iter().map(|a| normalizers(a, e)).max().unwrap_or(1),
-            Node::Const(_) | Node::Var(_) | Node::Read { .. } => 1,
+            Node::Normalize(_, v, _) => e.vars[*v].range.max(1) as u128 * inner,
+            _ => inner,
         }
     }
     let points: u128 = e.vars.iter().map(|v| v.range.max(1) as u128).product();

@@ -168,6 +168,17 @@ pub fn checkpoint_entries(bytes: &[u8]) -> Result<Vec<String>, String> {
     Ok(names)
 }
 
+/// Little-endian elements of `N` bytes each, converted to f64.
+fn decode<const N: usize>(data: &[u8], f: impl Fn([u8; N]) -> f64) -> Vec<f64> {
+    data.chunks_exact(N)
+        .map(|c| {
+            let mut b = [0u8; N];
+            b.copy_from_slice(c);
+            f(b)
+        })
+        .collect()
+}
+
 fn read_safetensors(bytes: &[u8], entry: &str) -> Result<RawData, String> {
     use safetensors::Dtype;
     let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| e.to_string())?;
@@ -178,48 +189,31 @@ fn read_safetensors(bytes: &[u8], entry: &str) -> Result<RawData, String> {
     })?;
     let data = view.data();
     let (values, elem): (Vec<f64>, ElemType) = match view.dtype() {
-        Dtype::F64 => (
-            data.chunks_exact(8)
-                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                .collect(),
-            ElemType::F64,
-        ),
+        Dtype::F64 => (decode(data, f64::from_le_bytes), ElemType::F64),
         Dtype::F32 => (
-            data.chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap_or([0; 4])) as f64)
-                .collect(),
+            decode(data, |b| f32::from_le_bytes(b) as f64),
             ElemType::F32,
         ),
         Dtype::F16 => (
-            data.chunks_exact(2)
-                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64())
-                .collect(),
+            decode(data, |b| half::f16::from_le_bytes(b).to_f64()),
             ElemType::F16,
         ),
         Dtype::BF16 => (
-            data.chunks_exact(2)
-                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64())
-                .collect(),
+            decode(data, |b| half::bf16::from_le_bytes(b).to_f64()),
             ElemType::BF16,
         ),
         Dtype::I64 => (
-            data.chunks_exact(8)
-                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f64)
-                .collect(),
+            decode(data, |b| i64::from_le_bytes(b) as f64),
             ElemType::Int,
         ),
         Dtype::I32 => (
-            data.chunks_exact(4)
-                .map(|c| i32::from_le_bytes(c.try_into().unwrap_or([0; 4])) as f64)
-                .collect(),
+            decode(data, |b| i32::from_le_bytes(b) as f64),
             ElemType::Int,
         ),
-        Dtype::I8 => (data.iter().map(|&b| b as i8 as f64).collect(), ElemType::I8),
-        Dtype::U8 => (data.iter().map(|&b| b as f64).collect(), ElemType::Int),
+        Dtype::I8 => (decode(data, |b: [u8; 1]| b[0] as i8 as f64), ElemType::I8),
+        Dtype::U8 => (decode(data, |b: [u8; 1]| b[0] as f64), ElemType::Int),
         Dtype::BOOL => (
-            data.iter()
-                .map(|&b| if b != 0 { 1.0 } else { 0.0 })
-                .collect(),
+            decode(data, |b: [u8; 1]| (b[0] != 0) as u8 as f64),
             ElemType::Bool,
         ),
         other => return Err(format!("unsupported dtype {other:?}")),

@@ -1,7 +1,7 @@
 //! Writers. Every file is written to a temporary file beside it and renamed into place, so a
 //! reader never sees a half-written file (§11).
 
-use crate::tensor::{format_number, ElemType, Storage, Tensor};
+use crate::tensor::{format_number, ElemType, Tensor};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -93,56 +93,32 @@ fn delimited(req: &WriteRequest, sep: char) -> Vec<u8> {
 }
 
 fn npy(t: &Tensor) -> Result<Vec<u8>, String> {
-    use npyz::WriterBuilder;
-    let values = match &t.storage {
-        Storage::Dense(v) => v.clone(),
-        Storage::Sparse(_) => t.to_dense_values(),
-    };
+    let values = t.to_dense_values();
     let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
-    let mut buf = Vec::new();
-    let err = |e: std::io::Error| e.to_string();
     match t.elem {
-        ElemType::Bool => {
-            let mut w = npyz::WriteOptions::new()
-                .default_dtype()
-                .shape(&shape)
-                .writer(&mut buf)
-                .begin_nd()
-                .map_err(err)?;
-            w.extend(values.iter().map(|&v| v != 0.0)).map_err(err)?;
-            w.finish().map_err(err)?;
-        }
-        ElemType::Int | ElemType::I8 => {
-            let mut w = npyz::WriteOptions::new()
-                .default_dtype()
-                .shape(&shape)
-                .writer(&mut buf)
-                .begin_nd()
-                .map_err(err)?;
-            w.extend(values.iter().map(|&v| v as i64)).map_err(err)?;
-            w.finish().map_err(err)?;
-        }
-        ElemType::F64 => {
-            let mut w = npyz::WriteOptions::new()
-                .default_dtype()
-                .shape(&shape)
-                .writer(&mut buf)
-                .begin_nd()
-                .map_err(err)?;
-            w.extend(values.iter().copied()).map_err(err)?;
-            w.finish().map_err(err)?;
-        }
-        _ => {
-            let mut w = npyz::WriteOptions::new()
-                .default_dtype()
-                .shape(&shape)
-                .writer(&mut buf)
-                .begin_nd()
-                .map_err(err)?;
-            w.extend(values.iter().map(|&v| v as f32)).map_err(err)?;
-            w.finish().map_err(err)?;
-        }
+        ElemType::Bool => npy_bytes(&shape, values.iter().map(|&v| v != 0.0)),
+        ElemType::Int | ElemType::I8 => npy_bytes(&shape, values.iter().map(|&v| v as i64)),
+        ElemType::F64 => npy_bytes(&shape, values.iter().copied()),
+        _ => npy_bytes(&shape, values.iter().map(|&v| v as f32)),
     }
+}
+
+/// An `.npy` file of `values` in the dtype of `T`.
+fn npy_bytes<T: npyz::AutoSerialize>(
+    shape: &[u64],
+    values: impl Iterator<Item = T>,
+) -> Result<Vec<u8>, String> {
+    use npyz::WriterBuilder;
+    let err = |e: std::io::Error| e.to_string();
+    let mut buf = Vec::new();
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(shape)
+        .writer(&mut buf)
+        .begin_nd()
+        .map_err(err)?;
+    w.extend(values).map_err(err)?;
+    w.finish().map_err(err)?;
     Ok(buf)
 }
 

@@ -71,53 +71,30 @@ fn occurrences(
     bare: &mut Vec<(VarId, usize, usize)>,
     arith: &mut Vec<(usize, usize, IndexFn)>,
 ) {
-    match n {
-        Node::Read {
-            tensor,
-            index,
-            slice: false,
-        } => {
-            for (ax, f) in index.iter().enumerate() {
-                match f {
-                    IndexFn::Var(v) => bare.push((*v, *tensor, ax)),
-                    IndexFn::Const(_) => {}
-                    other => arith.push((*tensor, ax, other.clone())),
-                }
+    if let Node::Read {
+        tensor,
+        index,
+        slice: false,
+    } = n
+    {
+        for (ax, f) in index.iter().enumerate() {
+            match f {
+                IndexFn::Var(v) => bare.push((*v, *tensor, ax)),
+                IndexFn::Const(_) => {}
+                other => arith.push((*tensor, ax, other.clone())),
             }
         }
-        Node::Read { .. } | Node::Const(_) | Node::Var(_) => {}
-        Node::Sum { body, .. }
-        | Node::Neg(body)
-        | Node::Not(body)
-        | Node::Normalize(_, _, body) => occurrences(body, bare, arith),
-        Node::Concat { arg, .. } => occurrences(arg, bare, arith),
-        Node::Product(fs) => fs.iter().for_each(|(_, f)| occurrences(f, bare, arith)),
-        Node::Binary(_, a, b) | Node::Compare(_, a, b) => {
-            occurrences(a, bare, arith);
-            occurrences(b, bare, arith);
-        }
-        Node::Call(_, args) => args.iter().for_each(|a| occurrences(a, bare, arith)),
     }
+    n.children()
+        .into_iter()
+        .for_each(|c| occurrences(c, bare, arith));
 }
 
 fn concats(n: &Node, out: &mut Vec<(VarId, Vec<VarId>)>) {
-    match n {
-        Node::Concat { out: o, parts, arg } => {
-            out.push((*o, parts.clone()));
-            concats(arg, out);
-        }
-        Node::Sum { body, .. }
-        | Node::Neg(body)
-        | Node::Not(body)
-        | Node::Normalize(_, _, body) => concats(body, out),
-        Node::Product(fs) => fs.iter().for_each(|(_, f)| concats(f, out)),
-        Node::Binary(_, a, b) | Node::Compare(_, a, b) => {
-            concats(a, out);
-            concats(b, out);
-        }
-        Node::Call(_, args) => args.iter().for_each(|a| concats(a, out)),
-        Node::Read { .. } | Node::Const(_) | Node::Var(_) => {}
+    if let Node::Concat { out: o, parts, .. } = n {
+        out.push((*o, parts.clone()));
     }
+    n.children().into_iter().for_each(|c| concats(c, out));
 }
 
 fn ranges(

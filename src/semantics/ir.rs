@@ -243,6 +243,38 @@ pub enum Node {
     },
 }
 
+impl Node {
+    /// Direct children, so that passes over the tree need not repeat its shape.
+    pub fn children(&self) -> Vec<&Node> {
+        match self {
+            Node::Const(_) | Node::Var(_) | Node::Read { .. } => Vec::new(),
+            Node::Sum { body, .. }
+            | Node::Neg(body)
+            | Node::Not(body)
+            | Node::Normalize(_, _, body) => vec![body],
+            Node::Concat { arg, .. } => vec![arg],
+            Node::Product(fs) => fs.iter().map(|(_, f)| f).collect(),
+            Node::Binary(_, a, b) | Node::Compare(_, a, b) => vec![a, b],
+            Node::Call(_, args) => args.iter().collect(),
+        }
+    }
+
+    /// Direct children, mutably.
+    pub fn children_mut(&mut self) -> Vec<&mut Node> {
+        match self {
+            Node::Const(_) | Node::Var(_) | Node::Read { .. } => Vec::new(),
+            Node::Sum { body, .. }
+            | Node::Neg(body)
+            | Node::Not(body)
+            | Node::Normalize(_, _, body) => vec![body],
+            Node::Concat { arg, .. } => vec![arg],
+            Node::Product(fs) => fs.iter_mut().map(|(_, f)| f).collect(),
+            Node::Binary(_, a, b) | Node::Compare(_, a, b) => vec![a, b],
+            Node::Call(_, args) => args.iter_mut().collect(),
+        }
+    }
+}
+
 /// A query or a file write, answered after evaluation.
 #[derive(Clone, Debug)]
 pub enum Output {

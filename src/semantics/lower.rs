@@ -622,18 +622,10 @@ fn occurrences(n: &Node, out: &mut Vec<VarId>) {
     match n {
         Node::Var(v) => out.push(*v),
         Node::Read { index, .. } => index.iter().for_each(|f| f.vars(out)),
-        Node::Const(_) => {}
-        Node::Sum { body, .. }
-        | Node::Neg(body)
-        | Node::Not(body)
-        | Node::Normalize(_, _, body) => occurrences(body, out),
-        Node::Product(fs) => fs.iter().for_each(|(_, f)| occurrences(f, out)),
-        Node::Binary(_, a, b) | Node::Compare(_, a, b) => {
-            occurrences(a, out);
-            occurrences(b, out);
-        }
-        Node::Call(_, args) => args.iter().for_each(|a| occurrences(a, out)),
-        Node::Concat { arg, .. } => occurrences(arg, out),
+        other => other
+            .children()
+            .into_iter()
+            .for_each(|c| occurrences(c, out)),
     }
 }
 
@@ -646,51 +638,27 @@ fn count(n: &Node, counts: &mut [usize]) {
 }
 
 fn mark_concat_parts(n: &Node, bound: &mut [bool]) {
-    match n {
-        Node::Concat { parts, arg, .. } => {
-            parts.iter().for_each(|&p| bound[p] = true);
-            mark_concat_parts(arg, bound);
-        }
-        Node::Sum { body, .. }
-        | Node::Neg(body)
-        | Node::Not(body)
-        | Node::Normalize(_, _, body) => mark_concat_parts(body, bound),
-        Node::Product(fs) => fs.iter().for_each(|(_, f)| mark_concat_parts(f, bound)),
-        Node::Binary(_, a, b) | Node::Compare(_, a, b) => {
-            mark_concat_parts(a, bound);
-            mark_concat_parts(b, bound);
-        }
-        Node::Call(_, args) => args.iter().for_each(|a| mark_concat_parts(a, bound)),
-        Node::Var(_) | Node::Const(_) | Node::Read { .. } => {}
+    if let Node::Concat { parts, .. } = n {
+        parts.iter().for_each(|&p| bound[p] = true);
     }
+    n.children()
+        .into_iter()
+        .for_each(|c| mark_concat_parts(c, bound));
 }
 
 /// Bottom-up: a summation point takes every free variable all of whose occurrences it holds.
 fn assign(n: &mut Node, total: &[usize], bound: &[bool], assigned: &mut [bool]) {
-    match n {
-        Node::Sum { vars, body } => {
-            assign(body, total, bound, assigned);
-            let mut here = vec![0usize; total.len()];
-            count(body, &mut here);
-            for v in 0..total.len() {
-                if here[v] > 0 && here[v] == total[v] && !bound[v] && !assigned[v] {
-                    vars.push(v);
-                    assigned[v] = true;
-                }
+    n.children_mut()
+        .into_iter()
+        .for_each(|c| assign(c, total, bound, assigned));
+    if let Node::Sum { vars, body } = n {
+        let mut here = vec![0usize; total.len()];
+        count(body, &mut here);
+        for v in 0..total.len() {
+            if here[v] > 0 && here[v] == total[v] && !bound[v] && !assigned[v] {
+                vars.push(v);
+                assigned[v] = true;
             }
         }
-        Node::Neg(b) | Node::Not(b) | Node::Normalize(_, _, b) => assign(b, total, bound, assigned),
-        Node::Concat { arg, .. } => assign(arg, total, bound, assigned),
-        Node::Product(fs) => fs
-            .iter_mut()
-            .for_each(|(_, f)| assign(f, total, bound, assigned)),
-        Node::Binary(_, a, b) | Node::Compare(_, a, b) => {
-            assign(a, total, bound, assigned);
-            assign(b, total, bound, assigned);
-        }
-        Node::Call(_, args) => args
-            .iter_mut()
-            .for_each(|a| assign(a, total, bound, assigned)),
-        Node::Var(_) | Node::Const(_) | Node::Read { .. } => {}
     }
 }

@@ -533,51 +533,42 @@ impl<'a> Parser<'a> {
     }
 
     fn iarith(&mut self) -> PResult<Index> {
-        let mut lhs = self.iterm()?;
-        let mut operands = 1;
-        loop {
-            operands += 1;
-            if operands > MAX_TERMS {
-                return Err(Diagnostic::error(
-                    codes::SYNTAX,
-                    self.span(),
-                    "index expression too long",
-                ));
-            }
-            let op = match self.peek() {
-                Some(Tok::Plus) => ArithOp::Add,
-                Some(Tok::Minus) => ArithOp::Sub,
-                _ => return Ok(lhs),
-            };
-            self.pos += 1;
-            let rhs = self.iterm()?;
-            let span = lhs.span().to(rhs.span());
-            lhs = Index::Arith(Box::new(lhs), op, Box::new(rhs), span);
-        }
+        self.index_chain(Self::iterm, |t| match t {
+            Tok::Plus => Some(ArithOp::Add),
+            Tok::Minus => Some(ArithOp::Sub),
+            _ => None,
+        })
     }
 
     fn iterm(&mut self) -> PResult<Index> {
-        let mut lhs = self.iatom()?;
-        let mut operands = 1;
-        loop {
-            operands += 1;
-            if operands > MAX_TERMS {
-                return Err(Diagnostic::error(
-                    codes::SYNTAX,
-                    self.span(),
-                    "index expression too long",
-                ));
-            }
-            let op = match self.peek() {
-                Some(Tok::Star) => ArithOp::Mul,
-                Some(Tok::Slash) => ArithOp::Div,
-                _ => return Ok(lhs),
+        self.index_chain(Self::iatom, |t| match t {
+            Tok::Star => Some(ArithOp::Mul),
+            Tok::Slash => Some(ArithOp::Div),
+            _ => None,
+        })
+    }
+
+    /// A left-associative chain `operand (op operand)*` of index arithmetic.
+    fn index_chain(
+        &mut self,
+        operand: fn(&mut Self) -> PResult<Index>,
+        op_of: fn(&Tok) -> Option<ArithOp>,
+    ) -> PResult<Index> {
+        let mut lhs = operand(self)?;
+        for _ in 0..MAX_TERMS {
+            let Some(op) = self.peek().and_then(op_of) else {
+                return Ok(lhs);
             };
             self.pos += 1;
-            let rhs = self.iatom()?;
+            let rhs = operand(self)?;
             let span = lhs.span().to(rhs.span());
             lhs = Index::Arith(Box::new(lhs), op, Box::new(rhs), span);
         }
+        Err(Diagnostic::error(
+            codes::SYNTAX,
+            self.span(),
+            "index expression too long",
+        ))
     }
 
     fn iatom(&mut self) -> PResult<Index> {
