@@ -358,3 +358,53 @@ fn grow_lhs(
     }
     changed
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::semantics::tests::{checked, error_codes};
+
+    fn range(c: &crate::semantics::Checked, target: &str, var: &str) -> usize {
+        let t = c.tensor_id(target).unwrap();
+        let eq = c.equations.iter().find(|e| e.target == t).unwrap();
+        eq.vars.iter().find(|v| v.name == var).unwrap().range
+    }
+
+    #[test]
+    fn a_variable_only_in_arithmetic_gets_the_valid_range() {
+        let c = checked("I = [[0, 1, 2, 3, 4], [0, 1, 2, 3, 4], [0, 1, 2, 3, 4], [0, 1, 2, 3, 4], [0, 1, 2, 3, 4]]\nF = [[1, 2], [3, 4]]\nO[x, y] = F[dx, dy] I[x + dx, y + dy]\nS = 2\nP[x / S] = O[x, 0]\n");
+        assert_eq!(range(&c, "O", "x"), 4);
+        let o = c.tensor_id("O").unwrap();
+        assert_eq!(c.tensors[o].shape, vec![4, 4]);
+        let p = c.tensor_id("P").unwrap();
+        assert_eq!(c.tensors[p].shape, vec![2]);
+    }
+
+    #[test]
+    fn index_recursion_grows_to_the_layers_given() {
+        let c = checked("W = [[[1]], [[2]], [[3]]]\nIn = [1]\nX[0, j] = In[j]\nX[i, j] = sig(W[i, j, k] X[i - 1, k])\n");
+        let x = c.tensor_id("X").unwrap();
+        assert_eq!(c.tensors[x].shape, vec![3, 1]);
+    }
+
+    #[test]
+    fn hard_axes_must_agree_and_soft_ones_take_the_largest() {
+        assert_eq!(
+            error_codes("W = [[1, 2, 3]]\nX = [1, 2]\nY[i] = W[i, j] X[j]\n"),
+            vec!["E0201"]
+        );
+        let c = checked("E(0, 1). E(1, 4).\nF(x) :- E(x, y).\nG(x) :- E(x, y), E(y, z).\n");
+        let f = c.tensor_id("F").unwrap();
+        assert_eq!(
+            c.tensors[f].shape,
+            vec![5],
+            "E's axes share a domain through G, so its widest extent"
+        );
+        let c = checked("E(0, 1). E(1, 4).\nF(x) :- E(x, y).\n");
+        let f = c.tensor_id("F").unwrap();
+        assert_eq!(
+            c.tensors[f].shape,
+            vec![2],
+            "unlinked axes keep their own extents"
+        );
+    }
+}

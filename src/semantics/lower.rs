@@ -662,3 +662,45 @@ fn assign(n: &mut Node, total: &[usize], bound: &[bool], assigned: &mut [bool]) 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::semantics::tests::checked;
+    use crate::semantics::{Checked, Node};
+
+    /// Each summation point's summed variables, in tree order.
+    fn sums(c: &Checked, target: &str) -> Vec<Vec<String>> {
+        fn walk(n: &Node, names: &[String], out: &mut Vec<Vec<String>>) {
+            if let Node::Sum { vars, .. } = n {
+                out.push(vars.iter().map(|&v| names[v].clone()).collect());
+            }
+            n.children().into_iter().for_each(|ch| walk(ch, names, out));
+        }
+        let t = c.tensor_id(target).unwrap();
+        let eq = c.equations.iter().find(|e| e.target == t).unwrap();
+        let names: Vec<String> = eq.vars.iter().map(|v| v.name.clone()).collect();
+        let mut out = Vec::new();
+        walk(&eq.rhs, &names, &mut out);
+        out.into_iter().filter(|v| !v.is_empty()).collect()
+    }
+
+    #[test]
+    fn indices_are_summed_at_the_innermost_point_holding_them() {
+        let c = checked(
+            "W = [1, 2]\nX = [3, 4]\nC = 1\nM = [[1, 2], [3, 4]]\nY = step(W[i] X[i] + C)\n\
+             K[i, i'] = exp(-(M[i, j] - M[i', j])^2 / C)\nP[i, i'] = (M[i, j] M[i', j])^2\n\
+             R[e] = X[e] - M[e, j]\nD[x, z] min= M[x, y] + M[y, z]\n",
+        );
+        assert_eq!(sums(&c, "Y"), vec![vec!["i"]]);
+        assert_eq!(sums(&c, "K"), vec![vec!["j"]]);
+        assert_eq!(sums(&c, "P"), vec![vec!["j"]]);
+        assert_eq!(sums(&c, "R"), vec![vec!["j"]]);
+        assert_eq!(sums(&c, "D"), vec![vec!["y"]]);
+    }
+
+    #[test]
+    fn concat_parts_are_not_summed() {
+        let c = checked("Z = [[[1, 2], [3, 4]], [[5, 6], [7, 8]]]\nM[p, m] = concat(Z[h, p, v])\n");
+        assert!(sums(&c, "M").is_empty());
+    }
+}

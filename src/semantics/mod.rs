@@ -255,3 +255,107 @@ impl<'a> Ctx<'a> {
         self.domain_of_root.get(&root).copied().unwrap_or(0)
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Parses and checks `src`, panicking with rendered diagnostics on failure.
+    pub(crate) fn checked(src: &str) -> Checked {
+        let (program, errors) = crate::syntax::parse(src, &crate::functions::is_builtin);
+        assert!(errors.is_empty(), "{errors:?}");
+        let bindings = BTreeMap::new();
+        let input = CheckInput {
+            program: &program,
+            base_dir: PathBuf::from("."),
+            bindings: &bindings,
+            user_functions: Vec::new(),
+            settings: Settings::default(),
+        };
+        check(&input).unwrap_or_else(|d| panic!("{}", d.render("t.tl", src)))
+    }
+
+    /// The codes of the errors `src` produces.
+    pub(crate) fn error_codes(src: &str) -> Vec<&'static str> {
+        let (program, _) = crate::syntax::parse(src, &crate::functions::is_builtin);
+        let bindings = BTreeMap::new();
+        let input = CheckInput {
+            program: &program,
+            base_dir: PathBuf::from("."),
+            bindings: &bindings,
+            user_functions: Vec::new(),
+            settings: Settings::default(),
+        };
+        match check(&input) {
+            Ok(_) => Vec::new(),
+            Err(d) => d.0.iter().map(|d| d.code).collect(),
+        }
+    }
+
+    #[test]
+    fn symbols_are_numbered_per_domain_in_source_order() {
+        let c = checked("Parent(Bob, Cid).\nAnc(Ann, Bob).\nAnc(x, y) :- Parent(x, y).\nAnc(x, z) :- Anc(x, y), Parent(y, z).\nKids[x] = Parent(x, y)\n");
+        let anc = c.tensor_id("Anc").unwrap();
+        let d = &c.domains[c.tensors[anc].domains[0]];
+        assert_eq!(d.symbols, vec!["Bob", "Cid", "Ann"]);
+        assert_eq!(c.tensors[anc].domains[0], c.tensors[anc].domains[1]);
+    }
+
+    #[test]
+    fn comparisons_unify_domains_and_place_symbols() {
+        let c = checked("P(A). Q(B).\nR(x, y) :- P(x), Q(y), x != y.\nS(x) :- P(x), x == Zed.\n");
+        let p = c.tensor_id("P").unwrap();
+        let q = c.tensor_id("Q").unwrap();
+        assert_eq!(c.tensors[p].domains[0], c.tensors[q].domains[0]);
+        assert_eq!(
+            c.domains[c.tensors[p].domains[0]].symbols,
+            vec!["A", "B", "Zed"]
+        );
+    }
+
+    #[test]
+    fn kinds_follow_the_operands() {
+        let c = checked("E(A, B).\nN[x] = E(x, y)\nX = [1, 2]\nY[i] = X[i]\nH(x) :- E(x, y).\n");
+        let kind = |n: &str| c.tensors[c.tensor_id(n).unwrap()].kind;
+        assert_eq!(kind("N"), Kind::Int);
+        assert_eq!(kind("Y"), Kind::Real);
+        assert_eq!(kind("H"), Kind::Bool);
+    }
+
+    #[test]
+    fn strata_are_in_dependency_order_with_recursion_marked() {
+        let c = checked(
+            "E(A, B).\nP(x, y) :- E(x, y).\nP(x, z) :- P(x, y), E(y, z).\nC[x] = P(x, y)\n",
+        );
+        let names: Vec<(Vec<String>, bool)> = c
+            .strata
+            .iter()
+            .map(|s| {
+                (
+                    s.tensors
+                        .iter()
+                        .map(|&t| c.tensors[t].name.clone())
+                        .collect(),
+                    s.recursive,
+                )
+            })
+            .collect();
+        let pos = |n: &str| {
+            names
+                .iter()
+                .position(|(ts, _)| ts.contains(&n.to_string()))
+                .unwrap()
+        };
+        assert!(pos("E") < pos("P") && pos("P") < pos("C"));
+        assert!(names[pos("P")].1 && !names[pos("C")].1);
+    }
+
+    #[test]
+    fn errors_of_every_pass_are_collected() {
+        let codes = error_codes("A = [1]\nB[i] = Foo[i]\nC[i, j] = A[i, j]\nX(0)\nX = [2]\n");
+        assert!(
+            codes.contains(&"E0101") && codes.contains(&"E0103") && codes.contains(&"E0104"),
+            "{codes:?}"
+        );
+    }
+}
