@@ -98,7 +98,7 @@ impl Builtin {
         match self {
             Builtin::Step => step(x),
             Builtin::Sig => match args.get(1) {
-                Some(&t) if t == 0.0 => step(x),
+                Some(0.0) => step(x),
                 Some(&t) => 1.0 / (1.0 + (-x / t).exp()),
                 None => 1.0 / (1.0 + (-x).exp()),
             },

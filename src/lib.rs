@@ -13,6 +13,10 @@
 //! assert_eq!(s.query("Anc(Ann, x)").unwrap(), vec!["Anc(Ann, Bob)", "Anc(Ann, Cid)"]);
 //! ```
 
+#![warn(missing_docs)]
+// Diagnostics travel on the cold error path; boxing them would only add noise.
+#![allow(clippy::result_large_err)]
+
 pub mod diagnostics;
 pub mod eval;
 pub mod functions;

@@ -90,9 +90,10 @@ proptest! {
             }).collect();
             format!("[{}]", rs.join(", "))
         };
+        let vlit = v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ");
         let src = format!(
-            "A = {}\nB = {}\nV = {}\nC[r, c] = A[r, m] B[m, c]\nD[r] = sig(A[r, m] B[m, c] V[c]) + A[r, 0]\nT = C[r, c] V[c]\n",
-            lit(&a, i, j), lit(&b, j, k), format!("[{}]", v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")),
+            "A = {}\nB = {}\nV = [{vlit}]\nC[r, c] = A[r, m] B[m, c]\nD[r] = sig(A[r, m] B[m, c] V[c]) + A[r, 0]\nT = C[r, c] V[c]\n",
+            lit(&a, i, j), lit(&b, j, k),
         );
         let s = run(&src, ElemType::F64);
         let c = s.tensor("C").unwrap();

@@ -104,7 +104,7 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
         _ => (s, 1),
     };
     let n: f64 = num.parse().map_err(|_| format!("`{s}` is not a size"))?;
-    if !(n >= 0.0) {
+    if n.is_nan() || n < 0.0 {
         return Err("a size must not be negative".into());
     }
     Ok((n * mult as f64) as u64)

@@ -474,9 +474,7 @@ impl Ctx<'_> {
             }
             let mut pos = Vec::with_capacity(rank);
             let mut ok = true;
-            for ax in 0..rank {
-                let f = &r.fields[ax];
-                let d = doms[ax];
+            for (ax, (f, &d)) in r.fields.iter().zip(&doms).enumerate() {
                 let p = if self.domains[d].symbolic {
                     match self.symbol_index(d, f) {
                         Some(p) if self.declared_symbols.get(&d).is_none_or(|&n| p < n) => Some(p),

@@ -126,8 +126,8 @@ fn ranges(
     for (&v, &r) in &meta.fixed_ranges {
         range[v] = Some(r);
     }
-    for v in 0..n {
-        if range[v].is_some() {
+    for (v, slot) in range.iter_mut().enumerate() {
+        if slot.is_some() {
             continue;
         }
         let mut hard: Option<(usize, usize)> = None;
@@ -160,7 +160,7 @@ fn ranges(
                 soft = Some(soft.unwrap_or(0).max(ext));
             }
         }
-        range[v] = hard.map(|(e, _)| e).or(soft);
+        *slot = hard.map(|(e, _)| e).or(soft);
     }
     let mut cs = Vec::new();
     concats(&eq.rhs, &mut cs);

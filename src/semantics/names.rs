@@ -248,11 +248,7 @@ impl Ctx<'_> {
             match &st.kind {
                 StmtKind::Equation { rhs, .. } => self.reads_in(rhs),
                 StmtKind::Rule { body, .. } => body.iter().for_each(|e| self.reads_in(e)),
-                StmtKind::Query(a) => {
-                    if self.known(&a.name) {
-                        self.read_access(a);
-                    }
-                }
+                StmtKind::Query(a) if self.known(&a.name) => self.read_access(a),
                 StmtKind::FileWrite { name, .. } | StmtKind::Init { name, .. } => {
                     self.known(name);
                 }
