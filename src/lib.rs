@@ -1,8 +1,8 @@
 //! Tensor Logic: one engine where a Datalog rule and an einsum are the same tensor equation.
 //!
 //! The pipeline, one stage per module: [`syntax`] (lexer, parser, AST) → [`semantics`]
-//! (names, domains, extents, types, safety, strata) → [`eval`] (engines; the reference
-//! evaluator is the oracle). [`Session`] ties them together for library users and the `tl` CLI.
+//! (names, domains, extents, types, safety, strata) → [`plan`] (how each stratum is evaluated)
+//! → [`eval`] (engines; the reference evaluator is the oracle). [`Session`] ties them together for library users and the `tl` CLI.
 //!
 //! ```
 //! use tensor_logic::{RunOptions, Session};
@@ -22,6 +22,7 @@ pub mod eval;
 pub mod functions;
 pub mod io;
 pub mod output;
+pub mod plan;
 pub mod semantics;
 mod session;
 pub mod syntax;

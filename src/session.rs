@@ -2,7 +2,7 @@
 //! run, read tensors back and answer queries. The `tl` CLI is a thin layer over this.
 
 use crate::diagnostics::{codes, Diagnostic, Diagnostics};
-use crate::eval::{Engine, EvalOptions, Reference};
+use crate::eval::{Engine, EvalOptions, Standard};
 use crate::functions::UserFunction;
 use crate::io::{write_files, RawData, Row, WriteRequest};
 use crate::output;
@@ -163,10 +163,10 @@ impl Session {
         Ok(self.checked.insert(checked))
     }
 
-    /// Checks, evaluates with the reference engine, writes files and answers the program's
+    /// Checks, evaluates with the standard engine, writes files and answers the program's
     /// queries. Returns the answer lines in source order.
     pub fn run(&mut self, options: &RunOptions) -> Result<Vec<String>, Diagnostics> {
-        self.run_with(&Reference, options)
+        self.run_with(&Standard, options)
     }
 
     /// As [`Session::run`], with a chosen engine.

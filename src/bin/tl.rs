@@ -5,6 +5,7 @@
 use clap::{Args, Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use tensor_logic::eval::{Engine, Reference, Standard};
 use tensor_logic::{ElemType, RunOptions, Session, Settings};
 
 #[derive(Parser)]
@@ -77,6 +78,10 @@ struct Common {
     /// Print nothing but answers and errors.
     #[arg(long)]
     quiet: bool,
+    /// Evaluator: `standard` (semi-naive joins for Datalog, loops otherwise) or `reference`
+    /// (the oracle: loops everywhere).
+    #[arg(long, default_value = "standard", value_parser = ["standard", "reference"])]
+    engine: String,
 }
 
 fn parse_set(s: &str) -> Result<(String, f64), String> {
@@ -111,6 +116,14 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
 }
 
 impl Common {
+    fn engine(&self) -> &'static dyn Engine {
+        if self.engine == "reference" {
+            &Reference
+        } else {
+            &Standard
+        }
+    }
+
     fn settings(&self, scalars: &[(String, f64)]) -> Settings {
         let mut s = Settings {
             real: if self.precision == "f64" {
@@ -167,7 +180,9 @@ fn run(command: Command) -> Result<(), String> {
                 tol: Some(common.tol),
                 write_files: true,
             };
-            let lines = session.run(&opts).map_err(|d| render(&session, &d))?;
+            let lines = session
+                .run_with(common.engine(), &opts)
+                .map_err(|d| render(&session, &d))?;
             print_lines(&lines);
             Ok(())
         }
@@ -202,7 +217,9 @@ fn run(command: Command) -> Result<(), String> {
                 tol: Some(common.tol),
                 write_files: false,
             };
-            session.run(&opts).map_err(|d| render(&session, &d))?;
+            session
+                .run_with(common.engine(), &opts)
+                .map_err(|d| render(&session, &d))?;
             let lines = session
                 .query(&query)
                 .map_err(|d| d.render("<query>", &query))?;

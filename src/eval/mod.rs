@@ -3,6 +3,7 @@
 
 mod accumulate;
 mod reference;
+mod relational;
 
 use crate::diagnostics::Diagnostics;
 use crate::functions::UserFunction;
@@ -33,6 +34,31 @@ impl Default for EvalOptions {
             max_memory: crate::semantics::default_max_memory(),
             functions: BTreeMap::new(),
         }
+    }
+}
+
+/// The default engine: each stratum by the fastest evaluator that handles it. Datalog-shaped
+/// strata (`plan::datalog`) are evaluated semi-naively by joins; every other stratum by the
+/// reference evaluator's loops.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Standard;
+
+impl Engine for Standard {
+    fn name(&self) -> &'static str {
+        "standard"
+    }
+
+    fn evaluate(&self, p: &Checked, o: &EvalOptions) -> Result<Vec<Tensor>, Diagnostics> {
+        let mut values = reference::initial_values(p, o)?;
+        for st in &p.strata {
+            match crate::plan::datalog::plan_stratum(p, st) {
+                Some(rules) if !rules.is_empty() => {
+                    relational::evaluate_stratum(p, st, &rules, &mut values, o)?
+                }
+                _ => reference::evaluate_stratum(p, st, &mut values, o)?,
+            }
+        }
+        Ok(values)
     }
 }
 

@@ -25,27 +25,43 @@ impl Engine for Reference {
     }
 
     fn evaluate(&self, p: &Checked, o: &EvalOptions) -> Result<Vec<Tensor>, Diagnostics> {
-        let mut values = Vec::with_capacity(p.tensors.len());
-        for (t, info) in p.tensors.iter().enumerate() {
-            values.push(match &p.data[t] {
-                Some(d) => d.clone(),
-                None => empty(info, o)?,
-            });
-        }
+        let mut values = initial_values(p, o)?;
         for st in &p.strata {
-            if st.equations.is_empty() {
-                continue;
-            }
-            if st.recursive {
-                fixpoint(p, st, &mut values, o)?;
-            } else {
-                for &t in &st.tensors {
-                    values[t] = compute(p, t, &values, o)?;
-                }
-            }
+            evaluate_stratum(p, st, &mut values, o)?;
         }
         Ok(values)
     }
+}
+
+/// Every tensor's value before evaluation: its data, or empty.
+pub(super) fn initial_values(p: &Checked, o: &EvalOptions) -> Result<Vec<Tensor>, Diagnostics> {
+    let mut values = Vec::with_capacity(p.tensors.len());
+    for (t, info) in p.tensors.iter().enumerate() {
+        values.push(match &p.data[t] {
+            Some(d) => d.clone(),
+            None => empty(info, o)?,
+        });
+    }
+    Ok(values)
+}
+
+/// Evaluates one stratum in place: once, or to its fixpoint when it is recursive.
+pub(super) fn evaluate_stratum(
+    p: &Checked,
+    st: &Stratum,
+    values: &mut [Tensor],
+    o: &EvalOptions,
+) -> Result<(), Diagnostics> {
+    if st.equations.is_empty() {
+        return Ok(());
+    }
+    if st.recursive {
+        return fixpoint(p, st, values, o);
+    }
+    for &t in &st.tensors {
+        values[t] = compute(p, t, values, o)?;
+    }
+    Ok(())
 }
 
 /// A tensor with no elements yet: zeros, or no defined elements.

@@ -1,0 +1,195 @@
+//! Recognising Datalog-shaped strata: every equation has a Boolean head and a body that is a
+//! join of positive atoms, negated atoms of lower strata, and comparisons, all indexed by plain
+//! variables and constants. Such a stratum has set semantics (SPEC §8), so it can be evaluated
+//! by joins over tuples instead of loops over iteration spaces.
+
+use crate::semantics::{Checked, Equation, Family, IndexFn, Kind, Node, Stratum, TensorId, VarId};
+use crate::syntax::ast::CmpOp;
+
+/// One position of an atom or head: a variable, or a fixed position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Term {
+    /// An index variable of the rule.
+    Var(VarId),
+    /// A constant position.
+    Const(u32),
+}
+
+/// A body atom `R(x, A, y)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Atom {
+    /// The relation read.
+    pub tensor: TensorId,
+    /// One term per axis.
+    pub terms: Vec<Term>,
+}
+
+/// A comparison between variables and numbers (`x != y`, `x == 3`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Filter {
+    /// The operator.
+    pub op: CmpOp,
+    /// Left operand: a variable or a number.
+    pub left: Operand,
+    /// Right operand.
+    pub right: Operand,
+}
+
+/// An operand of a comparison.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Operand {
+    /// A variable's position.
+    Var(VarId),
+    /// A number (a symbol's position or an integer).
+    Const(f64),
+}
+
+/// A rule ready for joins.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rule {
+    /// The relation defined.
+    pub head: TensorId,
+    /// Head terms.
+    pub head_terms: Vec<Term>,
+    /// Positive atoms (at least one).
+    pub atoms: Vec<Atom>,
+    /// Negated atoms, over relations of lower strata.
+    pub negated: Vec<Atom>,
+    /// Comparisons.
+    pub filters: Vec<Filter>,
+    /// Number of variables.
+    pub vars: usize,
+}
+
+/// The rules of a stratum when every one of its equations is Datalog-shaped.
+pub fn plan_stratum(p: &Checked, st: &Stratum) -> Option<Vec<Rule>> {
+    if st.tensors.iter().any(|&t| p.tensors[t].kind != Kind::Bool) {
+        return None;
+    }
+    st.equations
+        .iter()
+        .map(|&e| plan_rule(p, &p.equations[e]))
+        .collect()
+}
+
+fn plan_rule(p: &Checked, eq: &Equation) -> Option<Rule> {
+    if eq.family != Family::Sum || eq.virtual_var.is_some() || !eq.bool_head {
+        return None;
+    }
+    let head_terms = eq.lhs.iter().map(term).collect::<Option<Vec<_>>>()?;
+    let Node::Sum { body, .. } = &eq.rhs else {
+        return None;
+    };
+    let literals: Vec<&Node> = match strip(body) {
+        Node::Product(fs) if fs.iter().all(|(div, _)| !div) => fs.iter().map(|(_, f)| f).collect(),
+        single => vec![single],
+    };
+    let mut rule = Rule {
+        head: eq.target,
+        head_terms,
+        atoms: Vec::new(),
+        negated: Vec::new(),
+        filters: Vec::new(),
+        vars: eq.vars.len(),
+    };
+    for lit in literals {
+        let sums_here = matches!(lit, Node::Sum { vars, .. } if !vars.is_empty());
+        match strip(lit) {
+            Node::Read { .. } => rule.atoms.push(atom(p, strip(lit))?),
+            Node::Not(inner) if !sums_here => rule.negated.push(atom(p, strip(inner))?),
+            Node::Compare(op, a, b) if !sums_here => rule.filters.push(Filter {
+                op: *op,
+                left: operand(strip(a))?,
+                right: operand(strip(b))?,
+            }),
+            _ => return None,
+        }
+    }
+    let mut positive = vec![false; rule.vars];
+    for a in &rule.atoms {
+        for t in &a.terms {
+            if let Term::Var(v) = t {
+                positive[*v] = true;
+            }
+        }
+    }
+    let bound = |t: &Term| !matches!(t, Term::Var(v) if !positive[*v]);
+    let operand_bound = |o: &Operand| !matches!(o, Operand::Var(v) if !positive[*v]);
+    let safe = !rule.atoms.is_empty()
+        && rule.head_terms.iter().all(bound)
+        && rule.negated.iter().all(|a| a.terms.iter().all(bound))
+        && rule
+            .filters
+            .iter()
+            .all(|f| operand_bound(&f.left) && operand_bound(&f.right));
+    safe.then_some(rule)
+}
+
+/// The node inside summation points (their summed variables become join variables).
+fn strip(n: &Node) -> &Node {
+    match n {
+        Node::Sum { body, .. } => strip(body),
+        other => other,
+    }
+}
+
+fn term(f: &IndexFn) -> Option<Term> {
+    match f {
+        IndexFn::Var(v) => Some(Term::Var(*v)),
+        IndexFn::Const(c) => u32::try_from(*c).ok().map(Term::Const),
+        IndexFn::Arith(..) => None,
+    }
+}
+
+fn atom(p: &Checked, n: &Node) -> Option<Atom> {
+    match n {
+        Node::Read {
+            tensor,
+            index,
+            slice: false,
+        } if p.tensors[*tensor].kind == Kind::Bool => Some(Atom {
+            tensor: *tensor,
+            terms: index.iter().map(term).collect::<Option<Vec<_>>>()?,
+        }),
+        _ => None,
+    }
+}
+
+fn operand(n: &Node) -> Option<Operand> {
+    match n {
+        Node::Var(v) => Some(Operand::Var(*v)),
+        Node::Const(c) => Some(Operand::Const(*c)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::semantics::tests::checked;
+
+    fn plans(src: &str) -> Vec<Option<Vec<Rule>>> {
+        let c = checked(src);
+        c.strata
+            .iter()
+            .filter(|s| !s.equations.is_empty())
+            .map(|s| plan_stratum(&c, s))
+            .collect()
+    }
+
+    #[test]
+    fn rules_with_negation_constants_and_comparisons_are_planned() {
+        let p = plans("E(A, B). N(A). N(B).\nP(x, y) :- E(x, y).\nP(x, z) :- P(x, y), E(y, z).\nQ(x) :- N(x), not P(A, x), x != B.\n");
+        assert!(p.iter().all(Option::is_some), "{p:?}");
+        let q = p.last().unwrap().as_ref().unwrap();
+        assert_eq!(q[0].negated.len(), 1);
+        assert_eq!(q[0].filters.len(), 1);
+    }
+
+    #[test]
+    fn real_heads_arithmetic_and_unsafe_negation_are_not() {
+        assert!(plans("E(0, 1).\nC[x] = E(x, y)\n")[0].is_none());
+        assert!(plans("E(0, 1).\nF(x) :- E(x - 1, y).\n")[0].is_none());
+        assert!(plans("E(0, 1). N(0). N(1).\nF(x) :- N(x), not E(x, y).\n")[0].is_none());
+    }
+}

@@ -1,0 +1,190 @@
+//! The standard engine must agree exactly with the reference evaluator (the oracle) on random
+//! Datalog programs: recursion, several strata, negation, constants, comparisons, arities 1–3.
+
+use proptest::prelude::*;
+use std::path::Path;
+use tensor_logic::eval::{Engine, Reference, Standard};
+use tensor_logic::{RunOptions, Session};
+
+const VARS: [&str; 4] = ["x", "y", "z", "w"];
+
+/// A random atom over `rel` (with arity `arity`), drawing variables from `pool` and sometimes
+/// a constant symbol.
+fn atom(rel: &str, arity: usize, picks: &[usize], pool: &[&str]) -> String {
+    let terms: Vec<String> = (0..arity)
+        .map(|k| {
+            let p = picks[k % picks.len()];
+            if p % 7 == 6 {
+                format!("C{}", p % 3)
+            } else {
+                pool[p % pool.len()].to_string()
+            }
+        })
+        .collect();
+    format!("{rel}({})", terms.join(", "))
+}
+
+fn program(
+    facts: &[(usize, usize, usize, usize)],
+    rules: &[(
+        usize,
+        Vec<(usize, Vec<usize>)>,
+        Option<(usize, Vec<usize>)>,
+        bool,
+        Vec<usize>,
+    )],
+) -> String {
+    let arity = |r: usize| 1 + r % 3;
+    let mut src = String::from("C : {C0, C1, C2, C3}\n");
+    for r in 0..3 {
+        let dims = vec!["C"; arity(r)].join(", ");
+        src.push_str(&format!("B{r} : bool[{dims}]\nD{r} : bool[{dims}]\n"));
+    }
+    for &(r, a, b, c) in facts {
+        let args = [a, b, c]
+            .iter()
+            .take(arity(r))
+            .map(|v| format!("C{}", v % 4))
+            .collect::<Vec<_>>();
+        src.push_str(&format!("B{r}({}).\n", args.join(", ")));
+    }
+    for (head, body, negated, compare, head_picks) in rules {
+        let mut used: Vec<&str> = Vec::new();
+        let mut lits = Vec::new();
+        for (rel, picks) in body {
+            let name = if rel % 2 == 0 {
+                format!("B{}", rel % 3)
+            } else {
+                format!("D{}", rel % 3)
+            };
+            let a = atom(&name, arity(rel % 3), picks, &VARS);
+            for v in VARS {
+                if a.contains(&format!("({v}"))
+                    || a.contains(&format!(" {v},"))
+                    || a.contains(&format!(" {v})"))
+                    || a.contains(&format!("({v},"))
+                    || a.contains(&format!("({v})"))
+                {
+                    if !used.contains(&v) {
+                        used.push(v);
+                    }
+                }
+            }
+            lits.push(a);
+        }
+        if used.is_empty() {
+            continue;
+        }
+        if let Some((rel, picks)) = negated {
+            lits.push(format!(
+                "not {}",
+                atom(&format!("B{}", rel % 3), arity(rel % 3), picks, &used)
+            ));
+        }
+        if *compare && used.len() >= 2 {
+            lits.push(format!("{} != {}", used[0], used[1]));
+        }
+        let h = atom(
+            &format!("D{}", head % 3),
+            arity(head % 3),
+            head_picks,
+            &used,
+        );
+        src.push_str(&format!("{h} :- {}.\n", lits.join(", ")));
+    }
+    src
+}
+
+fn run(src: &str, engine: &dyn Engine) -> Result<Session, String> {
+    let mut s = Session::new();
+    s.load_source("p.tl", src, Path::new("."))
+        .map_err(|d| d.render("p.tl", src))?;
+    s.run_with(engine, &RunOptions::default())
+        .map_err(|d| d.render("p.tl", src))?;
+    Ok(s)
+}
+
+fn rule_strategy() -> impl Strategy<
+    Value = (
+        usize,
+        Vec<(usize, Vec<usize>)>,
+        Option<(usize, Vec<usize>)>,
+        bool,
+        Vec<usize>,
+    ),
+> {
+    (
+        0usize..3,
+        proptest::collection::vec((0usize..6, proptest::collection::vec(0usize..28, 3)), 1..4),
+        proptest::option::of((0usize..3, proptest::collection::vec(0usize..12, 3))),
+        any::<bool>(),
+        proptest::collection::vec(0usize..12, 3),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn standard_agrees_with_reference_on_random_datalog(
+        facts in proptest::collection::vec((0usize..3, 0usize..4, 0usize..4, 0usize..4), 1..14),
+        rules in proptest::collection::vec(rule_strategy(), 1..6),
+    ) {
+        let src = program(&facts, &rules);
+        let reference = run(&src, &Reference);
+        let standard = run(&src, &Standard);
+        match (reference, standard) {
+            (Ok(a), Ok(b)) => {
+                if std::env::var("ENGINES_DEBUG").is_ok() {
+                    eprintln!("OK\n{src}");
+                }
+                for name in ["D0", "D1", "D2"] {
+                    prop_assert_eq!(a.tensor(name), b.tensor(name), "{} differs in\n{}", name, src);
+                }
+            }
+            (Err(a), Err(b)) => {
+                if std::env::var("ENGINES_DEBUG").is_ok() {
+                    eprintln!("ERR {}", a.lines().next().unwrap_or(""));
+                }
+                prop_assert_eq!(a, b)
+            }
+            (a, b) => prop_assert!(false, "one engine failed:\n{src}\nreference: {:?}\nstandard: {:?}", a.err(), b.err()),
+        }
+    }
+}
+
+#[test]
+fn engines_agree_on_every_example_and_conformance_case() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut programs: Vec<std::path::PathBuf> = std::fs::read_dir(root.join("examples"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "tl"))
+        .collect();
+    for case in std::fs::read_dir(root.join("tests/conformance")).unwrap() {
+        let main = case.unwrap().path().join("main.tl");
+        if !main.parent().unwrap().join("expected.err").exists() {
+            programs.push(main);
+        }
+    }
+    for path in programs {
+        let run = |engine: &dyn Engine| {
+            let mut s = Session::new();
+            s.load_file(&path).unwrap();
+            let lines = s.run_with(engine, &RunOptions::default()).unwrap();
+            (lines, s)
+        };
+        let (la, a) = run(&Reference);
+        let (lb, b) = run(&Standard);
+        assert_eq!(la, lb, "{}", path.display());
+        for t in &a.checked().unwrap().tensors {
+            assert_eq!(
+                a.tensor(&t.name),
+                b.tensor(&t.name),
+                "{} in {}",
+                t.name,
+                path.display()
+            );
+        }
+    }
+}
