@@ -179,3 +179,37 @@ fn engines_agree_on_every_example_and_conformance_case() {
         }
     }
 }
+
+#[test]
+fn engines_agree_on_when_max_iters_is_exceeded() {
+    let mut src = String::new();
+    for i in 0..11 {
+        src.push_str(&format!("Edge(N{i}, N{}).\n", i + 1));
+    }
+    src.push_str("Path(x, y) :- Edge(x, y).\nPath(x, z) :- Path(x, y), Edge(y, z).\n");
+    for max_iters in 9..14 {
+        let outcome = |engine: &dyn Engine| {
+            let mut s = Session::new();
+            s.load_source("c.tl", &src, Path::new(".")).unwrap();
+            let settings = tensor_logic::Settings {
+                max_iters,
+                ..Default::default()
+            };
+            s.run_with(
+                engine,
+                &RunOptions {
+                    settings,
+                    ..RunOptions::default()
+                },
+            )
+            .map_err(|d| d.0[0].code)
+        };
+        let (a, b) = (outcome(&Reference), outcome(&Standard));
+        assert_eq!(
+            a.is_ok(),
+            max_iters >= 12,
+            "reference at --max-iters {max_iters}"
+        );
+        assert_eq!(a, b, "--max-iters {max_iters}");
+    }
+}
