@@ -65,6 +65,7 @@ fn read_delimited(bytes: &[u8], delimiter: u8, shown: &str) -> Result<RawData, S
         .comment(Some(b'#'))
         .from_reader(bytes);
     let mut rows = Vec::new();
+    let (mut line, mut counted_to) = (1usize, 0usize);
     for record in reader.records() {
         let record = record.map_err(|e| {
             let offset = e
@@ -83,7 +84,14 @@ fn read_delimited(bytes: &[u8], delimiter: u8, shown: &str) -> Result<RawData, S
         while offset < bytes.len() && matches!(bytes[offset], b'\n' | b'\r') {
             offset += 1;
         }
-        let line = 1 + bytes[..offset].iter().filter(|&&b| b == b'\n').count();
+        // Lines are counted incrementally from the previous record: one pass over the file.
+        if offset > counted_to {
+            line += bytes[counted_to..offset]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count();
+            counted_to = offset;
+        }
         let fields: Vec<String> = record.iter().map(|f| f.trim().to_string()).collect();
         if fields.iter().all(|f| f.is_empty()) {
             continue;

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""The Datalog benchmark: tl against ascent (compiled Datalog) and DuckDB (recursive CTEs) on
+the same generated inputs, in one invocation.
+
+    python3 bench/datalog/run.py [WORKLOAD ...]      # all workloads when none are named
+
+Builds target/release/tl and bench/datalog/ascent-bench, installs duckdb into bench/.venv,
+generates the inputs (fixed seeds) under bench/datalog/data/, checks that every system derives
+the same number of tuples, and prints a Markdown table of wall times, ratios and peak memory.
+tl and ascent are timed as whole processes (start, load, fixpoint; no output written); DuckDB
+is timed in-process (load and query, excluding the Python start and the import)."""
+import os, random, subprocess, sys, time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+DATA = os.path.join(HERE, "data")
+VENV = os.path.join(ROOT, "bench", ".venv")
+TL = os.path.join(ROOT, "target", "release", "tl")
+ASCENT = os.path.join(HERE, "ascent-bench", "target", "release", "ascent-bench")
+TIMEOUT = 900
+
+
+def write_pairs(path, pairs):
+    with open(path, "w") as f:
+        f.writelines("%d\t%d\n" % p for p in pairs)
+
+
+def gen_tc(name, n, edges):
+    d = os.path.join(DATA, name)
+    os.makedirs(d, exist_ok=True)
+    write_pairs(os.path.join(d, "edge.tsv"), sorted(set(edges)))
+    return d
+
+
+def workloads():
+    rnd = random.Random(20261129)
+    w = {}
+    w["tc-chain-2000"] = ("tc", lambda: gen_tc("tc-chain-2000", 2000, [(i, i + 1) for i in range(1999)]))
+    w["tc-random-5000-20000"] = ("tc", lambda: gen_tc("tc-random-5000-20000", 5000, random_edges(rnd, 5000, 20000)))
+    w["tc-dense-1000"] = ("tc", lambda: gen_tc("tc-dense-1000", 1000, [(i, (i + 1) % 1000) for i in range(1000)] + random_edges(rnd, 1000, 10000)))
+    w["sg-tree-20000"] = ("sg", lambda: gen_sg(rnd))
+    w["andersen-100k"] = ("andersen", lambda: gen_andersen(rnd))
+    w["triangle-20k"] = ("triangle", lambda: gen_tc("triangle-20k", 2000, random_edges(rnd, 2000, 20000)))
+    w["reach-100k"] = ("reach", lambda: gen_tc("reach-100k", 100000, random_edges(rnd, 100000, 100000)))
+    return w
+
+
+def random_edges(rnd, n, m):
+    edges = set()
+    while len(edges) < m:
+        a, b = rnd.randrange(n), rnd.randrange(n)
+        if a != b:
+            edges.add((a, b))
+    return sorted(edges)
+
+
+def gen_sg(rnd):
+    d = os.path.join(DATA, "sg-tree-20000")
+    os.makedirs(d, exist_ok=True)
+    write_pairs(os.path.join(d, "parent.tsv"), [(i, rnd.randrange(i)) for i in range(1, 20000)])
+    return d
+
+
+def gen_andersen(rnd):
+    d = os.path.join(DATA, "andersen-100k")
+    os.makedirs(d, exist_ok=True)
+    v = 40000
+    for name, count in [("address_of", 30000), ("assign", 40000), ("load", 15000), ("store", 15000)]:
+        pairs = set()
+        while len(pairs) < count:
+            pairs.add((rnd.randrange(v), rnd.randrange(v)))
+        write_pairs(os.path.join(d, name + ".tsv"), sorted(pairs))
+    return d
+
+
+TL_PROGRAMS = {
+    "tc": 'Edge = "edge.tsv"\nPath(x, y) :- Edge(x, y).\nPath(x, z) :- Path(x, y), Edge(y, z).\n',
+    "reach": 'Edge = "edge.tsv"\nPath(x, y) :- Edge(x, y).\nPath(x, z) :- Path(x, y), Edge(y, z).\n',
+    "sg": 'Parent = "parent.tsv"\nSg(x, y) :- Parent(x, p), Parent(y, p), x != y.\nSg(x, y) :- Parent(x, a), Sg(a, b), Parent(y, b).\n',
+    "andersen": 'AddressOf = "address_of.tsv"\nAssign = "assign.tsv"\nLoad = "load.tsv"\nStore = "store.tsv"\n'
+                'PointsTo(y, x) :- AddressOf(y, x).\nPointsTo(y, x) :- Assign(y, z), PointsTo(z, x).\n'
+                'PointsTo(y, w) :- Load(y, x), PointsTo(x, z), PointsTo(z, w).\n'
+                'PointsTo(z, w) :- Store(y, x), PointsTo(y, z), PointsTo(x, w).\n',
+    "triangle": 'Edge = "edge.tsv"\nTri(x, y, z) :- Edge(x, y), Edge(y, z), Edge(z, x).\n',
+}
+OUTPUT = {"tc": "Path", "reach": "Path", "sg": "Sg", "andersen": "PointsTo", "triangle": "Tri"}
+
+DUCKDB = {
+    "tc": "WITH RECURSIVE path(x, y) AS (SELECT x, y FROM edge UNION SELECT path.x, edge.y FROM path JOIN edge ON path.y = edge.x) SELECT count(*) FROM path",
+    "sg": "WITH RECURSIVE sg(x, y) AS (SELECT a.x, b.x FROM parent a JOIN parent b ON a.y = b.y WHERE a.x <> b.x "
+          "UNION SELECT a.x, b.x FROM parent a JOIN sg ON a.y = sg.x JOIN parent b ON b.y = sg.y) SELECT count(*) FROM sg",
+    "triangle": "SELECT count(*) FROM edge e1 JOIN edge e2 ON e1.y = e2.x JOIN edge e3 ON e2.y = e3.x AND e3.y = e1.x",
+    "reach": "WITH RECURSIVE r(y) AS (SELECT y FROM edge WHERE x = 0 UNION SELECT edge.y FROM r JOIN edge ON r.y = edge.x) SELECT count(*) FROM r",
+}
+DUCKDB_TABLES = {"tc": ["edge"], "sg": ["parent"], "triangle": ["edge"], "reach": ["edge"]}
+
+DUCKDB_SCRIPT = r'''
+import sys, time, duckdb
+d, threads, query, tables = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(",")
+con = duckdb.connect()
+con.execute("PRAGMA threads=%s" % threads)
+t0 = time.perf_counter()
+for t in tables:
+    con.execute("CREATE TABLE %s AS SELECT * FROM read_csv('%s/%s.tsv', delim='\t', header=false, columns={'x': 'UINTEGER', 'y': 'UINTEGER'})" % (t, d, t))
+n = con.execute(query).fetchone()[0]
+print(n, time.perf_counter() - t0)
+'''
+
+
+def timed(cmd, cwd=None):
+    """Wall seconds, peak RSS MiB and stdout of a process (None on failure or timeout)."""
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(["/usr/bin/time", "-f", "%M"] + cmd, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return None, None, "timeout"
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        return None, None, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "failed"
+    rss = int(p.stderr.strip().splitlines()[-1]) / 1024
+    return wall, rss, p.stdout
+
+
+def count_lines(path):
+    with open(path) as f:
+        return sum(1 for _ in f)
+
+
+def setup():
+    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
+    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=os.path.join(HERE, "ascent-bench"), check=True)
+    py = os.path.join(VENV, "bin", "python")
+    if not os.path.exists(py):
+        subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
+        subprocess.run([py, "-m", "pip", "install", "--quiet", "duckdb"], check=True)
+    return py
+
+
+def main():
+    py = setup()
+    chosen = sys.argv[1:] or list(workloads())
+    rows = []
+    for name, (kind, gen) in workloads().items():
+        if name not in chosen:
+            continue
+        d = gen()
+        prog = os.path.join(d, "bench.tl")
+        with open(prog, "w") as f:
+            f.write(TL_PROGRAMS[kind])
+        check = os.path.join(d, "check.tl")
+        with open(check, "w") as f:
+            f.write(TL_PROGRAMS[kind] + '"out.tsv" = %s\n' % OUTPUT[kind])
+        result = {}
+        if kind == "reach":
+            result["tl"] = timed([TL, "query", prog, "Path(0, x)"])
+            wall, rss, out = result["tl"]
+            result["tl"] = (wall, rss, len(out.splitlines()) if wall else out)
+            full = timed([TL, "run", prog])
+            result["tl full closure"] = (full[0], full[1], "-")
+        else:
+            wall, rss, out = timed([TL, "run", prog])
+            n = out
+            if wall is not None:
+                ok = timed([TL, "run", check])
+                n = count_lines(os.path.join(d, "out.tsv")) if ok[0] is not None else ok[2]
+            result["tl"] = (wall, rss, n)
+        for label, extra in [("ascent", []), ("ascent_par", ["par"])]:
+            wall, rss, out = timed([ASCENT, kind, d] + extra)
+            result[label] = (wall, rss, int(out) if wall is not None else out)
+        if kind in DUCKDB:
+            wall, rss, out = timed([py, "-c", DUCKDB_SCRIPT, d, "2", DUCKDB[kind], ",".join(DUCKDB_TABLES[kind])])
+            if wall is not None:
+                n, inproc = out.split()
+                result["duckdb (2 threads)"] = (float(inproc), rss, int(n))
+            else:
+                result["duckdb (2 threads)"] = (None, None, out)
+        else:
+            result["duckdb (2 threads)"] = (None, None, "not expressible as a recursive CTE (non-linear recursion)")
+        rows.append((name, result))
+        print_table(rows)
+
+
+def print_table(rows):
+    lines = ["| workload | system | wall s | tl / system | peak MiB | tuples |", "|---|---|---|---|---|---|"]
+    for name, result in rows:
+        tl = result["tl"][0]
+        for system, (wall, rss, n) in result.items():
+            ratio = "%.2f" % (tl / wall) if (tl and wall) else "-"
+            lines.append("| %s | %s | %s | %s | %s | %s |" % (
+                name, system, "%.2f" % wall if wall is not None else "-", ratio,
+                "%.0f" % rss if rss is not None else "-", n))
+    print("\n".join(lines), flush=True)
+    print()
+
+
+if __name__ == "__main__":
+    main()
