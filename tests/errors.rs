@@ -122,6 +122,34 @@ fn positions_beyond_u32_are_errors_not_wrapped() {
 }
 
 #[test]
+fn absurd_sizes_are_errors_not_overflows() {
+    has(
+        &fails("A[99999999999999999999] = 4\n", &[], &[]),
+        "E0001",
+        "1:3",
+    );
+    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+    let mut header =
+        b"{'descr': '<f8', 'fortran_order': False, 'shape': (100000000000, 100000000000), }"
+            .to_vec();
+    header.resize(117, b' ');
+    header.push(b'\n');
+    npy.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    npy.extend_from_slice(&header);
+    npy.extend_from_slice(&[0u8; 16]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("big.npy"), &npy).unwrap();
+    std::fs::write(dir.path().join("main.tl"), "W = \"big.npy\"\nW[0, 0]?\n").unwrap();
+    let out = common::tl(dir.path(), &["run", "main.tl"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        common::stderr(&out).contains("larger than the file's data"),
+        "{}",
+        common::stderr(&out)
+    );
+}
+
+#[test]
 fn data_that_disagrees_with_its_declaration() {
     has(
         &fails("A : real[4]\nA = [1, 2, 3]\n", &[], &[]),

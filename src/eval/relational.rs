@@ -12,7 +12,7 @@ use crate::plan::datalog::{Atom, Filter, Operand, Rule, Term};
 use crate::semantics::{Checked, Stratum, TensorId};
 use crate::syntax::ast::CmpOp;
 use crate::tensor::Tensor;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 /// A set of tuples with hash indexes keyed by column lists.
 #[derive(Default)]
@@ -53,7 +53,7 @@ impl Store {
         if cols.is_empty() || self.indexes.contains_key(cols) {
             return;
         }
-        let mut index: HashMap<Vec<u32>, Vec<u32>> = HashMap::new();
+        let mut index: HashMap<Vec<u32>, Vec<u32>> = HashMap::default();
         for (r, t) in self.rows.iter().enumerate() {
             index
                 .entry(cols.iter().map(|&c| t[c]).collect())
@@ -90,7 +90,7 @@ pub(super) fn evaluate_stratum(
     o: &EvalOptions,
 ) -> Result<(), Diagnostics> {
     let members = &st.tensors;
-    let mut full: HashMap<TensorId, Store> = HashMap::new();
+    let mut full: HashMap<TensorId, Store> = HashMap::default();
     for &t in members {
         full.insert(t, Store::from_tensor(&values[t]));
     }
@@ -100,7 +100,7 @@ pub(super) fn evaluate_stratum(
                 .or_insert_with(|| Store::from_tensor(&values[a.tensor]));
         }
     }
-    let mut delta: HashMap<TensorId, Store> = HashMap::new();
+    let mut delta: HashMap<TensorId, Store> = HashMap::default();
     let mut new = Vec::new();
     for r in rules {
         run_rule(r, None, &mut full, &mut delta, &mut new);

@@ -107,6 +107,10 @@ fn read_npy(bytes: &[u8]) -> Result<RawData, String> {
     if npy.order() == npyz::Order::Fortran && shape.len() > 1 {
         return Err("Fortran-ordered arrays are not supported; save with order='C'".into());
     }
+    let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if n.is_none_or(|n| n > bytes.len()) {
+        return Err(format!("shape {shape:?} is larger than the file's data"));
+    }
     let descr = match npy.dtype() {
         npyz::DType::Plain(t) => t.to_string(),
         other => return Err(format!("unsupported dtype {}", other.descr())),

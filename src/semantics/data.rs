@@ -139,7 +139,7 @@ impl Ctx<'_> {
                 for (ax, i) in idx.iter().enumerate().take(rank) {
                     if let Ok(p) = self.const_position(t, ax, i) {
                         if !given[ax] && p >= 0 {
-                            shape[ax] = shape[ax].max(p as usize + 1);
+                            shape[ax] = shape[ax].max((p as usize).saturating_add(1));
                         }
                     }
                 }
@@ -158,7 +158,7 @@ impl Ctx<'_> {
                             for (ax, f) in r.fields.iter().enumerate().take(rank) {
                                 if let (false, Ok(p)) = (given[ax], f.parse::<i64>()) {
                                     if p >= 0 {
-                                        shape[ax] = shape[ax].max(p as usize + 1);
+                                        shape[ax] = shape[ax].max((p as usize).saturating_add(1));
                                     }
                                 }
                             }

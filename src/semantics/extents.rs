@@ -166,7 +166,11 @@ fn ranges(
     concats(&eq.rhs, &mut cs);
     for (out, parts) in cs {
         if range[out].is_none() {
-            range[out] = Some(parts.iter().map(|&p| range[p].unwrap_or(0)).product());
+            range[out] = Some(
+                parts
+                    .iter()
+                    .fold(1usize, |a, &p| a.saturating_mul(range[p].unwrap_or(0))),
+            );
         }
     }
     for v in 0..n {
@@ -330,7 +334,7 @@ fn grow_lhs(
             ));
             continue;
         }
-        let need = (hi + 1) as usize;
+        let need = (hi as usize).saturating_add(1);
         if need > crate::tensor::MAX_EXTENT {
             errors.push(Diagnostic::error(
                 codes::OUT_OF_DOMAIN,

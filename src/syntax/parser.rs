@@ -525,7 +525,9 @@ impl<'a> Parser<'a> {
         match self.peek().cloned() {
             Some(Tok::Number(n)) if n.is_int => {
                 self.pos += 1;
-                Ok(Some(n.value as i64))
+                index_constant(n).map(Some).ok_or_else(|| {
+                    Diagnostic::error(codes::SYNTAX, self.prev_span(), "slice bound out of range")
+                })
             }
             Some(Tok::Comma | Tok::RBracket) => Ok(None),
             _ => Err(self.unexpected("an integer slice bound")),
@@ -582,7 +584,16 @@ impl<'a> Parser<'a> {
         let start = self.span();
         match self.bump() {
             Some((Tok::Ident(text), span)) => Ok(Index::Name(Name { text, span })),
-            Some((Tok::Number(n), span)) if n.is_int => Ok(Index::Int(n.value as i64, span)),
+            Some((Tok::Number(n), span)) if n.is_int => match index_constant(n) {
+                Some(v) => Ok(Index::Int(v, span)),
+                None => Err(
+                    Diagnostic::error(codes::SYNTAX, span, "index constant out of range")
+                        .with_note(format!(
+                            "positions go up to {}",
+                            crate::tensor::MAX_EXTENT - 1
+                        )),
+                ),
+            },
             Some((Tok::Str(s), span)) => Ok(Index::Str(s, span)),
             Some((Tok::Minus, _)) => {
                 let inner = self.iatom()?;
@@ -780,6 +791,11 @@ impl<'a> Parser<'a> {
             _ => Err(self.unexpected("an expression")),
         }
     }
+}
+
+/// An integer written in an index position, if it is a supported position.
+fn index_constant(n: Number) -> Option<i64> {
+    (n.is_int && n.value <= crate::tensor::MAX_EXTENT as f64).then_some(n.value as i64)
 }
 
 fn as_size(n: Number) -> Option<usize> {
