@@ -113,9 +113,9 @@ fn write_outside_declared_extent() {
 
 #[test]
 fn positions_beyond_u32_are_errors_not_wrapped() {
-    has(&fails("E(0, 10000000000).\nE?\n", &[], &[]), "E0203", "1:1");
+    has(&fails("E(0, 10000000000).\nE?\n", &[], &[]), "E0001", "1:6");
     has(
-        &fails("E(0, 1).\nF(x, y * 4294967296) :- E(x, y).\n", &[], &[]),
+        &fails("E(0, 1).\nF(x, y * 4294967295 * 2) :- E(x, y).\n", &[], &[]),
         "E0203",
         "2:1",
     );

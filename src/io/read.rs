@@ -102,6 +102,7 @@ fn read_delimited(bytes: &[u8], delimiter: u8, shown: &str) -> Result<RawData, S
 }
 
 fn read_npy(bytes: &[u8]) -> Result<RawData, String> {
+    check_npy_shape(bytes)?;
     let npy = npyz::NpyFile::new(bytes).map_err(|e| e.to_string())?;
     let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
     if npy.order() == npyz::Order::Fortran && shape.len() > 1 {
@@ -170,6 +171,51 @@ fn read_npy(bytes: &[u8]) -> Result<RawData, String> {
         values,
         elem,
     })
+}
+
+/// Rejects a header whose shape could not fit in the file before `npyz` multiplies it out
+/// (its product can overflow, which must be an error rather than a panic).
+fn check_npy_shape(bytes: &[u8]) -> Result<(), String> {
+    let (len_at, width) = match bytes.get(6) {
+        Some(1) => (8, 2),
+        Some(2 | 3) => (8, 4),
+        _ => return Ok(()),
+    };
+    let Some(len_bytes) = bytes.get(len_at..len_at + width) else {
+        return Ok(());
+    };
+    let len = len_bytes
+        .iter()
+        .rev()
+        .fold(0usize, |a, &b| (a << 8) | b as usize);
+    let start = len_at + width;
+    let Some(header) = bytes
+        .get(start..start.saturating_add(len))
+        .and_then(|h| std::str::from_utf8(h).ok())
+    else {
+        return Ok(());
+    };
+    let Some(tuple) = header
+        .split("'shape':")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+    else {
+        return Ok(());
+    };
+    let mut n: Option<u128> = Some(1);
+    for dim in tuple
+        .trim_start()
+        .trim_start_matches('(')
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+    {
+        n = n.and_then(|n| dim.parse::<u128>().ok().and_then(|d| n.checked_mul(d)));
+    }
+    match n {
+        Some(n) if n <= bytes.len() as u128 => Ok(()),
+        _ => Err(format!("shape ({tuple}) is larger than the file's data")),
+    }
 }
 
 /// Names of the entries in a `.safetensors` file, sorted.
