@@ -12,56 +12,164 @@ use crate::plan::datalog::{Atom, Filter, Operand, Rule, Term};
 use crate::semantics::{Checked, Stratum, TensorId};
 use crate::syntax::ast::CmpOp;
 use crate::tensor::Tensor;
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use hashbrown::HashTable;
+use rustc_hash::{FxHashMap as HashMap, FxHasher};
+use std::hash::Hasher;
 
-/// A set of tuples with hash indexes keyed by column lists.
-#[derive(Default)]
+/// Marks the end of an index chain.
+const NONE: u32 = u32::MAX;
+
+fn hash_of(values: impl Iterator<Item = u32>) -> u64 {
+    let mut h = FxHasher::default();
+    for v in values {
+        h.write_u32(v);
+    }
+    h.finish()
+}
+
+/// Row `r` of flat storage with `arity` columns.
+fn row(data: &[u32], arity: usize, r: u32) -> &[u32] {
+    &data[r as usize * arity..(r as usize + 1) * arity]
+}
+
+/// A set of tuples stored flat (`arity` u32s per row, no allocation per tuple), with a hash
+/// table of row ids for membership and hash indexes on the column lists that joins look up.
 struct Store {
-    rows: Vec<Vec<u32>>,
-    set: HashSet<Vec<u32>>,
-    indexes: HashMap<Vec<usize>, HashMap<Vec<u32>, Vec<u32>>>,
+    arity: usize,
+    count: u32,
+    data: Vec<u32>,
+    members: HashTable<u32>,
+    indexes: Vec<Index>,
+}
+
+/// Rows grouped by the values of some columns: a hash table from each key to the newest row
+/// with it, and a `next` link from every row to the previous one with the same key.
+struct Index {
+    cols: Vec<usize>,
+    heads: HashTable<(u32, u32)>,
+    next: Vec<u32>,
+}
+
+impl Index {
+    fn add(&mut self, data: &[u32], arity: usize, r: u32) {
+        let Index { cols, heads, next } = self;
+        let this = row(data, arity, r);
+        let h = hash_of(cols.iter().map(|&c| this[c]));
+        next.push(NONE);
+        let same = |&(k, _): &(u32, u32)| cols.iter().all(|&c| row(data, arity, k)[c] == this[c]);
+        match heads.find_mut(h, same) {
+            Some((_, head)) => {
+                next[r as usize] = *head;
+                *head = r;
+            }
+            None => {
+                heads.insert_unique(h, (r, r), |&(k, _)| {
+                    hash_of(cols.iter().map(|&c| row(data, arity, k)[c]))
+                });
+            }
+        }
+    }
+
+    /// The newest row whose key columns equal `key`, if any; follow `next` for the others.
+    fn first(&self, data: &[u32], arity: usize, key: &[u32]) -> u32 {
+        let h = hash_of(key.iter().copied());
+        let same = |&(k, _): &(u32, u32)| {
+            self.cols
+                .iter()
+                .zip(key)
+                .all(|(&c, &v)| row(data, arity, k)[c] == v)
+        };
+        self.heads
+            .find(h, same)
+            .map(|&(_, head)| head)
+            .unwrap_or(NONE)
+    }
 }
 
 impl Store {
+    fn new(arity: usize) -> Store {
+        Store {
+            arity,
+            count: 0,
+            data: Vec::new(),
+            members: HashTable::new(),
+            indexes: Vec::new(),
+        }
+    }
+
     fn from_tensor(t: &Tensor) -> Store {
-        let mut s = Store::default();
+        let mut s = Store::new(t.rank());
         for (idx, v) in t.entries() {
             if v != 0.0 {
-                s.insert(idx.iter().map(|&i| i as u32).collect());
+                let tuple: Vec<u32> = idx.iter().map(|&i| i as u32).collect();
+                s.insert(&tuple);
             }
         }
         s
     }
 
+    fn contains(&self, t: &[u32]) -> bool {
+        let h = hash_of(t.iter().copied());
+        self.members
+            .find(h, |&r| row(&self.data, self.arity, r) == t)
+            .is_some()
+    }
+
     /// Adds a tuple, updating every index; false if it was already there.
-    fn insert(&mut self, t: Vec<u32>) -> bool {
-        if self.set.contains(&t) {
+    fn insert(&mut self, t: &[u32]) -> bool {
+        if self.contains(t) {
             return false;
         }
-        let row = self.rows.len() as u32;
-        for (cols, index) in &mut self.indexes {
-            let key: Vec<u32> = cols.iter().map(|&c| t[c]).collect();
-            index.entry(key).or_default().push(row);
+        let Store {
+            arity,
+            count,
+            data,
+            members,
+            indexes,
+        } = self;
+        let r = *count;
+        *count += 1;
+        data.extend_from_slice(t);
+        members.insert_unique(hash_of(t.iter().copied()), r, |&x| {
+            hash_of(row(data, *arity, x).iter().copied())
+        });
+        for ix in indexes.iter_mut() {
+            ix.add(data, *arity, r);
         }
-        self.set.insert(t.clone());
-        self.rows.push(t);
         true
     }
 
     /// Makes sure an index on `cols` exists.
     fn ensure_index(&mut self, cols: &[usize]) {
-        if cols.is_empty() || self.indexes.contains_key(cols) {
+        if cols.is_empty() || self.index(cols).is_some() {
             return;
         }
-        let mut index: HashMap<Vec<u32>, Vec<u32>> = HashMap::default();
-        for (r, t) in self.rows.iter().enumerate() {
-            index
-                .entry(cols.iter().map(|&c| t[c]).collect())
-                .or_default()
-                .push(r as u32);
+        let mut ix = Index {
+            cols: cols.to_vec(),
+            heads: HashTable::new(),
+            next: Vec::with_capacity(self.count as usize),
+        };
+        for r in 0..self.count {
+            ix.add(&self.data, self.arity, r);
         }
-        self.indexes.insert(cols.to_vec(), index);
+        self.indexes.push(ix);
     }
+
+    fn index(&self, cols: &[usize]) -> Option<&Index> {
+        self.indexes.iter().find(|ix| ix.cols == cols)
+    }
+
+    /// Every row, in insertion order.
+    fn rows(&self) -> impl Iterator<Item = &[u32]> {
+        (0..self.count).map(|r| row(&self.data, self.arity, r))
+    }
+}
+
+/// Head tuples derived in one round, flat, with their number (which also covers rank 0).
+#[derive(Default)]
+struct Derived {
+    count: usize,
+    values: Vec<u32>,
 }
 
 /// Which version of a relation an atom reads.
@@ -101,17 +209,30 @@ pub(super) fn evaluate_stratum(
         }
     }
     let mut delta: HashMap<TensorId, Store> = HashMap::default();
-    let mut new = Vec::new();
+    let mut new: HashMap<TensorId, Derived> = HashMap::default();
     for r in rules {
         run_rule(r, None, &mut full, &mut delta, &mut new);
     }
     let mut rounds = 1;
     loop {
         delta.clear();
-        for (t, tuple) in new.drain(..) {
-            let store = full.entry(t).or_default();
-            if store.insert(tuple.clone()) {
-                delta.entry(t).or_default().insert(tuple);
+        let mut heads: Vec<TensorId> = new.keys().copied().collect();
+        heads.sort_unstable();
+        for t in heads {
+            let derived = new.remove(&t).unwrap_or_default();
+            let arity = p.tensors[t].shape.len();
+            let Some(store) = full.get_mut(&t) else {
+                continue;
+            };
+            let mut fresh = Store::new(arity);
+            for k in 0..derived.count {
+                let tuple = &derived.values[k * arity..(k + 1) * arity];
+                if store.insert(tuple) {
+                    fresh.insert(tuple);
+                }
+            }
+            if fresh.count > 0 {
+                delta.insert(t, fresh);
             }
         }
         if delta.is_empty() || !st.recursive {
@@ -130,7 +251,10 @@ pub(super) fn evaluate_stratum(
         }
     }
     for &t in members {
-        let rows = full.remove(&t).map(|s| s.rows).unwrap_or_default();
+        let rows = full
+            .get(&t)
+            .map(|s| s.rows().map(<[u32]>::to_vec).collect::<Vec<_>>())
+            .unwrap_or_default();
         values[t] = Tensor::relation(p.tensors[t].shape.clone(), rows);
     }
     Ok(())
@@ -163,15 +287,17 @@ fn run_rule(
     delta_at: Option<usize>,
     full: &mut HashMap<TensorId, Store>,
     delta: &mut HashMap<TensorId, Store>,
-    out: &mut Vec<(TensorId, Vec<u32>)>,
+    out: &mut HashMap<TensorId, Derived>,
 ) {
     let steps = order(r, delta_at, full);
     for s in &steps {
         let store = match s.version {
-            Version::Full(t) => full.entry(t).or_default(),
-            Version::Delta(t) => delta.entry(t).or_default(),
+            Version::Full(t) => full.get_mut(&t),
+            Version::Delta(t) => delta.get_mut(&t),
         };
-        store.ensure_index(&s.key_cols);
+        if let Some(store) = store {
+            store.ensure_index(&s.key_cols);
+        }
     }
     let mut env = vec![0u32; r.vars];
     let cx = Join {
@@ -180,9 +306,12 @@ fn run_rule(
         full,
         delta,
     };
+    let derived = out.entry(r.head).or_default();
     cx.join(0, &mut env, &mut |env| {
-        let tuple = r.head_terms.iter().map(|t| value(t, env)).collect();
-        out.push((r.head, tuple));
+        derived.count += 1;
+        derived
+            .values
+            .extend(r.head_terms.iter().map(|t| value(t, env)));
     });
 }
 
@@ -205,7 +334,7 @@ fn order(r: &Rule, delta_at: Option<usize>, full: &HashMap<TensorId, Store>) -> 
                             matches!(t, Term::Const(_)) || matches!(t, Term::Var(v) if bound[*v])
                         })
                         .count();
-                    let size = full.get(&a.tensor).map(|s| s.rows.len()).unwrap_or(0);
+                    let size = full.get(&a.tensor).map(|s| s.count).unwrap_or(0);
                     (std::cmp::Reverse(bound_cols), size, i)
                 };
                 left.iter().copied().min_by_key(score).unwrap_or(left[0])
@@ -286,42 +415,73 @@ impl Join<'_> {
         let Some(store) = self.store(step.version) else {
             return;
         };
-        let mut visit = |row: &Vec<u32>, env: &mut [u32]| {
+        let mut visit = |this: &[u32], env: &mut [u32]| {
             for &(c, v, repeat) in &step.binds {
                 if repeat {
-                    if env[v] != row[c] {
+                    if env[v] != this[c] {
                         return;
                     }
                 } else {
-                    env[v] = row[c];
+                    env[v] = this[c];
                 }
             }
             self.join(k + 1, env, emit);
         };
         if step.key_cols.is_empty() {
-            for row in &store.rows {
-                visit(row, env);
+            for this in store.rows() {
+                visit(this, env);
             }
             return;
         }
-        let key: Vec<u32> = step.key_terms.iter().map(|t| value(t, env)).collect();
-        let Some(ids) = store
-            .indexes
-            .get(&step.key_cols)
-            .and_then(|ix| ix.get(&key))
-        else {
+        let mut buf = [0u32; MAX_STACK_ARITY];
+        let mut heap = Vec::new();
+        let key = fill(
+            &mut buf,
+            &mut heap,
+            step.key_terms.iter().map(|t| value(t, env)),
+            step.key_terms.len(),
+        );
+        let Some(ix) = store.index(&step.key_cols) else {
             return;
         };
-        for &id in ids {
-            visit(&store.rows[id as usize], env);
+        let mut r = ix.first(&store.data, store.arity, key);
+        while r != NONE {
+            visit(row(&store.data, store.arity, r), env);
+            r = ix.next[r as usize];
         }
     }
 
     fn holds(&self, a: &Atom, env: &[u32]) -> bool {
-        let tuple: Vec<u32> = a.terms.iter().map(|t| value(t, env)).collect();
-        self.full
-            .get(&a.tensor)
-            .is_some_and(|s| s.set.contains(&tuple))
+        let mut buf = [0u32; MAX_STACK_ARITY];
+        let mut heap = Vec::new();
+        let tuple = fill(
+            &mut buf,
+            &mut heap,
+            a.terms.iter().map(|t| value(t, env)),
+            a.terms.len(),
+        );
+        self.full.get(&a.tensor).is_some_and(|s| s.contains(tuple))
+    }
+}
+
+/// Keys up to this many columns are built on the stack.
+const MAX_STACK_ARITY: usize = 8;
+
+/// The values as a slice, on the stack when they fit.
+fn fill<'a>(
+    buf: &'a mut [u32; MAX_STACK_ARITY],
+    heap: &'a mut Vec<u32>,
+    values: impl Iterator<Item = u32>,
+    n: usize,
+) -> &'a [u32] {
+    if n <= MAX_STACK_ARITY {
+        for (slot, v) in buf.iter_mut().zip(values) {
+            *slot = v;
+        }
+        &buf[..n]
+    } else {
+        heap.extend(values);
+        heap
     }
 }
 
