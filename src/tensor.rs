@@ -98,8 +98,123 @@ fn round_e4m3fn(v: f64) -> f64 {
 pub enum Storage {
     /// Row-major, every element present.
     Dense(Vec<f64>),
-    /// Only defined (for Boolean: true) elements, keyed by index.
+    /// Only the defined elements of a real or integer tensor, keyed by index.
     Sparse(BTreeMap<Vec<u32>, f64>),
+    /// The true tuples of a Boolean tensor.
+    Relation(Relation),
+}
+
+/// The true tuples of a relation: sorted, without duplicates, stored flat (`arity` u32s per
+/// tuple), so a relation costs 4 bytes per position and no allocation per tuple.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Relation {
+    arity: usize,
+    len: usize,
+    data: Vec<u32>,
+}
+
+impl Relation {
+    /// A relation from `count` tuples laid out flat in any order, with duplicates allowed.
+    pub fn from_flat(arity: usize, data: Vec<u32>, count: usize) -> Relation {
+        if arity == 0 {
+            return Relation {
+                arity,
+                len: count.min(1),
+                data: Vec::new(),
+            };
+        }
+        let data = match arity {
+            1 => {
+                let mut d = data;
+                d.sort_unstable();
+                d.dedup();
+                d
+            }
+            2 => {
+                let mut keys: Vec<u64> = data
+                    .chunks_exact(2)
+                    .map(|r| (r[0] as u64) << 32 | r[1] as u64)
+                    .collect();
+                keys.sort_unstable();
+                keys.dedup();
+                keys.iter()
+                    .flat_map(|&k| [(k >> 32) as u32, k as u32])
+                    .collect()
+            }
+            _ => {
+                let rows = data.len() / arity;
+                let mut order: Vec<usize> = (0..rows).collect();
+                let row = |i: usize| &data[i * arity..(i + 1) * arity];
+                order.sort_unstable_by(|&a, &b| row(a).cmp(row(b)));
+                order.dedup_by(|a, b| row(*a) == row(*b));
+                order.iter().flat_map(|&i| row(i).iter().copied()).collect()
+            }
+        };
+        Relation {
+            arity,
+            len: data.len() / arity,
+            data,
+        }
+    }
+
+    /// Number of true tuples.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no tuple is true.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Tuple `i` in ascending order.
+    pub fn tuple(&self, i: usize) -> &[u32] {
+        &self.data[i * self.arity..(i + 1) * self.arity]
+    }
+
+    /// The tuples in ascending order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u32]> + '_ {
+        (0..self.len).map(|i| self.tuple(i))
+    }
+
+    fn search(&self, t: &[u32]) -> Result<usize, usize> {
+        let (mut lo, mut hi) = (0, self.len);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.tuple(mid).cmp(t) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Ok(mid),
+            }
+        }
+        Err(lo)
+    }
+
+    /// Whether a tuple is true.
+    pub fn contains(&self, t: &[u32]) -> bool {
+        t.len() == self.arity && self.search(t).is_ok()
+    }
+
+    /// Makes one tuple true or false. Linear in the size; build large relations with
+    /// [`Relation::from_flat`].
+    pub fn set(&mut self, t: &[u32], value: bool) {
+        if t.len() != self.arity {
+            return;
+        }
+        match (self.search(t), value) {
+            (Err(i), true) => {
+                let at = i * self.arity;
+                self.data.splice(at..at, t.iter().copied());
+                self.len += 1;
+            }
+            (Ok(i), false) => {
+                let at = i * self.arity;
+                self.data.drain(at..at + self.arity);
+                self.len -= 1;
+            }
+            _ => {}
+        }
+    }
 }
 
 /// A tensor value.
@@ -141,22 +256,37 @@ impl Tensor {
         }
     }
 
-    /// An empty sparse tensor (a relation, or a tensor of defined elements only).
+    /// An empty sparse tensor: a relation for `bool`, otherwise a tensor of defined elements.
     pub fn sparse(elem: ElemType, shape: Vec<usize>) -> Tensor {
+        let storage = if elem == ElemType::Bool {
+            Storage::Relation(Relation::from_flat(shape.len(), Vec::new(), 0))
+        } else {
+            Storage::Sparse(BTreeMap::new())
+        };
         Tensor {
             elem,
             shape,
-            storage: Storage::Sparse(BTreeMap::new()),
+            storage,
         }
     }
 
     /// A relation from tuples of positions.
     pub fn relation(shape: Vec<usize>, tuples: impl IntoIterator<Item = Vec<u32>>) -> Tensor {
-        let map = tuples.into_iter().map(|t| (t, 1.0)).collect();
+        let mut data = Vec::new();
+        let mut count = 0;
+        for t in tuples {
+            data.extend_from_slice(&t);
+            count += 1;
+        }
+        Tensor::relation_flat(shape, data, count)
+    }
+
+    /// A relation from `count` tuples laid out flat (any order, duplicates allowed).
+    pub fn relation_flat(shape: Vec<usize>, data: Vec<u32>, count: usize) -> Tensor {
         Tensor {
             elem: ElemType::Bool,
+            storage: Storage::Relation(Relation::from_flat(shape.len(), data, count)),
             shape,
-            storage: Storage::Sparse(map),
         }
     }
 
@@ -188,6 +318,10 @@ impl Tensor {
                 let key: Vec<u32> = index.iter().map(|&i| i as u32).collect();
                 m.get(&key).copied()
             }
+            Storage::Relation(r) => {
+                let key: Vec<u32> = index.iter().map(|&i| i as u32).collect();
+                r.contains(&key).then_some(1.0)
+            }
         }
     }
 
@@ -203,6 +337,7 @@ impl Tensor {
                 v.get(off).copied()
             }
             Storage::Sparse(m) => m.get(index).copied(),
+            Storage::Relation(r) => r.contains(index).then_some(1.0),
         }
     }
 
@@ -218,12 +353,11 @@ impl Tensor {
             match &mut self.storage {
                 Storage::Dense(d) => d[off] = v,
                 Storage::Sparse(m) => {
-                    let key = index.iter().map(|&i| i as u32).collect();
-                    if self.elem == ElemType::Bool && v == 0.0 {
-                        m.remove(&key);
-                    } else {
-                        m.insert(key, v);
-                    }
+                    m.insert(index.iter().map(|&i| i as u32).collect(), v);
+                }
+                Storage::Relation(r) => {
+                    let key: Vec<u32> = index.iter().map(|&i| i as u32).collect();
+                    r.set(&key, v != 0.0);
                 }
             }
         }
@@ -252,6 +386,10 @@ impl Tensor {
                 .iter()
                 .map(|(k, &x)| (k.iter().map(|&i| i as usize).collect(), x))
                 .collect(),
+            Storage::Relation(r) => r
+                .iter()
+                .map(|t| (t.iter().map(|&i| i as usize).collect(), 1.0))
+                .collect(),
         }
     }
 
@@ -259,7 +397,7 @@ impl Tensor {
     pub fn to_dense_values(&self) -> Vec<f64> {
         match &self.storage {
             Storage::Dense(v) => v.clone(),
-            Storage::Sparse(_) => {
+            Storage::Sparse(_) | Storage::Relation(_) => {
                 let mut out = vec![0.0; self.shape.iter().product()];
                 for (idx, x) in self.entries() {
                     if let Some(o) = self.offset(&idx) {
@@ -320,6 +458,27 @@ mod tests {
         assert_eq!(format_number(1e-7f32 as f64, ElemType::F32), "1e-7");
         assert_eq!(format_number(-0.0, ElemType::F32), "0");
         assert_eq!(format_number(8.0, ElemType::Int), "8");
+    }
+
+    #[test]
+    fn relations_sort_and_deduplicate_at_every_arity() {
+        let r = Relation::from_flat(2, vec![3, 1, 0, 9, 3, 1, 0, 2], 4);
+        assert_eq!(
+            r.iter().collect::<Vec<_>>(),
+            vec![&[0, 2][..], &[0, 9], &[3, 1]]
+        );
+        let r = Relation::from_flat(3, vec![1, 0, 0, 0, 5, 5, 1, 0, 0], 3);
+        assert_eq!(r.len(), 2);
+        assert!(r.contains(&[0, 5, 5]) && !r.contains(&[0, 5]));
+        let r = Relation::from_flat(1, vec![4, 2, 4], 3);
+        assert_eq!(r.iter().collect::<Vec<_>>(), vec![&[2][..], &[4]]);
+        assert_eq!(Relation::from_flat(0, Vec::new(), 3).len(), 1);
+        assert!(Relation::from_flat(0, Vec::new(), 0).is_empty());
+        let mut r = Relation::from_flat(2, vec![1, 1], 1);
+        r.set(&[0, 7], true);
+        r.set(&[1, 1], false);
+        r.set(&[0, 7], true);
+        assert_eq!(r.iter().collect::<Vec<_>>(), vec![&[0, 7][..]]);
     }
 
     #[test]

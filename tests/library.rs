@@ -112,8 +112,8 @@ fn relations_stay_sparse_at_ten_thousand_nodes() {
     ] {
         let t = s.tensor(name).unwrap();
         match &t.storage {
-            Storage::Sparse(m) => assert_eq!(m.len(), count, "{name}"),
-            Storage::Dense(_) => panic!("{name}: a relation must not be densified"),
+            Storage::Relation(r) => assert_eq!(r.len(), count, "{name}"),
+            other => panic!("{name}: a relation must be stored as tuples, not {other:?}"),
         }
     }
     assert_eq!(s.tensor("Back").unwrap().shape, vec![10_000, 10_000]);

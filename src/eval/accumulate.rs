@@ -85,26 +85,34 @@ impl Accumulator {
                 shape,
                 storage: Storage::Dense(values.into_iter().map(|v| info.elem.round(v)).collect()),
             },
+            Accumulator::Map { map, .. } if info.kind == Kind::Bool => {
+                let arity = info.shape.len();
+                let mut flat = Vec::with_capacity(map.len() * arity);
+                let mut count = 0;
+                for (k, (v, _)) in map {
+                    if v > 0.0 {
+                        flat.extend_from_slice(&k);
+                        count += 1;
+                    }
+                }
+                Tensor::relation_flat(info.shape.clone(), flat, count)
+            }
             Accumulator::Map { family, map } => {
-                let mut out = if info.kind == Kind::Bool || info.sparse_values {
+                let mut out = if info.sparse_values {
                     Tensor::sparse(info.elem, info.shape.clone())
                 } else {
                     Tensor::zeros(info.elem, info.shape.clone())
                 };
                 for (k, (v, n)) in map {
                     let idx: Vec<usize> = k.iter().map(|&i| i as usize).collect();
-                    let v = if family == Family::Avg {
-                        v / n as f64
-                    } else {
-                        v
-                    };
-                    if info.kind == Kind::Bool {
-                        if v > 0.0 {
-                            out.set(&idx, 1.0);
-                        }
-                    } else {
-                        out.set(&idx, v);
-                    }
+                    out.set(
+                        &idx,
+                        if family == Family::Avg {
+                            v / n as f64
+                        } else {
+                            v
+                        },
+                    );
                 }
                 out
             }

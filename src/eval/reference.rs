@@ -195,6 +195,7 @@ fn change(old: &Tensor, new: &Tensor) -> Option<f64> {
                 .map(|(&x, &y)| diff(x, y))
                 .fold(0.0, f64::max),
         ),
+        (Storage::Relation(a), Storage::Relation(b)) => (a == b).then_some(0.0),
         (Storage::Sparse(a), Storage::Sparse(b)) => {
             if a.len() != b.len() || a.keys().zip(b.keys()).any(|(x, y)| x != y) {
                 return None;

@@ -11,7 +11,7 @@ use crate::diagnostics::{codes, Diagnostic, Diagnostics};
 use crate::plan::datalog::{Atom, Filter, Operand, Rule, Term};
 use crate::semantics::{Checked, Stratum, TensorId};
 use crate::syntax::ast::CmpOp;
-use crate::tensor::Tensor;
+use crate::tensor::{Storage, Tensor};
 use hashbrown::HashTable;
 use rustc_hash::{FxHashMap as HashMap, FxHasher};
 use std::hash::Hasher;
@@ -99,10 +99,9 @@ impl Store {
 
     fn from_tensor(t: &Tensor) -> Store {
         let mut s = Store::new(t.rank());
-        for (idx, v) in t.entries() {
-            if v != 0.0 {
-                let tuple: Vec<u32> = idx.iter().map(|&i| i as u32).collect();
-                s.insert(&tuple);
+        if let Storage::Relation(r) = &t.storage {
+            for tuple in r.iter() {
+                s.insert(tuple);
             }
         }
         s
@@ -251,11 +250,10 @@ pub(super) fn evaluate_stratum(
         }
     }
     for &t in members {
-        let rows = full
-            .get(&t)
-            .map(|s| s.rows().map(<[u32]>::to_vec).collect::<Vec<_>>())
-            .unwrap_or_default();
-        values[t] = Tensor::relation(p.tensors[t].shape.clone(), rows);
+        if let Some(store) = full.remove(&t) {
+            values[t] =
+                Tensor::relation_flat(p.tensors[t].shape.clone(), store.data, store.count as usize);
+        }
     }
     Ok(())
 }

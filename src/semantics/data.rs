@@ -6,7 +6,7 @@ use super::{Ctx, Kind, TensorInfo};
 use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::io::RawData;
 use crate::syntax::ast::*;
-use crate::tensor::{ElemType, Storage, Tensor};
+use crate::tensor::{ElemType, Tensor};
 use std::collections::HashMap;
 
 /// Shape and row-major values of a nested list literal; ragged lists are an error.
@@ -276,7 +276,7 @@ impl Ctx<'_> {
                 out.push(None);
                 continue;
             }
-            let mut tensor = if info.kind == Kind::Bool || info.sparse_values {
+            let tensor = if info.kind == Kind::Bool || info.sparse_values {
                 Tensor::sparse(info.elem, info.shape.clone())
             } else {
                 match self.dense_zeros(info) {
@@ -287,10 +287,11 @@ impl Ctx<'_> {
                     }
                 }
             };
+            let mut g = Gather::new(tensor);
             for si in d.facts {
                 if let StmtKind::Fact(a) = &program.statements[si].kind {
                     if let Some(pos) = self.positions(t, &a.indices) {
-                        add(&mut tensor, &pos, 1.0);
+                        g.add(&pos, 1.0);
                     }
                 }
             }
@@ -299,7 +300,7 @@ impl Ctx<'_> {
                     if let (Some(pos), Some(v)) =
                         (self.positions(t, &lhs.indices), element_value(rhs))
                     {
-                        add(&mut tensor, &pos, v);
+                        g.add(&pos, v);
                     }
                 }
             }
@@ -307,12 +308,12 @@ impl Ctx<'_> {
                 match &program.statements[si].kind {
                     StmtKind::Literal { value, name } => {
                         if let Ok((shape, values)) = nested_shape(value) {
-                            self.add_dense(&mut tensor, &shape, &values, name.span, &name.text);
+                            self.add_dense(&mut g, &shape, &values, name.span, &name.text);
                         }
                     }
                     StmtKind::Scalar { value, name, .. } => {
                         let v = self.scalars.get(&name.text).copied().unwrap_or(*value);
-                        add(&mut tensor, &[], v);
+                        g.add(&[], v);
                     }
                     _ => {}
                 }
@@ -324,20 +325,20 @@ impl Ctx<'_> {
                 let src = self.sources[k].clone();
                 match &src.raw {
                     RawData::Dense { shape, values, .. } => {
-                        self.add_dense(&mut tensor, shape, values, src.span, &src.file)
+                        self.add_dense(&mut g, shape, values, src.span, &src.file)
                     }
-                    RawData::Table(rows) => self.add_rows(&mut tensor, t, info, rows, &src),
+                    RawData::Table(rows) => self.add_rows(&mut g, t, info, rows, &src),
                     RawData::Words(words) => {
                         let dom = self.axis_domain(t, 1);
                         for (p, w) in words.iter().enumerate() {
                             if let Some(s) = self.symbol_index(dom, w) {
-                                add(&mut tensor, &[p, s], 1.0);
+                                g.add(&[p, s], 1.0);
                             }
                         }
                     }
                 }
             }
-            out.push(Some(tensor));
+            out.push(Some(g.finish()));
         }
         out
     }
@@ -386,43 +387,43 @@ impl Ctx<'_> {
 
     fn add_dense(
         &mut self,
-        tensor: &mut Tensor,
+        g: &mut Gather,
         shape: &[usize],
         values: &[f64],
         span: Span,
         what: &str,
     ) {
-        if shape.len() != tensor.rank() {
+        if shape.len() != g.tensor.rank() {
             self.diags.push(Diagnostic::error(
                 codes::ARITY,
                 span,
                 format!(
                     "{what} has {} axes but the tensor is used with {}",
                     shape.len(),
-                    tensor.rank()
+                    g.tensor.rank()
                 ),
             ));
             return;
         }
-        if shape.iter().zip(&tensor.shape).any(|(a, b)| a > b) {
+        if shape.iter().zip(&g.tensor.shape).any(|(a, b)| a > b) {
             self.diags.push(Diagnostic::error(
                 codes::DECLARATION,
                 span,
                 format!(
                     "{what} has shape {shape:?}, which does not fit the tensor's shape {:?}",
-                    tensor.shape
+                    g.tensor.shape
                 ),
             ));
             return;
         }
         let mut idx = vec![0usize; shape.len()];
         for &v in values {
-            if tensor.elem == ElemType::Bool {
+            if g.tensor.elem == ElemType::Bool {
                 if v != 0.0 {
-                    add(tensor, &idx, 1.0);
+                    g.add(&idx, 1.0);
                 }
             } else {
-                add(tensor, &idx, v);
+                g.add(&idx, v);
             }
             for ax in (0..idx.len()).rev() {
                 idx[ax] += 1;
@@ -436,7 +437,7 @@ impl Ctx<'_> {
 
     fn add_rows(
         &mut self,
-        tensor: &mut Tensor,
+        g: &mut Gather,
         t: usize,
         info: &TensorInfo,
         rows: &[crate::io::Row],
@@ -524,7 +525,7 @@ impl Ctx<'_> {
             } else {
                 1.0
             };
-            add(tensor, &pos, v);
+            g.add(&pos, v);
         }
     }
 }
@@ -536,18 +537,41 @@ fn dim_span(d: &Dim) -> Span {
     }
 }
 
-/// Adds `v` at `pos`: data for one tensor from several places is summed (§7); for relations
-/// it is an `or`.
-fn add(t: &mut Tensor, pos: &[usize], v: f64) {
-    if t.elem == ElemType::Bool {
-        if v != 0.0 {
-            t.set(pos, 1.0);
+/// Data being gathered for one tensor: values are summed where several places give one
+/// element (§7); relations collect their tuples flat and are sorted once at the end.
+struct Gather {
+    tensor: Tensor,
+    tuples: Vec<u32>,
+    count: usize,
+}
+
+impl Gather {
+    fn new(tensor: Tensor) -> Gather {
+        Gather {
+            tensor,
+            tuples: Vec::new(),
+            count: 0,
         }
-        return;
     }
-    let old = match &t.storage {
-        Storage::Dense(_) => t.value(pos),
-        Storage::Sparse(_) => t.get(pos).unwrap_or(0.0),
-    };
-    t.set(pos, old + v);
+
+    /// Adds `v` at `pos` (for relations, any non-zero value makes the tuple true).
+    fn add(&mut self, pos: &[usize], v: f64) {
+        if self.tensor.elem == ElemType::Bool {
+            if v != 0.0 {
+                self.tuples.extend(pos.iter().map(|&p| p as u32));
+                self.count += 1;
+            }
+            return;
+        }
+        let old = self.tensor.get(pos).unwrap_or(0.0);
+        self.tensor.set(pos, old + v);
+    }
+
+    fn finish(self) -> Tensor {
+        if self.tensor.elem == ElemType::Bool {
+            Tensor::relation_flat(self.tensor.shape, self.tuples, self.count)
+        } else {
+            self.tensor
+        }
+    }
 }
