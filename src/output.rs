@@ -1,7 +1,7 @@
 //! Query answers printed exactly as §10 describes, and labels for file rows (§11).
 
 use crate::semantics::{Checked, Kind, Query, QueryIndex};
-use crate::tensor::{format_number, Tensor};
+use crate::tensor::{format_number, Storage, Tensor};
 
 /// The label of position `pos` on axis `axis` of tensor `t`: a symbol or an integer.
 /// `quoted` writes symbols as source would (§10); files hold them raw (§11).
@@ -45,6 +45,18 @@ pub fn answer(p: &Checked, values: &[Tensor], q: &Query) -> Vec<String> {
             let hit = fixed_index(&q.pattern).is_some_and(|idx| t.value(&idx) != 0.0);
             return vec![if hit { "true" } else { "false" }.to_string()];
         }
+        if let Storage::Relation(r) = &t.storage {
+            // Filter the stored tuples in place: a relation may hold far more tuples than a
+            // query selects.
+            return r
+                .iter()
+                .filter(|tuple| matches_u32(&q.pattern, tuple))
+                .map(|tuple| {
+                    let idx: Vec<usize> = tuple.iter().map(|&i| i as usize).collect();
+                    format!("{name}({})", fmt_idx(&idx))
+                })
+                .collect();
+        }
         return t
             .entries()
             .into_iter()
@@ -79,6 +91,12 @@ fn fixed_index(pattern: &[QueryIndex]) -> Option<Vec<usize>> {
             _ => None,
         })
         .collect()
+}
+
+/// [`matches`] for a stored tuple.
+fn matches_u32(pattern: &[QueryIndex], tuple: &[u32]) -> bool {
+    let idx: Vec<usize> = tuple.iter().map(|&i| i as usize).collect();
+    matches(pattern, &idx)
 }
 
 /// Whether an index matches a pattern: fixed positions equal, repeated variables agree.
