@@ -19,6 +19,7 @@
 
 pub mod diagnostics;
 pub mod eval;
+pub mod explain;
 pub mod functions;
 pub mod io;
 pub mod output;

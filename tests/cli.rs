@@ -219,3 +219,20 @@ fn parameters_are_initialised_from_the_seed() {
     assert!(text.contains("B[2] = 1"));
     assert_eq!(text.lines().count(), 12 + 3 + 2);
 }
+
+#[test]
+fn explain_shows_each_strata_plan() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = common::tl(root, &["explain", "examples/family.tl"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let text = common::stdout(&out);
+    assert!(
+        text.contains("Ancestor (recursive), semi-naive joins"),
+        "{text}"
+    );
+    assert!(text.contains("Parent(y, z) [index on column 1]"), "{text}");
+    assert!(
+        text.contains("iteration space: x 6 × y 6 = 36 points"),
+        "{text}"
+    );
+}

@@ -41,6 +41,13 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Print how each stratum will be evaluated: join orders and indexes, or iteration spaces.
+    Explain {
+        /// Program file.
+        file: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Answer one query, e.g. `tl query family.tl 'Ancestor(Alice, x)'`.
     Query {
         /// Program file.
@@ -203,6 +210,18 @@ fn run(command: Command) -> Result<(), String> {
                     checked.strata.len()
                 );
             }
+            Ok(())
+        }
+        Command::Explain { file, common } => {
+            let mut session = load(&file)?;
+            let (name, src) = (
+                session.source().0.to_string(),
+                session.source().1.to_string(),
+            );
+            let checked = session
+                .check(&common.settings(&[]))
+                .map_err(|d| d.render(&name, &src))?;
+            print!("{}", tensor_logic::explain::explain(checked, &src));
             Ok(())
         }
         Command::Query {

@@ -8,7 +8,7 @@
 
 use super::EvalOptions;
 use crate::diagnostics::{codes, Diagnostic, Diagnostics};
-use crate::plan::datalog::{Atom, Filter, Operand, Rule, Term};
+use crate::plan::datalog::{join_order, Atom, Filter, Operand, Rule, Term};
 use crate::semantics::{Checked, Stratum, TensorId};
 use crate::syntax::ast::CmpOp;
 use crate::tensor::{Storage, Tensor};
@@ -313,70 +313,22 @@ fn run_rule(
     });
 }
 
-/// Join order: the delta atom first, then repeatedly the atom with the most bound columns
-/// (ties: the smaller relation, then source order).
+/// The planned join order for one run of a rule, each step reading the right version.
 fn order(r: &Rule, delta_at: Option<usize>, full: &HashMap<TensorId, Store>) -> Vec<Step> {
-    let mut bound = vec![false; r.vars];
-    let mut left: Vec<usize> = (0..r.atoms.len()).collect();
-    let mut steps = Vec::with_capacity(r.atoms.len());
-    while !left.is_empty() {
-        let pick = match delta_at.filter(|d| left.contains(d)) {
-            Some(d) => d,
-            None => {
-                let score = |&i: &usize| {
-                    let a = &r.atoms[i];
-                    let bound_cols = a
-                        .terms
-                        .iter()
-                        .filter(|t| {
-                            matches!(t, Term::Const(_)) || matches!(t, Term::Var(v) if bound[*v])
-                        })
-                        .count();
-                    let size = full.get(&a.tensor).map(|s| s.count).unwrap_or(0);
-                    (std::cmp::Reverse(bound_cols), size, i)
-                };
-                left.iter().copied().min_by_key(score).unwrap_or(left[0])
-            }
-        };
-        left.retain(|&i| i != pick);
-        let a = &r.atoms[pick];
-        let version = if Some(pick) == delta_at {
-            Version::Delta(a.tensor)
-        } else {
-            Version::Full(a.tensor)
-        };
-        let mut key_cols = Vec::new();
-        let mut key_terms = Vec::new();
-        let mut binds = Vec::new();
-        let mut newly = Vec::new();
-        for (c, t) in a.terms.iter().enumerate() {
-            match t {
-                Term::Const(_) => {
-                    key_cols.push(c);
-                    key_terms.push(*t);
-                }
-                Term::Var(v) if bound[*v] => {
-                    key_cols.push(c);
-                    key_terms.push(*t);
-                }
-                Term::Var(v) => {
-                    let repeat = newly.contains(v);
-                    binds.push((c, *v, repeat));
-                    newly.push(*v);
-                }
-            }
-        }
-        for v in newly {
-            bound[v] = true;
-        }
-        steps.push(Step {
-            version,
-            key_cols,
-            key_terms,
-            binds,
-        });
-    }
-    steps
+    let size = |t: TensorId| full.get(&t).map(|s| s.count as usize).unwrap_or(0);
+    join_order(r, delta_at, &size)
+        .into_iter()
+        .map(|j| Step {
+            version: if Some(j.atom) == delta_at {
+                Version::Delta(r.atoms[j.atom].tensor)
+            } else {
+                Version::Full(r.atoms[j.atom].tensor)
+            },
+            key_cols: j.key_cols,
+            key_terms: j.key_terms,
+            binds: j.binds,
+        })
+        .collect()
 }
 
 fn value(t: &Term, env: &[u32]) -> u32 {

@@ -59,6 +59,79 @@ pub struct Rule {
     pub filters: Vec<Filter>,
     /// Number of variables.
     pub vars: usize,
+    /// The equation it was planned from (index into `Checked::equations`).
+    pub equation: usize,
+}
+
+/// One atom in join order: the columns looked up (bound by constants or earlier atoms) and
+/// the columns that bind variables (`true` marks a repeat within the atom, which is checked).
+#[derive(Clone, Debug, PartialEq)]
+pub struct JoinStep {
+    /// Which body atom.
+    pub atom: usize,
+    /// Columns whose values are known when the atom is reached: an index is looked up on them.
+    pub key_cols: Vec<usize>,
+    /// The terms giving those values.
+    pub key_terms: Vec<Term>,
+    /// `(column, variable, repeat)` for the columns that bind variables.
+    pub binds: Vec<(usize, VarId, bool)>,
+}
+
+/// Join order for one run of a rule: the atom `first` (the one reading the last round's new
+/// tuples) first, then repeatedly the atom with the most bound columns, ties broken by the
+/// smaller relation (`size`), then source order. Re-planned every round, as sizes change.
+pub fn join_order(
+    r: &Rule,
+    first: Option<usize>,
+    size: &dyn Fn(TensorId) -> usize,
+) -> Vec<JoinStep> {
+    let mut bound = vec![false; r.vars];
+    let mut left: Vec<usize> = (0..r.atoms.len()).collect();
+    let mut steps = Vec::with_capacity(r.atoms.len());
+    while !left.is_empty() {
+        let pick = match first.filter(|d| left.contains(d)) {
+            Some(d) => d,
+            None => {
+                let score = |&i: &usize| {
+                    let a = &r.atoms[i];
+                    let known = a
+                        .terms
+                        .iter()
+                        .filter(|t| {
+                            matches!(t, Term::Const(_)) || matches!(t, Term::Var(v) if bound[*v])
+                        })
+                        .count();
+                    (std::cmp::Reverse(known), size(a.tensor), i)
+                };
+                left.iter().copied().min_by_key(score).unwrap_or(left[0])
+            }
+        };
+        left.retain(|&i| i != pick);
+        let mut step = JoinStep {
+            atom: pick,
+            key_cols: Vec::new(),
+            key_terms: Vec::new(),
+            binds: Vec::new(),
+        };
+        let mut newly = Vec::new();
+        for (c, t) in r.atoms[pick].terms.iter().enumerate() {
+            match t {
+                Term::Var(v) if !bound[*v] => {
+                    step.binds.push((c, *v, newly.contains(v)));
+                    newly.push(*v);
+                }
+                _ => {
+                    step.key_cols.push(c);
+                    step.key_terms.push(*t);
+                }
+            }
+        }
+        for v in newly {
+            bound[v] = true;
+        }
+        steps.push(step);
+    }
+    steps
 }
 
 /// The rules of a stratum when every one of its equations is Datalog-shaped.
@@ -66,13 +139,11 @@ pub fn plan_stratum(p: &Checked, st: &Stratum) -> Option<Vec<Rule>> {
     if st.tensors.iter().any(|&t| p.tensors[t].kind != Kind::Bool) {
         return None;
     }
-    st.equations
-        .iter()
-        .map(|&e| plan_rule(p, &p.equations[e]))
-        .collect()
+    st.equations.iter().map(|&e| plan_rule(p, e)).collect()
 }
 
-fn plan_rule(p: &Checked, eq: &Equation) -> Option<Rule> {
+fn plan_rule(p: &Checked, e: usize) -> Option<Rule> {
+    let eq: &Equation = &p.equations[e];
     if eq.family != Family::Sum || eq.virtual_var.is_some() || !eq.bool_head {
         return None;
     }
@@ -91,6 +162,7 @@ fn plan_rule(p: &Checked, eq: &Equation) -> Option<Rule> {
         negated: Vec::new(),
         filters: Vec::new(),
         vars: eq.vars.len(),
+        equation: e,
     };
     for lit in literals {
         let sums_here = matches!(lit, Node::Sum { vars, .. } if !vars.is_empty());

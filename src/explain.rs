@@ -1,0 +1,169 @@
+//! `tl explain`: how each stratum will be evaluated — by semi-naive joins (with the join order
+//! and the index each atom is looked up by) or by the reference loops (with the size of each
+//! iteration space) — so a user can see why a program is fast or slow.
+
+use crate::output::label;
+use crate::plan::datalog::{join_order, plan_stratum, Atom, JoinStep, Rule, Term};
+use crate::semantics::{Checked, Equation};
+use crate::tensor::Storage;
+use std::fmt::Write;
+
+/// The plan of every stratum, in evaluation order.
+pub fn explain(p: &Checked, source: &str) -> String {
+    let mut out = String::new();
+    for (k, st) in p.strata.iter().enumerate() {
+        let names: Vec<&str> = st
+            .tensors
+            .iter()
+            .map(|&t| p.tensors[t].name.as_str())
+            .collect();
+        let names = names.join(", ");
+        if st.equations.is_empty() {
+            let _ = writeln!(out, "stratum {}: {names} (data)", k + 1);
+            continue;
+        }
+        let kind = if st.recursive {
+            "recursive"
+        } else {
+            "not recursive"
+        };
+        match plan_stratum(p, st) {
+            Some(rules) if !rules.is_empty() => {
+                let _ = writeln!(out, "stratum {}: {names} ({kind}), semi-naive joins", k + 1);
+                for r in &rules {
+                    let eq = &p.equations[r.equation];
+                    let _ = writeln!(out, "  {}", statement(eq, source));
+                    let recursive: Vec<usize> = (0..r.atoms.len())
+                        .filter(|&i| st.tensors.contains(&r.atoms[i].tensor))
+                        .collect();
+                    let size = |t: usize| data_size(p, t);
+                    if st.recursive && !recursive.is_empty() {
+                        let _ = writeln!(
+                            out,
+                            "    first round: {}",
+                            steps(p, r, eq, &join_order(r, None, &size))
+                        );
+                        for &i in &recursive {
+                            let order = join_order(r, Some(i), &size);
+                            let _ = writeln!(
+                                out,
+                                "    new {} tuples: {}",
+                                p.tensors[r.atoms[i].tensor].name,
+                                steps(p, r, eq, &order)
+                            );
+                        }
+                    } else {
+                        let _ = writeln!(
+                            out,
+                            "    join: {}",
+                            steps(p, r, eq, &join_order(r, None, &size))
+                        );
+                    }
+                    for a in &r.negated {
+                        let _ = writeln!(out, "    then: not {} (a lookup)", atom(p, a, eq));
+                    }
+                }
+            }
+            _ => {
+                let _ = writeln!(out, "stratum {}: {names} ({kind}), reference loops", k + 1);
+                for &e in &st.equations {
+                    let eq = &p.equations[e];
+                    let _ = writeln!(out, "  {}", statement(eq, source));
+                    let dims: Vec<String> = eq
+                        .vars
+                        .iter()
+                        .map(|v| format!("{} {}", v.name, v.range))
+                        .collect();
+                    let points = eq
+                        .vars
+                        .iter()
+                        .fold(1u128, |a, v| a.saturating_mul(v.range as u128));
+                    if dims.is_empty() {
+                        let _ = writeln!(out, "    one point");
+                    } else {
+                        let _ = writeln!(
+                            out,
+                            "    iteration space: {} = {points} points",
+                            dims.join(" × ")
+                        );
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `line N: <source text>` for an equation.
+fn statement(eq: &Equation, source: &str) -> String {
+    let line = 1 + source
+        .get(..eq.span.start)
+        .unwrap_or("")
+        .matches('\n')
+        .count();
+    let text = source.get(eq.span.start..eq.span.end).unwrap_or("").trim();
+    format!("line {line}: {text}")
+}
+
+/// Tuples in a tensor's data, used to order joins the way the first round will.
+fn data_size(p: &Checked, t: usize) -> usize {
+    match p.data[t].as_ref().map(|d| &d.storage) {
+        Some(Storage::Relation(r)) => r.len(),
+        _ => 0,
+    }
+}
+
+fn atom(p: &Checked, a: &Atom, eq: &Equation) -> String {
+    let terms: Vec<String> = a
+        .terms
+        .iter()
+        .enumerate()
+        .map(|(ax, t)| match t {
+            Term::Var(v) => eq.vars[*v].name.clone(),
+            Term::Const(c) => label(p, a.tensor, ax, *c as usize, true),
+        })
+        .collect();
+    format!("{}({})", p.tensors[a.tensor].name, terms.join(", "))
+}
+
+fn steps(p: &Checked, r: &Rule, eq: &Equation, order: &[JoinStep]) -> String {
+    let parts: Vec<String> = order
+        .iter()
+        .map(|s| {
+            let a = &r.atoms[s.atom];
+            let how = if s.key_cols.is_empty() {
+                "scan".to_string()
+            } else {
+                let cols: Vec<String> = s.key_cols.iter().map(|c| (c + 1).to_string()).collect();
+                format!("index on column {}", cols.join(", "))
+            };
+            format!("{} [{how}]", atom(p, a, eq))
+        })
+        .collect();
+    parts.join(" → ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::semantics::tests::checked;
+
+    #[test]
+    fn datalog_strata_show_join_orders_and_others_show_iteration_spaces() {
+        let src = "E(A, B). E(B, C).\nP(x, y) :- E(x, y).\nP(x, z) :- P(x, y), E(y, z).\nN[x] = P(x, y)\n";
+        let text = explain(&checked(src), src);
+        assert!(text.contains("P (recursive), semi-naive joins"), "{text}");
+        assert!(
+            text.contains("new P tuples: P(x, y) [scan] → E(y, z) [index on column 1]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("N (not recursive), reference loops"),
+            "{text}"
+        );
+        assert!(
+            text.contains("iteration space: x 3 × y 3 = 9 points"),
+            "{text}"
+        );
+    }
+}
