@@ -22,6 +22,8 @@ pub struct RunOptions {
     pub tol: Option<f64>,
     /// Whether to write the program's output files (§11).
     pub write_files: bool,
+    /// Worker threads (0 or 1: one); results are identical for every count.
+    pub threads: usize,
 }
 
 /// A program being worked with: its source, bound data, registered functions and, after a
@@ -185,6 +187,7 @@ impl Session {
             max_iters: options.settings.max_iters,
             max_memory: options.settings.max_memory,
             functions: self.functions.clone(),
+            threads: options.threads.max(1),
         };
         let values = engine.evaluate(checked, &eval)?;
         let mut lines = Vec::new();

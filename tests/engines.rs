@@ -213,3 +213,42 @@ fn engines_agree_on_when_max_iters_is_exceeded() {
         assert_eq!(a, b, "--max-iters {max_iters}");
     }
 }
+
+#[test]
+fn thread_count_does_not_change_large_relations() {
+    let mut src = String::new();
+    let mut x: u64 = 12345;
+    for _ in 0..6000 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let (a, b) = ((x >> 33) % 1500, (x >> 13) % 1500);
+        src.push_str(&format!("E({a}, {b}).\n"));
+    }
+    src.push_str(
+        "P(x, y) :- E(x, y).\nP(x, z) :- P(x, y), E(y, z).\nQ(x, z) :- E(x, y), E(y, z), x != z.\n",
+    );
+    let run = |threads: usize| {
+        let mut s = Session::new();
+        s.load_source("big.tl", &src, Path::new(".")).unwrap();
+        s.run_with(
+            &Standard,
+            &RunOptions {
+                threads,
+                ..RunOptions::default()
+            },
+        )
+        .unwrap();
+        s
+    };
+    let (one, two) = (run(1), run(2));
+    for name in ["P", "Q"] {
+        assert_eq!(one.tensor(name), two.tensor(name), "{name}");
+    }
+    match &one.tensor("P").unwrap().storage {
+        tensor_logic::tensor::Storage::Relation(r) => {
+            assert!(r.len() > 100_000, "the parallel path must be exercised")
+        }
+        other => panic!("{other:?}"),
+    }
+}

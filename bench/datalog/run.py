@@ -166,6 +166,8 @@ def main():
                 ok = timed([TL, "run", check])
                 n = count_lines(os.path.join(d, "out.tsv")) if ok[0] is not None else ok[2]
             result["tl"] = (wall, rss, n)
+            wall2, rss2, _ = timed([TL, "run", prog, "--threads", "2"])
+            result["tl --threads 2"] = (wall2, rss2, n)
         for label, extra in [("ascent", []), ("ascent_par", ["par"])]:
             wall, rss, out = timed([ASCENT, kind, d] + extra)
             result[label] = (wall, rss, int(out) if wall is not None else out)

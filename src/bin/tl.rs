@@ -186,6 +186,7 @@ fn run(command: Command) -> Result<(), String> {
                 settings: common.settings(&set),
                 tol: Some(common.tol),
                 write_files: true,
+                threads: common.threads as usize,
             };
             let lines = session
                 .run_with(common.engine(), &opts)
@@ -235,6 +236,7 @@ fn run(command: Command) -> Result<(), String> {
                 settings: common.settings(&set),
                 tol: Some(common.tol),
                 write_files: false,
+                threads: common.threads as usize,
             };
             session
                 .run_with(common.engine(), &opts)

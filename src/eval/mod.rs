@@ -24,6 +24,8 @@ pub struct EvalOptions {
     pub max_memory: u64,
     /// Registered functions (§16).
     pub functions: BTreeMap<String, UserFunction>,
+    /// Worker threads; results are identical for every count (§9).
+    pub threads: usize,
 }
 
 impl Default for EvalOptions {
@@ -33,6 +35,7 @@ impl Default for EvalOptions {
             max_iters: 10_000,
             max_memory: crate::semantics::default_max_memory(),
             functions: BTreeMap::new(),
+            threads: 1,
         }
     }
 }
@@ -50,10 +53,18 @@ impl Engine for Standard {
 
     fn evaluate(&self, p: &Checked, o: &EvalOptions) -> Result<Vec<Tensor>, Diagnostics> {
         let mut values = reference::initial_values(p, o)?;
+        let pool = (o.threads > 1)
+            .then(|| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(o.threads)
+                    .build()
+                    .ok()
+            })
+            .flatten();
         for st in &p.strata {
             match crate::plan::datalog::plan_stratum(p, st) {
                 Some(rules) if !rules.is_empty() => {
-                    relational::evaluate_stratum(p, st, &rules, &mut values, o)?
+                    relational::evaluate_stratum(p, st, &rules, &mut values, o, pool.as_ref())?
                 }
                 _ => reference::evaluate_stratum(p, st, &mut values, o)?,
             }

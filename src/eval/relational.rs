@@ -13,6 +13,7 @@ use crate::semantics::{Checked, Stratum, TensorId};
 use crate::syntax::ast::CmpOp;
 use crate::tensor::{Storage, Tensor};
 use hashbrown::HashTable;
+use rayon::prelude::*;
 use rustc_hash::{FxHashMap as HashMap, FxHasher};
 use std::hash::Hasher;
 
@@ -116,26 +117,33 @@ impl Store {
 
     /// Adds a tuple, updating every index; false if it was already there.
     fn insert(&mut self, t: &[u32]) -> bool {
-        if self.contains(t) {
-            return false;
-        }
+        let h = hash_of(t.iter().copied());
         let Store {
             arity,
             count,
             data,
             members,
-            indexes,
+            ..
         } = self;
-        let r = *count;
-        *count += 1;
-        data.extend_from_slice(t);
-        members.insert_unique(hash_of(t.iter().copied()), r, |&x| {
+        if members.find(h, |&r| row(data, *arity, r) == t).is_some() {
+            return false;
+        }
+        members.insert_unique(h, *count, |&x| {
             hash_of(row(data, *arity, x).iter().copied())
         });
-        for ix in indexes.iter_mut() {
-            ix.add(data, *arity, r);
-        }
+        self.push(t);
         true
+    }
+
+    /// Appends a tuple known to be new, without the membership table: for the last round's
+    /// new tuples, which are only scanned or looked up through an index.
+    fn push(&mut self, t: &[u32]) {
+        let r = self.count;
+        self.count += 1;
+        self.data.extend_from_slice(t);
+        for ix in self.indexes.iter_mut() {
+            ix.add(&self.data, self.arity, r);
+        }
     }
 
     /// Makes sure an index on `cols` exists.
@@ -171,6 +179,15 @@ struct Derived {
     values: Vec<u32>,
 }
 
+impl Derived {
+    /// Records the head tuple of `r` under `env`.
+    fn push(&mut self, r: &Rule, env: &[u32]) {
+        self.count += 1;
+        self.values
+            .extend(r.head_terms.iter().map(|t| value(t, env)));
+    }
+}
+
 /// Which version of a relation an atom reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Version {
@@ -195,6 +212,7 @@ pub(super) fn evaluate_stratum(
     rules: &[Rule],
     values: &mut [Tensor],
     o: &EvalOptions,
+    pool: Option<&rayon::ThreadPool>,
 ) -> Result<(), Diagnostics> {
     let members = &st.tensors;
     let mut full: HashMap<TensorId, Store> = HashMap::default();
@@ -210,7 +228,7 @@ pub(super) fn evaluate_stratum(
     let mut delta: HashMap<TensorId, Store> = HashMap::default();
     let mut new: HashMap<TensorId, Derived> = HashMap::default();
     for r in rules {
-        run_rule(r, None, &mut full, &mut delta, &mut new);
+        run_rule(r, None, &mut full, &mut delta, &mut new, pool);
     }
     let mut rounds = 1;
     loop {
@@ -227,7 +245,7 @@ pub(super) fn evaluate_stratum(
             for k in 0..derived.count {
                 let tuple = &derived.values[k * arity..(k + 1) * arity];
                 if store.insert(tuple) {
-                    fresh.insert(tuple);
+                    fresh.push(tuple);
                 }
             }
             if fresh.count > 0 {
@@ -244,7 +262,7 @@ pub(super) fn evaluate_stratum(
         for r in rules {
             for (i, a) in r.atoms.iter().enumerate() {
                 if delta.contains_key(&a.tensor) {
-                    run_rule(r, Some(i), &mut full, &mut delta, &mut new);
+                    run_rule(r, Some(i), &mut full, &mut delta, &mut new, pool);
                 }
             }
         }
@@ -286,6 +304,7 @@ fn run_rule(
     full: &mut HashMap<TensorId, Store>,
     delta: &mut HashMap<TensorId, Store>,
     out: &mut HashMap<TensorId, Derived>,
+    pool: Option<&rayon::ThreadPool>,
 ) {
     let steps = order(r, delta_at, full);
     for s in &steps {
@@ -297,7 +316,6 @@ fn run_rule(
             store.ensure_index(&s.key_cols);
         }
     }
-    let mut env = vec![0u32; r.vars];
     let cx = Join {
         rule: r,
         steps: &steps,
@@ -305,13 +323,49 @@ fn run_rule(
         delta,
     };
     let derived = out.entry(r.head).or_default();
-    cx.join(0, &mut env, &mut |env| {
-        derived.count += 1;
-        derived
-            .values
-            .extend(r.head_terms.iter().map(|t| value(t, env)));
-    });
+    let first_rows = steps
+        .first()
+        .and_then(|s| cx.store(s.version))
+        .map(|s| s.count as usize)
+        .unwrap_or(0);
+    let scan_first = steps.first().is_some_and(|s| s.key_cols.is_empty());
+    match pool {
+        Some(pool) if scan_first && first_rows >= PARALLEL_MIN_ROWS => {
+            // Split the first atom's rows among the workers; concatenating their results in
+            // chunk order keeps the derivation order the same for every thread count.
+            let chunk = first_rows
+                .div_ceil(pool.current_num_threads() * 8)
+                .max(PARALLEL_MIN_ROWS / 8);
+            let starts: Vec<usize> = (0..first_rows).step_by(chunk).collect();
+            let parts: Vec<Derived> = pool.install(|| {
+                starts
+                    .par_iter()
+                    .map(|&start| {
+                        let mut part = Derived::default();
+                        let mut env = vec![0u32; r.vars];
+                        cx.scan_first(
+                            start as u32..(start + chunk).min(first_rows) as u32,
+                            &mut env,
+                            &mut |env| part.push(r, env),
+                        );
+                        part
+                    })
+                    .collect()
+            });
+            for part in parts {
+                derived.count += part.count;
+                derived.values.extend(part.values);
+            }
+        }
+        _ => {
+            let mut env = vec![0u32; r.vars];
+            cx.join(0, &mut env, &mut |env| derived.push(r, env));
+        }
+    }
 }
+
+/// Below this many rows in the first atom, a rule runs on one thread.
+const PARALLEL_MIN_ROWS: usize = 4096;
 
 /// The planned join order for one run of a rule, each step reading the right version.
 fn order(r: &Rule, delta_at: Option<usize>, full: &HashMap<TensorId, Store>) -> Vec<Step> {
@@ -365,21 +419,9 @@ impl Join<'_> {
         let Some(store) = self.store(step.version) else {
             return;
         };
-        let mut visit = |this: &[u32], env: &mut [u32]| {
-            for &(c, v, repeat) in &step.binds {
-                if repeat {
-                    if env[v] != this[c] {
-                        return;
-                    }
-                } else {
-                    env[v] = this[c];
-                }
-            }
-            self.join(k + 1, env, emit);
-        };
         if step.key_cols.is_empty() {
             for this in store.rows() {
-                visit(this, env);
+                self.bind(k, this, env, emit);
             }
             return;
         }
@@ -396,8 +438,37 @@ impl Join<'_> {
         };
         let mut r = ix.first(&store.data, store.arity, key);
         while r != NONE {
-            visit(row(&store.data, store.arity, r), env);
+            self.bind(k, row(&store.data, store.arity, r), env, emit);
             r = ix.next[r as usize];
+        }
+    }
+
+    /// Binds step `k`'s variables from one of its rows (checking repeats) and goes on.
+    fn bind(&self, k: usize, this: &[u32], env: &mut [u32], emit: &mut dyn FnMut(&[u32])) {
+        for &(c, v, repeat) in &self.steps[k].binds {
+            if repeat {
+                if env[v] != this[c] {
+                    return;
+                }
+            } else {
+                env[v] = this[c];
+            }
+        }
+        self.join(k + 1, env, emit);
+    }
+
+    /// Runs the join over rows `rows` of the first atom (which is scanned, not looked up).
+    fn scan_first(
+        &self,
+        rows: std::ops::Range<u32>,
+        env: &mut [u32],
+        emit: &mut dyn FnMut(&[u32]),
+    ) {
+        let Some(store) = self.steps.first().and_then(|s| self.store(s.version)) else {
+            return;
+        };
+        for r in rows {
+            self.bind(0, row(&store.data, store.arity, r), env, emit);
         }
     }
 
