@@ -32,6 +32,6 @@ fuzz_target!(|data: &[u8]| {
     }
     let cheap = s.checked().map(|c| c.equations.iter().all(|e| cost(e) <= 4096)).unwrap_or(false);
     if cheap {
-        let _ = s.run(&RunOptions { settings, tol: None, write_files: false });
+        let _ = s.run(&RunOptions { settings, ..RunOptions::default() });
     }
 });
