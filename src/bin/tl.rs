@@ -195,15 +195,8 @@ fn run(command: Command) -> Result<(), String> {
             Ok(())
         }
         Command::Check { file, common } => {
-            let mut session = load(&file)?;
-            let (name, src) = (
-                session.source().0.to_string(),
-                session.source().1.to_string(),
-            );
-            let checked = session
-                .check(&common.settings(&[]))
-                .map_err(|d| d.render(&name, &src))?;
-            if !common.quiet {
+            let session = load_checked(&file, &common)?;
+            if let (false, Some(checked)) = (common.quiet, session.checked()) {
                 println!(
                     "ok: {} tensors, {} equations, {} strata",
                     checked.tensors.len(),
@@ -214,15 +207,13 @@ fn run(command: Command) -> Result<(), String> {
             Ok(())
         }
         Command::Explain { file, common } => {
-            let mut session = load(&file)?;
-            let (name, src) = (
-                session.source().0.to_string(),
-                session.source().1.to_string(),
-            );
-            let checked = session
-                .check(&common.settings(&[]))
-                .map_err(|d| d.render(&name, &src))?;
-            print!("{}", tensor_logic::explain::explain(checked, &src));
+            let session = load_checked(&file, &common)?;
+            if let Some(checked) = session.checked() {
+                print!(
+                    "{}",
+                    tensor_logic::explain::explain(checked, session.source().1)
+                );
+            }
             Ok(())
         }
         Command::Query {
@@ -248,6 +239,15 @@ fn run(command: Command) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// Loads and checks a program; `Err` holds the rendered diagnostics.
+fn load_checked(file: &Path, common: &Common) -> Result<Session, String> {
+    let mut session = load(file)?;
+    if let Err(d) = session.check(&common.settings(&[])) {
+        return Err(render(&session, &d));
+    }
+    Ok(session)
 }
 
 fn render(session: &Session, d: &tensor_logic::Diagnostics) -> String {

@@ -73,6 +73,33 @@ impl Engine for Standard {
     }
 }
 
+/// The error for a recursive component still changing after `--max-iters` iterations (§9),
+/// pointing at its equations; each engine adds a note on what it saw.
+fn not_converged(
+    p: &Checked,
+    st: &crate::semantics::Stratum,
+    max_iters: usize,
+) -> crate::diagnostics::Diagnostic {
+    let names: Vec<String> = st
+        .tensors
+        .iter()
+        .map(|&t| format!("`{}`", p.tensors[t].name))
+        .collect();
+    let mut d = crate::diagnostics::Diagnostic::error(
+        crate::diagnostics::codes::DIVERGED,
+        p.equations[st.equations[0]].span,
+        format!(
+            "{} did not converge after {max_iters} iterations",
+            names.join(", ")
+        ),
+    )
+    .with_label("in this recursive equation");
+    for &e in &st.equations[1..] {
+        d = d.with_secondary(p.equations[e].span, "also part of the recursion");
+    }
+    d
+}
+
 /// Something that evaluates checked programs. Implementations must agree with [`Reference`].
 pub trait Engine {
     /// A short name for messages and `--verify` reports.

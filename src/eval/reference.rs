@@ -130,28 +130,11 @@ fn fixpoint(
             return Ok(());
         }
     }
-    let names: Vec<String> = st
-        .tensors
-        .iter()
-        .map(|&t| format!("`{}`", p.tensors[t].name))
-        .collect();
-    let mut d = Diagnostic::error(
-        codes::DIVERGED,
-        p.equations[st.equations[0]].span,
-        format!(
-            "{} did not converge after {} iterations",
-            names.join(", "),
-            o.max_iters
-        ),
-    )
-    .with_label("in this recursive equation")
-    .with_note(format!(
-        "the largest change in the last iteration was {last_change}"
-    ))
-    .with_note("raise --max-iters or --tol, or check that the recursion is bounded");
-    for &e in &st.equations[1..] {
-        d = d.with_secondary(p.equations[e].span, "also part of the recursion");
-    }
+    let d = super::not_converged(p, st, o.max_iters)
+        .with_note(format!(
+            "the largest change in the last iteration was {last_change}"
+        ))
+        .with_note("raise --max-iters or --tol, or check that the recursion is bounded");
     Err(d.into())
 }
 

@@ -7,7 +7,7 @@
 //! random programs.
 
 use super::EvalOptions;
-use crate::diagnostics::{codes, Diagnostic, Diagnostics};
+use crate::diagnostics::Diagnostics;
 use crate::plan::datalog::{join_order, Atom, Filter, Operand, Rule, Term};
 use crate::semantics::{Checked, Stratum, TensorId};
 use crate::syntax::ast::CmpOp;
@@ -277,23 +277,9 @@ pub(super) fn evaluate_stratum(
 }
 
 fn diverged(p: &Checked, st: &Stratum, o: &EvalOptions) -> Diagnostics {
-    let names: Vec<String> = st
-        .tensors
-        .iter()
-        .map(|&t| format!("`{}`", p.tensors[t].name))
-        .collect();
-    Diagnostic::error(
-        codes::DIVERGED,
-        p.equations[st.equations[0]].span,
-        format!(
-            "{} did not converge after {} iterations",
-            names.join(", "),
-            o.max_iters
-        ),
-    )
-    .with_label("in this recursive rule")
-    .with_note("raise --max-iters: each iteration derives facts one step longer")
-    .into()
+    super::not_converged(p, st, o.max_iters)
+        .with_note("raise --max-iters: each iteration derives facts one step longer")
+        .into()
 }
 
 /// Runs one rule, with atom `delta_at` reading the last round's new tuples, and collects the

@@ -260,33 +260,30 @@ impl<'a> Ctx<'a> {
 pub(crate) mod tests {
     use super::*;
 
-    /// Parses and checks `src`, panicking with rendered diagnostics on failure.
-    pub(crate) fn checked(src: &str) -> Checked {
+    /// Parses and checks `src` with default settings.
+    fn check_source(src: &str) -> Result<Checked, Diagnostics> {
         let (program, errors) = crate::syntax::parse(src, &crate::functions::is_builtin);
-        assert!(errors.is_empty(), "{errors:?}");
+        if !errors.is_empty() {
+            return Err(Diagnostics(errors));
+        }
         let bindings = BTreeMap::new();
-        let input = CheckInput {
+        check(&CheckInput {
             program: &program,
             base_dir: PathBuf::from("."),
             bindings: &bindings,
             user_functions: Vec::new(),
             settings: Settings::default(),
-        };
-        check(&input).unwrap_or_else(|d| panic!("{}", d.render("t.tl", src)))
+        })
+    }
+
+    /// Parses and checks `src`, panicking with rendered diagnostics on failure.
+    pub(crate) fn checked(src: &str) -> Checked {
+        check_source(src).unwrap_or_else(|d| panic!("{}", d.render("t.tl", src)))
     }
 
     /// The codes of the errors `src` produces.
     pub(crate) fn error_codes(src: &str) -> Vec<&'static str> {
-        let (program, _) = crate::syntax::parse(src, &crate::functions::is_builtin);
-        let bindings = BTreeMap::new();
-        let input = CheckInput {
-            program: &program,
-            base_dir: PathBuf::from("."),
-            bindings: &bindings,
-            user_functions: Vec::new(),
-            settings: Settings::default(),
-        };
-        match check(&input) {
+        match check_source(src) {
             Ok(_) => Vec::new(),
             Err(d) => d.0.iter().map(|d| d.code).collect(),
         }
