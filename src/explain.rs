@@ -3,7 +3,7 @@
 //! iteration space) — so a user can see why a program is fast or slow.
 
 use crate::output::label;
-use crate::plan::datalog::{join_order, plan_stratum, Atom, JoinStep, Rule, Term};
+use crate::plan::datalog::{join_order, plan_counts, plan_stratum, Atom, JoinStep, Rule, Term};
 use crate::semantics::{Checked, Equation};
 use crate::tensor::Storage;
 use std::fmt::Write;
@@ -62,6 +62,23 @@ pub fn explain(p: &Checked, source: &str) -> String {
                     for a in &r.negated {
                         let _ = writeln!(out, "    then: not {} (a lookup)", atom(p, a, eq));
                     }
+                }
+            }
+            _ if plan_counts(p, st).is_some_and(|r| !r.is_empty()) => {
+                let _ = writeln!(
+                    out,
+                    "stratum {}: {names} ({kind}), counting by joins",
+                    k + 1
+                );
+                for r in plan_counts(p, st).unwrap_or_default() {
+                    let eq = &p.equations[r.equation];
+                    let _ = writeln!(out, "  {}", statement(eq, source));
+                    let size = |t: usize| data_size(p, t);
+                    let _ = writeln!(
+                        out,
+                        "    join: {}",
+                        steps(p, &r, eq, &join_order(&r, None, &size))
+                    );
                 }
             }
             _ => {
@@ -158,11 +175,13 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("N (not recursive), reference loops"),
+            text.contains("N (not recursive), counting by joins"),
             "{text}"
         );
+        let src = "X = [1, 2, 3]\nY[i] = X[i] X[j]\n";
+        let text = explain(&checked(src), src);
         assert!(
-            text.contains("iteration space: x 3 × y 3 = 9 points"),
+            text.contains("iteration space: i 3 × j 3 = 9 points"),
             "{text}"
         );
     }

@@ -93,6 +93,7 @@ fn program(facts: &[(usize, usize, usize, usize)], rules: &[GenRule]) -> String 
         .0;
         src.push_str(&format!("{head} :- {}.\n", lits.join(", ")));
     }
+    src.push_str("N0 = D0(x)\nN1[x] = D1(x, y)\nN2[x, z] = D2(x, y, z) (x != y)\nM[x] = B1(x, y) D0(y) + 1\n");
     src
 }
 
@@ -138,7 +139,7 @@ proptest! {
             (Ok(a), Ok(b)) => (a, b),
             (a, b) => panic!("{src}\nreference: {:?}\nstandard: {:?}", a.err(), b.err()),
         };
-        for name in ["D0", "D1", "D2"] {
+        for name in ["D0", "D1", "D2", "N0", "N1", "N2", "M"] {
             prop_assert_eq!(a.tensor(name), b.tensor(name), "{} differs in\n{}", name, src);
         }
     }

@@ -41,8 +41,8 @@ impl Default for EvalOptions {
 }
 
 /// The default engine: each stratum by the fastest evaluator that handles it. Datalog-shaped
-/// strata (`plan::datalog`) are evaluated semi-naively by joins; every other stratum by the
-/// reference evaluator's loops.
+/// strata (`plan::datalog`) are evaluated semi-naively by joins, counts over relations by
+/// enumerating joins; every other stratum by the reference evaluator's loops.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Standard;
 
@@ -66,7 +66,12 @@ impl Engine for Standard {
                 Some(rules) if !rules.is_empty() => {
                     relational::evaluate_stratum(p, st, &rules, &mut values, o, pool.as_ref())?
                 }
-                _ => reference::evaluate_stratum(p, st, &mut values, o)?,
+                _ => match crate::plan::datalog::plan_counts(p, st) {
+                    Some(rules) if !rules.is_empty() => {
+                        relational::evaluate_counts(p, st, &rules, &mut values)
+                    }
+                    _ => reference::evaluate_stratum(p, st, &mut values, o)?,
+                },
             }
         }
         Ok(values)

@@ -6,6 +6,7 @@
 //! It must agree with the reference evaluator exactly; `tests/engines.rs` checks that on
 //! random programs.
 
+use super::accumulate::Accumulator;
 use super::EvalOptions;
 use crate::diagnostics::Diagnostics;
 use crate::plan::datalog::{join_order, Atom, Filter, Operand, Rule, Term};
@@ -274,6 +275,51 @@ pub(super) fn evaluate_stratum(
         }
     }
     Ok(())
+}
+
+/// Evaluates a counting stratum (`plan::datalog::plan_counts`): its data plus one for every
+/// assignment that satisfies a body, accumulated as the join enumerates them, so the join is
+/// never stored.
+pub(super) fn evaluate_counts(p: &Checked, st: &Stratum, rules: &[Rule], values: &mut [Tensor]) {
+    let t = st.tensors[0];
+    let info = &p.tensors[t];
+    let mut full: HashMap<TensorId, Store> = HashMap::default();
+    for r in rules {
+        for a in r.atoms.iter().chain(&r.negated) {
+            full.entry(a.tensor)
+                .or_insert_with(|| Store::from_tensor(&values[a.tensor]));
+        }
+    }
+    let mut acc = Accumulator::new(info);
+    if let Some(d) = &p.data[t] {
+        acc.combine_tensor(d);
+    }
+    let delta = HashMap::default();
+    for r in rules {
+        let steps = order(r, None, &full);
+        for s in &steps {
+            if let Version::Full(t) = s.version {
+                if let Some(store) = full.get_mut(&t) {
+                    store.ensure_index(&s.key_cols);
+                }
+            }
+        }
+        let cx = Join {
+            rule: r,
+            steps: &steps,
+            full: &full,
+            delta: &delta,
+        };
+        let mut env = vec![0u32; r.vars];
+        let mut idx = vec![0usize; r.head_terms.len()];
+        cx.join(0, &mut env, &mut |env| {
+            for (slot, t) in idx.iter_mut().zip(&r.head_terms) {
+                *slot = value(t, env) as usize;
+            }
+            acc.combine(&idx, 1.0);
+        });
+    }
+    values[t] = acc.finish(info);
 }
 
 fn diverged(p: &Checked, st: &Stratum, o: &EvalOptions) -> Diagnostics {

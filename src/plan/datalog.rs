@@ -139,12 +139,33 @@ pub fn plan_stratum(p: &Checked, st: &Stratum) -> Option<Vec<Rule>> {
     if st.tensors.iter().any(|&t| p.tensors[t].kind != Kind::Bool) {
         return None;
     }
-    st.equations.iter().map(|&e| plan_rule(p, e)).collect()
+    st.equations
+        .iter()
+        .map(|&e| plan_rule(p, e, false))
+        .collect()
 }
 
-fn plan_rule(p: &Checked, e: usize) -> Option<Rule> {
+/// The rules of a stratum that counts over relations (`Kids[x] = Parent(x, y)`): one integer
+/// tensor, not recursive, whose equations have Datalog-shaped bodies. Its value is the number
+/// of satisfying assignments per head element, which joins can enumerate directly.
+pub fn plan_counts(p: &Checked, st: &Stratum) -> Option<Vec<Rule>> {
+    let [t] = st.tensors[..] else {
+        return None;
+    };
+    let info = &p.tensors[t];
+    if st.recursive || info.kind != Kind::Int || info.sparse_values || info.family != Family::Sum {
+        return None;
+    }
+    st.equations
+        .iter()
+        .map(|&e| plan_rule(p, e, true))
+        .collect()
+}
+
+/// Plans one equation as a join rule: with a Boolean head, or (`count`) an integer one.
+fn plan_rule(p: &Checked, e: usize, count: bool) -> Option<Rule> {
     let eq: &Equation = &p.equations[e];
-    if eq.family != Family::Sum || eq.virtual_var.is_some() || !eq.bool_head {
+    if eq.family != Family::Sum || eq.virtual_var.is_some() || eq.bool_head == count {
         return None;
     }
     let head_terms = eq.lhs.iter().map(term).collect::<Option<Vec<_>>>()?;
