@@ -9,7 +9,7 @@ use super::{Engine, EvalOptions};
 use crate::diagnostics::{codes, Diagnostic, Diagnostics};
 use crate::functions::Structural;
 use crate::semantics::{Checked, Equation, Family, Func, Kind, Node, Stratum, TensorInfo};
-use crate::syntax::ast::{BinOp, CmpOp};
+use crate::syntax::ast::BinOp;
 use crate::tensor::{Storage, Tensor};
 
 /// Reads of tensors up to this rank build their index on the stack.
@@ -376,15 +376,7 @@ impl Cx<'_> {
             Node::Compare(op, a, b) => {
                 let (a, b) = (self.eval(a, env, total), self.eval(b, env, total));
                 let (a, b) = (a?, b?);
-                let r = match op {
-                    CmpOp::Eq => a == b,
-                    CmpOp::Ne => a != b,
-                    CmpOp::Lt => a < b,
-                    CmpOp::Le => a <= b,
-                    CmpOp::Gt => a > b,
-                    CmpOp::Ge => a >= b,
-                };
-                Some(if r { 1.0 } else { 0.0 })
+                Some(if op.holds(a, b) { 1.0 } else { 0.0 })
             }
             Node::Call(f, args) => {
                 let mut xs = Vec::with_capacity(args.len());

@@ -11,7 +11,6 @@ use super::EvalOptions;
 use crate::diagnostics::Diagnostics;
 use crate::plan::datalog::{join_order, Atom, Filter, Operand, Rule, Term};
 use crate::semantics::{Checked, Stratum, TensorId};
-use crate::syntax::ast::CmpOp;
 use crate::tensor::{Storage, Tensor};
 use hashbrown::HashTable;
 use rayon::prelude::*;
@@ -220,12 +219,7 @@ pub(super) fn evaluate_stratum(
     for &t in members {
         full.insert(t, Store::from_tensor(&values[t]));
     }
-    for r in rules {
-        for a in r.atoms.iter().chain(&r.negated) {
-            full.entry(a.tensor)
-                .or_insert_with(|| Store::from_tensor(&values[a.tensor]));
-        }
-    }
+    load_atoms(rules, values, &mut full);
     let mut delta: HashMap<TensorId, Store> = HashMap::default();
     let mut new: HashMap<TensorId, Derived> = HashMap::default();
     for r in rules {
@@ -277,6 +271,16 @@ pub(super) fn evaluate_stratum(
     Ok(())
 }
 
+/// Adds a store for every relation the rules read that has none yet.
+fn load_atoms(rules: &[Rule], values: &[Tensor], full: &mut HashMap<TensorId, Store>) {
+    for r in rules {
+        for a in r.atoms.iter().chain(&r.negated) {
+            full.entry(a.tensor)
+                .or_insert_with(|| Store::from_tensor(&values[a.tensor]));
+        }
+    }
+}
+
 /// Evaluates a counting stratum (`plan::datalog::plan_counts`): its data plus one for every
 /// assignment that satisfies a body, accumulated as the join enumerates them, so the join is
 /// never stored.
@@ -284,12 +288,7 @@ pub(super) fn evaluate_counts(p: &Checked, st: &Stratum, rules: &[Rule], values:
     let t = st.tensors[0];
     let info = &p.tensors[t];
     let mut full: HashMap<TensorId, Store> = HashMap::default();
-    for r in rules {
-        for a in r.atoms.iter().chain(&r.negated) {
-            full.entry(a.tensor)
-                .or_insert_with(|| Store::from_tensor(&values[a.tensor]));
-        }
-    }
+    load_atoms(rules, values, &mut full);
     let mut acc = Accumulator::new(info);
     if let Some(d) = &p.data[t] {
         acc.combine_tensor(d);
@@ -543,13 +542,5 @@ fn passes(f: &Filter, env: &[u32]) -> bool {
         Operand::Var(v) => env[*v] as f64,
         Operand::Const(c) => *c,
     };
-    let (a, b) = (get(&f.left), get(&f.right));
-    match f.op {
-        CmpOp::Eq => a == b,
-        CmpOp::Ne => a != b,
-        CmpOp::Lt => a < b,
-        CmpOp::Le => a <= b,
-        CmpOp::Gt => a > b,
-        CmpOp::Ge => a >= b,
-    }
+    f.op.holds(get(&f.left), get(&f.right))
 }

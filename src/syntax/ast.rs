@@ -247,6 +247,20 @@ pub enum CmpOp {
     Ge,
 }
 
+impl CmpOp {
+    /// Whether `a op b` holds; both engines compare through this one definition.
+    pub fn holds(self, a: f64, b: f64) -> bool {
+        match self {
+            CmpOp::Eq => a == b,
+            CmpOp::Ne => a != b,
+            CmpOp::Lt => a < b,
+            CmpOp::Le => a <= b,
+            CmpOp::Gt => a > b,
+            CmpOp::Ge => a >= b,
+        }
+    }
+}
+
 /// Right-hand-side expressions (§6.1).
 #[derive(Clone, Debug)]
 pub enum Expr {
