@@ -182,14 +182,7 @@ impl Session {
             .checked
             .as_ref()
             .ok_or_else(|| Diagnostics::from(Diagnostic::global(codes::FORM, "no program")))?;
-        let eval = EvalOptions {
-            tol: options.tol.unwrap_or(1e-6),
-            max_iters: options.settings.max_iters,
-            max_memory: options.settings.max_memory,
-            functions: self.functions.clone(),
-            threads: options.threads.max(1),
-        };
-        let values = engine.evaluate(checked, &eval)?;
+        let values = engine.evaluate(checked, &eval_options(options, &self.functions))?;
         let mut lines = Vec::new();
         let mut writes = Vec::new();
         for out in &checked.outputs {
@@ -203,6 +196,37 @@ impl Session {
         }
         self.values = Some(values);
         Ok(lines)
+    }
+
+    /// Resolves a query such as `Ancestor(Alice, x)` against the checked program, for
+    /// [`Session::answer`]; diagnostics point into the query text.
+    pub fn prepare_query(&self, text: &str) -> Result<semantics::Query, Diagnostics> {
+        let access = self.parse_query(text)?;
+        let checked = self.checked.as_ref().ok_or_else(not_checked)?;
+        Ok(semantics::resolve_query(checked, &access)?)
+    }
+
+    /// Answers one prepared query, evaluating only what it needs: the strata it reads and,
+    /// for a bound query on rules (`Ancestor(Alice, x)`), only the facts relevant to its
+    /// constants (§9). Files are not written, and since other tensors may be left partial,
+    /// [`Session::tensor`] reads nothing afterwards.
+    pub fn answer(
+        &mut self,
+        engine: &dyn Engine,
+        options: &RunOptions,
+        query: &semantics::Query,
+    ) -> Result<Vec<String>, Diagnostics> {
+        self.values = None;
+        let checked = self.checked.as_ref().ok_or_else(not_checked)?;
+        let eval = eval_options(options, &self.functions);
+        let values = engine.evaluate_for(checked, &eval, query)?;
+        Ok(output::answer(checked, &values, query))
+    }
+
+    fn parse_query(&self, text: &str) -> Result<crate::syntax::ast::Access, Diagnostic> {
+        let is_function =
+            |n: &str| crate::functions::is_builtin(n) || self.functions.contains_key(n);
+        syntax::parse_query(text, &is_function)
     }
 
     /// The value of a tensor after a run.
@@ -219,9 +243,7 @@ impl Session {
     /// Answers a query such as `Ancestor(Alice, x)` (with or without `?`) after a run; the
     /// answer is the same as forward chaining's (§9).
     pub fn query(&self, text: &str) -> Result<Vec<String>, Diagnostics> {
-        let funcs: Vec<String> = self.functions.keys().cloned().collect();
-        let is_function = |n: &str| crate::functions::is_builtin(n) || funcs.iter().any(|f| f == n);
-        let access = syntax::parse_query(text, &is_function)?;
+        let access = self.parse_query(text)?;
         let (Some(checked), Some(values)) = (&self.checked, &self.values) else {
             return Err(
                 Diagnostic::global(codes::QUERY, "run the program before querying it").into(),
@@ -229,6 +251,20 @@ impl Session {
         };
         let q = semantics::resolve_query(checked, &access)?;
         Ok(output::answer(checked, values, &q))
+    }
+}
+
+fn not_checked() -> Diagnostic {
+    Diagnostic::global(codes::QUERY, "check the program before querying it")
+}
+
+fn eval_options(options: &RunOptions, functions: &BTreeMap<String, UserFunction>) -> EvalOptions {
+    EvalOptions {
+        tol: options.tol.unwrap_or(1e-6),
+        max_iters: options.settings.max_iters,
+        max_memory: options.settings.max_memory,
+        functions: functions.clone(),
+        threads: options.threads.max(1),
     }
 }
 

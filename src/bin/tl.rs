@@ -222,19 +222,22 @@ fn run(command: Command) -> Result<(), String> {
             set,
             common,
         } => {
-            let mut session = load(&file)?;
             let opts = RunOptions {
                 settings: common.settings(&set),
                 tol: Some(common.tol),
                 write_files: false,
                 threads: common.threads as usize,
             };
-            session
-                .run_with(common.engine(), &opts)
-                .map_err(|d| render(&session, &d))?;
-            let lines = session
-                .query(&query)
+            let mut session = load(&file)?;
+            if let Err(d) = session.check(&opts.settings) {
+                return Err(render(&session, &d));
+            }
+            let q = session
+                .prepare_query(&query)
                 .map_err(|d| d.render("<query>", &query))?;
+            let lines = session
+                .answer(common.engine(), &opts, &q)
+                .map_err(|d| render(&session, &d))?;
             print_lines(&lines);
             Ok(())
         }

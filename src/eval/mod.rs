@@ -7,7 +7,7 @@ mod relational;
 
 use crate::diagnostics::Diagnostics;
 use crate::functions::UserFunction;
-use crate::semantics::Checked;
+use crate::semantics::{Checked, Query, Stratum};
 use crate::tensor::Tensor;
 use std::collections::BTreeMap;
 
@@ -53,28 +53,76 @@ impl Engine for Standard {
 
     fn evaluate(&self, p: &Checked, o: &EvalOptions) -> Result<Vec<Tensor>, Diagnostics> {
         let mut values = reference::initial_values(p, o)?;
-        let pool = (o.threads > 1)
-            .then(|| {
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(o.threads)
-                    .build()
-                    .ok()
-            })
-            .flatten();
+        let pool = thread_pool(o);
         for st in &p.strata {
-            match crate::plan::datalog::plan_stratum(p, st) {
-                Some(rules) if !rules.is_empty() => {
-                    relational::evaluate_stratum(p, st, &rules, &mut values, o, pool.as_ref())?
-                }
-                _ => match crate::plan::datalog::plan_counts(p, st) {
-                    Some(rules) if !rules.is_empty() => {
-                        relational::evaluate_counts(p, st, &rules, &mut values)
-                    }
-                    _ => reference::evaluate_stratum(p, st, &mut values, o)?,
-                },
-            }
+            standard_stratum(p, st, &mut values, o, pool.as_ref())?;
         }
         Ok(values)
+    }
+
+    /// Chains backward: only the strata the query reads, and for a query that binds a
+    /// position of a relation evaluated by joins, the magic-sets rewrite (`plan::demand`).
+    fn evaluate_for(
+        &self,
+        p: &Checked,
+        o: &EvalOptions,
+        q: &Query,
+    ) -> Result<Vec<Tensor>, Diagnostics> {
+        use crate::plan::demand::{closure, plan_demand};
+        let mut values = reference::initial_values(p, o)?;
+        let pool = thread_pool(o);
+        let mut done = vec![false; p.strata.len()];
+        let mut run_for = |values: &mut [Tensor], needed: std::collections::BTreeSet<usize>| {
+            for (st, done) in p.strata.iter().zip(done.iter_mut()) {
+                if !*done && st.tensors.iter().any(|t| needed.contains(t)) {
+                    standard_stratum(p, st, values, o, pool.as_ref())?;
+                    *done = true;
+                }
+            }
+            Ok::<(), Diagnostics>(())
+        };
+        if let Some(plan) = plan_demand(p, q) {
+            run_for(&mut values, closure(p, plan.full.iter().copied()))?;
+            if relational::evaluate_demand(p, &plan, q.tensor, &mut values, o, pool.as_ref()) {
+                return Ok(values);
+            }
+        }
+        run_for(&mut values, closure(p, [q.tensor]))?;
+        Ok(values)
+    }
+}
+
+/// A pool of `--threads` workers, or none for one thread.
+fn thread_pool(o: &EvalOptions) -> Option<rayon::ThreadPool> {
+    (o.threads > 1)
+        .then(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(o.threads)
+                .build()
+                .ok()
+        })
+        .flatten()
+}
+
+/// Evaluates one stratum by the fastest evaluator that handles it.
+fn standard_stratum(
+    p: &Checked,
+    st: &Stratum,
+    values: &mut [Tensor],
+    o: &EvalOptions,
+    pool: Option<&rayon::ThreadPool>,
+) -> Result<(), Diagnostics> {
+    match crate::plan::datalog::plan_stratum(p, st) {
+        Some(rules) if !rules.is_empty() => {
+            relational::evaluate_stratum(p, st, &rules, values, o, pool)
+        }
+        _ => match crate::plan::datalog::plan_counts(p, st) {
+            Some(rules) if !rules.is_empty() => {
+                relational::evaluate_counts(p, st, &rules, values);
+                Ok(())
+            }
+            _ => reference::evaluate_stratum(p, st, values, o),
+        },
     }
 }
 
@@ -115,4 +163,15 @@ pub trait Engine {
         program: &Checked,
         options: &EvalOptions,
     ) -> Result<Vec<Tensor>, Diagnostics>;
+    /// Values from which `query` can be answered (§9: backward chaining is allowed). Only
+    /// the queried tensor's elements that match the query are meaningful; by default,
+    /// everything is evaluated.
+    fn evaluate_for(
+        &self,
+        program: &Checked,
+        options: &EvalOptions,
+        _query: &Query,
+    ) -> Result<Vec<Tensor>, Diagnostics> {
+        self.evaluate(program, options)
+    }
 }

@@ -10,6 +10,7 @@ use super::accumulate::Accumulator;
 use super::EvalOptions;
 use crate::diagnostics::Diagnostics;
 use crate::plan::datalog::{join_order, Atom, Filter, Operand, Rule, Term};
+use crate::plan::demand::DemandPlan;
 use crate::semantics::{Checked, Stratum, TensorId};
 use crate::tensor::{Storage, Tensor};
 use hashbrown::HashTable;
@@ -220,10 +221,74 @@ pub(super) fn evaluate_stratum(
         full.insert(t, Store::from_tensor(&values[t]));
     }
     load_atoms(rules, values, &mut full);
+    let rounds = st.recursive.then_some(o.max_iters);
+    if fixpoint(rules, &mut full, rounds, pool).is_err() {
+        return Err(diverged(p, st, o));
+    }
+    for &t in members {
+        if let Some(store) = full.remove(&t) {
+            values[t] =
+                Tensor::relation_flat(p.tensors[t].shape.clone(), store.data, store.count as usize);
+        }
+    }
+    Ok(())
+}
+
+/// Evaluates a query's magic-sets program (`plan::demand`) and leaves the answer relation's
+/// tuples in the queried tensor. Every relation the plan reads in full must already be in
+/// `values`. `false` when the fixpoint needed more than `--max-iters` rounds, for the caller
+/// to fall back on full evaluation (whose iteration count is the one §9 speaks of).
+pub(super) fn evaluate_demand(
+    p: &Checked,
+    plan: &DemandPlan,
+    queried: TensorId,
+    values: &mut [Tensor],
+    o: &EvalOptions,
+    pool: Option<&rayon::ThreadPool>,
+) -> bool {
+    let base = p.tensors.len();
+    let mut full: HashMap<TensorId, Store> = HashMap::default();
+    for (k, &(arity, origin)) in plan.relations.iter().enumerate() {
+        let store = match origin {
+            Some(t) => Store::from_tensor(&values[t]),
+            None => Store::new(arity),
+        };
+        full.insert(base + k, store);
+    }
+    if let Some(magic) = full.get_mut(&plan.seed.0) {
+        magic.insert(&plan.seed.1);
+    }
+    load_atoms(&plan.rules, values, &mut full);
+    if fixpoint(&plan.rules, &mut full, Some(o.max_iters), pool).is_err() {
+        return false;
+    }
+    if let Some(store) = full.remove(&plan.answer) {
+        values[queried] = Tensor::relation_flat(
+            p.tensors[queried].shape.clone(),
+            store.data,
+            store.count as usize,
+        );
+    }
+    true
+}
+
+/// More rounds were needed than allowed.
+struct TooManyRounds;
+
+/// Runs `rules` semi-naively until no new tuple appears, adding what they derive to `full`
+/// (which holds a store for every relation they read or define). The first round runs every
+/// rule on everything; later rounds run each rule once per atom with new tuples, that atom
+/// reading only those. `max_rounds` is `None` for rules that are not recursive: one round.
+fn fixpoint(
+    rules: &[Rule],
+    full: &mut HashMap<TensorId, Store>,
+    max_rounds: Option<usize>,
+    pool: Option<&rayon::ThreadPool>,
+) -> Result<(), TooManyRounds> {
     let mut delta: HashMap<TensorId, Store> = HashMap::default();
     let mut new: HashMap<TensorId, Derived> = HashMap::default();
     for r in rules {
-        run_rule(r, None, &mut full, &mut delta, &mut new, pool);
+        run_rule(r, None, full, &mut delta, &mut new, pool);
     }
     let mut rounds = 1;
     loop {
@@ -232,10 +297,10 @@ pub(super) fn evaluate_stratum(
         heads.sort_unstable();
         for t in heads {
             let derived = new.remove(&t).unwrap_or_default();
-            let arity = p.tensors[t].shape.len();
             let Some(store) = full.get_mut(&t) else {
                 continue;
             };
+            let arity = store.arity;
             let mut fresh = Store::new(arity);
             for k in 0..derived.count {
                 let tuple = &derived.values[k * arity..(k + 1) * arity];
@@ -247,28 +312,21 @@ pub(super) fn evaluate_stratum(
                 delta.insert(t, fresh);
             }
         }
-        if delta.is_empty() || !st.recursive {
-            break;
-        }
-        if rounds >= o.max_iters {
-            return Err(diverged(p, st, o));
+        let Some(max_rounds) = max_rounds.filter(|_| !delta.is_empty()) else {
+            return Ok(());
+        };
+        if rounds >= max_rounds {
+            return Err(TooManyRounds);
         }
         rounds += 1;
         for r in rules {
             for (i, a) in r.atoms.iter().enumerate() {
                 if delta.contains_key(&a.tensor) {
-                    run_rule(r, Some(i), &mut full, &mut delta, &mut new, pool);
+                    run_rule(r, Some(i), full, &mut delta, &mut new, pool);
                 }
             }
         }
     }
-    for &t in members {
-        if let Some(store) = full.remove(&t) {
-            values[t] =
-                Tensor::relation_flat(p.tensors[t].shape.clone(), store.data, store.count as usize);
-        }
-    }
-    Ok(())
 }
 
 /// Adds a store for every relation the rules read that has none yet.

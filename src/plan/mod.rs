@@ -1,5 +1,6 @@
-//! Planning: how each stratum will be evaluated. Today this recognises Datalog-shaped strata,
-//! which the relational evaluator runs semi-naively; every other stratum goes to the
-//! reference evaluator's iteration-space loops.
+//! Planning: how each stratum will be evaluated. `datalog` recognises Datalog-shaped strata,
+//! which the relational evaluator runs semi-naively; `demand` rewrites them for one bound
+//! query (magic sets); every other stratum goes to the reference evaluator's loops.
 
 pub mod datalog;
+pub mod demand;

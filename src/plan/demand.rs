@@ -1,0 +1,283 @@
+//! Backward chaining for `tl query` (SPEC §9, §16): the magic-sets transformation of the
+//! Datalog rules a query needs, so that evaluation derives only facts relevant to the query's
+//! constants. `Reach(N0, x)` then explores what `N0` reaches instead of the whole closure.
+//!
+//! Each derived relation is *adorned* with which of its positions are bound when it is asked
+//! for (`Path` asked with its first position known is `Path_bf`). Each adorned relation gets a
+//! *magic* relation holding the bound values asked for, and each of its rules is guarded by
+//! that magic relation. Bindings flow sideways through a rule body in join order: an atom's
+//! positions are bound when a constant or an earlier atom fixes them. Only relations evaluated
+//! by joins (`plan::datalog`) are adorned; everything else a rule reads (lower strata that are
+//! not Datalog-shaped, relations read under `not`) is evaluated in full first, which keeps the
+//! rewritten program free of negation through recursion.
+
+use super::datalog::{plan_stratum, Atom, Rule, Term};
+use crate::semantics::{Checked, Node, Query, QueryIndex, TensorId};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The rewritten program for one query. New relations (adorned and magic) take ids from
+/// `Checked::tensors.len()` on.
+#[derive(Clone, Debug)]
+pub struct DemandPlan {
+    /// Magic and adorned rules, to be run together to one fixpoint.
+    pub rules: Vec<Rule>,
+    /// Per new relation (id `tensors.len() + k`): its arity, and for an adorned relation the
+    /// original whose data facts it starts from.
+    pub relations: Vec<(usize, Option<TensorId>)>,
+    /// The magic relation of the query and the one tuple it starts with.
+    pub seed: (TensorId, Vec<u32>),
+    /// The adorned relation holding the query's answers (and perhaps other true tuples).
+    pub answer: TensorId,
+    /// Original tensors the rules read as they are: they must be evaluated in full first.
+    pub full: BTreeSet<TensorId>,
+}
+
+/// Per original tensor, the tensors its equations read.
+fn reads(p: &Checked) -> Vec<BTreeSet<TensorId>> {
+    fn walk(n: &Node, out: &mut BTreeSet<TensorId>) {
+        if let Node::Read { tensor, .. } = n {
+            out.insert(*tensor);
+        }
+        for c in n.children() {
+            walk(c, out);
+        }
+    }
+    let mut deps = vec![BTreeSet::new(); p.tensors.len()];
+    for eq in &p.equations {
+        walk(&eq.rhs, &mut deps[eq.target]);
+    }
+    deps
+}
+
+/// Everything `roots` depend on, themselves included.
+pub fn closure(p: &Checked, roots: impl IntoIterator<Item = TensorId>) -> BTreeSet<TensorId> {
+    let deps = reads(p);
+    let mut seen = BTreeSet::new();
+    let mut stack: Vec<TensorId> = roots.into_iter().collect();
+    while let Some(t) = stack.pop() {
+        if seen.insert(t) {
+            stack.extend(deps[t].iter().copied());
+        }
+    }
+    seen
+}
+
+/// The magic-sets rewrite for `q`, when the queried relation is evaluated by joins and the
+/// query binds at least one position; `None` means evaluating what `q` reads in full is as
+/// good as it gets.
+pub fn plan_demand(p: &Checked, q: &Query) -> Option<DemandPlan> {
+    let alpha: Vec<bool> = q
+        .pattern
+        .iter()
+        .map(|x| matches!(x, QueryIndex::Fixed(_)))
+        .collect();
+    if !alpha.contains(&true) || q.pattern.contains(&QueryIndex::Missing) {
+        return None;
+    }
+    let reach = closure(p, [q.tensor]);
+    let mut rules_of: BTreeMap<TensorId, Vec<Rule>> = BTreeMap::new();
+    for st in &p.strata {
+        if !st.tensors.iter().any(|t| reach.contains(t)) {
+            continue;
+        }
+        if let Some(rules) = plan_stratum(p, st).filter(|r| !r.is_empty()) {
+            for &t in &st.tensors {
+                rules_of.insert(t, Vec::new());
+            }
+            for r in rules {
+                rules_of.entry(r.head).or_default().push(r);
+            }
+        }
+    }
+    let negated = rules_of
+        .values()
+        .flatten()
+        .flat_map(|r| r.negated.iter().map(|a| a.tensor));
+    let others = reach.iter().copied().filter(|t| !rules_of.contains_key(t));
+    let full = closure(p, negated.chain(others).collect::<Vec<_>>());
+    rules_of.retain(|t, _| !full.contains(t));
+    if !rules_of.contains_key(&q.tensor) {
+        return None;
+    }
+    let mut rw = Rewrite {
+        p,
+        rules_of: &rules_of,
+        ids: BTreeMap::new(),
+        relations: Vec::new(),
+        queue: Vec::new(),
+        rules: Vec::new(),
+        full,
+    };
+    let (answer, magic) = rw.adorned(q.tensor, &alpha);
+    while let Some((t, adornment)) = rw.queue.pop() {
+        rw.rewrite(t, &adornment);
+    }
+    let seed = q
+        .pattern
+        .iter()
+        .filter_map(|x| match x {
+            QueryIndex::Fixed(v) => u32::try_from(*v).ok(),
+            _ => None,
+        })
+        .collect();
+    Some(DemandPlan {
+        rules: rw.rules,
+        relations: rw.relations,
+        seed: (magic, seed),
+        answer,
+        full: rw.full,
+    })
+}
+
+struct Rewrite<'a> {
+    p: &'a Checked,
+    rules_of: &'a BTreeMap<TensorId, Vec<Rule>>,
+    /// (relation, adornment) → (adorned id, magic id).
+    ids: BTreeMap<(TensorId, Vec<bool>), (TensorId, TensorId)>,
+    relations: Vec<(usize, Option<TensorId>)>,
+    queue: Vec<(TensorId, Vec<bool>)>,
+    rules: Vec<Rule>,
+    full: BTreeSet<TensorId>,
+}
+
+impl Rewrite<'_> {
+    /// The ids of `t` adorned by `alpha` and of its magic relation, queueing its rules the
+    /// first time it is asked for.
+    fn adorned(&mut self, t: TensorId, alpha: &[bool]) -> (TensorId, TensorId) {
+        if let Some(&ids) = self.ids.get(&(t, alpha.to_vec())) {
+            return ids;
+        }
+        let base = self.p.tensors.len();
+        let adorned = base + self.relations.len();
+        self.relations.push((alpha.len(), Some(t)));
+        let magic = base + self.relations.len();
+        self.relations
+            .push((alpha.iter().filter(|&&b| b).count(), None));
+        self.ids.insert((t, alpha.to_vec()), (adorned, magic));
+        self.queue.push((t, alpha.to_vec()));
+        (adorned, magic)
+    }
+
+    /// Adds the adorned copies of `t`'s rules, and a magic rule for every adorned atom in them.
+    fn rewrite(&mut self, t: TensorId, alpha: &[bool]) {
+        let (adorned, magic) = self.adorned(t, alpha);
+        let rules_of = self.rules_of;
+        let Some(rules) = rules_of.get(&t) else {
+            return;
+        };
+        for r in rules {
+            let guard = Atom {
+                tensor: magic,
+                terms: bound_terms(&r.head_terms, alpha),
+            };
+            let mut bound = vec![false; r.vars];
+            mark(&guard.terms, &mut bound);
+            let mut body = vec![guard.clone()];
+            let mut left: Vec<&Atom> = r.atoms.iter().collect();
+            while !left.is_empty() {
+                let known = |a: &Atom| a.terms.iter().filter(|t| is_bound(t, &bound)).count();
+                let pick = (0..left.len())
+                    .max_by_key(|&i| (known(left[i]), std::cmp::Reverse(i)))
+                    .unwrap_or(0);
+                let a = left.remove(pick);
+                let tensor = if self.rules_of.contains_key(&a.tensor) {
+                    let beta: Vec<bool> = a.terms.iter().map(|t| is_bound(t, &bound)).collect();
+                    let (adorned_a, magic_a) = self.adorned(a.tensor, &beta);
+                    let head_terms = bound_terms(&a.terms, &beta);
+                    // `m(x) :- m(x)` (a recursive atom asked the same way) adds nothing.
+                    let trivial = magic_a == magic && body.len() == 1 && head_terms == guard.terms;
+                    if !trivial {
+                        self.rules.push(Rule {
+                            head: magic_a,
+                            head_terms,
+                            atoms: body.clone(),
+                            negated: Vec::new(),
+                            filters: Vec::new(),
+                            vars: r.vars,
+                            equation: r.equation,
+                        });
+                    }
+                    adorned_a
+                } else {
+                    self.full.insert(a.tensor);
+                    a.tensor
+                };
+                mark(&a.terms, &mut bound);
+                body.push(Atom {
+                    tensor,
+                    terms: a.terms.clone(),
+                });
+            }
+            self.rules.push(Rule {
+                head: adorned,
+                head_terms: r.head_terms.clone(),
+                atoms: body,
+                negated: r.negated.clone(),
+                filters: r.filters.clone(),
+                vars: r.vars,
+                equation: r.equation,
+            });
+        }
+    }
+}
+
+fn is_bound(t: &Term, bound: &[bool]) -> bool {
+    match t {
+        Term::Const(_) => true,
+        Term::Var(v) => bound[*v],
+    }
+}
+
+fn mark(terms: &[Term], bound: &mut [bool]) {
+    for t in terms {
+        if let Term::Var(v) = t {
+            bound[*v] = true;
+        }
+    }
+}
+
+fn bound_terms(terms: &[Term], alpha: &[bool]) -> Vec<Term> {
+    terms
+        .iter()
+        .zip(alpha)
+        .filter(|(_, &b)| b)
+        .map(|(t, _)| *t)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::semantics::tests::checked;
+
+    fn plan(src: &str, query: &str) -> Option<DemandPlan> {
+        let c = checked(src);
+        let access = crate::syntax::parse_query(query, &|_| false).unwrap();
+        let q = crate::semantics::resolve_query(&c, &access).unwrap();
+        plan_demand(&c, &q)
+    }
+
+    const TC: &str = "Edge(0, 1). Edge(1, 2).\nPath(x, y) :- Edge(x, y).\nPath(x, z) :- Path(x, y), Edge(y, z).\n";
+
+    #[test]
+    fn a_bound_closure_query_asks_only_for_its_own_adornment() {
+        let d = plan(TC, "Path(0, x)").unwrap();
+        // Path_bf and its magic relation; the recursive atom keeps the same adornment.
+        assert_eq!(d.relations.len(), 2);
+        assert_eq!(d.seed.1, vec![0]);
+        assert!(d.full.contains(&0), "Edge is read as it is");
+        assert_eq!(d.rules.iter().filter(|r| r.head == d.answer).count(), 2);
+    }
+
+    #[test]
+    fn free_queries_and_negated_relations_are_not_rewritten() {
+        assert!(plan(TC, "Path(x, y)").is_none());
+        let neg = format!("{TC}N(0). N(1). N(2).\nFar(x, y) :- N(x), N(y), not Path(x, y).\n");
+        let d = plan(&neg, "Far(0, y)").unwrap();
+        let path = checked(&neg).tensor_id("Path").unwrap();
+        assert!(
+            d.full.contains(&path),
+            "Path is read under `not`, so it is evaluated in full"
+        );
+    }
+}
