@@ -3,8 +3,10 @@
 //! iteration space) — so a user can see why a program is fast or slow.
 
 use crate::output::label;
-use crate::plan::datalog::{join_order, plan_counts, plan_stratum, Atom, JoinStep, Rule, Term};
-use crate::semantics::{Checked, Equation};
+use crate::plan::datalog::{
+    join_order, plan_counts, plan_extremum, plan_stratum, Atom, JoinStep, Rule, Term,
+};
+use crate::semantics::{Checked, Equation, Family, Stratum};
 use crate::tensor::Storage;
 use std::fmt::Write;
 
@@ -31,37 +33,22 @@ pub fn explain(p: &Checked, source: &str) -> String {
             Some(rules) if !rules.is_empty() => {
                 let _ = writeln!(out, "stratum {}: {names} ({kind}), semi-naive joins", k + 1);
                 for r in &rules {
-                    let eq = &p.equations[r.equation];
-                    let _ = writeln!(out, "  {}", statement(eq, source));
-                    let recursive: Vec<usize> = (0..r.atoms.len())
-                        .filter(|&i| st.tensors.contains(&r.atoms[i].tensor))
-                        .collect();
-                    let size = |t: usize| data_size(p, t);
-                    if st.recursive && !recursive.is_empty() {
-                        let _ = writeln!(
-                            out,
-                            "    first round: {}",
-                            steps(p, r, eq, &join_order(r, None, &size))
-                        );
-                        for &i in &recursive {
-                            let order = join_order(r, Some(i), &size);
-                            let _ = writeln!(
-                                out,
-                                "    new {} tuples: {}",
-                                p.tensors[r.atoms[i].tensor].name,
-                                steps(p, r, eq, &order)
-                            );
-                        }
-                    } else {
-                        let _ = writeln!(
-                            out,
-                            "    join: {}",
-                            steps(p, r, eq, &join_order(r, None, &size))
-                        );
-                    }
-                    for a in &r.negated {
-                        let _ = writeln!(out, "    then: not {} (a lookup)", atom(p, a, eq));
-                    }
+                    rule_plan(&mut out, p, st, r, source);
+                }
+            }
+            _ if plan_extremum(p, st).is_some_and(|r| !r.is_empty()) => {
+                let family = if p.tensors[st.tensors[0]].family == Family::Min {
+                    "min="
+                } else {
+                    "max="
+                };
+                let _ = writeln!(
+                    out,
+                    "stratum {}: {names} ({kind}), semi-naive {family} joins over improved elements",
+                    k + 1
+                );
+                for vr in plan_extremum(p, st).unwrap_or_default() {
+                    rule_plan(&mut out, p, st, &vr.rule, source);
                 }
             }
             _ if plan_counts(p, st).is_some_and(|r| !r.is_empty()) => {
@@ -111,6 +98,42 @@ pub fn explain(p: &Checked, source: &str) -> String {
     out
 }
 
+/// A join rule's statement and join orders: one for the first round and, in a recursive
+/// stratum, one per recursive atom reading the last round's new tuples.
+fn rule_plan(out: &mut String, p: &Checked, st: &Stratum, r: &Rule, source: &str) {
+    let eq = &p.equations[r.equation];
+    let _ = writeln!(out, "  {}", statement(eq, source));
+    let recursive: Vec<usize> = (0..r.atoms.len())
+        .filter(|&i| st.tensors.contains(&r.atoms[i].tensor))
+        .collect();
+    let size = |t: usize| data_size(p, t);
+    if st.recursive && !recursive.is_empty() {
+        let _ = writeln!(
+            out,
+            "    first round: {}",
+            steps(p, r, eq, &join_order(r, None, &size))
+        );
+        for &i in &recursive {
+            let order = join_order(r, Some(i), &size);
+            let _ = writeln!(
+                out,
+                "    new {} tuples: {}",
+                p.tensors[r.atoms[i].tensor].name,
+                steps(p, r, eq, &order)
+            );
+        }
+    } else {
+        let _ = writeln!(
+            out,
+            "    join: {}",
+            steps(p, r, eq, &join_order(r, None, &size))
+        );
+    }
+    for a in &r.negated {
+        let _ = writeln!(out, "    then: not {} (a lookup)", atom(p, a, eq));
+    }
+}
+
 /// `line N: <source text>` for an equation.
 fn statement(eq: &Equation, source: &str) -> String {
     let line = 1 + source
@@ -126,6 +149,7 @@ fn statement(eq: &Equation, source: &str) -> String {
 fn data_size(p: &Checked, t: usize) -> usize {
     match p.data[t].as_ref().map(|d| &d.storage) {
         Some(Storage::Relation(r)) => r.len(),
+        Some(Storage::Sparse(m)) => m.len(),
         _ => 0,
     }
 }
@@ -140,7 +164,12 @@ fn atom(p: &Checked, a: &Atom, eq: &Equation) -> String {
             Term::Const(c) => label(p, a.tensor, ax, *c as usize, true),
         })
         .collect();
-    format!("{}({})", p.tensors[a.tensor].name, terms.join(", "))
+    let info = &p.tensors[a.tensor];
+    if info.kind == crate::semantics::Kind::Bool {
+        format!("{}({})", info.name, terms.join(", "))
+    } else {
+        format!("{}[{}]", info.name, terms.join(", "))
+    }
 }
 
 fn steps(p: &Checked, r: &Rule, eq: &Equation, order: &[JoinStep]) -> String {
@@ -176,6 +205,12 @@ mod tests {
         );
         assert!(
             text.contains("N (not recursive), counting by joins"),
+            "{text}"
+        );
+        let src = "W[A, B] = 2\nD[x, y] min= W[x, y]\nD[x, z] min= D[x, y] + W[y, z]\n";
+        let text = explain(&checked(src), src);
+        assert!(
+            text.contains("D (recursive), semi-naive min= joins over improved elements"),
             "{text}"
         );
         let src = "X = [1, 2, 3]\nY[i] = X[i] X[j]\n";

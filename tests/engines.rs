@@ -271,3 +271,52 @@ fn thread_count_does_not_change_large_relations() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A random weighted graph and a `min=`/`max=` path program over it (linear or non-linear
+/// recursion, constants, subtracted data, a Boolean guard).
+fn path_program(edges: &[(usize, usize, i32)], max: bool, variant: usize, real: bool) -> String {
+    let op = if max { "max=" } else { "min=" };
+    let mut src = String::new();
+    for &(a, b, w) in edges {
+        let w = if real {
+            format!("{}", w as f64 / 4.0)
+        } else {
+            w.to_string()
+        };
+        src.push_str(&format!("Edge[N{a}, N{b}] = {w}\n"));
+    }
+    src.push_str("Ok(N0). Ok(N2). Ok(N3). Ok(N5).\nCost[N1] = 2\nCost[N4] = 1\n");
+    src.push_str(&format!("Dist[x, y] {op} Edge[x, y]\n"));
+    src.push_str(&match variant {
+        0 => format!("Dist[x, z] {op} Dist[x, y] + Edge[y, z]\n"),
+        1 => format!("Dist[x, z] {op} Dist[x, y] + Dist[y, z]\n"),
+        2 => format!("Dist[x, z] {op} Dist[x, y] + Edge[y, z] - Cost[y] + 1\n"),
+        _ => format!("Dist[x, z] {op} Dist[x, y] + Edge[y, z] + Ok(z)\n"),
+    });
+    src
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(150))]
+
+    #[test]
+    fn min_and_max_recursion_agree_with_reference(
+        edges in proptest::collection::vec((0usize..7, 0usize..7, -3i32..9), 1..16),
+        max in any::<bool>(),
+        variant in 0usize..4,
+        real in any::<bool>(),
+    ) {
+        let src = path_program(&edges, max, variant, real);
+        let outcome = |engine: &dyn Engine| {
+            let mut s = Session::new();
+            s.load_source("d.tl", &src, Path::new(".")).unwrap();
+            let settings = tensor_logic::Settings { max_iters: 40, ..Default::default() };
+            let opts = RunOptions { settings, ..RunOptions::default() };
+            match s.run_with(engine, &opts) {
+                Ok(_) => Ok(s.tensor("Dist").cloned()),
+                Err(d) => Err(d.render("d.tl", &src)),
+            }
+        };
+        prop_assert_eq!(outcome(&Reference), outcome(&Standard), "{}", src);
+    }
+}

@@ -42,7 +42,8 @@ impl Default for EvalOptions {
 
 /// The default engine: each stratum by the fastest evaluator that handles it. Datalog-shaped
 /// strata (`plan::datalog`) are evaluated semi-naively by joins, counts over relations by
-/// enumerating joins; every other stratum by the reference evaluator's loops.
+/// enumerating joins, `min=`/`max=` path problems semi-naively over improved elements; every
+/// other stratum by the reference evaluator's loops.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Standard;
 
@@ -121,7 +122,15 @@ fn standard_stratum(
                 relational::evaluate_counts(p, st, &rules, values);
                 Ok(())
             }
-            _ => reference::evaluate_stratum(p, st, values, o),
+            _ => match crate::plan::datalog::plan_extremum(p, st) {
+                Some(rules)
+                    if !rules.is_empty()
+                        && relational::evaluate_extremum(p, st, &rules, values, o) =>
+                {
+                    Ok(())
+                }
+                _ => reference::evaluate_stratum(p, st, values, o),
+            },
         },
     }
 }

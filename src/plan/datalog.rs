@@ -4,7 +4,7 @@
 //! by joins over tuples instead of loops over iteration spaces.
 
 use crate::semantics::{Checked, Equation, Family, IndexFn, Kind, Node, Stratum, TensorId, VarId};
-use crate::syntax::ast::CmpOp;
+use crate::syntax::ast::{BinOp, CmpOp};
 
 /// One position of an atom or head: a variable, or a fixed position.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,6 +160,138 @@ pub fn plan_counts(p: &Checked, st: &Stratum) -> Option<Vec<Rule>> {
         .iter()
         .map(|&e| plan_rule(p, e, true))
         .collect()
+}
+
+/// A `min=`/`max=` rule over defined elements (`Dist[x, z] min= Dist[x, y] + Edge[y, z]`): a
+/// join of its reads, each contributing its value to a sum. Such a stratum is a shortest- or
+/// longest-path problem, evaluated semi-naively over the elements that improved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValuedRule {
+    /// The join: one atom per read (Boolean reads contribute 1 where true).
+    pub rule: Rule,
+    /// The value at one join result.
+    pub value: ValueExpr,
+}
+
+/// Sums and differences of read values and constants, in the order the equation writes them
+/// (floating-point addition is not associative, so the order is kept).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ValueExpr {
+    /// The value of atom `k` of the rule.
+    Atom(usize),
+    /// A number.
+    Const(f64),
+    /// `a + b`.
+    Add(Box<ValueExpr>, Box<ValueExpr>),
+    /// `a - b`.
+    Sub(Box<ValueExpr>, Box<ValueExpr>),
+}
+
+impl ValueExpr {
+    /// The value, given each atom's.
+    pub fn eval(&self, atom: &dyn Fn(usize) -> f64) -> f64 {
+        match self {
+            ValueExpr::Atom(k) => atom(*k),
+            ValueExpr::Const(c) => *c,
+            ValueExpr::Add(a, b) => a.eval(atom) + b.eval(atom),
+            ValueExpr::Sub(a, b) => a.eval(atom) - b.eval(atom),
+        }
+    }
+}
+
+/// The rules of a stratum whose tensors all accumulate with the same `min=` or `max=`, whose
+/// bodies add up reads of relations and of tensors with defined elements, and in which the
+/// stratum's own tensors are only ever added (never subtracted): then each iteration can only
+/// improve elements, and only joins through the last round's improvements can improve more.
+pub fn plan_extremum(p: &Checked, st: &Stratum) -> Option<Vec<ValuedRule>> {
+    let family = p.tensors[*st.tensors.first()?].family;
+    let ok = |t: &TensorId| {
+        let info = &p.tensors[*t];
+        info.family == family && info.kind != Kind::Bool && info.sparse_values
+    };
+    if !matches!(family, Family::Min | Family::Max) || !st.tensors.iter().all(ok) {
+        return None;
+    }
+    st.equations
+        .iter()
+        .map(|&e| {
+            let eq = &p.equations[e];
+            if eq.family != family || eq.virtual_var.is_some() {
+                return None;
+            }
+            let mut rule = Rule {
+                head: eq.target,
+                head_terms: eq.lhs.iter().map(term).collect::<Option<Vec<_>>>()?,
+                atoms: Vec::new(),
+                negated: Vec::new(),
+                filters: Vec::new(),
+                vars: eq.vars.len(),
+                equation: e,
+            };
+            let value = value_expr(p, st, &eq.rhs, true, &mut rule.atoms)?;
+            let mut positive = vec![false; rule.vars];
+            for t in rule.atoms.iter().flat_map(|a| &a.terms) {
+                if let Term::Var(v) = t {
+                    positive[*v] = true;
+                }
+            }
+            let safe = !rule.atoms.is_empty()
+                && rule
+                    .head_terms
+                    .iter()
+                    .all(|t| !matches!(t, Term::Var(v) if !positive[*v]));
+            safe.then_some(ValuedRule { rule, value })
+        })
+        .collect()
+}
+
+/// The value expression of a body, collecting its reads as atoms; `adds` is false under the
+/// right operand of a subtraction, where the stratum's own tensors may not appear (the
+/// iteration would then not be monotone).
+fn value_expr(
+    p: &Checked,
+    st: &Stratum,
+    n: &Node,
+    adds: bool,
+    atoms: &mut Vec<Atom>,
+) -> Option<ValueExpr> {
+    match n {
+        // A nested `min`/`max` commutes with the additions around it, but not with being
+        // subtracted: `a - min(b)` is `max(a - b)`.
+        Node::Sum { vars, body } if adds || vars.is_empty() => value_expr(p, st, body, adds, atoms),
+        Node::Const(c) => Some(ValueExpr::Const(*c)),
+        Node::Read {
+            tensor,
+            index,
+            slice: false,
+        } => {
+            let info = &p.tensors[*tensor];
+            let own = st.tensors.contains(tensor);
+            if (own && !adds) || !(info.kind == Kind::Bool || info.sparse_values) {
+                return None;
+            }
+            atoms.push(Atom {
+                tensor: *tensor,
+                terms: index.iter().map(term).collect::<Option<Vec<_>>>()?,
+            });
+            Some(ValueExpr::Atom(atoms.len() - 1))
+        }
+        Node::Binary(op, a, b) => {
+            let a = Box::new(value_expr(p, st, a, adds, atoms)?);
+            match op {
+                BinOp::Add => Some(ValueExpr::Add(
+                    a,
+                    Box::new(value_expr(p, st, b, adds, atoms)?),
+                )),
+                BinOp::Sub => Some(ValueExpr::Sub(
+                    a,
+                    Box::new(value_expr(p, st, b, false, atoms)?),
+                )),
+                BinOp::Pow => None,
+            }
+        }
+        _ => None,
+    }
 }
 
 /// Plans one equation as a join rule: with a Boolean head, or (`count`) an integer one.

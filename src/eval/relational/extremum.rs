@@ -1,0 +1,172 @@
+//! Semi-naive `min=`/`max=` recursion (shortest and longest paths), planned by
+//! `plan::datalog::plan_extremum`.
+//!
+//! The reference evaluator iterates X ← F(X) from the data. For these strata F only adds and
+//! takes minima (or maxima), so the iterates only improve, and an element of F(X) can differ
+//! from X only through a join that uses an element improved in the last round. Each round
+//! therefore re-runs every rule once per atom over a stratum tensor, that atom reading only the
+//! last round's improvements, and keeps a candidate where it beats the stored value. Rounds
+//! correspond one to one with the reference's iterations, so `--max-iters` and `--tol` mean
+//! the same; where the reference would report an error (too many rounds, a value that is not
+//! finite) this evaluator gives up and the caller runs the reference for its diagnostic.
+
+use super::{prepare, Derived, Join, Store};
+use crate::eval::EvalOptions;
+use crate::plan::datalog::ValuedRule;
+use crate::semantics::{Checked, Family, Kind, Stratum, TensorId};
+use crate::tensor::Tensor;
+use rustc_hash::FxHashMap as HashMap;
+
+/// Head tuples derived in one round with their candidate values.
+#[derive(Default)]
+struct Candidates {
+    tuples: Derived,
+    values: Vec<f64>,
+}
+
+/// Evaluates the stratum in place; `false` (with `values` untouched) when the reference
+/// evaluator must decide the outcome.
+pub(in crate::eval) fn evaluate_extremum(
+    p: &Checked,
+    st: &Stratum,
+    rules: &[ValuedRule],
+    values: &mut [Tensor],
+    o: &EvalOptions,
+) -> bool {
+    let family = p.tensors[st.tensors[0]].family;
+    let better = |new: f64, old: f64| match family {
+        Family::Min => new < old || (old.is_nan() && !new.is_nan()),
+        _ => new > old || (old.is_nan() && !new.is_nan()),
+    };
+    let mut full: HashMap<TensorId, Store> = HashMap::default();
+    for &t in &st.tensors {
+        full.insert(t, Store::from_valued(&values[t]));
+    }
+    for a in rules.iter().flat_map(|vr| &vr.rule.atoms) {
+        full.entry(a.tensor)
+            .or_insert_with(|| Store::from_valued(&values[a.tensor]));
+    }
+    let mut delta: HashMap<TensorId, Store> = HashMap::default();
+    let mut rounds = 0;
+    loop {
+        rounds += 1;
+        let mut candidates: HashMap<TensorId, Candidates> = HashMap::default();
+        for vr in rules {
+            if rounds == 1 {
+                run(vr, None, &mut full, &mut delta, &mut candidates);
+                continue;
+            }
+            for (i, a) in vr.rule.atoms.iter().enumerate() {
+                if delta.contains_key(&a.tensor) {
+                    run(vr, Some(i), &mut full, &mut delta, &mut candidates);
+                }
+            }
+        }
+        delta.clear();
+        let mut converged = true;
+        for &t in &st.tensors {
+            let Some(found) = candidates.remove(&t) else {
+                continue;
+            };
+            let Some(store) = full.get_mut(&t) else {
+                continue;
+            };
+            let info = &p.tensors[t];
+            let tol = if info.kind == Kind::Real { o.tol } else { 0.0 };
+            let arity = store.arity;
+            let mut improved: Vec<u32> = Vec::new();
+            for (k, &v) in found.values.iter().enumerate() {
+                let v = info.elem.round(v);
+                if !v.is_finite() {
+                    return false;
+                }
+                let tuple = &found.tuples.values[k * arity..(k + 1) * arity];
+                match store.position(tuple) {
+                    Some(r) => {
+                        let old = store.values[r as usize];
+                        if better(v, old) {
+                            converged &= (v - old).abs() <= tol;
+                            store.values[r as usize] = v;
+                            improved.push(r);
+                        }
+                    }
+                    None => {
+                        converged = false;
+                        improved.push(store.count);
+                        store.insert(tuple);
+                        store.values.push(v);
+                    }
+                }
+            }
+            improved.sort_unstable();
+            improved.dedup();
+            if !improved.is_empty() {
+                let mut fresh = Store::new(arity);
+                for r in improved {
+                    fresh.push(super::store::row(&store.data, arity, r));
+                    fresh.values.push(store.values[r as usize]);
+                }
+                delta.insert(t, fresh);
+            }
+        }
+        if converged || delta.is_empty() || !st.recursive {
+            break;
+        }
+        if rounds >= o.max_iters {
+            return false;
+        }
+    }
+    for &t in &st.tensors {
+        let Some(store) = full.remove(&t) else {
+            continue;
+        };
+        let info = &p.tensors[t];
+        let mut out = Tensor::sparse(info.elem, info.shape.clone());
+        let mut idx = vec![0usize; store.arity];
+        for r in 0..store.count {
+            for (slot, &v) in idx
+                .iter_mut()
+                .zip(super::store::row(&store.data, store.arity, r))
+            {
+                *slot = v as usize;
+            }
+            out.set(&idx, store.values[r as usize]);
+        }
+        values[t] = out;
+    }
+    true
+}
+
+/// Runs one rule, with atom `delta_at` reading the last round's improvements, and collects
+/// its head tuples with their values.
+fn run(
+    vr: &ValuedRule,
+    delta_at: Option<usize>,
+    full: &mut HashMap<TensorId, Store>,
+    delta: &mut HashMap<TensorId, Store>,
+    out: &mut HashMap<TensorId, Candidates>,
+) {
+    let r = &vr.rule;
+    let steps = prepare(r, delta_at, full, delta);
+    let cx = Join {
+        rule: r,
+        steps: &steps,
+        full,
+        delta,
+    };
+    let stores: Vec<Option<&Store>> = steps.iter().map(|s| cx.store(s.version)).collect();
+    let mut step_of = vec![0usize; r.atoms.len()];
+    for (k, s) in steps.iter().enumerate() {
+        step_of[s.atom] = k;
+    }
+    let found = out.entry(r.head).or_default();
+    let mut env = vec![0u32; r.vars + steps.len()];
+    cx.join(0, &mut env, &mut |env| {
+        let atom_value = |j: usize| {
+            let k = step_of[j];
+            stores[k].map_or(0.0, |s| s.value(env[r.vars + k]))
+        };
+        found.values.push(vr.value.eval(&atom_value));
+        found.tuples.push(r, env);
+    });
+}

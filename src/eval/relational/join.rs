@@ -1,0 +1,191 @@
+//! Joins: the order atoms are visited in, and the nested-loop join over index lookups that
+//! enumerates every assignment satisfying a rule body.
+
+use super::store::{row, Store};
+use crate::plan::datalog::{join_order, Atom, Filter, Operand, Rule, Term};
+use crate::semantics::TensorId;
+use rustc_hash::FxHashMap as HashMap;
+
+/// Which version of a relation an atom reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) enum Version {
+    /// All tuples.
+    Full(TensorId),
+    /// Tuples new in the last round (recursive relations only).
+    Delta(TensorId),
+}
+
+/// One atom in join order: which columns are looked up, which bind variables.
+pub(super) struct Step {
+    pub(super) atom: usize,
+    pub(super) version: Version,
+    pub(super) key_cols: Vec<usize>,
+    pub(super) key_terms: Vec<Term>,
+    pub(super) binds: Vec<(usize, usize, bool)>,
+}
+
+/// The join order for one run of a rule, with the indexes its lookups need built.
+pub(super) fn prepare(
+    r: &Rule,
+    delta_at: Option<usize>,
+    full: &mut HashMap<TensorId, Store>,
+    delta: &mut HashMap<TensorId, Store>,
+) -> Vec<Step> {
+    let steps = order(r, delta_at, full);
+    for s in &steps {
+        let store = match s.version {
+            Version::Full(t) => full.get_mut(&t),
+            Version::Delta(t) => delta.get_mut(&t),
+        };
+        if let Some(store) = store {
+            store.ensure_index(&s.key_cols);
+        }
+    }
+    steps
+}
+
+/// The planned join order for one run of a rule, each step reading the right version.
+fn order(r: &Rule, delta_at: Option<usize>, full: &HashMap<TensorId, Store>) -> Vec<Step> {
+    let size = |t: TensorId| full.get(&t).map(|s| s.count as usize).unwrap_or(0);
+    join_order(r, delta_at, &size)
+        .into_iter()
+        .map(|j| Step {
+            atom: j.atom,
+            version: if Some(j.atom) == delta_at {
+                Version::Delta(r.atoms[j.atom].tensor)
+            } else {
+                Version::Full(r.atoms[j.atom].tensor)
+            },
+            key_cols: j.key_cols,
+            key_terms: j.key_terms,
+            binds: j.binds,
+        })
+        .collect()
+}
+
+pub(super) fn value(t: &Term, env: &[u32]) -> u32 {
+    match t {
+        Term::Var(v) => env[*v],
+        Term::Const(c) => *c,
+    }
+}
+
+pub(super) struct Join<'a> {
+    pub(super) rule: &'a Rule,
+    pub(super) steps: &'a [Step],
+    pub(super) full: &'a HashMap<TensorId, Store>,
+    pub(super) delta: &'a HashMap<TensorId, Store>,
+}
+
+impl Join<'_> {
+    pub(super) fn store(&self, v: Version) -> Option<&Store> {
+        match v {
+            Version::Full(t) => self.full.get(&t),
+            Version::Delta(t) => self.delta.get(&t),
+        }
+    }
+
+    pub(super) fn join(&self, k: usize, env: &mut [u32], emit: &mut dyn FnMut(&[u32])) {
+        let Some(step) = self.steps.get(k) else {
+            if self.rule.negated.iter().all(|a| !self.holds(a, env))
+                && self.rule.filters.iter().all(|f| passes(f, env))
+            {
+                emit(env);
+            }
+            return;
+        };
+        let Some(store) = self.store(step.version) else {
+            return;
+        };
+        if step.key_cols.is_empty() {
+            for r in 0..store.count {
+                self.bind(k, store, r, env, emit);
+            }
+            return;
+        }
+        let mut buf = [0u32; MAX_STACK_ARITY];
+        let mut heap = Vec::new();
+        let key = fill(
+            &mut buf,
+            &mut heap,
+            step.key_terms.iter().map(|t| value(t, env)),
+            step.key_terms.len(),
+        );
+        for r in store.lookup(&step.key_cols, key) {
+            self.bind(k, store, r, env, emit);
+        }
+    }
+
+    /// Binds step `k`'s variables from row `r` of its store (checking repeats), records the
+    /// row after the variables (`env[vars + k]`), and goes on.
+    fn bind(&self, k: usize, store: &Store, r: u32, env: &mut [u32], emit: &mut dyn FnMut(&[u32])) {
+        let this = row(&store.data, store.arity, r);
+        env[self.rule.vars + k] = r;
+        for &(c, v, repeat) in &self.steps[k].binds {
+            if repeat {
+                if env[v] != this[c] {
+                    return;
+                }
+            } else {
+                env[v] = this[c];
+            }
+        }
+        self.join(k + 1, env, emit);
+    }
+
+    /// Runs the join over rows `rows` of the first atom (which is scanned, not looked up).
+    pub(super) fn scan_first(
+        &self,
+        rows: std::ops::Range<u32>,
+        env: &mut [u32],
+        emit: &mut dyn FnMut(&[u32]),
+    ) {
+        let Some(store) = self.steps.first().and_then(|s| self.store(s.version)) else {
+            return;
+        };
+        for r in rows {
+            self.bind(0, store, r, env, emit);
+        }
+    }
+
+    fn holds(&self, a: &Atom, env: &[u32]) -> bool {
+        let mut buf = [0u32; MAX_STACK_ARITY];
+        let mut heap = Vec::new();
+        let tuple = fill(
+            &mut buf,
+            &mut heap,
+            a.terms.iter().map(|t| value(t, env)),
+            a.terms.len(),
+        );
+        self.full.get(&a.tensor).is_some_and(|s| s.contains(tuple))
+    }
+}
+
+/// Keys up to this many columns are built on the stack.
+const MAX_STACK_ARITY: usize = 8;
+
+/// The values as a slice, on the stack when they fit.
+fn fill<'a>(
+    buf: &'a mut [u32; MAX_STACK_ARITY],
+    heap: &'a mut Vec<u32>,
+    values: impl Iterator<Item = u32>,
+    n: usize,
+) -> &'a [u32] {
+    if n <= MAX_STACK_ARITY {
+        for (slot, v) in buf.iter_mut().zip(values) {
+            *slot = v;
+        }
+        &buf[..n]
+    } else {
+        heap.extend(values);
+        heap
+    }
+}
+
+fn passes(f: &Filter, env: &[u32]) -> bool {
+    let get = |o: &Operand| match o {
+        Operand::Var(v) => env[*v] as f64,
+        Operand::Const(c) => *c,
+    };
+    f.op.holds(get(&f.left), get(&f.right))
+}

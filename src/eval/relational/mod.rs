@@ -1,0 +1,275 @@
+//! Semi-naive evaluation of Datalog-shaped strata (planned by `plan::datalog`): relations as
+//! tuple sets with hash indexes on the columns each join looks up, maintained as tuples
+//! arrive, and every recursive rule re-run once per recursive atom reading only the tuples new
+//! in the last round.
+//!
+//! It must agree with the reference evaluator exactly; `tests/engines.rs` checks that on
+//! random programs.
+
+use super::accumulate::Accumulator;
+use super::EvalOptions;
+use crate::diagnostics::Diagnostics;
+use crate::plan::datalog::Rule;
+use crate::plan::demand::DemandPlan;
+use crate::semantics::{Checked, Stratum, TensorId};
+use crate::tensor::Tensor;
+use rayon::prelude::*;
+use rustc_hash::FxHashMap as HashMap;
+
+mod extremum;
+mod join;
+mod store;
+
+pub(super) use extremum::evaluate_extremum;
+use join::{prepare, value, Join};
+use store::Store;
+
+/// Head tuples derived in one round, flat, with their number (which also covers rank 0).
+#[derive(Default)]
+struct Derived {
+    count: usize,
+    values: Vec<u32>,
+}
+
+impl Derived {
+    /// Records the head tuple of `r` under `env`.
+    fn push(&mut self, r: &Rule, env: &[u32]) {
+        self.count += 1;
+        self.values
+            .extend(r.head_terms.iter().map(|t| value(t, env)));
+    }
+}
+
+/// Evaluates a planned stratum in place.
+pub(super) fn evaluate_stratum(
+    p: &Checked,
+    st: &Stratum,
+    rules: &[Rule],
+    values: &mut [Tensor],
+    o: &EvalOptions,
+    pool: Option<&rayon::ThreadPool>,
+) -> Result<(), Diagnostics> {
+    let members = &st.tensors;
+    let mut full: HashMap<TensorId, Store> = HashMap::default();
+    for &t in members {
+        full.insert(t, Store::from_tensor(&values[t]));
+    }
+    load_atoms(rules, values, &mut full);
+    let rounds = st.recursive.then_some(o.max_iters);
+    if fixpoint(rules, &mut full, rounds, pool).is_err() {
+        return Err(diverged(p, st, o));
+    }
+    for &t in members {
+        if let Some(store) = full.remove(&t) {
+            values[t] =
+                Tensor::relation_flat(p.tensors[t].shape.clone(), store.data, store.count as usize);
+        }
+    }
+    Ok(())
+}
+
+/// Evaluates a query's magic-sets program (`plan::demand`) and leaves the answer relation's
+/// tuples in the queried tensor. Every relation the plan reads in full must already be in
+/// `values`. `false` when the fixpoint needed more than `--max-iters` rounds, for the caller
+/// to fall back on full evaluation (whose iteration count is the one §9 speaks of).
+pub(super) fn evaluate_demand(
+    p: &Checked,
+    plan: &DemandPlan,
+    queried: TensorId,
+    values: &mut [Tensor],
+    o: &EvalOptions,
+    pool: Option<&rayon::ThreadPool>,
+) -> bool {
+    let base = p.tensors.len();
+    let mut full: HashMap<TensorId, Store> = HashMap::default();
+    for (k, &(arity, origin)) in plan.relations.iter().enumerate() {
+        let store = match origin {
+            Some(t) => Store::from_tensor(&values[t]),
+            None => Store::new(arity),
+        };
+        full.insert(base + k, store);
+    }
+    if let Some(magic) = full.get_mut(&plan.seed.0) {
+        magic.insert(&plan.seed.1);
+    }
+    load_atoms(&plan.rules, values, &mut full);
+    if fixpoint(&plan.rules, &mut full, Some(o.max_iters), pool).is_err() {
+        return false;
+    }
+    if let Some(store) = full.remove(&plan.answer) {
+        values[queried] = Tensor::relation_flat(
+            p.tensors[queried].shape.clone(),
+            store.data,
+            store.count as usize,
+        );
+    }
+    true
+}
+
+/// More rounds were needed than allowed.
+struct TooManyRounds;
+
+/// Runs `rules` semi-naively until no new tuple appears, adding what they derive to `full`
+/// (which holds a store for every relation they read or define). The first round runs every
+/// rule on everything; later rounds run each rule once per atom with new tuples, that atom
+/// reading only those. `max_rounds` is `None` for rules that are not recursive: one round.
+fn fixpoint(
+    rules: &[Rule],
+    full: &mut HashMap<TensorId, Store>,
+    max_rounds: Option<usize>,
+    pool: Option<&rayon::ThreadPool>,
+) -> Result<(), TooManyRounds> {
+    let mut delta: HashMap<TensorId, Store> = HashMap::default();
+    let mut new: HashMap<TensorId, Derived> = HashMap::default();
+    for r in rules {
+        run_rule(r, None, full, &mut delta, &mut new, pool);
+    }
+    let mut rounds = 1;
+    loop {
+        delta.clear();
+        let mut heads: Vec<TensorId> = new.keys().copied().collect();
+        heads.sort_unstable();
+        for t in heads {
+            let derived = new.remove(&t).unwrap_or_default();
+            let Some(store) = full.get_mut(&t) else {
+                continue;
+            };
+            let arity = store.arity;
+            let mut fresh = Store::new(arity);
+            for k in 0..derived.count {
+                let tuple = &derived.values[k * arity..(k + 1) * arity];
+                if store.insert(tuple) {
+                    fresh.push(tuple);
+                }
+            }
+            if fresh.count > 0 {
+                delta.insert(t, fresh);
+            }
+        }
+        let Some(max_rounds) = max_rounds.filter(|_| !delta.is_empty()) else {
+            return Ok(());
+        };
+        if rounds >= max_rounds {
+            return Err(TooManyRounds);
+        }
+        rounds += 1;
+        for r in rules {
+            for (i, a) in r.atoms.iter().enumerate() {
+                if delta.contains_key(&a.tensor) {
+                    run_rule(r, Some(i), full, &mut delta, &mut new, pool);
+                }
+            }
+        }
+    }
+}
+
+/// Adds a store for every relation the rules read that has none yet.
+fn load_atoms(rules: &[Rule], values: &[Tensor], full: &mut HashMap<TensorId, Store>) {
+    for r in rules {
+        for a in r.atoms.iter().chain(&r.negated) {
+            full.entry(a.tensor)
+                .or_insert_with(|| Store::from_tensor(&values[a.tensor]));
+        }
+    }
+}
+
+/// Evaluates a counting stratum (`plan::datalog::plan_counts`): its data plus one for every
+/// assignment that satisfies a body, accumulated as the join enumerates them, so the join is
+/// never stored.
+pub(super) fn evaluate_counts(p: &Checked, st: &Stratum, rules: &[Rule], values: &mut [Tensor]) {
+    let t = st.tensors[0];
+    let info = &p.tensors[t];
+    let mut full: HashMap<TensorId, Store> = HashMap::default();
+    load_atoms(rules, values, &mut full);
+    let mut acc = Accumulator::new(info);
+    if let Some(d) = &p.data[t] {
+        acc.combine_tensor(d);
+    }
+    let delta = HashMap::default();
+    for r in rules {
+        let steps = prepare(r, None, &mut full, &mut HashMap::default());
+        let cx = Join {
+            rule: r,
+            steps: &steps,
+            full: &full,
+            delta: &delta,
+        };
+        let mut env = vec![0u32; r.vars + steps.len()];
+        let mut idx = vec![0usize; r.head_terms.len()];
+        cx.join(0, &mut env, &mut |env| {
+            for (slot, t) in idx.iter_mut().zip(&r.head_terms) {
+                *slot = value(t, env) as usize;
+            }
+            acc.combine(&idx, 1.0);
+        });
+    }
+    values[t] = acc.finish(info);
+}
+
+fn diverged(p: &Checked, st: &Stratum, o: &EvalOptions) -> Diagnostics {
+    super::not_converged(p, st, o.max_iters)
+        .with_note("raise --max-iters: each iteration derives facts one step longer")
+        .into()
+}
+
+/// Runs one rule, with atom `delta_at` reading the last round's new tuples, and collects the
+/// head tuples it derives.
+fn run_rule(
+    r: &Rule,
+    delta_at: Option<usize>,
+    full: &mut HashMap<TensorId, Store>,
+    delta: &mut HashMap<TensorId, Store>,
+    out: &mut HashMap<TensorId, Derived>,
+    pool: Option<&rayon::ThreadPool>,
+) {
+    let steps = prepare(r, delta_at, full, delta);
+    let cx = Join {
+        rule: r,
+        steps: &steps,
+        full,
+        delta,
+    };
+    let derived = out.entry(r.head).or_default();
+    let first_rows = steps
+        .first()
+        .and_then(|s| cx.store(s.version))
+        .map(|s| s.count as usize)
+        .unwrap_or(0);
+    let scan_first = steps.first().is_some_and(|s| s.key_cols.is_empty());
+    match pool {
+        Some(pool) if scan_first && first_rows >= PARALLEL_MIN_ROWS => {
+            // Split the first atom's rows among the workers; concatenating their results in
+            // chunk order keeps the derivation order the same for every thread count.
+            let chunk = first_rows
+                .div_ceil(pool.current_num_threads() * 8)
+                .max(PARALLEL_MIN_ROWS / 8);
+            let starts: Vec<usize> = (0..first_rows).step_by(chunk).collect();
+            let parts: Vec<Derived> = pool.install(|| {
+                starts
+                    .par_iter()
+                    .map(|&start| {
+                        let mut part = Derived::default();
+                        let mut env = vec![0u32; r.vars + steps.len()];
+                        cx.scan_first(
+                            start as u32..(start + chunk).min(first_rows) as u32,
+                            &mut env,
+                            &mut |env| part.push(r, env),
+                        );
+                        part
+                    })
+                    .collect()
+            });
+            for part in parts {
+                derived.count += part.count;
+                derived.values.extend(part.values);
+            }
+        }
+        _ => {
+            let mut env = vec![0u32; r.vars + steps.len()];
+            cx.join(0, &mut env, &mut |env| derived.push(r, env));
+        }
+    }
+}
+
+/// Below this many rows in the first atom, a rule runs on one thread.
+const PARALLEL_MIN_ROWS: usize = 4096;
