@@ -114,6 +114,16 @@ pub struct Relation {
 }
 
 impl Relation {
+    /// A relation from tuples laid out flat that are already sorted and distinct.
+    pub fn from_sorted(arity: usize, data: Vec<u32>) -> Relation {
+        let len = data.len().checked_div(arity).unwrap_or(0);
+        debug_assert!(
+            data.chunks(arity.max(1)).is_sorted(),
+            "tuples must be sorted"
+        );
+        Relation { arity, len, data }
+    }
+
     /// A relation from `count` tuples laid out flat in any order, with duplicates allowed.
     pub fn from_flat(arity: usize, data: Vec<u32>, count: usize) -> Relation {
         if arity == 0 {

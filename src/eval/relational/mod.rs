@@ -16,6 +16,7 @@ use crate::tensor::Tensor;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap as HashMap;
 
+mod bitset;
 mod extremum;
 mod join;
 mod store;
@@ -49,13 +50,20 @@ pub(super) fn evaluate_stratum(
     o: &EvalOptions,
     pool: Option<&rayon::ThreadPool>,
 ) -> Result<(), Diagnostics> {
+    let rounds = st.recursive.then_some(o.max_iters);
+    if let Some(chains) = crate::plan::chains::chains(rules) {
+        match bitset::evaluate_bitsets(p, st, &chains, values, rounds, o.max_memory, pool) {
+            Some(Ok(())) => return Ok(()),
+            Some(Err(TooManyRounds)) => return Err(diverged(p, st, o)),
+            None => {}
+        }
+    }
     let members = &st.tensors;
     let mut full: HashMap<TensorId, Store> = HashMap::default();
     for &t in members {
         full.insert(t, Store::from_tensor(&values[t]));
     }
     load_atoms(rules, values, &mut full);
-    let rounds = st.recursive.then_some(o.max_iters);
     if fixpoint(rules, &mut full, rounds, pool).is_err() {
         return Err(diverged(p, st, o));
     }
