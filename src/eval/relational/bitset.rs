@@ -7,6 +7,7 @@
 //! Rows of a product are independent, so with a thread pool they are split among workers;
 //! each row is computed the same way whatever the split, so results do not depend on it.
 
+use super::{Store, TooManyRounds};
 use crate::plan::chains::{Chain, Factor};
 use crate::semantics::{Checked, Stratum, TensorId};
 use crate::tensor::{Relation, Storage, Tensor};
@@ -66,16 +67,15 @@ impl BitRows {
         self.row_mut(x)[y / 64] |= 1 << (y % 64);
     }
 
-    /// The matrix of a binary relation (transposed if asked); `n` covers every extent.
-    fn from_tensor(t: &Tensor, n: usize, transposed: bool) -> BitRows {
+    /// The matrix of a binary relation's tuples (transposed if asked); `n` covers every
+    /// extent.
+    fn from_store(s: &Store, n: usize, transposed: bool) -> BitRows {
         let mut m = BitRows::new(n);
-        if let Storage::Relation(r) = &t.storage {
-            for pair in r.iter() {
-                let (x, y) = (pair[0] as usize, pair[1] as usize);
-                let (x, y) = if transposed { (y, x) } else { (x, y) };
-                if x < n && y < n {
-                    m.set(x, y);
-                }
+        for pair in s.data.chunks_exact(2) {
+            let (x, y) = (pair[0] as usize, pair[1] as usize);
+            let (x, y) = if transposed { (y, x) } else { (x, y) };
+            if x < n && y < n {
+                m.set(x, y);
             }
         }
         m
@@ -230,14 +230,14 @@ const PARALLEL_MIN_WORDS: usize = 1 << 16;
 /// round's new pairs; `None` when a factor has nothing to read.
 fn chain_product<'m>(
     c: &Chain,
-    at: Option<usize>,
+    at: usize,
     read: &dyn Fn(&Factor, bool) -> Option<&'m BitRows>,
     pool: Option<&rayon::ThreadPool>,
 ) -> Option<BitRows> {
-    let first = read(&c.factors[0], at == Some(0))?;
+    let first = read(&c.factors[0], at == 0)?;
     let mut acc: Option<BitRows> = None;
     for (k, f) in c.factors.iter().enumerate().skip(1) {
-        let m = read(f, at == Some(k))?;
+        let m = read(f, at == k)?;
         acc = Some(acc.as_ref().unwrap_or(first).times(m, pool));
     }
     Some(acc.unwrap_or_else(|| first.clone()))
@@ -246,16 +246,12 @@ fn chain_product<'m>(
 /// Largest total size of the bit matrices of one stratum.
 const MAX_BYTES: usize = 512 << 20;
 
-/// Whether bit matrices pay for these rules: every relation binary and every extent at most
-/// `n`, the matrices fit in memory, and a matrix (`n²/64` words, which every round touches)
-/// is not much larger than the tuples the relations start with.
-fn side(
-    p: &Checked,
-    st: &Stratum,
-    chains: &[Chain],
-    values: &[Tensor],
-    max_memory: u64,
-) -> Option<usize> {
+/// Whether bit matrices can hold these rules' relations: all binary, with every extent at
+/// most `n`, and in memory even if every row fills. Storing only non-empty rows, and doing
+/// per row one OR of a whole row for each set bit, they are never far behind tuple joins
+/// (which pay a hash insert per derived tuple) and far ahead once rows hold many pairs:
+/// `BENCHMARKS.md` has the figures.
+pub(super) fn side(p: &Checked, st: &Stratum, chains: &[Chain], max_memory: u64) -> Option<usize> {
     let mut tensors: Vec<TensorId> = st.tensors.clone();
     tensors.extend(
         chains
@@ -271,43 +267,60 @@ fn side(
         .iter()
         .flat_map(|&t| p.tensors[t].shape.iter().copied())
         .max()?;
-    let tuples: usize = tensors
-        .iter()
-        .map(|&t| match &values[t].storage {
-            Storage::Relation(r) => r.len(),
-            _ => 0,
-        })
-        .sum();
-    let words = n.checked_mul(n.div_ceil(64))?;
-    let bytes = words.checked_mul(8)?.checked_mul(2 * tensors.len() + 3)?;
-    (bytes <= MAX_BYTES.min(max_memory as usize) && words <= 64 * (tuples + n)).then_some(n)
+    // Full and new pairs of each relation, their transposes, and a product in flight.
+    let bytes = n
+        .checked_mul(n.div_ceil(64))?
+        .checked_mul(8)?
+        .checked_mul(2 * tensors.len() + 3)?;
+    (bytes <= MAX_BYTES.min(max_memory as usize)).then_some(n)
 }
 
-/// Evaluates the stratum on bit matrices, if that pays (`None` otherwise). `Err` when it
-/// needs more than `max_rounds` rounds (`None` for a stratum that is not recursive).
+/// Where the tuple joins stopped: every relation's tuples, the last round's new ones, and
+/// the number of rounds run.
+pub(super) struct State<'a> {
+    /// Side of the matrices ([`side`]).
+    pub n: usize,
+    /// All tuples of every relation the rules read or define.
+    pub full: &'a HashMap<TensorId, Store>,
+    /// The stratum's relations' tuples new in the last round.
+    pub delta: &'a HashMap<TensorId, Store>,
+    /// Rounds already run.
+    pub rounds: usize,
+}
+
+/// Goes on with a recursive stratum's semi-naive evaluation on bit matrices from `state`,
+/// leaving its relations in `values`. `Err` when it needs more than `max_rounds` rounds in
+/// all.
 pub(super) fn evaluate_bitsets(
     p: &Checked,
     st: &Stratum,
     chains: &[Chain],
+    state: State,
     values: &mut [Tensor],
     max_rounds: Option<usize>,
-    max_memory: u64,
     pool: Option<&rayon::ThreadPool>,
-) -> Option<Result<(), super::TooManyRounds>> {
-    let n = side(p, st, chains, values, max_memory)?;
+) -> Result<(), TooManyRounds> {
+    let n = state.n;
+    let matrix = |s: &Store, transposed: bool| BitRows::from_store(s, n, transposed);
     let mut full: HashMap<TensorId, BitRows> = HashMap::default();
+    let mut delta: HashMap<TensorId, BitRows> = HashMap::default();
     for &t in &st.tensors {
-        full.insert(t, BitRows::from_tensor(&values[t], n, false));
+        if let Some(s) = state.full.get(&t) {
+            full.insert(t, matrix(s, false));
+        }
+        if let Some(s) = state.delta.get(&t) {
+            delta.insert(t, matrix(s, false));
+        }
     }
     let mut fixed: HashMap<(TensorId, bool), BitRows> = HashMap::default();
     for f in chains
         .iter()
         .flat_map(|c| c.factors.iter().chain(&c.negated))
     {
-        if !st.tensors.contains(&f.tensor) {
+        if let (false, Some(s)) = (st.tensors.contains(&f.tensor), state.full.get(&f.tensor)) {
             fixed
                 .entry((f.tensor, f.transposed))
-                .or_insert_with(|| BitRows::from_tensor(&values[f.tensor], n, f.transposed));
+                .or_insert_with(|| matrix(s, f.transposed));
         }
     }
     let used_transposed = |t: &TensorId| {
@@ -324,8 +337,7 @@ pub(super) fn evaluate_bitsets(
     };
     // Transposes of the stratum's relations that some rule reads transposed, kept current.
     let mut full_t = transpose_used(&full);
-    let mut delta: HashMap<TensorId, BitRows> = HashMap::default();
-    let mut rounds = 0;
+    let mut rounds = state.rounds;
     let outcome = loop {
         rounds += 1;
         let mut new: HashMap<TensorId, BitRows> = HashMap::default();
@@ -341,14 +353,7 @@ pub(super) fn evaluate_bitsets(
             }
         };
         for c in chains {
-            let runs: Vec<Option<usize>> = if rounds == 1 {
-                vec![None]
-            } else {
-                (0..c.factors.len())
-                    .filter(|&k| delta.contains_key(&c.factors[k].tensor))
-                    .map(Some)
-                    .collect()
-            };
+            let runs = (0..c.factors.len()).filter(|&k| delta.contains_key(&c.factors[k].tensor));
             for at in runs {
                 let Some(mut product) = chain_product(c, at, &read, pool) else {
                     continue;
@@ -407,7 +412,7 @@ pub(super) fn evaluate_bitsets(
             break Ok(());
         };
         if rounds >= max_rounds {
-            break Err(super::TooManyRounds);
+            break Err(TooManyRounds);
         }
     };
     if outcome.is_ok() {
@@ -421,5 +426,5 @@ pub(super) fn evaluate_bitsets(
             }
         }
     }
-    Some(outcome)
+    outcome
 }

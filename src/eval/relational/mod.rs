@@ -51,21 +51,44 @@ pub(super) fn evaluate_stratum(
     pool: Option<&rayon::ThreadPool>,
 ) -> Result<(), Diagnostics> {
     let rounds = st.recursive.then_some(o.max_iters);
-    if let Some(chains) = crate::plan::chains::chains(rules) {
-        match bitset::evaluate_bitsets(p, st, &chains, values, rounds, o.max_memory, pool) {
-            Some(Ok(())) => return Ok(()),
-            Some(Err(TooManyRounds)) => return Err(diverged(p, st, o)),
-            None => {}
-        }
-    }
     let members = &st.tensors;
     let mut full: HashMap<TensorId, Store> = HashMap::default();
     for &t in members {
         full.insert(t, Store::from_tensor(&values[t]));
     }
     load_atoms(rules, values, &mut full);
-    if fixpoint(rules, &mut full, rounds, pool).is_err() {
-        return Err(diverged(p, st, o));
+    // Rules that are products of binary relations move to bit matrices once a relation is
+    // dense enough that a row of bits is smaller than its pairs as tuples would be.
+    let chains = crate::plan::chains::chains(rules);
+    let side = chains
+        .as_ref()
+        .filter(|_| st.recursive)
+        .and_then(|c| bitset::side(p, st, c, o.max_memory));
+    let dense = |full: &HashMap<TensorId, Store>| {
+        side.is_some_and(|n| {
+            let cells = n * n.div_ceil(64) / 4;
+            members
+                .iter()
+                .any(|t| full.get(t).is_some_and(|s| s.count as usize >= cells))
+        })
+    };
+    match fixpoint(rules, &mut full, rounds, &dense, pool) {
+        Err(TooManyRounds) => return Err(diverged(p, st, o)),
+        Ok(Some((delta, done))) => {
+            if let (Some(chains), Some(n)) = (&chains, side) {
+                let state = bitset::State {
+                    n,
+                    full: &full,
+                    delta: &delta,
+                    rounds: done,
+                };
+                return match bitset::evaluate_bitsets(p, st, chains, state, values, rounds, pool) {
+                    Ok(()) => Ok(()),
+                    Err(TooManyRounds) => Err(diverged(p, st, o)),
+                };
+            }
+        }
+        Ok(None) => {}
     }
     for &t in members {
         if let Some(store) = full.remove(&t) {
@@ -101,7 +124,7 @@ pub(super) fn evaluate_demand(
         magic.insert(&plan.seed.1);
     }
     load_atoms(&plan.rules, values, &mut full);
-    if fixpoint(&plan.rules, &mut full, Some(o.max_iters), pool).is_err() {
+    if fixpoint(&plan.rules, &mut full, Some(o.max_iters), &|_| false, pool).is_err() {
         return false;
     }
     if let Some(store) = full.remove(&plan.answer) {
@@ -114,19 +137,25 @@ pub(super) fn evaluate_demand(
     true
 }
 
+/// Where [`fixpoint`] stopped early: the last round's new tuples, and the rounds run.
+type Stopped = (HashMap<TensorId, Store>, usize);
+
 /// More rounds were needed than allowed.
-struct TooManyRounds;
+pub(super) struct TooManyRounds;
 
 /// Runs `rules` semi-naively until no new tuple appears, adding what they derive to `full`
 /// (which holds a store for every relation they read or define). The first round runs every
 /// rule on everything; later rounds run each rule once per atom with new tuples, that atom
 /// reading only those. `max_rounds` is `None` for rules that are not recursive: one round.
+/// When `switch` says so after a round, it stops early and returns that round's new tuples
+/// and the number of rounds run, for the caller to go on another way.
 fn fixpoint(
     rules: &[Rule],
     full: &mut HashMap<TensorId, Store>,
     max_rounds: Option<usize>,
+    switch: &dyn Fn(&HashMap<TensorId, Store>) -> bool,
     pool: Option<&rayon::ThreadPool>,
-) -> Result<(), TooManyRounds> {
+) -> Result<Option<Stopped>, TooManyRounds> {
     let mut delta: HashMap<TensorId, Store> = HashMap::default();
     let mut new: HashMap<TensorId, Derived> = HashMap::default();
     for r in rules {
@@ -155,10 +184,13 @@ fn fixpoint(
             }
         }
         let Some(max_rounds) = max_rounds.filter(|_| !delta.is_empty()) else {
-            return Ok(());
+            return Ok(None);
         };
         if rounds >= max_rounds {
             return Err(TooManyRounds);
+        }
+        if switch(full) {
+            return Ok(Some((delta, rounds)));
         }
         rounds += 1;
         for r in rules {
