@@ -134,6 +134,99 @@ pub fn join_order(
     steps
 }
 
+/// Whether a rule's body is cyclic, like the triangle `E(x, y), E(y, z), E(z, x)`: the GYO
+/// reduction (drop variables found in one atom only, then atoms whose variables another atom
+/// has) leaves more than one atom. Joining such a body one atom at a time can build
+/// intermediate results far larger than its answer; a worst-case-optimal join, binding one
+/// variable at a time from the intersection of every atom that has it, cannot.
+pub fn cyclic(r: &Rule) -> bool {
+    let mut edges: Vec<Vec<VarId>> = r
+        .atoms
+        .iter()
+        .map(|a| {
+            let mut vs: Vec<VarId> = a
+                .terms
+                .iter()
+                .filter_map(|t| match t {
+                    Term::Var(v) => Some(*v),
+                    Term::Const(_) => None,
+                })
+                .collect();
+            vs.sort_unstable();
+            vs.dedup();
+            vs
+        })
+        .collect();
+    loop {
+        let mut changed = false;
+        for v in 0..r.vars {
+            let holders = edges.iter().filter(|e| e.contains(&v)).count();
+            if holders == 1 {
+                for e in edges.iter_mut() {
+                    e.retain(|&x| x != v);
+                }
+                changed = true;
+            }
+        }
+        let before = edges.len();
+        let mut k = 0;
+        while k < edges.len() {
+            let covered =
+                (0..edges.len()).any(|j| j != k && edges[k].iter().all(|v| edges[j].contains(v)));
+            if covered {
+                edges.remove(k);
+            } else {
+                k += 1;
+            }
+        }
+        changed |= edges.len() != before;
+        if !changed {
+            return edges.len() > 1;
+        }
+    }
+}
+
+/// The order in which a worst-case-optimal join binds variables: the variables of atom
+/// `first` (the one reading new tuples) first, then repeatedly the variable in the most atoms
+/// with a variable already bound, ties broken by the most atoms overall, then by number.
+pub fn variable_order(r: &Rule, first: Option<usize>) -> Vec<VarId> {
+    let has = |a: &Atom, v: VarId| a.terms.contains(&Term::Var(v));
+    let used: Vec<VarId> = (0..r.vars)
+        .filter(|&v| r.atoms.iter().any(|a| has(a, v)))
+        .collect();
+    let mut order: Vec<VarId> = Vec::new();
+    if let Some(a) = first.and_then(|k| r.atoms.get(k)) {
+        for t in &a.terms {
+            if let Term::Var(v) = t {
+                if !order.contains(v) {
+                    order.push(*v);
+                }
+            }
+        }
+    }
+    while order.len() < used.len() {
+        let score = |&v: &VarId| {
+            let linked = r
+                .atoms
+                .iter()
+                .filter(|a| has(a, v) && order.iter().any(|&b| has(a, b)))
+                .count();
+            let all = r.atoms.iter().filter(|a| has(a, v)).count();
+            (linked, all, std::cmp::Reverse(v))
+        };
+        let Some(next) = used
+            .iter()
+            .copied()
+            .filter(|v| !order.contains(v))
+            .max_by_key(score)
+        else {
+            break;
+        };
+        order.push(next);
+    }
+    order
+}
+
 /// The rules of a stratum when every one of its equations is Datalog-shaped.
 pub fn plan_stratum(p: &Checked, st: &Stratum) -> Option<Vec<Rule>> {
     if st.tensors.iter().any(|&t| p.tensors[t].kind != Kind::Bool) {
@@ -409,6 +502,18 @@ mod tests {
         let q = p.last().unwrap().as_ref().unwrap();
         assert_eq!(q[0].negated.len(), 1);
         assert_eq!(q[0].filters.len(), 1);
+    }
+
+    #[test]
+    fn triangles_are_cyclic_and_paths_are_not() {
+        let rules = |src: &str| plans(src).pop().flatten().unwrap();
+        let tri = rules("E(0, 1).\nT(x, y, z) :- E(x, y), E(y, z), E(z, x).\n");
+        assert!(cyclic(&tri[0]));
+        assert_eq!(variable_order(&tri[0], None).len(), 3);
+        let path = rules("E(0, 1).\nP(x, w) :- E(x, y), E(y, z), E(z, w), E(x, x).\n");
+        assert!(!cyclic(&path[0]));
+        let chord = rules("E(0, 1).\nP(x, w) :- E(x, y), E(y, z), E(z, w), E(x, z).\n");
+        assert!(cyclic(&chord[0]), "x, y, z still form a triangle");
     }
 
     #[test]

@@ -192,7 +192,16 @@ impl Ctx<'_> {
                         if let Some(n) = n {
                             let has_data = !self.tensors[t].sources.is_empty()
                                 || !self.tensors[t].facts.is_empty();
-                            if has_data && shape[ax] != n && shape[ax] != 0 {
+                            // Facts and tuple files may leave the last positions unused;
+                            // dense data must fill the declared extent exactly.
+                            let dense = self.tensors[t].sources.iter().any(|&s| {
+                                matches!(program.statements[s].kind, StmtKind::Literal { .. })
+                            }) || self
+                                .sources
+                                .iter()
+                                .any(|s| s.tensor == t && matches!(s.raw, RawData::Dense { .. }));
+                            let wrong = shape[ax] > n || (dense && shape[ax] != n);
+                            if has_data && wrong && shape[ax] != 0 {
                                 let at = self.tensors[t]
                                     .sources
                                     .first()

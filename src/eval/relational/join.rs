@@ -87,9 +87,7 @@ impl Join<'_> {
 
     pub(super) fn join(&self, k: usize, env: &mut [u32], emit: &mut dyn FnMut(&[u32])) {
         let Some(step) = self.steps.get(k) else {
-            if self.rule.negated.iter().all(|a| !self.holds(a, env))
-                && self.rule.filters.iter().all(|f| passes(f, env))
-            {
+            if admits(self.rule, self.full, env) {
                 emit(env);
             }
             return;
@@ -147,8 +145,11 @@ impl Join<'_> {
             self.bind(0, store, r, env, emit);
         }
     }
+}
 
-    fn holds(&self, a: &Atom, env: &[u32]) -> bool {
+/// Whether a complete assignment passes the rule's negated atoms and comparisons.
+pub(super) fn admits(rule: &Rule, full: &HashMap<TensorId, Store>, env: &[u32]) -> bool {
+    let holds = |a: &Atom| {
         let mut buf = [0u32; MAX_STACK_ARITY];
         let mut heap = Vec::new();
         let tuple = fill(
@@ -157,15 +158,16 @@ impl Join<'_> {
             a.terms.iter().map(|t| value(t, env)),
             a.terms.len(),
         );
-        self.full.get(&a.tensor).is_some_and(|s| s.contains(tuple))
-    }
+        full.get(&a.tensor).is_some_and(|s| s.contains(tuple))
+    };
+    rule.negated.iter().all(|a| !holds(a)) && rule.filters.iter().all(|f| passes(f, env))
 }
 
 /// Keys up to this many columns are built on the stack.
-const MAX_STACK_ARITY: usize = 8;
+pub(super) const MAX_STACK_ARITY: usize = 8;
 
 /// The values as a slice, on the stack when they fit.
-fn fill<'a>(
+pub(super) fn fill<'a>(
     buf: &'a mut [u32; MAX_STACK_ARITY],
     heap: &'a mut Vec<u32>,
     values: impl Iterator<Item = u32>,

@@ -20,6 +20,7 @@ mod bitset;
 mod extremum;
 mod join;
 mod store;
+mod wcoj;
 
 pub(super) use extremum::evaluate_extremum;
 use join::{prepare, value, Join};
@@ -262,6 +263,14 @@ fn run_rule(
     out: &mut HashMap<TensorId, Derived>,
     pool: Option<&rayon::ThreadPool>,
 ) {
+    if crate::plan::datalog::cyclic(r) {
+        let plan = wcoj::prepare_generic(r, delta_at, full, delta);
+        let found = wcoj::GenericJoin::new(r, plan, full, delta).derive(pool);
+        let derived = out.entry(r.head).or_default();
+        derived.count += found.count;
+        derived.values.extend(found.values);
+        return;
+    }
     let steps = prepare(r, delta_at, full, delta);
     let cx = Join {
         rule: r,

@@ -36,10 +36,11 @@ pub(super) struct Store {
 }
 
 /// Rows grouped by the values of some columns: a hash table from each key to the newest row
-/// with it, and a `next` link from every row to the previous one with the same key.
+/// with it and the number of rows with it, and a `next` link from every row to the previous
+/// one with the same key.
 struct Index {
     cols: Vec<usize>,
-    heads: HashTable<(u32, u32)>,
+    heads: HashTable<(u32, u32, u32)>,
     next: Vec<u32>,
 }
 
@@ -49,24 +50,27 @@ impl Index {
         let this = row(data, arity, r);
         let h = hash_of(cols.iter().map(|&c| this[c]));
         next.push(NONE);
-        let same = |&(k, _): &(u32, u32)| cols.iter().all(|&c| row(data, arity, k)[c] == this[c]);
+        let same =
+            |&(k, _, _): &(u32, u32, u32)| cols.iter().all(|&c| row(data, arity, k)[c] == this[c]);
         match heads.find_mut(h, same) {
-            Some((_, head)) => {
+            Some((_, head, len)) => {
                 next[r as usize] = *head;
                 *head = r;
+                *len += 1;
             }
             None => {
-                heads.insert_unique(h, (r, r), |&(k, _)| {
+                heads.insert_unique(h, (r, r, 1), |&(k, _, _)| {
                     hash_of(cols.iter().map(|&c| row(data, arity, k)[c]))
                 });
             }
         }
     }
 
-    /// The newest row whose key columns equal `key`, if any; follow `next` for the others.
-    fn first(&self, data: &[u32], arity: usize, key: &[u32]) -> u32 {
+    /// The newest row whose key columns equal `key` (`NONE` if there is none; follow `next`
+    /// for the others), and how many rows have that key.
+    fn first(&self, data: &[u32], arity: usize, key: &[u32]) -> (u32, u32) {
         let h = hash_of(key.iter().copied());
-        let same = |&(k, _): &(u32, u32)| {
+        let same = |&(k, _, _): &(u32, u32, u32)| {
             self.cols
                 .iter()
                 .zip(key)
@@ -74,8 +78,8 @@ impl Index {
         };
         self.heads
             .find(h, same)
-            .map(|&(_, head)| head)
-            .unwrap_or(NONE)
+            .map(|&(_, head, len)| (head, len))
+            .unwrap_or((NONE, 0))
     }
 }
 
@@ -182,6 +186,12 @@ impl Store {
         self.indexes.iter().find(|ix| ix.cols == cols)
     }
 
+    /// How many rows have `key` in columns `cols` (0 without an index on `cols`).
+    pub(super) fn lookup_len(&self, cols: &[usize], key: &[u32]) -> usize {
+        self.index(cols)
+            .map_or(0, |ix| ix.first(&self.data, self.arity, key).1 as usize)
+    }
+
     /// The rows whose columns `cols` hold `key`, newest first; none without an index on
     /// `cols` (see [`Store::ensure_index`]).
     pub(super) fn lookup<'s>(
@@ -190,7 +200,7 @@ impl Store {
         key: &[u32],
     ) -> impl Iterator<Item = u32> + 's {
         let ix = self.index(cols);
-        let first = ix.map_or(NONE, |ix| ix.first(&self.data, self.arity, key));
+        let first = ix.map_or(NONE, |ix| ix.first(&self.data, self.arity, key).0);
         std::iter::successors((first != NONE).then_some(first), move |&r| {
             let next = ix?.next[r as usize];
             (next != NONE).then_some(next)
