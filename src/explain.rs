@@ -1,10 +1,14 @@
 //! `tl explain`: how each stratum will be evaluated — by semi-naive joins (with the join order
-//! and the index each atom is looked up by) or by the reference loops (with the size of each
-//! iteration space) — so a user can see why a program is fast or slow.
+//! and the index each atom is looked up by, the variable order of a worst-case-optimal join
+//! for a cyclic body, and whether bit matrices may take over), by semi-naive `min=`/`max=`
+//! joins, or by the reference loops (with the size of each iteration space) — so a user can
+//! see why a program is fast or slow.
 
 use crate::output::label;
+use crate::plan::chains::chains;
 use crate::plan::datalog::{
-    join_order, plan_counts, plan_extremum, plan_stratum, Atom, JoinStep, Rule, Term,
+    cyclic, join_order, plan_counts, plan_extremum, plan_stratum, variable_order, Atom, JoinStep,
+    Rule, Term,
 };
 use crate::semantics::{Checked, Equation, Family, Stratum};
 use crate::tensor::Storage;
@@ -32,6 +36,12 @@ pub fn explain(p: &Checked, source: &str) -> String {
         match plan_stratum(p, st) {
             Some(rules) if !rules.is_empty() => {
                 let _ = writeln!(out, "stratum {}: {names} ({kind}), semi-naive joins", k + 1);
+                if st.recursive && chains(&rules).is_some() {
+                    let _ = writeln!(
+                        out,
+                        "  products of binary relations: bit-matrix rows once a relation is dense"
+                    );
+                }
                 for r in &rules {
                     rule_plan(&mut out, p, st, r, source);
                 }
@@ -107,7 +117,28 @@ fn rule_plan(out: &mut String, p: &Checked, st: &Stratum, r: &Rule, source: &str
         .filter(|&i| st.tensors.contains(&r.atoms[i].tensor))
         .collect();
     let size = |t: usize| data_size(p, t);
-    if st.recursive && !recursive.is_empty() {
+    if cyclic(r) {
+        let vars = |first: Option<usize>| {
+            let names: Vec<&str> = variable_order(r, first)
+                .iter()
+                .map(|&v| eq.vars[v].name.as_str())
+                .collect();
+            names.join(" → ")
+        };
+        let _ = writeln!(
+            out,
+            "    cyclic body: worst-case-optimal join binding {}",
+            vars(None)
+        );
+        for &i in recursive.iter().filter(|_| st.recursive) {
+            let _ = writeln!(
+                out,
+                "    new {} tuples: binding {}",
+                p.tensors[r.atoms[i].tensor].name,
+                vars(Some(i))
+            );
+        }
+    } else if st.recursive && !recursive.is_empty() {
         let _ = writeln!(
             out,
             "    first round: {}",
@@ -205,6 +236,12 @@ mod tests {
         );
         assert!(
             text.contains("N (not recursive), counting by joins"),
+            "{text}"
+        );
+        let src = "E(A, B).\nT(x, y, z) :- E(x, y), E(y, z), E(z, x).\n";
+        let text = explain(&checked(src), src);
+        assert!(
+            text.contains("worst-case-optimal join binding x → y → z"),
             "{text}"
         );
         let src = "W[A, B] = 2\nD[x, y] min= W[x, y]\nD[x, z] min= D[x, y] + W[y, z]\n";
