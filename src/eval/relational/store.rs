@@ -17,6 +17,12 @@ fn hash_of(values: impl Iterator<Item = u32>) -> u64 {
     h.finish()
 }
 
+/// Tuple equality as a plain loop: tuples are a few values long, too short for `memcmp`
+/// (which slice `==` calls) to pay for its call.
+fn same(a: &[u32], b: &[u32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
 /// Row `r` of flat storage with `arity` columns.
 pub(super) fn row(data: &[u32], arity: usize, r: u32) -> &[u32] {
     &data[r as usize * arity..(r as usize + 1) * arity]
@@ -127,7 +133,7 @@ impl Store {
     pub(super) fn position(&self, t: &[u32]) -> Option<u32> {
         let h = hash_of(t.iter().copied());
         self.members
-            .find(h, |&r| row(&self.data, self.arity, r) == t)
+            .find(h, |&r| same(row(&self.data, self.arity, r), t))
             .copied()
     }
 
@@ -145,7 +151,10 @@ impl Store {
             members,
             ..
         } = self;
-        if members.find(h, |&r| row(data, *arity, r) == t).is_some() {
+        if members
+            .find(h, |&r| same(row(data, *arity, r), t))
+            .is_some()
+        {
             return false;
         }
         members.insert_unique(h, *count, |&x| {
