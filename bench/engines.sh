@@ -47,4 +47,19 @@ with open(sys.argv[1], "w") as f:
     f.write("C[i, k] = A[i, j] B[j, k]\nT = C[i, k]\nT?\n")
 PY
 measure "matmul 48x48x48 through an equation" standard "$work/mm.tl"
+python3 - "$work/sp.tl" "$work/sp.tsv" <<'PY'
+import sys, random
+r = random.Random(1)
+edges = {}
+while len(edges) < 6000:
+    edges[(r.randrange(300), r.randrange(300))] = r.randint(1, 20)
+with open(sys.argv[2], "w") as f:
+    f.writelines("%d\t%d\t%d\n" % (a, b, w) for (a, b), w in sorted(edges.items()))
+with open(sys.argv[1], "w") as f:
+    f.write('Edge = "sp.tsv"\nDist[x, y] min= Edge[x, y]\nDist[x, z] min= Dist[x, y] + Edge[y, z]\n'
+            'Total = Dist[x, y]\nTotal?\n')
+PY
+for engine in reference standard; do
+  measure "shortest paths (min=), 300 nodes, 6,000 weighted edges" $engine "$work/sp.tl"
+done
 for ex in family mlp transformer gnn; do measure "examples/$ex.tl" standard "examples/$ex.tl"; done

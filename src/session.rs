@@ -4,7 +4,7 @@
 use crate::diagnostics::{codes, Diagnostic, Diagnostics};
 use crate::eval::{Engine, EvalOptions, Standard};
 use crate::functions::UserFunction;
-use crate::io::{write_files, RawData, Row, WriteRequest};
+use crate::io::{write_files, RawData, Table, WriteRequest};
 use crate::output;
 use crate::semantics::{self, CheckInput, Checked, Output, Settings};
 use crate::syntax::{self, ast::Program};
@@ -120,15 +120,12 @@ impl Session {
     /// Binds a relation (or a valued tensor, with a final value field) from rows of fields, as
     /// if read from a `.tsv` file.
     pub fn bind_rows(&mut self, name: &str, rows: &[Vec<String>]) {
-        let rows = rows
-            .iter()
-            .enumerate()
-            .map(|(i, r)| Row {
-                line: i + 1,
-                fields: r.clone(),
-            })
-            .collect();
-        self.bindings.insert(name.to_string(), RawData::Table(rows));
+        let mut table = Table::default();
+        for (i, r) in rows.iter().enumerate() {
+            table.push(i + 1, r);
+        }
+        self.bindings
+            .insert(name.to_string(), RawData::Table(table));
     }
 
     /// Binds raw file contents (as read by [`crate::io::read_file`]) to a tensor.

@@ -4,5 +4,5 @@
 mod read;
 mod write;
 
-pub use read::{checkpoint_entries, read_file, RawData, Row};
+pub use read::{checkpoint_entries, read_file, RawData, Row, Table};
 pub use write::{write_files, WriteRequest};

@@ -7,7 +7,7 @@ use std::path::Path;
 #[derive(Clone, Debug)]
 pub enum RawData {
     /// Delimited rows: index fields, and for valued tensors a final value field.
-    Table(Vec<Row>),
+    Table(Table),
     /// A dense array.
     Dense {
         /// Extents.
@@ -21,13 +21,96 @@ pub enum RawData {
     Words(Vec<String>),
 }
 
-/// One row of a delimited file.
-#[derive(Clone, Debug)]
-pub struct Row {
+/// The rows of a delimited file, flat: every field's text in one buffer, so that reading a
+/// million-row file allocates a few vectors rather than a few million strings.
+#[derive(Clone, Debug, Default)]
+pub struct Table {
+    text: String,
+    /// Per field, where its text ends in `text` (it starts where the previous one ends).
+    ends: Vec<usize>,
+    /// Per row, its 1-based line and its first field.
+    starts: Vec<(usize, usize)>,
+}
+
+impl Table {
+    /// Adds a row read at `line` (1-based, for messages).
+    pub fn push<S: AsRef<str>>(&mut self, line: usize, fields: impl IntoIterator<Item = S>) {
+        self.starts.push((line, self.ends.len()));
+        for f in fields {
+            self.text.push_str(f.as_ref());
+            self.ends.push(self.text.len());
+        }
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> Option<Row<'_>> {
+        let &(line, first) = self.starts.get(i)?;
+        let end = self.starts.get(i + 1).map_or(self.ends.len(), |&(_, f)| f);
+        Some(Row {
+            line,
+            table: self,
+            first,
+            end,
+        })
+    }
+
+    /// Every row, in file order.
+    pub fn rows(&self) -> impl Iterator<Item = Row<'_>> + '_ {
+        (0..self.len()).filter_map(|i| self.row(i))
+    }
+}
+
+/// One row of a [`Table`].
+#[derive(Clone, Copy, Debug)]
+pub struct Row<'a> {
     /// 1-based line number, for messages.
     pub line: usize,
-    /// Fields, trimmed.
-    pub fields: Vec<String>,
+    table: &'a Table,
+    first: usize,
+    end: usize,
+}
+
+impl<'a> Row<'a> {
+    /// Number of fields.
+    pub fn len(&self) -> usize {
+        self.end - self.first
+    }
+
+    /// Whether the row has no fields.
+    pub fn is_empty(&self) -> bool {
+        self.end == self.first
+    }
+
+    /// Field `i`, trimmed.
+    pub fn field(&self, i: usize) -> Option<&'a str> {
+        let k = self.first + i;
+        if k >= self.end {
+            return None;
+        }
+        let start = if k == 0 { 0 } else { self.table.ends[k - 1] };
+        self.table.text.get(start..self.table.ends[k])
+    }
+
+    /// Every field, trimmed.
+    pub fn fields(&self) -> impl Iterator<Item = &'a str> + 'a {
+        let row = *self;
+        (0..self.len()).filter_map(move |i| row.field(i))
+    }
+
+    /// The last field.
+    pub fn last(&self) -> Option<&'a str> {
+        self.len().checked_sub(1).and_then(|i| self.field(i))
+    }
 }
 
 /// Reads `path`; `entry` names the safetensors entry. Errors name the file (and line).
@@ -64,10 +147,11 @@ fn read_delimited(bytes: &[u8], delimiter: u8, shown: &str) -> Result<RawData, S
         .flexible(true)
         .comment(Some(b'#'))
         .from_reader(bytes);
-    let mut rows = Vec::new();
+    let mut table = Table::default();
     let (mut line, mut counted_to) = (1usize, 0usize);
-    for record in reader.records() {
-        let record = record.map_err(|e| {
+    let mut record = csv::StringRecord::new();
+    loop {
+        let more = reader.read_record(&mut record).map_err(|e| {
             let offset = e
                 .position()
                 .map(|p| p.byte() as usize)
@@ -76,6 +160,9 @@ fn read_delimited(bytes: &[u8], delimiter: u8, shown: &str) -> Result<RawData, S
             let line = 1 + bytes[..offset].iter().filter(|&&b| b == b'\n').count();
             format!("{shown}:{line}: malformed row: {e}")
         })?;
+        if !more {
+            break;
+        }
         let mut offset = record
             .position()
             .map(|p| p.byte() as usize)
@@ -92,13 +179,12 @@ fn read_delimited(bytes: &[u8], delimiter: u8, shown: &str) -> Result<RawData, S
                 .count();
             counted_to = offset;
         }
-        let fields: Vec<String> = record.iter().map(|f| f.trim().to_string()).collect();
-        if fields.iter().all(|f| f.is_empty()) {
+        if record.iter().all(|f| f.trim().is_empty()) {
             continue;
         }
-        rows.push(Row { line, fields });
+        table.push(line, record.iter().map(str::trim));
     }
-    Ok(RawData::Table(rows))
+    Ok(RawData::Table(table))
 }
 
 fn read_npy(bytes: &[u8]) -> Result<RawData, String> {
@@ -299,6 +385,8 @@ mod tests {
             panic!()
         };
         assert_eq!(rows.len(), 2);
-        assert_eq!(rows[1].line, 3);
+        let second = rows.row(1).unwrap();
+        assert_eq!(second.line, 3);
+        assert_eq!(second.fields().collect::<Vec<_>>(), ["c", "d"]);
     }
 }

@@ -154,8 +154,8 @@ impl Ctx<'_> {
                         }
                     }
                     RawData::Table(rows) => {
-                        for r in rows {
-                            for (ax, f) in r.fields.iter().enumerate().take(rank) {
+                        for r in rows.rows() {
+                            for (ax, f) in r.fields().enumerate().take(rank) {
                                 if let (false, Ok(p)) = (given[ax], f.parse::<i64>()) {
                                     if p >= 0 {
                                         shape[ax] = shape[ax].max((p as usize).saturating_add(1));
@@ -449,13 +449,13 @@ impl Ctx<'_> {
         g: &mut Gather,
         t: usize,
         info: &TensorInfo,
-        rows: &[crate::io::Row],
+        rows: &crate::io::Table,
         src: &super::Source,
     ) {
         let rank = info.shape.len();
         let valued = info.kind != Kind::Bool;
         let doms: Vec<usize> = (0..rank).map(|ax| self.axis_domain(t, ax)).collect();
-        for r in rows {
+        for r in rows.rows() {
             let want = if valued {
                 [rank, rank + 1]
             } else {
@@ -469,7 +469,7 @@ impl Ctx<'_> {
                 )
                 .with_label(format!("reading `{}`", src.file))
             };
-            if !want.contains(&r.fields.len()) {
+            if !want.contains(&r.len()) {
                 let expect = if valued {
                     format!("{rank} index fields and a value")
                 } else {
@@ -478,13 +478,13 @@ impl Ctx<'_> {
                 self.diags.push(bad(format!(
                     "expected {expect} for `{}`, found {} fields",
                     info.name,
-                    r.fields.len()
+                    r.len()
                 )));
                 continue;
             }
             let mut pos = Vec::with_capacity(rank);
             let mut ok = true;
-            for (ax, (f, &d)) in r.fields.iter().zip(&doms).enumerate() {
+            for (ax, (f, &d)) in r.fields().zip(&doms).enumerate() {
                 let p = if self.domains[d].symbolic {
                     match self.symbol_index(d, f) {
                         Some(p) if self.declared_symbols.get(&d).is_none_or(|&n| p < n) => Some(p),
@@ -522,12 +522,13 @@ impl Ctx<'_> {
             if !ok {
                 continue;
             }
-            let v = if r.fields.len() == rank + 1 {
-                match r.fields[rank].parse::<f64>() {
+            let v = if r.len() == rank + 1 {
+                let field = r.field(rank).unwrap_or("");
+                match field.parse::<f64>() {
                     Ok(v) => v,
                     Err(_) => {
                         self.diags
-                            .push(bad(format!("value `{}` is not a number", r.fields[rank])));
+                            .push(bad(format!("value `{field}` is not a number")));
                         continue;
                     }
                 }

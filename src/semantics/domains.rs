@@ -109,12 +109,12 @@ impl Ctx<'_> {
             RawData::Dense { shape, .. } => shape.len(),
             RawData::Words(_) => 2,
             RawData::Table(rows) => {
-                let fields = rows.first().map(|r| r.fields.len()).unwrap_or(0);
+                let fields = rows.row(0).map(|r| r.len()).unwrap_or(0);
                 let valued = !t.is_bool()
                     && fields >= 2
                     && rows
-                        .iter()
-                        .all(|r| r.fields.last().is_some_and(|f| f.parse::<f64>().is_ok()));
+                        .rows()
+                        .all(|r| r.last().is_some_and(|f| f.parse::<f64>().is_ok()));
                 if valued {
                     fields - 1
                 } else {
@@ -339,9 +339,10 @@ impl Ctx<'_> {
                     let t = self.sources[*k].tensor;
                     if let RawData::Table(rows) = &self.sources[*k].raw {
                         for ax in 0..self.tensors[t].rank() {
-                            if rows.iter().any(|r| {
-                                r.fields.get(ax).is_some_and(|f| f.parse::<i64>().is_err())
-                            }) {
+                            if rows
+                                .rows()
+                                .any(|r| r.field(ax).is_some_and(|f| f.parse::<i64>().is_err()))
+                            {
                                 symbolic.insert(self.uf.find(self.axis_base[t] + ax));
                             }
                         }
@@ -406,18 +407,23 @@ impl Ctx<'_> {
                 Pending::Table(k) => {
                     let t = self.sources[k].tensor;
                     let rank = self.tensors[t].rank();
-                    let rows = match &self.sources[k].raw {
-                        RawData::Table(rows) => rows.clone(),
-                        _ => Vec::new(),
-                    };
                     let doms: Vec<usize> = (0..rank).map(|ax| self.axis_domain(t, ax)).collect();
-                    for r in &rows {
-                        for (ax, f) in r.fields.iter().take(rank).enumerate() {
-                            if self.domains[doms[ax]].symbolic {
-                                self.add_symbol(doms[ax], f.clone());
+                    if !doms.iter().any(|&d| self.domains[d].symbolic) {
+                        continue;
+                    }
+                    // Taken out while its symbols are interned, so that they need no copy.
+                    let raw =
+                        std::mem::replace(&mut self.sources[k].raw, RawData::Words(Vec::new()));
+                    if let RawData::Table(rows) = &raw {
+                        for r in rows.rows() {
+                            for (ax, f) in r.fields().take(rank).enumerate() {
+                                if self.domains[doms[ax]].symbolic {
+                                    self.add_symbol(doms[ax], f.to_string());
+                                }
                             }
                         }
                     }
+                    self.sources[k].raw = raw;
                 }
                 Pending::Words(k) => {
                     let t = self.sources[k].tensor;
