@@ -237,11 +237,13 @@ fn engines_agree_on_when_max_iters_is_exceeded() {
 fn thread_count_does_not_change_large_relations() {
     let mut src = String::new();
     let mut x: u64 = 12345;
+    let mut next = vec![Vec::new(); 1500];
     for _ in 0..6000 {
         x = x
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         let (a, b) = ((x >> 33) % 1500, (x >> 13) % 1500);
+        next[a as usize].push(b as usize);
         src.push_str(&format!("E({a}, {b}). V({a}).\n"));
     }
     // `V(x)` keeps the joins from being products of binary relations: they run as tuple
@@ -266,9 +268,28 @@ fn thread_count_does_not_change_large_relations() {
     for name in ["P", "Q"] {
         assert_eq!(one.tensor(name), two.tensor(name), "{name}");
     }
+    // The closure by breadth-first search from every node: large enough that derived tuples
+    // are filtered against the known ones in batches during the joins.
+    let mut closure = Vec::new();
+    for start in 0..1500 {
+        let mut seen = vec![false; 1500];
+        let mut stack = next[start].clone();
+        while let Some(n) = stack.pop() {
+            if !std::mem::replace(&mut seen[n], true) {
+                stack.extend(&next[n]);
+            }
+        }
+        closure.extend(
+            (0..1500)
+                .filter(|&n| seen[n])
+                .map(|n| [start as u32, n as u32]),
+        );
+    }
     match &one.tensor("P").unwrap().storage {
         tensor_logic::tensor::Storage::Relation(r) => {
-            assert!(r.len() > 100_000, "the parallel path must be exercised")
+            assert!(r.len() > 100_000, "the parallel path must be exercised");
+            let tuples: Vec<[u32; 2]> = r.iter().map(|t| [t[0], t[1]]).collect();
+            assert_eq!(tuples, closure);
         }
         other => panic!("{other:?}"),
     }

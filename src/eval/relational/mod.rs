@@ -31,6 +31,8 @@ use store::Store;
 struct Derived {
     count: usize,
     values: Vec<u32>,
+    /// `values` before this index have been checked against the known tuples.
+    checked: usize,
 }
 
 impl Derived {
@@ -40,7 +42,35 @@ impl Derived {
         self.values
             .extend(r.head_terms.iter().map(|t| value(t, env)));
     }
+
+    /// Records the head tuple of `r` under `env`, dropping, every [`FILTER_EVERY`] tuples,
+    /// those that `known` already has: most derivations repeat tuples known before the round,
+    /// and buffering them all can take far more memory than the relation itself. Checking in
+    /// batches keeps the probes in a tight loop, as fast as checking them later.
+    fn push_unknown(&mut self, r: &Rule, env: &[u32], known: Option<&Store>) {
+        self.push(r, env);
+        let arity = r.head_terms.len();
+        let Some(known) = known.filter(|_| arity > 0) else {
+            return;
+        };
+        if self.values.len() - self.checked < FILTER_EVERY * arity {
+            return;
+        }
+        let mut kept = self.checked;
+        for k in (self.checked..self.values.len()).step_by(arity) {
+            if !known.contains(&self.values[k..k + arity]) {
+                self.values.copy_within(k..k + arity, kept);
+                kept += arity;
+            }
+        }
+        self.values.truncate(kept);
+        self.count = kept / arity;
+        self.checked = kept;
+    }
 }
+
+/// How many derived tuples accumulate between checks against the known ones.
+const FILTER_EVERY: usize = 1 << 14;
 
 /// Evaluates a planned stratum in place.
 pub(super) fn evaluate_stratum(
@@ -279,6 +309,7 @@ fn run_rule(
         delta,
     };
     let derived = out.entry(r.head).or_default();
+    let known = full.get(&r.head);
     let first_rows = steps
         .first()
         .and_then(|s| cx.store(s.version))
@@ -302,7 +333,7 @@ fn run_rule(
                         cx.scan_first(
                             start as u32..(start + chunk).min(first_rows) as u32,
                             &mut env,
-                            &mut |env| part.push(r, env),
+                            &mut |env| part.push_unknown(r, env, known),
                         );
                         part
                     })
@@ -315,7 +346,7 @@ fn run_rule(
         }
         _ => {
             let mut env = vec![0u32; r.vars + steps.len()];
-            cx.join(0, &mut env, &mut |env| derived.push(r, env));
+            cx.join(0, &mut env, &mut |env| derived.push_unknown(r, env, known));
         }
     }
 }
