@@ -28,6 +28,7 @@ pub mod semantics;
 mod session;
 pub mod syntax;
 pub mod tensor;
+pub mod verify;
 
 pub use diagnostics::{Diagnostic, Diagnostics};
 pub use semantics::Settings;

@@ -226,6 +226,22 @@ impl Session {
         syntax::parse_query(text, &is_function)
     }
 
+    /// Evaluates the last run's program again with the reference evaluator and compares
+    /// every tensor with the run's values (`tl run --verify`).
+    pub fn verify(
+        &self,
+        options: &RunOptions,
+    ) -> Result<Vec<crate::verify::Difference>, Diagnostics> {
+        let (Some(checked), Some(values)) = (&self.checked, &self.values) else {
+            return Err(
+                Diagnostic::global(codes::QUERY, "run the program before verifying it").into(),
+            );
+        };
+        let eval = eval_options(options, &self.functions);
+        let reference = crate::eval::Reference.evaluate(checked, &eval)?;
+        Ok(crate::verify::compare(checked, values, &reference))
+    }
+
     /// The value of a tensor after a run.
     pub fn tensor(&self, name: &str) -> Option<&Tensor> {
         let id = self.checked.as_ref()?.tensor_id(name)?;

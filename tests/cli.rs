@@ -236,3 +236,26 @@ fn explain_shows_each_strata_plan() {
         "{text}"
     );
 }
+
+#[test]
+fn verify_reports_the_largest_difference_per_tensor_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "v.tl",
+        &format!("{FAMILY}W = [[1, 2], [3, 4]]\nX = [0.5, 0.25]\nY[i] = sig(W[i, j] X[j])\nY?\n"),
+    );
+    let out = common::tl(dir.path(), &["run", "v.tl", "--verify"]);
+    assert!(out.status.success());
+    assert!(
+        common::stdout(&out).starts_with("Y[0] = "),
+        "answers stay on stdout"
+    );
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("verify: standard engine against the reference evaluator"),
+        "{err}"
+    );
+    assert!(err.contains("Ancestor  identical"), "{err}");
+    assert!(err.contains("Y         identical"), "{err}");
+}

@@ -31,6 +31,10 @@ enum Command {
         /// Load parameters from a `.safetensors` checkpoint.
         #[arg(long, value_name = "CKPT")]
         load: Option<PathBuf>,
+        /// Also run the reference evaluator and print, on stderr, the largest difference
+        /// per tensor.
+        #[arg(long)]
+        verify: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -176,6 +180,7 @@ fn run(command: Command) -> Result<(), String> {
             file,
             set,
             load: ckpt,
+            verify,
             common,
         } => {
             let mut session = load(&file)?;
@@ -192,6 +197,13 @@ fn run(command: Command) -> Result<(), String> {
                 .run_with(common.engine(), &opts)
                 .map_err(|d| render(&session, &d))?;
             print_lines(&lines);
+            if verify {
+                let diffs = session.verify(&opts).map_err(|d| render(&session, &d))?;
+                eprint!(
+                    "{}",
+                    tensor_logic::verify::report(common.engine().name(), &diffs)
+                );
+            }
             Ok(())
         }
         Command::Check { file, common } => {

@@ -1,0 +1,113 @@
+//! `tl run --verify`: the reference evaluator run beside the engine, and the largest
+//! difference per tensor. This is how a user checks the fast paths on their own program.
+
+use crate::semantics::Checked;
+use crate::tensor::{Storage, Tensor};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// How far one tensor's value is from the reference's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Difference {
+    /// The tensor.
+    pub tensor: String,
+    /// Largest absolute difference over its elements (0 when identical; NaN against a number
+    /// counts as infinite).
+    pub max_abs: f64,
+    /// Largest difference relative to the reference element's magnitude (elements where the
+    /// reference is 0 count absolutely).
+    pub max_rel: f64,
+    /// Elements defined in one value and not the other (relations, `max=`/`min=`).
+    pub defined_differ: usize,
+}
+
+/// Compares every tensor of `engine` with `reference` (both indexed like `p.tensors`).
+pub fn compare(p: &Checked, engine: &[Tensor], reference: &[Tensor]) -> Vec<Difference> {
+    p.tensors
+        .iter()
+        .zip(engine.iter().zip(reference))
+        .map(|(info, (e, r))| {
+            let mut d = Difference {
+                tensor: info.name.clone(),
+                max_abs: 0.0,
+                max_rel: 0.0,
+                defined_differ: 0,
+            };
+            let mut note = |a: f64, b: f64| {
+                let abs = if a == b || (a.is_nan() && b.is_nan()) {
+                    0.0
+                } else if a.is_nan() || b.is_nan() {
+                    f64::INFINITY
+                } else {
+                    (a - b).abs()
+                };
+                d.max_abs = d.max_abs.max(abs);
+                d.max_rel = d.max_rel.max(if b == 0.0 { abs } else { abs / b.abs() });
+            };
+            match (&e.storage, &r.storage) {
+                (Storage::Dense(a), Storage::Dense(b)) if a.len() == b.len() => {
+                    for (&x, &y) in a.iter().zip(b) {
+                        note(x, y);
+                    }
+                }
+                _ => {
+                    let a: BTreeMap<Vec<usize>, f64> = e.entries().into_iter().collect();
+                    let b: BTreeMap<Vec<usize>, f64> = r.entries().into_iter().collect();
+                    for (k, &y) in &b {
+                        match a.get(k) {
+                            Some(&x) => note(x, y),
+                            None => d.defined_differ += 1,
+                        }
+                    }
+                    d.defined_differ += a.keys().filter(|k| !b.contains_key(*k)).count();
+                }
+            }
+            d
+        })
+        .collect()
+}
+
+/// The report `tl run --verify` prints: one line per tensor.
+pub fn report(engine: &str, diffs: &[Difference]) -> String {
+    let mut out = format!("verify: {engine} engine against the reference evaluator\n");
+    let width = diffs.iter().map(|d| d.tensor.len()).max().unwrap_or(0);
+    for d in diffs {
+        let verdict = if d.defined_differ > 0 {
+            format!("{} elements defined in only one of them", d.defined_differ)
+        } else if d.max_abs == 0.0 {
+            "identical".to_string()
+        } else {
+            format!(
+                "largest difference {:e} (relative {:e})",
+                d.max_abs, d.max_rel
+            )
+        };
+        let _ = writeln!(out, "  {:width$}  {verdict}", d.tensor);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::semantics::tests::checked;
+    use crate::tensor::ElemType;
+
+    #[test]
+    fn differences_are_absolute_relative_and_by_definedness() {
+        let p = checked("X = [1, 2]\nY = [1, 4]\n");
+        let a = vec![
+            Tensor::dense(ElemType::F64, vec![2], vec![1.0, 2.5]).unwrap(),
+            Tensor::dense(ElemType::F64, vec![2], vec![1.0, 4.0]).unwrap(),
+        ];
+        let b = vec![
+            Tensor::dense(ElemType::F64, vec![2], vec![1.0, 2.0]).unwrap(),
+            Tensor::dense(ElemType::F64, vec![2], vec![1.0, 4.0]).unwrap(),
+        ];
+        let d = compare(&p, &a, &b);
+        assert_eq!((d[0].max_abs, d[0].max_rel), (0.5, 0.25));
+        assert_eq!(d[1].max_abs, 0.0);
+        let text = report("standard", &d);
+        assert!(text.contains("Y  identical"), "{text}");
+    }
+}
