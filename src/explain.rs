@@ -10,6 +10,7 @@ use crate::plan::datalog::{
     cyclic, join_order, plan_counts, plan_extremum, plan_stratum, variable_order, Atom, JoinStep,
     Rule, Term,
 };
+use crate::plan::einsum::{plan_dense, Contraction, Path};
 use crate::semantics::{Checked, Equation, Family, Stratum};
 use crate::tensor::Storage;
 use std::fmt::Write;
@@ -75,6 +76,27 @@ pub fn explain(p: &Checked, source: &str) -> String {
                         out,
                         "    join: {}",
                         steps(p, &r, eq, &join_order(&r, None, &size))
+                    );
+                }
+            }
+            _ if plan_dense(p, st).is_some_and(|c| !c.is_empty()) => {
+                let _ = writeln!(
+                    out,
+                    "stratum {}: {names} ({kind}), dense contractions (matrix products)",
+                    k + 1
+                );
+                for c in plan_dense(p, st).unwrap_or_default() {
+                    let eq = &p.equations[c.equation];
+                    let _ = writeln!(out, "  {}", statement(eq, source));
+                    let then = c
+                        .epilogue
+                        .map(|f| format!(", then {f:?} per element").to_lowercase())
+                        .unwrap_or_default();
+                    let _ = writeln!(
+                        out,
+                        "    order: {}, {:.3e} FLOPs{then}",
+                        order(p, &c, &c.path),
+                        c.flops
                     );
                 }
             }
@@ -165,6 +187,14 @@ fn rule_plan(out: &mut String, p: &Checked, st: &Stratum, r: &Rule, source: &str
     }
 }
 
+/// A contraction tree as nested products of the factors' names: `(A · (B · X))`.
+fn order(p: &Checked, c: &Contraction, path: &Path) -> String {
+    match path {
+        Path::Leaf(k) => p.tensors[c.factors[*k].tensor].name.clone(),
+        Path::Pair(a, b) => format!("({} · {})", order(p, c, a), order(p, c, b)),
+    }
+}
+
 /// `line N: <source text>` for an equation.
 fn statement(eq: &Equation, source: &str) -> String {
     let line = 1 + source
@@ -250,7 +280,14 @@ mod tests {
             text.contains("D (recursive), semi-naive min= joins over improved elements"),
             "{text}"
         );
-        let src = "X = [1, 2, 3]\nY[i] = X[i] X[j]\n";
+        let src =
+            "A : real[50, 50]\nB : real[50, 50]\nX : real[50]\nY[i] = sig(A[i, j] B[j, k] X[k])\n";
+        let text = explain(&checked(src), src);
+        assert!(
+            text.contains("order: (A · (B · X)), 1.505e4 FLOPs, then sig per element"),
+            "{text}"
+        );
+        let src = "X = [1, 2, 3]\nY[i] = X[i] X[j] + 1\n";
         let text = explain(&checked(src), src);
         assert!(
             text.contains("iteration space: i 3 × j 3 = 9 points"),

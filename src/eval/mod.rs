@@ -2,6 +2,7 @@
 //! evaluator is the oracle every faster engine is tested against.
 
 mod accumulate;
+mod dense;
 mod reference;
 mod relational;
 
@@ -42,8 +43,9 @@ impl Default for EvalOptions {
 
 /// The default engine: each stratum by the fastest evaluator that handles it. Datalog-shaped
 /// strata (`plan::datalog`) are evaluated semi-naively by joins, counts over relations by
-/// enumerating joins, `min=`/`max=` path problems semi-naively over improved elements; every
-/// other stratum by the reference evaluator's loops.
+/// enumerating joins, `min=`/`max=` path problems semi-naively over improved elements, dense
+/// contractions (einsums) as planned trees of matrix products; every other stratum by the
+/// reference evaluator's loops.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Standard;
 
@@ -129,7 +131,15 @@ fn standard_stratum(
                 {
                     Ok(())
                 }
-                _ => reference::evaluate_stratum(p, st, values, o),
+                _ => match crate::plan::einsum::plan_dense(p, st) {
+                    Some(plans)
+                        if !plans.is_empty()
+                            && dense::evaluate_dense(p, st, &plans, values, o, pool) =>
+                    {
+                        Ok(())
+                    }
+                    _ => reference::evaluate_stratum(p, st, values, o),
+                },
             },
         },
     }

@@ -6,3 +6,4 @@
 pub mod chains;
 pub mod datalog;
 pub mod demand;
+pub mod einsum;
