@@ -184,17 +184,28 @@ fn engines_agree_on_every_example_and_conformance_case() {
             let lines = s.run_with(engine, &RunOptions::default()).unwrap();
             (lines, s)
         };
-        let (la, a) = run(&Reference);
+        let (la, _) = run(&Reference);
         let (lb, b) = run(&Standard);
-        assert_eq!(la, lb, "{}", path.display());
-        for t in &a.checked().unwrap().tensors {
-            assert_eq!(
-                a.tensor(&t.name),
-                b.tensor(&t.name),
-                "{} in {}",
-                t.name,
-                path.display()
-            );
+        let checked = b.checked().unwrap();
+        // Relations and integers agree exactly; real tensors within 1e-5 relative (dense
+        // contractions sum in another order). `Session::verify` is `tl run --verify`.
+        let diffs = b.verify(&RunOptions::default()).unwrap();
+        for (info, d) in checked.tensors.iter().zip(&diffs) {
+            let exact = info.kind != tensor_logic::semantics::Kind::Real;
+            let close = d.defined_differ == 0
+                && if exact {
+                    d.max_abs == 0.0
+                } else {
+                    d.max_rel <= 1e-5
+                };
+            assert!(close, "{} in {}: {d:?}", info.name, path.display());
+        }
+        if checked
+            .tensors
+            .iter()
+            .all(|t| t.kind != tensor_logic::semantics::Kind::Real)
+        {
+            assert_eq!(la, lb, "{}", path.display());
         }
     }
 }
