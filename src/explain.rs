@@ -10,7 +10,7 @@ use crate::plan::datalog::{
     cyclic, join_order, plan_counts, plan_extremum, plan_stratum, variable_order, Atom, JoinStep,
     Rule, Term,
 };
-use crate::plan::einsum::{plan_dense, Contraction, Path};
+use crate::plan::einsum::{plan_dense, Contraction, Expr, Path};
 use crate::semantics::{Checked, Equation, Family, Stratum};
 use crate::tensor::Storage;
 use std::fmt::Write;
@@ -85,19 +85,18 @@ pub fn explain(p: &Checked, source: &str) -> String {
                     "stratum {}: {names} ({kind}), dense contractions (matrix products)",
                     k + 1
                 );
-                for c in plan_dense(p, st).unwrap_or_default() {
-                    let eq = &p.equations[c.equation];
+                for d in plan_dense(p, st).unwrap_or_default() {
+                    let eq = &p.equations[d.equation];
                     let _ = writeln!(out, "  {}", statement(eq, source));
-                    let then = c
-                        .epilogue
-                        .map(|f| format!(", then {f:?} per element").to_lowercase())
-                        .unwrap_or_default();
-                    let _ = writeln!(
-                        out,
-                        "    order: {}, {:.3e} FLOPs{then}",
-                        order(p, &c, &c.path),
-                        c.flops
-                    );
+                    for (k, c) in d.terms.iter().enumerate() {
+                        let _ = writeln!(out, "    term {}: {}", k + 1, order(p, c, &c.path));
+                    }
+                    let fused = if matches!(d.expr, Expr::Term(_)) {
+                        String::new()
+                    } else {
+                        ", the rest in one pass over the output".to_string()
+                    };
+                    let _ = writeln!(out, "    {:.3e} FLOPs{fused}", d.flops);
                 }
             }
             _ => {
@@ -284,10 +283,10 @@ mod tests {
             "A : real[50, 50]\nB : real[50, 50]\nX : real[50]\nY[i] = sig(A[i, j] B[j, k] X[k])\n";
         let text = explain(&checked(src), src);
         assert!(
-            text.contains("order: (A · (B · X)), 1.505e4 FLOPs, then sig per element"),
+            text.contains("term 1: (A · (B · X))\n    1.510e4 FLOPs, the rest in one pass"),
             "{text}"
         );
-        let src = "X = [1, 2, 3]\nY[i] = X[i] X[j] + 1\n";
+        let src = "X = [1, 2, 3]\nY[i] = X[i] X[j] (i != j)\n";
         let text = explain(&checked(src), src);
         assert!(
             text.contains("iteration space: i 3 × j 3 = 9 points"),

@@ -1,14 +1,15 @@
-//! Dense contractions (`plan::einsum`): each pairwise contraction of the planned tree is a
-//! batched matrix product by the `gemm` crate, after reducing the variables only one side
-//! sums and permuting both sides to `[batch, rows, inner]` and `[batch, inner, columns]`.
-//! The last result is scaled, passed through the equation's function and written in one pass.
+//! Dense equations (`plan::einsum`): each term's contraction tree runs as batched matrix
+//! products by the `gemm` crate (after reducing the variables only one side sums and permuting
+//! both sides to `[batch, rows, inner]` and `[batch, inner, columns]`); then one pass over the
+//! output evaluates the equation's elementwise expression, reading each term in place.
 //!
 //! Arithmetic is f64 throughout, as in the reference evaluator; results are rounded to the
 //! target's type when stored. `gemm` splits only output tiles among threads, so each element
 //! is summed in the same order for every thread count.
 
 use super::EvalOptions;
-use crate::plan::einsum::{Contraction, Path};
+use crate::plan::einsum::{Contraction, DenseEquation, Expr, Path};
+use crate::semantics::Func;
 use crate::semantics::{Checked, Stratum, VarId};
 use crate::tensor::{Storage, Tensor};
 
@@ -24,12 +25,12 @@ struct Operand {
 pub(super) fn evaluate_dense(
     p: &Checked,
     st: &Stratum,
-    plans: &[Contraction],
+    plans: &[DenseEquation],
     values: &mut [Tensor],
     o: &EvalOptions,
     pool: Option<&rayon::ThreadPool>,
 ) -> bool {
-    if !plans.iter().all(|c| fits(p, c, values, o.max_memory)) {
+    if !plans.iter().all(|d| fits(p, d, values, o.max_memory)) {
         return false;
     }
     let threads = o.threads.max(1);
@@ -39,14 +40,15 @@ pub(super) fn evaluate_dense(
             return false;
         };
         let mut acc = start.clone();
-        for c in plans.iter().filter(|c| c.target == t) {
-            let run = || evaluate(c, values, threads);
-            let result = match pool {
+        for d in plans.iter().filter(|d| d.target == t) {
+            let mut run = || {
+                let terms: Vec<Operand> =
+                    d.terms.iter().map(|c| term(c, values, threads)).collect();
+                fused(d, &terms, o, &mut acc);
+            };
+            match pool {
                 Some(pool) => pool.install(run),
                 None => run(),
-            };
-            for (a, r) in acc.iter_mut().zip(result) {
-                *a += r;
             }
         }
         values[t] = Tensor {
@@ -58,23 +60,124 @@ pub(super) fn evaluate_dense(
     true
 }
 
-/// Whether every factor is a dense array whose extents are the variables' and the target's
+/// Whether every factor is a dense array whose extents are the variables', the target's
 /// shape is the output variables', and the intermediates fit in `max_memory`.
-fn fits(p: &Checked, c: &Contraction, values: &[Tensor], max_memory: u64) -> bool {
-    let shaped = c.factors.iter().all(|f| {
+fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory: u64) -> bool {
+    let shaped = d.terms.iter().flat_map(|c| &c.factors).all(|f| {
         let v = &values[f.tensor];
         matches!(v.storage, Storage::Dense(_))
             && v.shape.len() == f.vars.len()
             && v.shape
                 .iter()
                 .zip(&f.vars)
-                .all(|(&n, &x)| n == c.extents[x])
+                .all(|(&n, &x)| n == d.extents[x])
     });
-    let target = &p.tensors[c.target].shape;
+    let target = &p.tensors[d.target].shape;
     let out_ok =
-        target.len() == c.out.len() && target.iter().zip(&c.out).all(|(&n, &x)| n == c.extents[x]);
-    let bytes = 8.0 * intermediates(c, &c.path).1;
-    shaped && out_ok && bytes <= max_memory as f64
+        target.len() == d.out.len() && target.iter().zip(&d.out).all(|(&n, &x)| n == d.extents[x]);
+    let elements: f64 = d.terms.iter().map(|c| intermediates(c, &c.path).1).sum();
+    shaped && out_ok && 8.0 * elements <= max_memory as f64
+}
+
+/// Adds the equation's value at every output element to `acc` (row-major over `d.out`).
+fn fused(d: &DenseEquation, terms: &[Operand], o: &EvalOptions, acc: &mut [f64]) {
+    let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+    // Per term, its stride along each output axis (0 where it does not vary).
+    let steps: Vec<Vec<usize>> = terms
+        .iter()
+        .map(|t| {
+            let own = strides(&t.vars, &d.extents);
+            d.out
+                .iter()
+                .map(|v| t.vars.iter().position(|x| x == v).map_or(0, |k| own[k]))
+                .collect()
+        })
+        .collect();
+    let mut idx = vec![0usize; dims.len()];
+    let mut at = vec![0usize; terms.len()];
+    let mut env = vec![0usize; d.extents.len()];
+    for slot in acc.iter_mut() {
+        for (&v, &i) in d.out.iter().zip(&idx) {
+            env[v] = i;
+        }
+        let cx = Element {
+            terms,
+            at: &at,
+            env: &env,
+            o,
+        };
+        if let Some(x) = cx.eval(&d.expr) {
+            *slot += x;
+        }
+        for ax in (0..dims.len()).rev() {
+            idx[ax] += 1;
+            for (a, s) in at.iter_mut().zip(&steps) {
+                *a += s[ax];
+            }
+            if idx[ax] < dims[ax] {
+                break;
+            }
+            for (a, s) in at.iter_mut().zip(&steps) {
+                *a -= s[ax] * dims[ax];
+            }
+            idx[ax] = 0;
+        }
+    }
+}
+
+/// One output element: where each term is read, and the variables' positions.
+struct Element<'a> {
+    terms: &'a [Operand],
+    at: &'a [usize],
+    env: &'a [usize],
+    o: &'a EvalOptions,
+}
+
+impl Element<'_> {
+    /// The expression's value, as the reference computes it (`None`: an unknown function).
+    fn eval(&self, e: &Expr) -> Option<f64> {
+        Some(match e {
+            Expr::Term(k) => self.terms[*k].data[self.at[*k]],
+            Expr::Const(c) => *c,
+            Expr::Var(v) => self.env[*v] as f64,
+            Expr::Neg(x) => -self.eval(x)?,
+            Expr::Not(x) => 1.0 - self.eval(x)?,
+            Expr::Product(fs) => {
+                let mut acc = 1.0;
+                for (div, f) in fs {
+                    let v = self.eval(f)?;
+                    if *div {
+                        acc /= v;
+                    } else {
+                        acc *= v;
+                    }
+                }
+                acc
+            }
+            Expr::Binary(op, a, b) => {
+                let (a, b) = (self.eval(a)?, self.eval(b)?);
+                match op {
+                    crate::syntax::ast::BinOp::Add => a + b,
+                    crate::syntax::ast::BinOp::Sub => a - b,
+                    crate::syntax::ast::BinOp::Pow => a.powf(b),
+                }
+            }
+            Expr::Compare(op, a, b) => {
+                if op.holds(self.eval(a)?, self.eval(b)?) {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+            Expr::Call(f, args) => {
+                let xs: Vec<f64> = args.iter().map(|a| self.eval(a)).collect::<Option<_>>()?;
+                match f {
+                    Func::Builtin(b) => b.apply(&xs),
+                    Func::User(name) => (self.o.functions.get(name)?.f)(*xs.first()?),
+                }
+            }
+        })
+    }
 }
 
 /// Variables a subtree's result keeps, and the elements of all intermediates inside it
@@ -122,44 +225,17 @@ fn leaves(path: &Path) -> Vec<usize> {
     }
 }
 
-/// The contraction's value over its output variables (row-major in the target's order).
-fn evaluate(c: &Contraction, values: &[Tensor], threads: usize) -> Vec<f64> {
+/// A term's value over its free variables (in left-hand-side order), scaled.
+fn term(c: &Contraction, values: &[Tensor], threads: usize) -> Operand {
     let root = subtree(c, &c.path, values, threads);
     let root = reduce(root, &c.out, &c.extents);
-    // Write in output order; output variables the product never reads are broadcast.
-    let strides = strides(&root.vars, &c.extents);
-    let out_strides: Vec<usize> = c
-        .out
-        .iter()
-        .map(|v| {
-            root.vars
-                .iter()
-                .position(|x| x == v)
-                .map_or(0, |k| strides[k])
-        })
-        .collect();
-    let dims: Vec<usize> = c.out.iter().map(|&v| c.extents[v]).collect();
-    let total: usize = dims.iter().product();
-    let mut out = Vec::with_capacity(total);
-    let mut idx = vec![0usize; dims.len()];
-    let mut offset = 0usize;
-    for _ in 0..total {
-        let x = c.scale * root.data[offset];
-        out.push(match c.epilogue {
-            Some(f) => f.apply(&[x]),
-            None => x,
-        });
-        for ax in (0..dims.len()).rev() {
-            idx[ax] += 1;
-            offset += out_strides[ax];
-            if idx[ax] < dims[ax] {
-                break;
-            }
-            offset -= out_strides[ax] * dims[ax];
-            idx[ax] = 0;
+    let mut root = permute(root, &c.out, &c.extents);
+    if c.scale != 1.0 {
+        for x in &mut root.data {
+            *x *= c.scale;
         }
     }
-    out
+    root
 }
 
 /// Evaluates a subtree, keeping the variables needed outside it.

@@ -1,11 +1,13 @@
-//! Dense contractions: equations whose right-hand side is a sum over a product of dense
-//! tensors (an einsum, `C[i, k] = A[i, j] B[j, k]`), possibly scaled by constants and wrapped
-//! in one elementwise function (`Y[i] = sig(W[i, j] X[j])`). Such an equation is evaluated as
-//! a tree of pairwise contractions, each a (batched) matrix product, in the order that needs
-//! the fewest floating-point operations; the function runs on the result as it is written.
+//! Dense equations: an elementwise expression (sums, products, quotients, functions,
+//! comparisons) over *terms*, each a sum over a product of dense tensors (an einsum:
+//! `Y[h] = relu(W[h, i] X[i] + B[h])` has the terms `W[h, i] X[i]` and `B[h]`). Each term is
+//! evaluated as a tree of pairwise contractions, each a (batched) matrix product, in the order
+//! that needs the fewest floating-point operations; the expression then runs once per output
+//! element, reading every term's value there, so functions and additions around a
+//! contraction cost one pass over memory, not one per operator.
 
-use crate::functions::Builtin;
 use crate::semantics::{Checked, Family, Func, IndexFn, Kind, Node, Stratum, TensorId, VarId};
+use crate::syntax::ast::{BinOp, CmpOp};
 
 /// One factor: a dense tensor read at plain, distinct variables.
 #[derive(Clone, Debug, PartialEq)]
@@ -25,21 +27,15 @@ pub enum Path {
     Pair(Box<Path>, Box<Path>),
 }
 
-/// A planned dense contraction.
+/// One term: a sum over a product of factors, scaled by the product of its constants.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Contraction {
-    /// The equation (index into `Checked::equations`).
-    pub equation: usize,
-    /// The tensor it adds to.
-    pub target: TensorId,
-    /// Left-hand-side variables, one per axis of the target.
+    /// Its free variables (all on the left-hand side), in left-hand-side order.
     pub out: Vec<VarId>,
     /// The tensors multiplied.
     pub factors: Vec<Factor>,
     /// The product of the constant factors.
     pub scale: f64,
-    /// A function applied to each element of the sum.
-    pub epilogue: Option<Builtin>,
     /// Extent of every variable of the equation.
     pub extents: Vec<usize>,
     /// Contraction order.
@@ -48,9 +44,51 @@ pub struct Contraction {
     pub flops: f64,
 }
 
-/// The contractions of a stratum when every equation of it is one: not recursive, and every
-/// tensor dense, real or integer, and accumulated with `=`/`+=`.
-pub fn plan_dense(p: &Checked, st: &Stratum) -> Option<Vec<Contraction>> {
+/// The elementwise expression over the terms, evaluated in f64 as the reference does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    /// The value of term `k` at this element.
+    Term(usize),
+    /// A number.
+    Const(f64),
+    /// The position of a left-hand-side variable.
+    Var(VarId),
+    /// `-e`.
+    Neg(Box<Expr>),
+    /// `not e`: `1 - e`.
+    Not(Box<Expr>),
+    /// Factors, each multiplied (`false`) or divided by (`true`).
+    Product(Vec<(bool, Expr)>),
+    /// `+`, `-`, `^`.
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    /// A comparison: 1 or 0.
+    Compare(CmpOp, Box<Expr>, Box<Expr>),
+    /// An elementwise function.
+    Call(Func, Vec<Expr>),
+}
+
+/// A planned dense equation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DenseEquation {
+    /// The equation (index into `Checked::equations`).
+    pub equation: usize,
+    /// The tensor it adds to.
+    pub target: TensorId,
+    /// Left-hand-side variables, one per axis of the target.
+    pub out: Vec<VarId>,
+    /// The contractions it reads.
+    pub terms: Vec<Contraction>,
+    /// What it computes from them at each element.
+    pub expr: Expr,
+    /// Extent of every variable of the equation.
+    pub extents: Vec<usize>,
+    /// The terms' FLOPs plus one per output element and operator.
+    pub flops: f64,
+}
+
+/// The dense equations of a stratum when every equation of it is one: not recursive, and
+/// every tensor dense, real or integer, and accumulated with `=`/`+=`.
+pub fn plan_dense(p: &Checked, st: &Stratum) -> Option<Vec<DenseEquation>> {
     if st.recursive {
         return None;
     }
@@ -68,13 +106,18 @@ pub fn plan_dense(p: &Checked, st: &Stratum) -> Option<Vec<Contraction>> {
     st.equations
         .iter()
         .map(|&e| {
-            let c = contraction(p, e)?;
-            c.factors.iter().all(|f| dense(f.tensor)).then_some(c)
+            let d = dense_equation(p, e)?;
+            let reads_dense = d
+                .terms
+                .iter()
+                .flat_map(|c| &c.factors)
+                .all(|f| dense(f.tensor));
+            reads_dense.then_some(d)
         })
         .collect()
 }
 
-fn contraction(p: &Checked, e: usize) -> Option<Contraction> {
+fn dense_equation(p: &Checked, e: usize) -> Option<DenseEquation> {
     let eq = &p.equations[e];
     if eq.family != Family::Sum || eq.virtual_var.is_some() {
         return None;
@@ -90,46 +133,91 @@ fn contraction(p: &Checked, e: usize) -> Option<Contraction> {
     if (1..out.len()).any(|k| out[..k].contains(&out[k])) {
         return None;
     }
-    // Summation points with no variables may wrap one function; below it, sums and products.
-    let mut node = &eq.rhs;
-    let mut epilogue = None;
-    loop {
-        match node {
-            Node::Sum { vars, body } if vars.is_empty() => node = body,
-            Node::Call(Func::Builtin(b), args) if epilogue.is_none() && args.len() == 1 => {
-                if matches!(b, Builtin::Max | Builtin::Min) {
-                    return None;
-                }
-                epilogue = Some(*b);
-                node = &args[0];
-            }
-            _ => break,
-        }
+    let extents: Vec<usize> = eq.vars.iter().map(|v| v.range).collect();
+    let mut terms = Vec::new();
+    let expr = expr(&eq.rhs, &out, &extents, &mut terms)?;
+    if terms.is_empty() {
+        return None;
     }
-    let mut c = Contraction {
+    let elements: f64 = out.iter().map(|&v| extents[v] as f64).product();
+    let flops = terms.iter().map(|c| c.flops).sum::<f64>() + elements * size(&expr) as f64;
+    Some(DenseEquation {
         equation: e,
         target: eq.target,
         out,
-        factors: Vec::new(),
-        scale: 1.0,
-        epilogue,
-        extents: eq.vars.iter().map(|v| v.range).collect(),
-        path: Path::Leaf(0),
-        flops: 0.0,
+        terms,
+        expr,
+        extents,
+        flops,
+    })
+}
+
+/// Operators in an expression.
+fn size(e: &Expr) -> usize {
+    match e {
+        Expr::Term(_) | Expr::Const(_) | Expr::Var(_) => 0,
+        Expr::Neg(x) | Expr::Not(x) => 1 + size(x),
+        Expr::Product(fs) => fs.len() + fs.iter().map(|(_, f)| size(f)).sum::<usize>(),
+        Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => 1 + size(a) + size(b),
+        Expr::Call(_, args) => 1 + args.iter().map(size).sum::<usize>(),
+    }
+}
+
+/// The elementwise expression of a node outside every summation with variables; summations
+/// with variables, and reads, become terms.
+fn expr(n: &Node, out: &[VarId], extents: &[usize], terms: &mut Vec<Contraction>) -> Option<Expr> {
+    let mut sub = |x: &Node| expr(x, out, extents, terms);
+    Some(match n {
+        Node::Sum { vars, body } if vars.is_empty() => return sub(body),
+        Node::Sum { .. } | Node::Read { .. } => {
+            let mut c = Contraction {
+                out: Vec::new(),
+                factors: Vec::new(),
+                scale: 1.0,
+                extents: extents.to_vec(),
+                path: Path::Leaf(0),
+                flops: 0.0,
+            };
+            collect(n, &mut c)?;
+            // Free variables must all be on the left-hand side; summed ones must be read (a
+            // summed variable no factor reads would multiply the term by its extent).
+            let read = |v: VarId| c.factors.iter().any(|f| f.vars.contains(&v));
+            if c.factors.is_empty() || !summed(n).into_iter().all(read) {
+                return None;
+            }
+            c.out = out.iter().copied().filter(|&v| read(v)).collect();
+            let (path, flops) = best_path(&c);
+            c.path = path;
+            c.flops = flops;
+            terms.push(c);
+            Expr::Term(terms.len() - 1)
+        }
+        Node::Const(k) => Expr::Const(*k),
+        Node::Var(v) if out.contains(v) => Expr::Var(*v),
+        Node::Neg(x) => Expr::Neg(Box::new(sub(x)?)),
+        Node::Not(x) => Expr::Not(Box::new(sub(x)?)),
+        Node::Product(fs) => Expr::Product(
+            fs.iter()
+                .map(|(div, f)| Some((*div, sub(f)?)))
+                .collect::<Option<_>>()?,
+        ),
+        Node::Binary(op, a, b) => Expr::Binary(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
+        Node::Compare(op, a, b) => Expr::Compare(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
+        Node::Call(f, args) => Expr::Call(f.clone(), args.iter().map(sub).collect::<Option<_>>()?),
+        _ => return None,
+    })
+}
+
+/// Variables summed anywhere in a node.
+fn summed(n: &Node) -> Vec<VarId> {
+    let mut vs = match n {
+        Node::Sum { vars, .. } => vars.clone(),
+        _ => Vec::new(),
     };
-    collect(node, &mut c)?;
-    if c.factors.is_empty() {
-        return None;
+    for c in n.children() {
+        vs.extend(summed(c));
     }
-    // Every summed variable must be read somewhere: a bare one would repeat the sum.
-    let read = |v: VarId| c.factors.iter().any(|f| f.vars.contains(&v));
-    if (0..c.extents.len()).any(|v| !read(v) && !c.out.contains(&v)) {
-        return None;
-    }
-    let (path, flops) = best_path(&c);
-    c.path = path;
-    c.flops = flops;
-    Some(c)
+    vs
 }
 
 /// Gathers factors and constants from sums (any variables) and products (no division).
@@ -290,7 +378,7 @@ mod tests {
     use super::*;
     use crate::semantics::tests::checked;
 
-    fn plans(src: &str) -> Vec<Option<Vec<Contraction>>> {
+    fn plans(src: &str) -> Vec<Option<Vec<DenseEquation>>> {
         let c = checked(src);
         c.strata
             .iter()
@@ -300,15 +388,16 @@ mod tests {
     }
 
     #[test]
-    fn matmuls_chains_and_functions_are_contractions() {
-        let p = plans(
-            "A : real[2, 3]\nB : real[3, 4]\nC[i, k] = A[i, j] B[j, k]\nY[i, k] = sig(2 C[i, k])\n",
-        );
+    fn matmuls_and_layers_are_dense_equations() {
+        let p = plans("A : real[2, 3]\nB : real[3, 4]\nC[i, k] = A[i, j] B[j, k]\n");
         let c = &p[0].as_ref().unwrap()[0];
-        assert_eq!(c.factors.len(), 2);
-        assert_eq!(c.flops, 2.0 * 2.0 * 3.0 * 4.0 + 6.0 + 12.0);
-        let y = &p[1].as_ref().unwrap()[0];
-        assert_eq!((y.scale, y.epilogue), (2.0, Some(Builtin::Sig)));
+        assert_eq!(c.terms[0].factors.len(), 2);
+        assert_eq!(c.terms[0].flops, 2.0 * 2.0 * 3.0 * 4.0 + 6.0 + 12.0);
+        let p =
+            plans("W : real[3, 4]\nX : real[4]\nB : real[3]\nY[h] = relu(W[h, i] X[i] + B[h])\n");
+        let y = &p[0].as_ref().unwrap()[0];
+        assert_eq!(y.terms.len(), 2);
+        assert!(matches!(y.expr, Expr::Call(..)), "{:?}", y.expr);
     }
 
     #[test]
@@ -317,19 +406,19 @@ mod tests {
         let p = plans(
             "A : real[50, 50]\nB : real[50, 50]\nX : real[50]\nY[i] = A[i, j] B[j, k] X[k]\n",
         );
-        let c = &p[0].as_ref().unwrap()[0];
+        let c = &p[0].as_ref().unwrap()[0].terms[0];
         let Path::Pair(l, r) = &c.path else { panic!() };
         assert!(matches!(**l, Path::Leaf(0)), "{:?}", c.path);
         assert!(matches!(**r, Path::Pair(..)), "{:?}", c.path);
     }
 
     #[test]
-    fn recursion_relations_arithmetic_and_division_are_not() {
+    fn recursion_relations_index_arithmetic_and_softmax_are_not() {
         for src in [
             "X : real[3]\nY[i] = X[i + 1]\n",
-            "X : real[3]\nY[i] = X[i] / X[i]\n",
             "E(0, 1).\nY[i] = E(i, j)\n",
-            "X : real[3]\nY[i] = X[i] + 1\n",
+            "S : real[3, 4]\nP[i, j] = softmax(S[i, j])\n",
+            "X : real[3]\nY[i] = X[i] X[j] (i != j)\n",
         ] {
             assert!(plans(src).iter().all(Option::is_none), "{src}");
         }

@@ -187,7 +187,7 @@ impl IndexFn {
 }
 
 /// A called function.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Func {
     /// A built-in of §6.3.
     Builtin(Builtin),
