@@ -226,6 +226,28 @@ impl Session {
         syntax::parse_query(text, &is_function)
     }
 
+    /// Checks the program once, then evaluates it `repeat` times and returns how long each
+    /// evaluation took: the engine's time alone, without parsing, checking, loading files or
+    /// writing results (`tl bench`).
+    pub fn time_evaluation(
+        &mut self,
+        engine: &dyn Engine,
+        options: &RunOptions,
+        repeat: usize,
+    ) -> Result<Vec<std::time::Duration>, Diagnostics> {
+        self.check(&options.settings)?;
+        let checked = self.checked.as_ref().ok_or_else(not_checked)?;
+        let eval = eval_options(options, &self.functions);
+        let mut times = Vec::with_capacity(repeat);
+        for _ in 0..repeat.max(1) {
+            let start = std::time::Instant::now();
+            let values = engine.evaluate(checked, &eval)?;
+            times.push(start.elapsed());
+            self.values = Some(values);
+        }
+        Ok(times)
+    }
+
     /// Evaluates the last run's program again with the reference evaluator and compares
     /// every tensor with the run's values (`tl run --verify`).
     pub fn verify(

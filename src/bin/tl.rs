@@ -52,6 +52,19 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Time evaluation alone (no parsing, checking, loading or writing), over several runs.
+    Bench {
+        /// Program file.
+        file: PathBuf,
+        /// Evaluations to time.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+        repeat: u32,
+        /// Override a scalar constant, e.g. `--set N=3`.
+        #[arg(long = "set", value_name = "NAME=VALUE", value_parser = parse_set)]
+        set: Vec<(String, f64)>,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Answer one query, e.g. `tl query family.tl 'Ancestor(Alice, x)'`.
     Query {
         /// Program file.
@@ -226,6 +239,34 @@ fn run(command: Command) -> Result<(), String> {
                     tensor_logic::explain::explain(checked, session.source().1)
                 );
             }
+            Ok(())
+        }
+        Command::Bench {
+            file,
+            repeat,
+            set,
+            common,
+        } => {
+            let mut session = load(&file)?;
+            let opts = RunOptions {
+                settings: common.settings(&set),
+                tol: Some(common.tol),
+                write_files: false,
+                threads: common.threads as usize,
+            };
+            let mut times = session
+                .time_evaluation(common.engine(), &opts, repeat as usize)
+                .map_err(|d| render(&session, &d))?;
+            times.sort();
+            let ms = |d: Option<&std::time::Duration>| d.map_or(0.0, |d| d.as_secs_f64() * 1e3);
+            println!(
+                "evaluation: min {:.3} ms, median {:.3} ms over {} runs ({} engine, {} threads)",
+                ms(times.first()),
+                ms(times.get(times.len() / 2)),
+                times.len(),
+                common.engine().name(),
+                common.threads
+            );
             Ok(())
         }
         Command::Query {

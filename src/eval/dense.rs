@@ -12,11 +12,13 @@ use crate::plan::einsum::{Contraction, DenseEquation, Expr, Path};
 use crate::semantics::Func;
 use crate::semantics::{Checked, Stratum, VarId};
 use crate::tensor::{Storage, Tensor};
+use std::borrow::Cow;
 
-/// A tensor being contracted: row-major values over `vars`.
-struct Operand {
+/// A tensor being contracted: row-major values over `vars`, borrowed from an input until an
+/// operation has to write.
+struct Operand<'a> {
     vars: Vec<VarId>,
-    data: Vec<f64>,
+    data: Cow<'a, [f64]>,
 }
 
 /// Evaluates the stratum's contractions in place; `false` (with `values` untouched) when its
@@ -81,6 +83,15 @@ fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory: u64) -> b
 
 /// Adds the equation's value at every output element to `acc` (row-major over `d.out`).
 fn fused(d: &DenseEquation, terms: &[Operand], o: &EvalOptions, acc: &mut [f64]) {
+    // A bare contraction laid out like the output: one vectorised pass.
+    if let Expr::Term(k) = d.expr {
+        if terms[k].vars == d.out && terms[k].data.len() == acc.len() {
+            for (a, &x) in acc.iter_mut().zip(terms[k].data.iter()) {
+                *a += x;
+            }
+            return;
+        }
+    }
     let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
     // Per term, its stride along each output axis (0 where it does not vary).
     let steps: Vec<Vec<usize>> = terms
@@ -127,7 +138,7 @@ fn fused(d: &DenseEquation, terms: &[Operand], o: &EvalOptions, acc: &mut [f64])
 
 /// One output element: where each term is read, and the variables' positions.
 struct Element<'a> {
-    terms: &'a [Operand],
+    terms: &'a [Operand<'a>],
     at: &'a [usize],
     env: &'a [usize],
     o: &'a EvalOptions,
@@ -226,12 +237,12 @@ fn leaves(path: &Path) -> Vec<usize> {
 }
 
 /// A term's value over its free variables (in left-hand-side order), scaled.
-fn term(c: &Contraction, values: &[Tensor], threads: usize) -> Operand {
+fn term<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) -> Operand<'a> {
     let root = subtree(c, &c.path, values, threads);
     let root = reduce(root, &c.out, &c.extents);
     let mut root = permute(root, &c.out, &c.extents);
     if c.scale != 1.0 {
-        for x in &mut root.data {
+        for x in root.data.to_mut().iter_mut() {
             *x *= c.scale;
         }
     }
@@ -239,13 +250,13 @@ fn term(c: &Contraction, values: &[Tensor], threads: usize) -> Operand {
 }
 
 /// Evaluates a subtree, keeping the variables needed outside it.
-fn subtree(c: &Contraction, path: &Path, values: &[Tensor], threads: usize) -> Operand {
+fn subtree<'a>(c: &Contraction, path: &Path, values: &'a [Tensor], threads: usize) -> Operand<'a> {
     match path {
         Path::Leaf(k) => {
             let f = &c.factors[*k];
-            let data = match &values[f.tensor].storage {
-                Storage::Dense(d) => d.clone(),
-                _ => Vec::new(),
+            let data: Cow<[f64]> = match &values[f.tensor].storage {
+                Storage::Dense(d) => Cow::Borrowed(d),
+                _ => Cow::Owned(Vec::new()),
             };
             Operand {
                 vars: f.vars.clone(),
@@ -280,7 +291,7 @@ fn strides(vars: &[VarId], extents: &[usize]) -> Vec<usize> {
 }
 
 /// The operand with its axes in `order` (a permutation of its variables).
-fn permute(op: Operand, order: &[VarId], extents: &[usize]) -> Operand {
+fn permute<'a>(op: Operand<'a>, order: &[VarId], extents: &[usize]) -> Operand<'a> {
     if op.vars == order {
         return op;
     }
@@ -308,12 +319,12 @@ fn permute(op: Operand, order: &[VarId], extents: &[usize]) -> Operand {
     }
     Operand {
         vars: order.to_vec(),
-        data,
+        data: data.into(),
     }
 }
 
 /// Sums out every variable not in `keep`, in row-major order of the summed ones.
-fn reduce(op: Operand, keep: &[VarId], extents: &[usize]) -> Operand {
+fn reduce<'a>(op: Operand<'a>, keep: &[VarId], extents: &[usize]) -> Operand<'a> {
     let (kept, summed): (Vec<VarId>, Vec<VarId>) = op.vars.iter().partition(|v| keep.contains(v));
     if summed.is_empty() {
         return op;
@@ -329,11 +340,20 @@ fn reduce(op: Operand, keep: &[VarId], extents: &[usize]) -> Operand {
             .map(|b| b.iter().sum())
             .collect()
     };
-    Operand { vars: kept, data }
+    Operand {
+        vars: kept,
+        data: data.into(),
+    }
 }
 
 /// The contraction of two operands over their shared variables not in `keep`.
-fn contract(x: Operand, y: Operand, keep: &[VarId], extents: &[usize], threads: usize) -> Operand {
+fn contract<'a>(
+    x: Operand<'a>,
+    y: Operand<'a>,
+    keep: &[VarId],
+    extents: &[usize],
+    threads: usize,
+) -> Operand<'a> {
     let with = |other: &Operand| -> Vec<VarId> {
         keep.iter()
             .chain(&other.vars)
@@ -392,7 +412,7 @@ fn contract(x: Operand, y: Operand, keep: &[VarId], extents: &[usize], threads: 
     }
     Operand {
         vars: [batch, rows, cols].concat(),
-        data,
+        data: data.into(),
     }
 }
 

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""The dense benchmark: `tl bench` (evaluation only, in-process) against NumPy and
+opt_einsum (in-process) on the same shapes, in one invocation.
+
+    python3 bench/dense/run.py [--threads N]
+
+Builds target/release/tl, installs numpy and opt_einsum into bench/.venv, writes the programs
+under bench/dense/data/, and prints a Markdown table of the best of several runs. tl's
+parameters are initialised from its seed and the peers' from NumPy's: the values differ, the
+work does not."""
+import os, subprocess, sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+DATA = os.path.join(HERE, "data")
+VENV = os.path.join(ROOT, "bench", ".venv")
+TL = os.path.join(ROOT, "target", "release", "tl")
+
+WORKLOADS = {
+    "matmul 1024³": ("N : 1024\nA : real[N, N]\nB : real[N, N]\nC[i, k] = A[i, j] B[j, k]\n",
+                     "a = rnd((1024, 1024)); b = rnd((1024, 1024))", "a @ b", 2 * 1024 ** 3),
+    "matmul 2048³": ("N : 2048\nA : real[N, N]\nB : real[N, N]\nC[i, k] = A[i, j] B[j, k]\n",
+                     "a = rnd((2048, 2048)); b = rnd((2048, 2048))", "a @ b", 2 * 2048 ** 3),
+    "pi,qj,ijkl,rk,sl->pqrs N=10": (
+        "N : 10\nC : real[N, N]\nI : real[N, N, N, N]\n"
+        "Y[p, q, r, s] = C[p, i] C[q, j] I[i, j, k, l] C[r, k] C[s, l]\n",
+        "c = rnd((10, 10)); i = rnd((10, 10, 10, 10))",
+        "oe.contract('pi,qj,ijkl,rk,sl->pqrs', c, c, i, c, c)", None),
+    "pi,qj,ijkl,rk,sl->pqrs N=30": (
+        "N : 30\nC : real[N, N]\nI : real[N, N, N, N]\n"
+        "Y[p, q, r, s] = C[p, i] C[q, j] I[i, j, k, l] C[r, k] C[s, l]\n",
+        "c = rnd((30, 30)); i = rnd((30, 30, 30, 30))",
+        "oe.contract('pi,qj,ijkl,rk,sl->pqrs', c, c, i, c, c)", None),
+    "MLP 784-512-512-10, batch 256": (
+        "B : 256\nX : real[B, 784]\nW1 : real[512, 784]\nB1 : real[512]\nW2 : real[512, 512]\n"
+        "B2 : real[512]\nW3 : real[10, 512]\nB3 : real[10]\n"
+        "H1[b, h] = relu(W1[h, i] X[b, i] + B1[h])\nH2[b, h] = relu(W2[h, i] H1[b, i] + B2[h])\n"
+        "Out[b, o] = W3[o, h] H2[b, h] + B3[o]\n",
+        "x = rnd((256, 784)); w1 = rnd((512, 784)); b1 = rnd(512); w2 = rnd((512, 512)); "
+        "b2 = rnd(512); w3 = rnd((10, 512)); b3 = rnd(10)",
+        "(np.maximum(np.maximum(x @ w1.T + b1, 0) @ w2.T + b2, 0)) @ w3.T + b3", None),
+}
+
+PEER = r'''
+import sys, time, numpy as np, opt_einsum as oe
+rng = np.random.default_rng(0)
+rnd = lambda shape: rng.standard_normal(shape).astype(np.float32)
+exec(sys.argv[1])
+times = []
+for _ in range(int(sys.argv[3])):
+    t = time.perf_counter(); exec(sys.argv[2]); times.append(time.perf_counter() - t)
+print(min(times) * 1e3)
+'''
+
+
+def setup():
+    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
+    py = os.path.join(VENV, "bin", "python")
+    if not os.path.exists(py):
+        subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
+    subprocess.run([py, "-m", "pip", "install", "--quiet", "numpy", "opt_einsum"], check=True)
+    return py
+
+
+def main():
+    threads = sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv else "1"
+    py = setup()
+    os.makedirs(DATA, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+    print("| workload | tl ms | numpy/opt_einsum ms | tl / peer | tl GFLOP/s |")
+    print("|---|---|---|---|---|")
+    for name, (program, init, op, flops) in WORKLOADS.items():
+        path = os.path.join(DATA, "".join(c if c.isalnum() else "_" for c in name) + ".tl")
+        with open(path, "w") as f:
+            f.write(program)
+        out = subprocess.run([TL, "bench", path, "--repeat", "5", "--threads", threads],
+                             capture_output=True, text=True, check=True).stdout
+        tl = float(out.split("min ")[1].split(" ms")[0])
+        peer = float(subprocess.run([py, "-c", PEER, init, op, "5"], capture_output=True,
+                                    text=True, check=True, env=env).stdout)
+        gflops = "%.1f" % (flops / tl / 1e6) if flops else "-"
+        print("| %s | %.2f | %.2f | %.2f | %s |" % (name, tl, peer, tl / peer, gflops), flush=True)
+
+
+if __name__ == "__main__":
+    main()
