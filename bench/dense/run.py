@@ -70,7 +70,7 @@ def main():
     print("| workload | tl ms | numpy/opt_einsum ms | tl / peer | tl GFLOP/s |")
     print("|---|---|---|---|---|")
     for name, (program, init, op, flops) in WORKLOADS.items():
-        path = os.path.join(DATA, "".join(c if c.isalnum() else "_" for c in name) + ".tl")
+        path = os.path.join(DATA, "".join(c if c.isascii() and c.isalnum() else "_" for c in name) + ".tl")
         with open(path, "w") as f:
             f.write(program)
         out = subprocess.run([TL, "bench", path, "--repeat", "5", "--threads", threads],

@@ -303,11 +303,21 @@ fn permute<'a>(op: Operand<'a>, order: &[VarId], extents: &[usize]) -> Operand<'
     let dims: Vec<usize> = order.iter().map(|&v| extents[v]).collect();
     let total: usize = dims.iter().product();
     let mut data = Vec::with_capacity(total);
-    let mut idx = vec![0usize; dims.len()];
+    // The innermost axis is copied in a tight loop; an odometer walks the outer ones.
+    let (inner, inner_stride) = match (dims.last(), from.last()) {
+        (Some(&n), Some(&s)) => (n, s),
+        _ => (1, 0),
+    };
+    let outer = dims.len().saturating_sub(1);
+    let mut idx = vec![0usize; outer];
     let mut offset = 0usize;
-    for _ in 0..total {
-        data.push(op.data[offset]);
-        for ax in (0..dims.len()).rev() {
+    for _ in 0..total.checked_div(inner).unwrap_or(0) {
+        if inner_stride == 1 {
+            data.extend_from_slice(&op.data[offset..offset + inner]);
+        } else {
+            data.extend((0..inner).map(|i| op.data[offset + i * inner_stride]));
+        }
+        for ax in (0..outer).rev() {
             idx[ax] += 1;
             offset += from[ax];
             if idx[ax] < dims[ax] {
