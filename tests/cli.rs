@@ -263,7 +263,11 @@ fn verify_reports_the_largest_difference_per_tensor_on_stderr() {
 #[test]
 fn bench_times_evaluation_alone() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "b.tl", "A = [[1, 2], [3, 4]]\nC[i, k] = A[i, j] A[j, k]\n");
+    write(
+        dir.path(),
+        "b.tl",
+        "A = [[1, 2], [3, 4]]\nC[i, k] = A[i, j] A[j, k]\n",
+    );
     let out = common::tl(dir.path(), &["bench", "b.tl", "--repeat", "3"]);
     assert!(out.status.success());
     let text = common::stdout(&out);

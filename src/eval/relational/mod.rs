@@ -43,6 +43,12 @@ impl Derived {
             .extend(r.head_terms.iter().map(|t| value(t, env)));
     }
 
+    /// Adds another batch's tuples after this one's.
+    fn append(&mut self, other: Derived) {
+        self.count += other.count;
+        self.values.extend(other.values);
+    }
+
     /// Records the head tuple of `r` under `env`, dropping, every [`FILTER_EVERY`] tuples,
     /// those that `known` already has: most derivations repeat tuples known before the round,
     /// and buffering them all can take far more memory than the relation itself. Checking in
@@ -296,9 +302,7 @@ fn run_rule(
     if crate::plan::datalog::cyclic(r) {
         let plan = wcoj::prepare_generic(r, delta_at, full, delta);
         let found = wcoj::GenericJoin::new(r, plan, full, delta).derive(pool);
-        let derived = out.entry(r.head).or_default();
-        derived.count += found.count;
-        derived.values.extend(found.values);
+        out.entry(r.head).or_default().append(found);
         return;
     }
     let steps = prepare(r, delta_at, full, delta);
@@ -340,8 +344,7 @@ fn run_rule(
                     .collect()
             });
             for part in parts {
-                derived.count += part.count;
-                derived.values.extend(part.values);
+                derived.append(part);
             }
         }
         _ => {

@@ -186,8 +186,7 @@ impl<'a> GenericJoin<'a> {
                         .collect()
                 });
                 for part in parts {
-                    out.count += part.count;
-                    out.values.extend(part.values);
+                    out.append(part);
                 }
             }
             _ => {
