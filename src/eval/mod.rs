@@ -115,34 +115,27 @@ fn standard_stratum(
     o: &EvalOptions,
     pool: Option<&rayon::ThreadPool>,
 ) -> Result<(), Diagnostics> {
-    match crate::plan::datalog::plan_stratum(p, st) {
-        Some(rules) if !rules.is_empty() => {
-            relational::evaluate_stratum(p, st, &rules, values, o, pool)
-        }
-        _ => match crate::plan::datalog::plan_counts(p, st) {
-            Some(rules) if !rules.is_empty() => {
-                relational::evaluate_counts(p, st, &rules, values);
-                Ok(())
-            }
-            _ => match crate::plan::datalog::plan_extremum(p, st) {
-                Some(rules)
-                    if !rules.is_empty()
-                        && relational::evaluate_extremum(p, st, &rules, values, o) =>
-                {
-                    Ok(())
-                }
-                _ => match crate::plan::einsum::plan_dense(p, st) {
-                    Some(plans)
-                        if !plans.is_empty()
-                            && dense::evaluate_dense(p, st, &plans, values, o, pool) =>
-                    {
-                        Ok(())
-                    }
-                    _ => reference::evaluate_stratum(p, st, values, o),
-                },
-            },
-        },
+    use crate::plan::{datalog, einsum};
+    if let Some(rules) = datalog::plan_stratum(p, st).filter(|r| !r.is_empty()) {
+        return relational::evaluate_stratum(p, st, &rules, values, o, pool);
     }
+    if let Some(rules) = datalog::plan_counts(p, st).filter(|r| !r.is_empty()) {
+        relational::evaluate_counts(p, st, &rules, values);
+        return Ok(());
+    }
+    // The next two may decline at run time (inputs not as planned, or a case whose outcome
+    // the reference evaluator defines); the reference loops then run.
+    if let Some(rules) = datalog::plan_extremum(p, st).filter(|r| !r.is_empty()) {
+        if relational::evaluate_extremum(p, st, &rules, values, o) {
+            return Ok(());
+        }
+    }
+    if let Some(plans) = einsum::plan_dense(p, st).filter(|r| !r.is_empty()) {
+        if dense::evaluate_dense(p, st, &plans, values, o, pool) {
+            return Ok(());
+        }
+    }
+    reference::evaluate_stratum(p, st, values, o)
 }
 
 /// The error for a recursive component still changing after `--max-iters` iterations (§9),
