@@ -19,6 +19,9 @@ pub struct Difference {
     pub max_rel: f64,
     /// Elements defined in one value and not the other (relations, `max=`/`min=`).
     pub defined_differ: usize,
+    /// The reference's largest magnitude in the tensor: the scale against which sums that
+    /// cancel are judged (their error follows their terms, not their result).
+    pub largest: f64,
 }
 
 /// Compares every tensor of `engine` with `reference` (both indexed like `p.tensors`).
@@ -32,8 +35,12 @@ pub fn compare(p: &Checked, engine: &[Tensor], reference: &[Tensor]) -> Vec<Diff
                 max_abs: 0.0,
                 max_rel: 0.0,
                 defined_differ: 0,
+                largest: 0.0,
             };
             let mut note = |a: f64, b: f64| {
+                if b.is_finite() {
+                    d.largest = d.largest.max(b.abs());
+                }
                 let abs = if a == b || (a.is_nan() && b.is_nan()) {
                     0.0
                 } else if a.is_nan() || b.is_nan() {
@@ -78,8 +85,8 @@ pub fn report(engine: &str, diffs: &[Difference]) -> String {
             "identical".to_string()
         } else {
             format!(
-                "largest difference {:e} (relative {:e})",
-                d.max_abs, d.max_rel
+                "largest difference {:e} (relative {:e}; largest magnitude {:e})",
+                d.max_abs, d.max_rel, d.largest
             )
         };
         let _ = writeln!(out, "  {:width$}  {verdict}", d.tensor);

@@ -1,6 +1,8 @@
 //! The dense contraction path (planned einsums through GEMM) must match the reference
-//! evaluator within 1e-5 relative on random einsum-shaped equations, and give bit-identical
-//! results for every thread count.
+//! evaluator within 1e-5 relative on random einsum-shaped equations — relative to the sum of
+//! the magnitudes of the products, since f32 products are summed in f32 as PyTorch's are, and
+//! an element that cancels to nearly nothing keeps the rounding of its terms — and give
+//! bit-identical results for every thread count.
 
 use proptest::prelude::*;
 use std::path::Path;
@@ -27,16 +29,30 @@ fn program(
         src.push_str(&format!("{d} : {n}\n"));
     }
     let mut body = Vec::new();
+    // `Mag` sums the magnitudes of the same products: the scale of the rounding error.
+    let mut magnitude = Vec::new();
     if scale {
         body.push("0.5".to_string());
+        magnitude.push("0.5".to_string());
     }
     for (f, vars) in factors.iter().enumerate() {
         let doms: Vec<&str> = vars.iter().map(|&v| DOMS[v]).collect();
         let names: Vec<&str> = vars.iter().map(|&v| VARS[v]).collect();
         src.push_str(&format!("F{f} : real[{}]\n", doms.join(", ")));
+        src.push_str(&format!("G{f}[{0}] = abs(F{f}[{0}])\n", names.join(", ")));
         body.push(format!("F{f}[{}]", names.join(", ")));
+        magnitude.push(format!("G{f}[{}]", names.join(", ")));
     }
     let lhs: Vec<&str> = out.iter().map(|&v| VARS[v]).collect();
+    if lhs.is_empty() {
+        src.push_str(&format!("Mag = {}\n", magnitude.join(" ")));
+    } else {
+        src.push_str(&format!(
+            "Mag[{}] = {}\n",
+            lhs.join(", "),
+            magnitude.join(" ")
+        ));
+    }
     let rhs = body.join(" ");
     let rhs = if FUNCS[func].is_empty() {
         rhs
@@ -69,6 +85,10 @@ fn program(
 }
 
 fn values(src: &str, engine: &dyn Engine, threads: usize) -> Vec<f64> {
+    tensor(src, engine, threads, "Y")
+}
+
+fn tensor(src: &str, engine: &dyn Engine, threads: usize, name: &str) -> Vec<f64> {
     let mut s = Session::new();
     s.load_source("d.tl", src, Path::new(".")).unwrap();
     let opts = RunOptions {
@@ -78,7 +98,7 @@ fn values(src: &str, engine: &dyn Engine, threads: usize) -> Vec<f64> {
     s.run_with(engine, &opts)
         .map_err(|d| d.render("d.tl", src))
         .unwrap();
-    match &s.tensor("Y").unwrap().storage {
+    match &s.tensor(name).unwrap().storage {
         Storage::Dense(v) => v.clone(),
         other => panic!("{other:?}"),
     }
@@ -109,15 +129,19 @@ fn einsum() -> impl Strategy<Value = Case> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(120))]
+    #![proptest_config(ProptestConfig::with_cases(200))]
 
     #[test]
     fn contractions_match_the_reference((extents, factors, out, func, scale, around) in einsum()) {
         let src = program(&extents, &factors, &out, func, scale, around);
         let (a, b) = (values(&src, &Reference, 1), values(&src, &Standard, 1));
+        let magnitude = tensor(&src, &Reference, 1, "Mag");
         prop_assert_eq!(a.len(), b.len());
-        for (x, y) in a.iter().zip(&b) {
-            prop_assert!((x - y).abs() <= 1e-5 * x.abs().max(1e-3), "{} vs {} in\n{}", x, y, src);
+        for ((x, y), m) in a.iter().zip(&b).zip(&magnitude) {
+            // exp(-s) - o·s amplifies an error in s by up to exp(|s|) + 4.
+            let gain = if around == 3 { m.exp() + 5.0 } else { 1.0 };
+            let bound = 1e-5 * (x.abs() + gain * m) + 1e-12;
+            prop_assert!((x - y).abs() <= bound, "{} vs {} (bound {}) in\n{}", x, y, bound, src);
         }
     }
 }
@@ -130,7 +154,8 @@ fn large_contractions_do_not_depend_on_the_thread_count() {
     let two = values(src, &Standard, 2);
     assert_eq!(one, two);
     let reference = values(src, &Reference, 1);
+    let largest = reference.iter().fold(1e-3f64, |m, x| m.max(x.abs()));
     for (x, y) in reference.iter().zip(&one) {
-        assert!((x - y).abs() <= 1e-5 * x.abs().max(1e-3), "{x} vs {y}");
+        assert!((x - y).abs() <= 1e-5 * largest, "{x} vs {y}");
     }
 }

@@ -276,7 +276,7 @@ fn subtree<'a>(c: &Contraction, path: &Path, values: &'a [Tensor], threads: usiz
                 .collect();
             let x = subtree(c, a, values, threads);
             let y = subtree(c, b, values, threads);
-            contract(x, y, &keep, &c.extents, threads)
+            contract(x, y, &keep, &c.extents, (threads, c.single))
         }
     }
 }
@@ -362,7 +362,7 @@ fn contract<'a>(
     y: Operand<'a>,
     keep: &[VarId],
     extents: &[usize],
-    threads: usize,
+    (threads, single): (usize, bool),
 ) -> Operand<'a> {
     let with = |other: &Operand| -> Vec<VarId> {
         keep.iter()
@@ -409,16 +409,35 @@ fn contract<'a>(
     );
     let y = permute(y, &[batch.clone(), inner, cols.clone()].concat(), extents);
     let mut data = vec![0.0; b * m * n];
-    for i in 0..b {
-        matmul(
-            m,
-            n,
-            k,
-            &x.data[i * m * k..(i + 1) * m * k],
-            &y.data[i * k * n..(i + 1) * k * n],
-            &mut data[i * m * n..(i + 1) * m * n],
-            threads,
-        );
+    if single {
+        // f32 operands, f32 products: the values are f32 already, so only the sums round.
+        let narrow = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+        let (xs, ys) = (narrow(&x.data), narrow(&y.data));
+        let mut out = vec![0.0f32; b * m * n];
+        for i in 0..b {
+            matmul(
+                (m, n, k),
+                &xs[i * m * k..(i + 1) * m * k],
+                &ys[i * k * n..(i + 1) * k * n],
+                &mut out[i * m * n..(i + 1) * m * n],
+                (0.0, 1.0),
+                threads,
+            );
+        }
+        for (d, o) in data.iter_mut().zip(out) {
+            *d = o as f64;
+        }
+    } else {
+        for i in 0..b {
+            matmul(
+                (m, n, k),
+                &x.data[i * m * k..(i + 1) * m * k],
+                &y.data[i * k * n..(i + 1) * k * n],
+                &mut data[i * m * n..(i + 1) * m * n],
+                (0.0, 1.0),
+                threads,
+            );
+        }
     }
     Operand {
         vars: [batch, rows, cols].concat(),
@@ -426,8 +445,16 @@ fn contract<'a>(
     }
 }
 
-/// `dst = lhs · rhs` for row-major `m×k` and `k×n` matrices.
-fn matmul(m: usize, n: usize, k: usize, lhs: &[f64], rhs: &[f64], dst: &mut [f64], threads: usize) {
+/// `dst = lhs · rhs` for row-major `m×k` and `k×n` matrices of f32 or f64 (`unit` is the
+/// type's 0 and 1).
+fn matmul<T: 'static + Copy>(
+    (m, n, k): (usize, usize, usize),
+    lhs: &[T],
+    rhs: &[T],
+    dst: &mut [T],
+    (zero, one): (T, T),
+    threads: usize,
+) {
     if m == 0 || n == 0 || k == 0 || lhs.len() < m * k || rhs.len() < k * n || dst.len() < m * n {
         return;
     }
@@ -437,7 +464,8 @@ fn matmul(m: usize, n: usize, k: usize, lhs: &[f64], rhs: &[f64], dst: &mut [f64
         gemm::Parallelism::None
     };
     // SAFETY: the three slices hold at least m·k, k·n and m·n elements (checked above), laid
-    // out row-major with the strides given, and `dst` does not alias the inputs.
+    // out row-major with the strides given, `dst` does not alias the inputs, and T is f32 or
+    // f64 (the callers), which gemm supports.
     unsafe {
         gemm::gemm(
             m,
@@ -453,8 +481,8 @@ fn matmul(m: usize, n: usize, k: usize, lhs: &[f64], rhs: &[f64], dst: &mut [f64
             rhs.as_ptr(),
             1,
             n as isize,
-            0.0,
-            1.0,
+            zero,
+            one,
             false,
             false,
             false,

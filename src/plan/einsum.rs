@@ -42,6 +42,9 @@ pub struct Contraction {
     pub path: Path,
     /// Multiply-adds of that order, times two.
     pub flops: f64,
+    /// Whether its products run in f32: every factor and the target hold f32 (or narrower)
+    /// values, so f32 products are exact and only the sums round, as in PyTorch.
+    pub single: bool,
 }
 
 /// The elementwise expression over the terms, evaluated in f64 as the reference does.
@@ -139,6 +142,13 @@ fn dense_equation(p: &Checked, e: usize) -> Option<DenseEquation> {
     if terms.is_empty() {
         return None;
     }
+    let narrow = |t: TensorId| {
+        use crate::tensor::ElemType::{BF16, F16, F32, FP8};
+        matches!(p.tensors[t].elem, F32 | BF16 | F16 | FP8)
+    };
+    for c in &mut terms {
+        c.single = narrow(eq.target) && c.factors.iter().all(|f| narrow(f.tensor));
+    }
     let elements: f64 = out.iter().map(|&v| extents[v] as f64).product();
     let flops = terms.iter().map(|c| c.flops).sum::<f64>() + elements * size(&expr) as f64;
     Some(DenseEquation {
@@ -177,6 +187,7 @@ fn expr(n: &Node, out: &[VarId], extents: &[usize], terms: &mut Vec<Contraction>
                 extents: extents.to_vec(),
                 path: Path::Leaf(0),
                 flops: 0.0,
+                single: false,
             };
             collect(n, &mut c)?;
             // Free variables must all be on the left-hand side; summed ones must be read (a
