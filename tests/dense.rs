@@ -74,6 +74,8 @@ fn program(
             format!("max({rhs}, Bz[{}]) / (2 + abs(Bz[{}]))", VARS[o], VARS[o])
         }
         (Some(&o), 3) => format!("exp(-({rhs})) - {} * ({rhs})", VARS[o]),
+        (Some(_), 4) => format!("softmax({rhs})"),
+        (Some(_), 5) => format!("lnorm({rhs}) + 1"),
         _ => rhs,
     };
     if lhs.is_empty() {
@@ -116,7 +118,7 @@ fn einsum() -> impl Strategy<Value = Case> {
         proptest::sample::subsequence((0..5).collect::<Vec<_>>(), 0..4),
         0usize..4,
         any::<bool>(),
-        0usize..4,
+        0usize..6,
     )
         .prop_map(|(extents, factors, out, func, scale, around)| {
             // Output variables must be read by some factor.
@@ -137,9 +139,17 @@ proptest! {
         let (a, b) = (values(&src, &Reference, 1), values(&src, &Standard, 1));
         let magnitude = tensor(&src, &Reference, 1, "Mag");
         prop_assert_eq!(a.len(), b.len());
+        let widest = magnitude.iter().fold(0.0f64, |a, &m| a.max(m));
         for ((x, y), m) in a.iter().zip(&b).zip(&magnitude) {
-            // exp(-s) - o·s amplifies an error in s by up to exp(|s|) + 4.
-            let gain = if around == 3 { m.exp() + 5.0 } else { 1.0 };
+            // How much the elementwise work around the sum can amplify its rounding:
+            // exp(-s) - o·s by up to exp(|s|) + 4; softmax mixes a row (errors up to twice
+            // the row's); lnorm divides by at least sqrt(1e-5).
+            let (gain, m) = match around {
+                3 => (m.exp() + 5.0, *m),
+                4 => (2.0, widest),
+                5 => (2.0 / 1e-5f64.sqrt(), widest),
+                _ => (1.0, *m),
+            };
             let bound = 1e-5 * (x.abs() + gain * m) + 1e-12;
             prop_assert!((x - y).abs() <= bound, "{} vs {} (bound {}) in\n{}", x, y, bound, src);
         }

@@ -8,6 +8,7 @@
 //! is summed in the same order for every thread count.
 
 use super::EvalOptions;
+use crate::functions::Structural;
 use crate::plan::einsum::{Contraction, DenseEquation, Expr, Path};
 use crate::semantics::Func;
 use crate::semantics::{Checked, Stratum, VarId};
@@ -44,9 +45,9 @@ pub(super) fn evaluate_dense(
         let mut acc = start.clone();
         for d in plans.iter().filter(|d| d.target == t) {
             let mut run = || {
-                let terms: Vec<Operand> =
+                let mut terms: Vec<Operand> =
                     d.terms.iter().map(|c| term(c, values, threads)).collect();
-                fused(d, &terms, o, &mut acc);
+                fused(d, &mut terms, o, &mut acc);
             };
             match pool {
                 Some(pool) => pool.install(run),
@@ -82,7 +83,7 @@ fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory: u64) -> b
 }
 
 /// Adds the equation's value at every output element to `acc` (row-major over `d.out`).
-fn fused(d: &DenseEquation, terms: &[Operand], o: &EvalOptions, acc: &mut [f64]) {
+fn fused<'a>(d: &DenseEquation, terms: &mut Vec<Operand<'a>>, o: &EvalOptions, acc: &mut [f64]) {
     // A bare contraction laid out like the output: one vectorised pass.
     if let Expr::Term(k) = d.expr {
         if terms[k].vars == d.out && terms[k].data.len() == acc.len() {
@@ -92,7 +93,95 @@ fn fused(d: &DenseEquation, terms: &[Operand], o: &EvalOptions, acc: &mut [f64])
             return;
         }
     }
+    let expr = materialize(&d.expr, d, terms, o);
+    each_element(d, &expr, terms, o, &mut |i, v| {
+        if let Some(x) = v {
+            acc[i] += x;
+        }
+    });
+}
+
+/// The expression with every `softmax`/`lnorm` replaced by a term holding its value over
+/// the whole output (it needs a whole row of its argument at each element).
+fn materialize<'a>(
+    e: &Expr,
+    d: &DenseEquation,
+    terms: &mut Vec<Operand<'a>>,
+    o: &EvalOptions,
+) -> Expr {
+    let mut sub = |x: &Expr| materialize(x, d, terms, o);
+    match e {
+        Expr::Term(_) | Expr::Const(_) | Expr::Var(_) => e.clone(),
+        Expr::Neg(x) => Expr::Neg(Box::new(sub(x))),
+        Expr::Not(x) => Expr::Not(Box::new(sub(x))),
+        Expr::Product(fs) => Expr::Product(fs.iter().map(|(div, f)| (*div, sub(f))).collect()),
+        Expr::Binary(op, a, b) => Expr::Binary(*op, Box::new(sub(a)), Box::new(sub(b))),
+        Expr::Compare(op, a, b) => Expr::Compare(*op, Box::new(sub(a)), Box::new(sub(b))),
+        Expr::Call(f, args) => Expr::Call(f.clone(), args.iter().map(sub).collect()),
+        Expr::Normalize(kind, var, x) => {
+            let inner = sub(x);
+            let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+            let mut buf = vec![0.0; dims.iter().product()];
+            each_element(d, &inner, terms, o, &mut |i, v| {
+                buf[i] = v.unwrap_or(f64::NAN)
+            });
+            if let Some(axis) = d.out.iter().position(|v| v == var) {
+                normalize(&mut buf, &dims, axis, *kind);
+            }
+            terms.push(Operand {
+                vars: d.out.clone(),
+                data: buf.into(),
+            });
+            Expr::Term(terms.len() - 1)
+        }
+    }
+}
+
+/// Softmax or layer normalisation of every row along `axis`, as the reference computes them
+/// (statistics summed in index order).
+fn normalize(buf: &mut [f64], dims: &[usize], axis: usize, kind: Structural) {
+    let n = dims[axis];
+    let stride: usize = dims[axis + 1..].iter().product();
+    let outer: usize = dims[..axis].iter().product();
+    let mut row = vec![0.0; n];
+    for o in 0..outer {
+        for inner in 0..stride {
+            let base = o * n * stride + inner;
+            for (q, r) in row.iter_mut().enumerate() {
+                *r = buf[base + q * stride];
+            }
+            let out: Vec<f64> = match kind {
+                Structural::Softmax => {
+                    let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let s: f64 = row.iter().map(|v| (v - m).exp()).sum();
+                    row.iter().map(|x| (x - m).exp() / s).collect()
+                }
+                _ => {
+                    let len = n as f64;
+                    let mean = row.iter().sum::<f64>() / len;
+                    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / len;
+                    row.iter()
+                        .map(|x| (x - mean) / (var + 1e-5).sqrt())
+                        .collect()
+                }
+            };
+            for (q, v) in out.into_iter().enumerate() {
+                buf[base + q * stride] = v;
+            }
+        }
+    }
+}
+
+/// Calls `f` with each output element's row-major index and the expression's value there.
+fn each_element(
+    d: &DenseEquation,
+    expr: &Expr,
+    terms: &[Operand],
+    o: &EvalOptions,
+    f: &mut dyn FnMut(usize, Option<f64>),
+) {
     let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+    let total: usize = dims.iter().product();
     // Per term, its stride along each output axis (0 where it does not vary).
     let steps: Vec<Vec<usize>> = terms
         .iter()
@@ -107,9 +196,9 @@ fn fused(d: &DenseEquation, terms: &[Operand], o: &EvalOptions, acc: &mut [f64])
     let mut idx = vec![0usize; dims.len()];
     let mut at = vec![0usize; terms.len()];
     let mut env = vec![0usize; d.extents.len()];
-    for slot in acc.iter_mut() {
-        for (&v, &i) in d.out.iter().zip(&idx) {
-            env[v] = i;
+    for i in 0..total {
+        for (&v, &x) in d.out.iter().zip(&idx) {
+            env[v] = x;
         }
         let cx = Element {
             terms,
@@ -117,9 +206,7 @@ fn fused(d: &DenseEquation, terms: &[Operand], o: &EvalOptions, acc: &mut [f64])
             env: &env,
             o,
         };
-        if let Some(x) = cx.eval(&d.expr) {
-            *slot += x;
-        }
+        f(i, cx.eval(expr));
         for ax in (0..dims.len()).rev() {
             idx[ax] += 1;
             for (a, s) in at.iter_mut().zip(&steps) {
@@ -180,6 +267,8 @@ impl Element<'_> {
                     0.0
                 }
             }
+            // Replaced by a term before elements are evaluated (`materialize`).
+            Expr::Normalize(..) => return None,
             Expr::Call(f, args) => {
                 let xs: Vec<f64> = args.iter().map(|a| self.eval(a)).collect::<Option<_>>()?;
                 match f {

@@ -6,6 +6,7 @@
 //! element, reading every term's value there, so functions and additions around a
 //! contraction cost one pass over memory, not one per operator.
 
+use crate::functions::Structural;
 use crate::semantics::{Checked, Family, Func, IndexFn, Kind, Node, Stratum, TensorId, VarId};
 use crate::syntax::ast::{BinOp, CmpOp};
 
@@ -68,6 +69,8 @@ pub enum Expr {
     Compare(CmpOp, Box<Expr>, Box<Expr>),
     /// An elementwise function.
     Call(Func, Vec<Expr>),
+    /// `softmax` or `lnorm` along a left-hand-side variable's axis.
+    Normalize(Structural, VarId, Box<Expr>),
 }
 
 /// A planned dense equation.
@@ -170,6 +173,7 @@ fn size(e: &Expr) -> usize {
         Expr::Product(fs) => fs.len() + fs.iter().map(|(_, f)| size(f)).sum::<usize>(),
         Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => 1 + size(a) + size(b),
         Expr::Call(_, args) => 1 + args.iter().map(size).sum::<usize>(),
+        Expr::Normalize(_, _, x) => 4 + size(x),
     }
 }
 
@@ -215,6 +219,11 @@ fn expr(n: &Node, out: &[VarId], extents: &[usize], terms: &mut Vec<Contraction>
         Node::Binary(op, a, b) => Expr::Binary(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
         Node::Compare(op, a, b) => Expr::Compare(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
         Node::Call(f, args) => Expr::Call(f.clone(), args.iter().map(sub).collect::<Option<_>>()?),
+        Node::Normalize(kind @ (Structural::Softmax | Structural::Lnorm), v, x)
+            if out.contains(v) =>
+        {
+            Expr::Normalize(*kind, *v, Box::new(sub(x)?))
+        }
         _ => return None,
     })
 }
@@ -424,11 +433,11 @@ mod tests {
     }
 
     #[test]
-    fn recursion_relations_index_arithmetic_and_softmax_are_not() {
+    fn recursion_relations_index_arithmetic_and_concat_are_not() {
         for src in [
             "X : real[3]\nY[i] = X[i + 1]\n",
             "E(0, 1).\nY[i] = E(i, j)\n",
-            "S : real[3, 4]\nP[i, j] = softmax(S[i, j])\n",
+            "S : real[3, 4]\nP[k] = concat(S[i, j])\n",
             "X : real[3]\nY[i] = X[i] X[j] (i != j)\n",
         ] {
             assert!(plans(src).iter().all(Option::is_none), "{src}");
