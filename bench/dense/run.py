@@ -39,6 +39,12 @@ WORKLOADS = {
         "x = rnd((256, 784)); w1 = rnd((512, 784)); b1 = rnd(512); w2 = rnd((512, 512)); "
         "b2 = rnd(512); w3 = rnd((10, 512)); b3 = rnd(10)",
         "(np.maximum(np.maximum(x @ w1.T + b1, 0) @ w2.T + b2, 0)) @ w3.T + b3", None),
+    "attention 8 heads, 512 positions, d=64": (
+        "H : 8\nP : 512\nD : 64\nQ : real[H, P, D]\nK : real[H, P, D]\nV : real[H, P, D]\n"
+        "Comp[h, p, q.] = softmax(Q[h, p, d] K[h, q, d] / 8)\nAttn[h, p, d] = Comp[h, p, q] V[h, q, d]\n",
+        "q = rnd((8, 512, 64)); k = rnd((8, 512, 64)); v = rnd((8, 512, 64))",
+        "s = q @ k.transpose(0, 2, 1) / 8; s = np.exp(s - s.max(-1, keepdims=True)); "
+        "s /= s.sum(-1, keepdims=True); s @ v", None),
 }
 
 PEER = r'''

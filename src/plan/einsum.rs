@@ -240,15 +240,18 @@ fn summed(n: &Node) -> Vec<VarId> {
     vs
 }
 
-/// Gathers factors and constants from sums (any variables) and products (no division).
+/// Gathers factors and constants from sums (any variables) and products (dividing only by
+/// constants, as in `Q[p, d] K[q, d] / 8`).
 fn collect(n: &Node, c: &mut Contraction) -> Option<()> {
     match n {
         Node::Sum { body, .. } => collect(body, c),
-        Node::Product(fs) => fs.iter().try_for_each(|(div, f)| {
-            if *div {
-                return None;
+        Node::Product(fs) => fs.iter().try_for_each(|(div, f)| match (div, f) {
+            (true, Node::Const(k)) => {
+                c.scale /= k;
+                Some(())
             }
-            collect(f, c)
+            (true, _) => None,
+            (false, f) => collect(f, c),
         }),
         Node::Const(k) => {
             c.scale *= k;
@@ -418,6 +421,10 @@ mod tests {
         let y = &p[0].as_ref().unwrap()[0];
         assert_eq!(y.terms.len(), 2);
         assert!(matches!(y.expr, Expr::Call(..)), "{:?}", y.expr);
+        let p = plans("Q : real[4, 8]\nK : real[4, 8]\nS[p, q] = softmax(Q[p, d] K[q, d] / 4)\n");
+        let s = &p[0].as_ref().unwrap()[0];
+        assert_eq!(s.terms[0].scale, 0.25);
+        assert!(matches!(s.expr, Expr::Normalize(..)), "{:?}", s.expr);
     }
 
     #[test]
