@@ -462,33 +462,13 @@ fn contract<'a>(
     let (keep_x, keep_y) = (with(&y), with(&x));
     let x = reduce(x, &keep_x, extents);
     let y = reduce(y, &keep_y, extents);
-    let shared = |v: &&VarId| y.vars.contains(v);
-    let batch: Vec<VarId> = x
-        .vars
-        .iter()
-        .filter(shared)
-        .filter(|v| keep.contains(v))
-        .copied()
-        .collect();
-    let inner: Vec<VarId> = x
-        .vars
-        .iter()
-        .filter(shared)
-        .filter(|v| !keep.contains(v))
-        .copied()
-        .collect();
-    let rows: Vec<VarId> = x
-        .vars
-        .iter()
-        .filter(|v| !y.vars.contains(v))
-        .copied()
-        .collect();
-    let cols: Vec<VarId> = y
-        .vars
-        .iter()
-        .filter(|v| !x.vars.contains(v))
-        .copied()
-        .collect();
+    let pick = |vars: &[VarId], test: &dyn Fn(&VarId) -> bool| -> Vec<VarId> {
+        vars.iter().copied().filter(|v| test(v)).collect()
+    };
+    let batch = pick(&x.vars, &|v| y.vars.contains(v) && keep.contains(v));
+    let inner = pick(&x.vars, &|v| y.vars.contains(v) && !keep.contains(v));
+    let rows = pick(&x.vars, &|v| !y.vars.contains(v));
+    let cols = pick(&y.vars, &|v| !x.vars.contains(v));
     let size = |vs: &[VarId]| -> usize { vs.iter().map(|&v| extents[v]).product() };
     let (b, m, k, n) = (size(&batch), size(&rows), size(&inner), size(&cols));
     let x = permute(
@@ -497,41 +477,46 @@ fn contract<'a>(
         extents,
     );
     let y = permute(y, &[batch.clone(), inner, cols.clone()].concat(), extents);
-    let mut data = vec![0.0; b * m * n];
-    if single {
+    let data = if single {
         // f32 operands, f32 products: the values are f32 already, so only the sums round.
         let narrow = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
-        let (xs, ys) = (narrow(&x.data), narrow(&y.data));
-        let mut out = vec![0.0f32; b * m * n];
-        for i in 0..b {
-            matmul(
-                (m, n, k),
-                &xs[i * m * k..(i + 1) * m * k],
-                &ys[i * k * n..(i + 1) * k * n],
-                &mut out[i * m * n..(i + 1) * m * n],
-                (0.0, 1.0),
-                threads,
-            );
-        }
-        for (d, o) in data.iter_mut().zip(out) {
-            *d = o as f64;
-        }
+        let out = batched(
+            (b, m, n, k),
+            &narrow(&x.data),
+            &narrow(&y.data),
+            (0.0, 1.0),
+            threads,
+        );
+        out.into_iter().map(f64::from).collect()
     } else {
-        for i in 0..b {
-            matmul(
-                (m, n, k),
-                &x.data[i * m * k..(i + 1) * m * k],
-                &y.data[i * k * n..(i + 1) * k * n],
-                &mut data[i * m * n..(i + 1) * m * n],
-                (0.0, 1.0),
-                threads,
-            );
-        }
-    }
+        batched((b, m, n, k), &x.data, &y.data, (0.0, 1.0), threads)
+    };
     Operand {
         vars: [batch, rows, cols].concat(),
         data: data.into(),
     }
+}
+
+/// `b` products of row-major `m×k` and `k×n` matrices, stacked.
+fn batched<T: 'static + Copy>(
+    (b, m, n, k): (usize, usize, usize, usize),
+    lhs: &[T],
+    rhs: &[T],
+    unit: (T, T),
+    threads: usize,
+) -> Vec<T> {
+    let mut out = vec![unit.0; b * m * n];
+    for i in 0..b {
+        matmul(
+            (m, n, k),
+            &lhs[i * m * k..(i + 1) * m * k],
+            &rhs[i * k * n..(i + 1) * k * n],
+            &mut out[i * m * n..(i + 1) * m * n],
+            unit,
+            threads,
+        );
+    }
+    out
 }
 
 /// `dst = lhs · rhs` for row-major `m×k` and `k×n` matrices of f32 or f64 (`unit` is the
