@@ -89,7 +89,17 @@ pub fn explain(p: &Checked, source: &str) -> String {
                     let eq = &p.equations[d.equation];
                     let _ = writeln!(out, "  {}", statement(eq, source));
                     for (k, c) in d.terms.iter().enumerate() {
-                        let _ = writeln!(out, "    term {}: {}", k + 1, order(p, c, &c.path));
+                        let mut what: Vec<String> =
+                            c.path.iter().map(|path| order(p, c, path)).collect();
+                        if let Some(r) = &c.sparse {
+                            what.push(format!("tuples of {}", p.tensors[r.tensor].name));
+                        }
+                        let _ = writeln!(
+                            out,
+                            "    term {}: {}",
+                            k + 1,
+                            what.join(" for each of the ")
+                        );
                     }
                     let fused = if matches!(d.expr, Expr::Term(_)) {
                         String::new()

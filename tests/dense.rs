@@ -169,3 +169,36 @@ fn large_contractions_do_not_depend_on_the_thread_count() {
         assert!((x - y).abs() <= 1e-5 * largest, "{x} vs {y}");
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(60))]
+
+    /// A relation joined with dense tensors (GNN aggregation, embedding lookup, a relation
+    /// embedded by two embeddings) runs tuple by tuple and must match the reference.
+    #[test]
+    fn relations_times_dense_tensors_match_the_reference(
+        edges in proptest::collection::vec((0usize..6, 0usize..6), 0..20),
+    ) {
+        let mut src = String::from("N : 6\nD : 3\nNeig : bool[N, N]\nZ : real[N, D]\nEmb : real[N, D]\n");
+        src.push_str("W : real[D, D]\n");
+        for (a, b) in &edges {
+            src.push_str(&format!("Neig({a}, {b}).\n"));
+        }
+        src.push_str(
+            "Agg[n, d] = Neig(n, m) Z[m, d]\n\
+             Mix[n, d] = relu(Neig(n, m) Z[m, d] + Z[n, d])\n\
+             EmbR[i, j] = Neig(x, y) Emb[x, i] Emb[y, j]\n\
+             Deg[n] = 1.5 Neig(n, m)\n\
+             Gate[n, d] = Neig(n, m) Z[m, d] Emb[n, d]\n\
+             Chain[n, d] = Neig(n, m) Z[m, e] W[e, d]\n\
+             Y = Agg[n, d] Agg[n, d] + Mix[n, d] + EmbR[i, j] + Deg[n]\n",
+        );
+        for name in ["Agg", "Mix", "EmbR", "Deg", "Gate", "Chain"] {
+            let a = tensor(&src, &Reference, 1, name);
+            let b = tensor(&src, &Standard, 1, name);
+            for (x, y) in a.iter().zip(&b) {
+                prop_assert!((x - y).abs() <= 1e-5 * (1.0 + x.abs()), "{}: {} vs {} in\n{}", name, x, y, src);
+            }
+        }
+    }
+}

@@ -75,11 +75,24 @@ fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory: u64) -> b
                 .zip(&f.vars)
                 .all(|(&n, &x)| n == d.extents[x])
     });
+    let relations = d.terms.iter().flat_map(|c| &c.sparse).all(|f| {
+        let v = &values[f.tensor];
+        matches!(v.storage, Storage::Relation(_))
+            && v.rank() == f.vars.len()
+            && v.shape
+                .iter()
+                .zip(&f.vars)
+                .all(|(&n, &x)| n == d.extents[x])
+    });
     let target = &p.tensors[d.target].shape;
     let out_ok =
         target.len() == d.out.len() && target.iter().zip(&d.out).all(|(&n, &x)| n == d.extents[x]);
-    let elements: f64 = d.terms.iter().map(|c| intermediates(c, &c.path).1).sum();
-    shaped && out_ok && 8.0 * elements <= max_memory as f64
+    let elements: f64 = d
+        .terms
+        .iter()
+        .filter_map(|c| Some(intermediates(c, c.path.as_ref()?).1))
+        .sum();
+    shaped && relations && out_ok && 8.0 * elements <= max_memory as f64
 }
 
 /// Adds the equation's value at every output element to `acc` (row-major over `d.out`).
@@ -293,7 +306,7 @@ fn intermediates(c: &Contraction, path: &Path) -> (Vec<VarId>, f64) {
         }
     }
     let needed = |v: &VarId| {
-        c.out.contains(v)
+        c.keep.contains(v)
             || c.factors
                 .iter()
                 .enumerate()
@@ -327,15 +340,152 @@ fn leaves(path: &Path) -> Vec<usize> {
 
 /// A term's value over its free variables (in left-hand-side order), scaled.
 fn term<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) -> Operand<'a> {
-    let root = subtree(c, &c.path, values, threads);
-    let root = reduce(root, &c.out, &c.extents);
-    let mut root = permute(root, &c.out, &c.extents);
+    let mut root = match &c.sparse {
+        Some(f) => match &values[f.tensor].storage {
+            Storage::Relation(r) => scatter(c, &f.vars, r, &sparse_operands(c, values, threads)),
+            _ => Operand {
+                vars: c.out.clone(),
+                data: Cow::Owned(vec![0.0; c.out.iter().map(|&v| c.extents[v]).product()]),
+            },
+        },
+        None => match &c.path {
+            Some(path) => {
+                let dense = reduce(subtree(c, path, values, threads), &c.keep, &c.extents);
+                permute(dense, &c.out, &c.extents)
+            }
+            None => Operand {
+                vars: Vec::new(),
+                data: Cow::Owned(vec![1.0]),
+            },
+        },
+    };
     if c.scale != 1.0 {
         for x in root.data.to_mut().iter_mut() {
             *x *= c.scale;
         }
     }
     root
+}
+
+/// The term's value over `c.out` when a relation multiplies dense operands: for every
+/// tuple, the product of the operands' values at the tuple's positions is added to the
+/// result there (variables the tuple does not fix run over their extents). Time is linear in
+/// the tuples times that slice; the relation is never made dense.
+fn scatter<'a>(
+    c: &Contraction,
+    rel_vars: &[VarId],
+    rel: &crate::tensor::Relation,
+    parts: &[Operand],
+) -> Operand<'a> {
+    let out_strides = strides(&c.out, &c.extents);
+    let part_strides: Vec<Vec<usize>> =
+        parts.iter().map(|o| strides(&o.vars, &c.extents)).collect();
+    // Per variable: its extent, its stride in the result, and its stride in each operand.
+    let axis = |v: VarId| {
+        let within =
+            |vars: &[VarId], s: &[usize]| vars.iter().position(|&x| x == v).map_or(0, |k| s[k]);
+        let steps: Vec<usize> = parts
+            .iter()
+            .zip(&part_strides)
+            .map(|(o, s)| within(&o.vars, s))
+            .collect();
+        (c.extents[v], within(&c.out, &out_strides), steps)
+    };
+    let free: Vec<(usize, usize, Vec<usize>)> = c
+        .out
+        .iter()
+        .filter(|v| !rel_vars.contains(v))
+        .map(|&v| axis(v))
+        .collect();
+    let fixed: Vec<(usize, usize, Vec<usize>)> = rel_vars.iter().map(|&v| axis(v)).collect();
+    let total: usize = c.out.iter().map(|&v| c.extents[v]).product();
+    let slice: usize = free.iter().map(|f| f.0).product();
+    let mut data = vec![0.0; total];
+    let mut idx = vec![0usize; free.len()];
+    let mut at = vec![0usize; parts.len()];
+    for tuple in rel.iter() {
+        if tuple.iter().zip(&fixed).any(|(&x, f)| x as usize >= f.0) {
+            continue;
+        }
+        let mut at_out = 0usize;
+        at.iter_mut().for_each(|a| *a = 0);
+        for (&x, (_, so, sp)) in tuple.iter().zip(&fixed) {
+            at_out += x as usize * so;
+            for (a, s) in at.iter_mut().zip(sp) {
+                *a += x as usize * s;
+            }
+        }
+        // The common case, one operand whose free slice is contiguous like the result's
+        // (`Neig(n, m) Z[m, d]`): add a row to a row.
+        if let ([part], [(n, 1, steps)]) = (parts, free.as_slice()) {
+            if steps[0] == 1 {
+                let (src, dst) = (&part.data[at[0]..at[0] + n], &mut data[at_out..at_out + n]);
+                for (d, &x) in dst.iter_mut().zip(src) {
+                    *d += x;
+                }
+                continue;
+            }
+        }
+        idx.iter_mut().for_each(|i| *i = 0);
+        for _ in 0..slice {
+            data[at_out] += parts
+                .iter()
+                .zip(&at)
+                .map(|(o, &k)| o.data[k])
+                .product::<f64>();
+            for (ax, (n, so, sp)) in free.iter().enumerate().rev() {
+                idx[ax] += 1;
+                at_out += so;
+                for (a, s) in at.iter_mut().zip(sp) {
+                    *a += s;
+                }
+                if idx[ax] < *n {
+                    break;
+                }
+                at_out -= so * n;
+                for (a, s) in at.iter_mut().zip(sp) {
+                    *a -= s * n;
+                }
+                idx[ax] = 0;
+            }
+        }
+    }
+    Operand {
+        vars: c.out.clone(),
+        data: data.into(),
+    }
+}
+
+/// The dense operands a relation multiplies: each factor alone, summed over the variables
+/// only it has, when no two factors share a summed variable (then each tuple needs only a
+/// product of slices, as in `R(x, y) Emb[x, i] Emb[y, j]`); otherwise their planned product.
+fn sparse_operands<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) -> Vec<Operand<'a>> {
+    let shared = c.factors.iter().enumerate().any(|(i, f)| {
+        f.vars.iter().any(|v| {
+            !c.keep.contains(v)
+                && c.factors
+                    .iter()
+                    .enumerate()
+                    .any(|(j, g)| i != j && g.vars.contains(v))
+        })
+    });
+    match &c.path {
+        Some(path) if shared => vec![reduce(
+            subtree(c, path, values, threads),
+            &c.keep,
+            &c.extents,
+        )],
+        Some(_) => (0..c.factors.len())
+            .map(|k| {
+                reduce(
+                    subtree(c, &Path::Leaf(k), values, threads),
+                    &c.keep,
+                    &c.extents,
+                )
+            })
+            .collect(),
+        None => Vec::new(),
+    }
 }
 
 /// Evaluates a subtree, keeping the variables needed outside it.
@@ -356,7 +506,7 @@ fn subtree<'a>(c: &Contraction, path: &Path, values: &'a [Tensor], threads: usiz
             let inside = leaves(path);
             let keep: Vec<VarId> = (0..c.extents.len())
                 .filter(|v| {
-                    c.out.contains(v)
+                    c.keep.contains(v)
                         || c.factors
                             .iter()
                             .enumerate()

@@ -39,13 +39,18 @@ pub struct Contraction {
     pub scale: f64,
     /// Extent of every variable of the equation.
     pub extents: Vec<usize>,
-    /// Contraction order.
-    pub path: Path,
+    /// Contraction order of the dense factors (`None` when there are none: a relation alone).
+    pub path: Option<Path>,
     /// Multiply-adds of that order, times two.
     pub flops: f64,
     /// Whether its products run in f32: every factor and the target hold f32 (or narrower)
     /// values, so f32 products are exact and only the sums round, as in PyTorch.
     pub single: bool,
+    /// A Boolean relation multiplying the dense factors (`Neig(n, m) Z[m, d]`): its tuples
+    /// select what the dense product adds where, in time linear in the tuples.
+    pub sparse: Option<Factor>,
+    /// What the dense factors' product keeps: `out`, then the relation's other variables.
+    pub keep: Vec<VarId>,
 }
 
 /// The elementwise expression over the terms, evaluated in f64 as the reference does.
@@ -141,7 +146,7 @@ fn dense_equation(p: &Checked, e: usize) -> Option<DenseEquation> {
     }
     let extents: Vec<usize> = eq.vars.iter().map(|v| v.range).collect();
     let mut terms = Vec::new();
-    let expr = expr(&eq.rhs, &out, &extents, &mut terms)?;
+    let expr = expr(p, &eq.rhs, &out, &extents, &mut terms)?;
     if terms.is_empty() {
         return None;
     }
@@ -179,8 +184,14 @@ fn size(e: &Expr) -> usize {
 
 /// The elementwise expression of a node outside every summation with variables; summations
 /// with variables, and reads, become terms.
-fn expr(n: &Node, out: &[VarId], extents: &[usize], terms: &mut Vec<Contraction>) -> Option<Expr> {
-    let mut sub = |x: &Node| expr(x, out, extents, terms);
+fn expr(
+    p: &Checked,
+    n: &Node,
+    out: &[VarId],
+    extents: &[usize],
+    terms: &mut Vec<Contraction>,
+) -> Option<Expr> {
+    let mut sub = |x: &Node| expr(p, x, out, extents, terms);
     Some(match n {
         Node::Sum { vars, body } if vars.is_empty() => return sub(body),
         Node::Sum { .. } | Node::Read { .. } => {
@@ -189,21 +200,37 @@ fn expr(n: &Node, out: &[VarId], extents: &[usize], terms: &mut Vec<Contraction>
                 factors: Vec::new(),
                 scale: 1.0,
                 extents: extents.to_vec(),
-                path: Path::Leaf(0),
+                path: None,
                 flops: 0.0,
                 single: false,
+                sparse: None,
+                keep: Vec::new(),
             };
-            collect(n, &mut c)?;
+            collect(p, n, &mut c)?;
             // Free variables must all be on the left-hand side; summed ones must be read (a
             // summed variable no factor reads would multiply the term by its extent).
-            let read = |v: VarId| c.factors.iter().any(|f| f.vars.contains(&v));
-            if c.factors.is_empty() || !summed(n).into_iter().all(read) {
+            let read = |v: VarId| {
+                c.factors
+                    .iter()
+                    .chain(&c.sparse)
+                    .any(|f| f.vars.contains(&v))
+            };
+            let empty = c.factors.is_empty() && c.sparse.is_none();
+            if empty || !summed(n).into_iter().all(read) {
                 return None;
             }
             c.out = out.iter().copied().filter(|&v| read(v)).collect();
-            let (path, flops) = best_path(&c);
-            c.path = path;
-            c.flops = flops;
+            c.keep = c.out.clone();
+            for &v in c.sparse.iter().flat_map(|f| &f.vars) {
+                if !c.keep.contains(&v) {
+                    c.keep.push(v);
+                }
+            }
+            if !c.factors.is_empty() {
+                let (path, flops) = best_path(&c);
+                c.path = Some(path);
+                c.flops = flops;
+            }
             terms.push(c);
             Expr::Term(terms.len() - 1)
         }
@@ -241,17 +268,17 @@ fn summed(n: &Node) -> Vec<VarId> {
 }
 
 /// Gathers factors and constants from sums (any variables) and products (dividing only by
-/// constants, as in `Q[p, d] K[q, d] / 8`).
-fn collect(n: &Node, c: &mut Contraction) -> Option<()> {
+/// constants, as in `Q[p, d] K[q, d] / 8`), and at most one Boolean relation.
+fn collect(p: &Checked, n: &Node, c: &mut Contraction) -> Option<()> {
     match n {
-        Node::Sum { body, .. } => collect(body, c),
+        Node::Sum { body, .. } => collect(p, body, c),
         Node::Product(fs) => fs.iter().try_for_each(|(div, f)| match (div, f) {
             (true, Node::Const(k)) => {
                 c.scale /= k;
                 Some(())
             }
             (true, _) => None,
-            (false, f) => collect(f, c),
+            (false, f) => collect(p, f, c),
         }),
         Node::Const(k) => {
             c.scale *= k;
@@ -272,10 +299,18 @@ fn collect(n: &Node, c: &mut Contraction) -> Option<()> {
             if (1..vars.len()).any(|k| vars[..k].contains(&vars[k])) {
                 return None;
             }
-            c.factors.push(Factor {
+            let f = Factor {
                 tensor: *tensor,
                 vars,
-            });
+            };
+            if p.tensors[*tensor].kind == Kind::Bool {
+                if c.sparse.is_some() {
+                    return None;
+                }
+                c.sparse = Some(f);
+            } else {
+                c.factors.push(f);
+            }
             Some(())
         }
         _ => None,
@@ -296,7 +331,7 @@ fn kept(c: &Contraction, set: u32) -> Vec<VarId> {
         }
     }
     vs.retain(|v| {
-        c.out.contains(v)
+        c.keep.contains(v)
             || c.factors
                 .iter()
                 .enumerate()
@@ -434,7 +469,9 @@ mod tests {
             "A : real[50, 50]\nB : real[50, 50]\nX : real[50]\nY[i] = A[i, j] B[j, k] X[k]\n",
         );
         let c = &p[0].as_ref().unwrap()[0].terms[0];
-        let Path::Pair(l, r) = &c.path else { panic!() };
+        let Some(Path::Pair(l, r)) = &c.path else {
+            panic!()
+        };
         assert!(matches!(**l, Path::Leaf(0)), "{:?}", c.path);
         assert!(matches!(**r, Path::Pair(..)), "{:?}", c.path);
     }
