@@ -477,10 +477,10 @@ mod tests {
     }
 
     #[test]
-    fn recursion_relations_index_arithmetic_and_concat_are_not() {
+    fn recursion_two_relations_index_arithmetic_and_concat_are_not() {
         for src in [
             "X : real[3]\nY[i] = X[i + 1]\n",
-            "E(0, 1).\nY[i] = E(i, j)\n",
+            "E(0, 1).\nY[i] = E(i, j) E(j, k)\n",
             "S : real[3, 4]\nP[k] = concat(S[i, j])\n",
             "X : real[3]\nY[i] = X[i] X[j] (i != j)\n",
         ] {
