@@ -377,6 +377,9 @@ impl Ctx<'_> {
         for (name, node, size) in names {
             let root = self.uf.find(node);
             match self.domain_of_root.get(&root) {
+                // Another declared integer domain joined to this one by an index: one
+                // domain with two names (declared extents that differ are E0201 where used).
+                Some(&d) if !self.domains[d].symbolic => {}
                 Some(&d) => {
                     self.domains[d].name = Some(name.clone());
                     if size.is_some() {

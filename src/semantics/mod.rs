@@ -290,6 +290,17 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn declared_integer_domains_joined_by_an_index_are_one_domain() {
+        let joined = "N : 6\nD : 6\nZ : real[N, D]\nE : real[N, D]\nC[n, d] = Z[n, e] E[e, d]\n";
+        assert_eq!(error_codes(joined), Vec::<&str>::new());
+        let clash = joined.replace("D : 6", "D : 5");
+        assert_eq!(
+            error_codes(&clash),
+            vec![crate::diagnostics::codes::EXTENT_MISMATCH]
+        );
+    }
+
+    #[test]
     fn symbols_are_numbered_per_domain_in_source_order() {
         let c = checked("Parent(Bob, Cid).\nAnc(Ann, Bob).\nAnc(x, y) :- Parent(x, y).\nAnc(x, z) :- Anc(x, y), Parent(y, z).\nKids[x] = Parent(x, y)\n");
         let anc = c.tensor_id("Anc").unwrap();
