@@ -45,6 +45,10 @@ WORKLOADS = {
         "q = rnd((8, 512, 64)); k = rnd((8, 512, 64)); v = rnd((8, 512, 64))",
         "s = q @ k.transpose(0, 2, 1) / 8; s = np.exp(s - s.max(-1, keepdims=True)); "
         "s /= s.sum(-1, keepdims=True); s @ v", None),
+    "1,000 tiny equations (4-element vectors)": (
+        "X0 = [1, 2, 3, 4]\n" + "".join("X%d[i] = 0.5 X%d[i] + 1\n" % (k + 1, k) for k in range(1000)),
+        "x = rnd(4)",
+        "y = x\nfor _ in range(1000): y = 0.5 * y + 1", None),
 }
 
 PEER = r'''
