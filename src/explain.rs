@@ -1,16 +1,15 @@
 //! `tl explain`: how each stratum will be evaluated — by semi-naive joins (with the join order
 //! and the index each atom is looked up by, the variable order of a worst-case-optimal join
 //! for a cyclic body, and whether bit matrices may take over), by semi-naive `min=`/`max=`
-//! joins, or by the reference loops (with the size of each iteration space) — so a user can
-//! see why a program is fast or slow.
+//! joins, by contraction trees for dense equations (order and FLOPs), or by the reference
+//! loops (with the size of each iteration space) — so a user can see why a program is fast
+//! or slow. It prints the plan `plan::plan` makes, which is the one evaluation follows.
 
 use crate::output::label;
 use crate::plan::chains::chains;
-use crate::plan::datalog::{
-    cyclic, join_order, plan_counts, plan_extremum, plan_stratum, variable_order, Atom, JoinStep,
-    Rule, Term,
-};
-use crate::plan::einsum::{plan_dense, Contraction, Expr, Path};
+use crate::plan::datalog::{cyclic, join_order, variable_order, Atom, JoinStep, Rule, Term};
+use crate::plan::einsum::{Contraction, Expr, Path};
+use crate::plan::StratumPlan;
 use crate::semantics::{Checked, Equation, Family, Stratum};
 use crate::tensor::Storage;
 use std::fmt::Write;
@@ -18,7 +17,8 @@ use std::fmt::Write;
 /// The plan of every stratum, in evaluation order.
 pub fn explain(p: &Checked, source: &str) -> String {
     let mut out = String::new();
-    for (k, st) in p.strata.iter().enumerate() {
+    let plan = crate::plan::plan(p);
+    for (k, (st, sp)) in p.strata.iter().zip(&plan.strata).enumerate() {
         let names: Vec<&str> = st
             .tensors
             .iter()
@@ -34,20 +34,20 @@ pub fn explain(p: &Checked, source: &str) -> String {
         } else {
             "not recursive"
         };
-        match plan_stratum(p, st) {
-            Some(rules) if !rules.is_empty() => {
+        match sp {
+            StratumPlan::Datalog(rules) => {
                 let _ = writeln!(out, "stratum {}: {names} ({kind}), semi-naive joins", k + 1);
-                if st.recursive && chains(&rules).is_some() {
+                if st.recursive && chains(rules).is_some() {
                     let _ = writeln!(
                         out,
                         "  products of binary relations: bit-matrix rows once a relation is dense"
                     );
                 }
-                for r in &rules {
+                for r in rules {
                     rule_plan(&mut out, p, st, r, source);
                 }
             }
-            _ if plan_extremum(p, st).is_some_and(|r| !r.is_empty()) => {
+            StratumPlan::Extremum(rules) => {
                 let family = if p.tensors[st.tensors[0]].family == Family::Min {
                     "min="
                 } else {
@@ -58,34 +58,34 @@ pub fn explain(p: &Checked, source: &str) -> String {
                     "stratum {}: {names} ({kind}), semi-naive {family} joins over improved elements",
                     k + 1
                 );
-                for vr in plan_extremum(p, st).unwrap_or_default() {
+                for vr in rules {
                     rule_plan(&mut out, p, st, &vr.rule, source);
                 }
             }
-            _ if plan_counts(p, st).is_some_and(|r| !r.is_empty()) => {
+            StratumPlan::Counts(rules) => {
                 let _ = writeln!(
                     out,
                     "stratum {}: {names} ({kind}), counting by joins",
                     k + 1
                 );
-                for r in plan_counts(p, st).unwrap_or_default() {
+                for r in rules {
                     let eq = &p.equations[r.equation];
                     let _ = writeln!(out, "  {}", statement(eq, source));
                     let size = |t: usize| data_size(p, t);
                     let _ = writeln!(
                         out,
                         "    join: {}",
-                        steps(p, &r, eq, &join_order(&r, None, &size))
+                        steps(p, r, eq, &join_order(r, None, &size))
                     );
                 }
             }
-            _ if plan_dense(p, st).is_some_and(|c| !c.is_empty()) => {
+            StratumPlan::Dense(plans) => {
                 let _ = writeln!(
                     out,
                     "stratum {}: {names} ({kind}), dense contractions (matrix products)",
                     k + 1
                 );
-                for d in plan_dense(p, st).unwrap_or_default() {
+                for d in plans {
                     let eq = &p.equations[d.equation];
                     let _ = writeln!(out, "  {}", statement(eq, source));
                     for (k, c) in d.terms.iter().enumerate() {
@@ -109,7 +109,7 @@ pub fn explain(p: &Checked, source: &str) -> String {
                     let _ = writeln!(out, "    {:.3e} FLOPs{fused}", d.flops);
                 }
             }
-            _ => {
+            StratumPlan::Loops => {
                 let _ = writeln!(out, "stratum {}: {names} ({kind}), reference loops", k + 1);
                 for &e in &st.equations {
                     let eq = &p.equations[e];

@@ -226,9 +226,9 @@ impl Session {
         syntax::parse_query(text, &is_function)
     }
 
-    /// Checks the program once, then evaluates it `repeat` times and returns how long each
-    /// evaluation took: the engine's time alone, without parsing, checking, loading files or
-    /// writing results (`tl bench`).
+    /// Checks and plans the program once, then evaluates it `repeat` times and returns how
+    /// long each evaluation took: the engine's time alone, without parsing, checking,
+    /// planning, loading files or writing results (`tl bench`).
     pub fn time_evaluation(
         &mut self,
         engine: &dyn Engine,
@@ -238,10 +238,11 @@ impl Session {
         self.check(&options.settings)?;
         let checked = self.checked.as_ref().ok_or_else(not_checked)?;
         let eval = eval_options(options, &self.functions);
+        let plan = crate::plan::plan(checked);
         let mut times = Vec::with_capacity(repeat);
         for _ in 0..repeat.max(1) {
             let start = std::time::Instant::now();
-            let values = engine.evaluate(checked, &eval)?;
+            let values = engine.evaluate_planned(checked, &plan, &eval)?;
             times.push(start.elapsed());
             self.values = Some(values);
         }

@@ -8,6 +8,7 @@ mod relational;
 
 use crate::diagnostics::Diagnostics;
 use crate::functions::UserFunction;
+use crate::plan::{Plan, StratumPlan};
 use crate::semantics::{Checked, Query, Stratum};
 use crate::tensor::Tensor;
 use std::collections::BTreeMap;
@@ -55,10 +56,19 @@ impl Engine for Standard {
     }
 
     fn evaluate(&self, p: &Checked, o: &EvalOptions) -> Result<Vec<Tensor>, Diagnostics> {
+        self.evaluate_planned(p, &crate::plan::plan(p), o)
+    }
+
+    fn evaluate_planned(
+        &self,
+        p: &Checked,
+        plan: &Plan,
+        o: &EvalOptions,
+    ) -> Result<Vec<Tensor>, Diagnostics> {
         let mut values = reference::initial_values(p, o)?;
         let pool = thread_pool(o);
-        for st in &p.strata {
-            standard_stratum(p, st, &mut values, o, pool.as_ref())?;
+        for (st, sp) in p.strata.iter().zip(&plan.strata) {
+            standard_stratum(p, st, sp, &mut values, o, pool.as_ref())?;
         }
         Ok(values)
     }
@@ -72,13 +82,14 @@ impl Engine for Standard {
         q: &Query,
     ) -> Result<Vec<Tensor>, Diagnostics> {
         use crate::plan::demand::{closure, plan_demand};
+        let plan = crate::plan::plan(p);
         let mut values = reference::initial_values(p, o)?;
         let pool = thread_pool(o);
         let mut done = vec![false; p.strata.len()];
         let mut run_for = |values: &mut [Tensor], needed: std::collections::BTreeSet<usize>| {
-            for (st, done) in p.strata.iter().zip(done.iter_mut()) {
+            for ((st, sp), done) in p.strata.iter().zip(&plan.strata).zip(done.iter_mut()) {
                 if !*done && st.tensors.iter().any(|t| needed.contains(t)) {
-                    standard_stratum(p, st, values, o, pool.as_ref())?;
+                    standard_stratum(p, st, sp, values, o, pool.as_ref())?;
                     *done = true;
                 }
             }
@@ -107,33 +118,36 @@ fn thread_pool(o: &EvalOptions) -> Option<rayon::ThreadPool> {
         .flatten()
 }
 
-/// Evaluates one stratum by the fastest evaluator that handles it.
+/// Evaluates one stratum as planned.
 fn standard_stratum(
     p: &Checked,
     st: &Stratum,
+    plan: &StratumPlan,
     values: &mut [Tensor],
     o: &EvalOptions,
     pool: Option<&rayon::ThreadPool>,
 ) -> Result<(), Diagnostics> {
-    use crate::plan::{datalog, einsum};
-    if let Some(rules) = datalog::plan_stratum(p, st).filter(|r| !r.is_empty()) {
-        return relational::evaluate_stratum(p, st, &rules, values, o, pool);
-    }
-    if let Some(rules) = datalog::plan_counts(p, st).filter(|r| !r.is_empty()) {
-        relational::evaluate_counts(p, st, &rules, values);
-        return Ok(());
-    }
-    // The next two may decline at run time (inputs not as planned, or a case whose outcome
-    // the reference evaluator defines); the reference loops then run.
-    if let Some(rules) = datalog::plan_extremum(p, st).filter(|r| !r.is_empty()) {
-        if relational::evaluate_extremum(p, st, &rules, values, o) {
+    match plan {
+        StratumPlan::Datalog(rules) => {
+            return relational::evaluate_stratum(p, st, rules, values, o, pool)
+        }
+        StratumPlan::Counts(rules) => {
+            relational::evaluate_counts(p, st, rules, values);
             return Ok(());
         }
-    }
-    if let Some(plans) = einsum::plan_dense(p, st).filter(|r| !r.is_empty()) {
-        if dense::evaluate_dense(p, st, &plans, values, o, pool) {
-            return Ok(());
+        // These two may decline at run time (inputs not as planned, or a case whose outcome
+        // the reference evaluator defines); the reference loops then run.
+        StratumPlan::Extremum(rules) => {
+            if relational::evaluate_extremum(p, st, rules, values, o) {
+                return Ok(());
+            }
         }
+        StratumPlan::Dense(plans) => {
+            if dense::evaluate_dense(p, st, plans, values, o, pool) {
+                return Ok(());
+            }
+        }
+        StratumPlan::Loops => {}
     }
     reference::evaluate_stratum(p, st, values, o)
 }
@@ -183,6 +197,16 @@ pub trait Engine {
         program: &Checked,
         options: &EvalOptions,
         _query: &Query,
+    ) -> Result<Vec<Tensor>, Diagnostics> {
+        self.evaluate(program, options)
+    }
+    /// Values of every tensor, with the strata planned beforehand by [`crate::plan::plan`]
+    /// (engines that do not plan ignore it).
+    fn evaluate_planned(
+        &self,
+        program: &Checked,
+        _plan: &Plan,
+        options: &EvalOptions,
     ) -> Result<Vec<Tensor>, Diagnostics> {
         self.evaluate(program, options)
     }
