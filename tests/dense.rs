@@ -202,3 +202,47 @@ proptest! {
         }
     }
 }
+
+/// A row of a batched product, softmax or lnorm is bit-identical to the same row computed
+/// alone (SPEC §9's batch invariance).
+#[test]
+fn rows_do_not_depend_on_the_batch() {
+    let (k, n) = (300, 70);
+    let value = |i: usize| ((i * 7919) % 1000) as f64 / 500.0 - 1.0;
+    let w: Vec<f64> = (0..k * n).map(|i| value(i + 17) as f32 as f64).collect();
+    let run = |rows: &[usize]| {
+        let mut s = Session::new();
+        let src = format!(
+            "B : {}\nK : {k}\nN : {n}\nX : real[B, K]\nW : real[K, N]\n\
+             Y[b, n] = X[b, k] W[k, n]\nS[b, n] = softmax(Y[b, n])\nL[b, n] = lnorm(Y[b, n])\n",
+            rows.len()
+        );
+        s.load_source("b.tl", &src, Path::new(".")).unwrap();
+        let x: Vec<f64> = rows
+            .iter()
+            .flat_map(|&r| (0..k).map(move |j| value(r * k + j) as f32 as f64))
+            .collect();
+        let f32 = tensor_logic::ElemType::F32;
+        s.bind(
+            "X",
+            &tensor_logic::Tensor::dense(f32, vec![rows.len(), k], x).unwrap(),
+        );
+        s.bind(
+            "W",
+            &tensor_logic::Tensor::dense(f32, vec![k, n], w.clone()).unwrap(),
+        );
+        s.run(&RunOptions::default()).unwrap();
+        ["Y", "S", "L"].map(|name| match &s.tensor(name).unwrap().storage {
+            Storage::Dense(v) => v.clone(),
+            other => panic!("{other:?}"),
+        })
+    };
+    let batch: Vec<usize> = (0..37).collect();
+    let all = run(&batch);
+    for r in [0, 5, 36] {
+        let alone = run(&[r]);
+        for (name, (a, b)) in ["Y", "S", "L"].iter().zip(all.iter().zip(&alone)) {
+            assert_eq!(&a[r * n..(r + 1) * n], &b[..], "{name} row {r}");
+        }
+    }
+}
