@@ -134,10 +134,20 @@ fn materialize<'a>(
         Expr::Normalize(kind, var, x) => {
             let inner = sub(x);
             let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
-            let mut buf = vec![0.0; dims.iter().product()];
-            each_element(d, &inner, terms, o, &mut |i, v| {
-                buf[i] = v.unwrap_or(f64::NAN)
-            });
+            let total: usize = dims.iter().product();
+            let mut buf = match inner {
+                // A term laid out like the output (`softmax(Q K / 8)`) is copied as it is.
+                Expr::Term(k) if terms[k].vars == d.out && terms[k].data.len() == total => {
+                    terms[k].data.to_vec()
+                }
+                _ => {
+                    let mut buf = vec![0.0; total];
+                    each_element(d, &inner, terms, o, &mut |i, v| {
+                        buf[i] = v.unwrap_or(f64::NAN)
+                    });
+                    buf
+                }
+            };
             if let Some(axis) = d.out.iter().position(|v| v == var) {
                 normalize(&mut buf, &dims, axis, *kind);
             }
