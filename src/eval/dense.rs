@@ -9,7 +9,7 @@
 
 use super::EvalOptions;
 use crate::functions::Structural;
-use crate::plan::einsum::{Contraction, DenseEquation, Expr, Path};
+use crate::plan::einsum::{kept, Contraction, DenseEquation, Expr, Path};
 use crate::semantics::Func;
 use crate::semantics::{Checked, Stratum, VarId};
 use crate::tensor::{Storage, Tensor};
@@ -90,7 +90,7 @@ fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory: u64) -> b
     let elements: f64 = d
         .terms
         .iter()
-        .filter_map(|c| Some(intermediates(c, c.path.as_ref()?).1))
+        .filter_map(|c| Some(intermediates(c, c.path.as_ref()?)))
         .sum();
     shaped && relations && out_ok && 8.0 * elements <= max_memory as f64
 }
@@ -303,48 +303,14 @@ impl Element<'_> {
     }
 }
 
-/// Variables a subtree's result keeps, and the elements of all intermediates inside it
-/// (counting each pairwise result and its operands' permuted copies).
-fn intermediates(c: &Contraction, path: &Path) -> (Vec<VarId>, f64) {
-    let leaves = leaves(path);
-    let mut vars: Vec<VarId> = Vec::new();
-    for &k in &leaves {
-        for &v in &c.factors[k].vars {
-            if !vars.contains(&v) {
-                vars.push(v);
-            }
-        }
-    }
-    let needed = |v: &VarId| {
-        c.keep.contains(v)
-            || c.factors
-                .iter()
-                .enumerate()
-                .any(|(k, f)| !leaves.contains(&k) && f.vars.contains(v))
-    };
-    vars.retain(needed);
-    let size: f64 = vars.iter().map(|&v| c.extents[v] as f64).product();
+/// Elements of all intermediates of a subtree: each pairwise result, plus each factor's
+/// permuted copy.
+fn intermediates(c: &Contraction, path: &Path) -> f64 {
+    let volume = |vars: &[VarId]| vars.iter().map(|&v| c.extents[v] as f64).product::<f64>();
+    let size = volume(&kept(c, path.factors()));
     match path {
-        Path::Leaf(k) => {
-            let own: f64 = c.factors[*k]
-                .vars
-                .iter()
-                .map(|&v| c.extents[v] as f64)
-                .product();
-            (vars, own + size)
-        }
-        Path::Pair(a, b) => {
-            let (_, ea) = intermediates(c, a);
-            let (_, eb) = intermediates(c, b);
-            (vars, ea + eb + size)
-        }
-    }
-}
-
-fn leaves(path: &Path) -> Vec<usize> {
-    match path {
-        Path::Leaf(k) => vec![*k],
-        Path::Pair(a, b) => [leaves(a), leaves(b)].concat(),
+        Path::Leaf(k) => volume(&c.factors[*k].vars) + size,
+        Path::Pair(a, b) => intermediates(c, a) + intermediates(c, b) + size,
     }
 }
 
@@ -513,16 +479,7 @@ fn subtree<'a>(c: &Contraction, path: &Path, values: &'a [Tensor], threads: usiz
             }
         }
         Path::Pair(a, b) => {
-            let inside = leaves(path);
-            let keep: Vec<VarId> = (0..c.extents.len())
-                .filter(|v| {
-                    c.keep.contains(v)
-                        || c.factors
-                            .iter()
-                            .enumerate()
-                            .any(|(k, f)| !inside.contains(&k) && f.vars.contains(v))
-                })
-                .collect();
+            let keep = kept(c, path.factors());
             let x = subtree(c, a, values, threads);
             let y = subtree(c, b, values, threads);
             contract(x, y, &keep, &c.extents, (threads, c.single))

@@ -28,6 +28,16 @@ pub enum Path {
     Pair(Box<Path>, Box<Path>),
 }
 
+impl Path {
+    /// The factors under this node, as a bitmask (what [`kept`] takes).
+    pub fn factors(&self) -> u32 {
+        match self {
+            Path::Leaf(k) => 1 << k,
+            Path::Pair(a, b) => a.factors() | b.factors(),
+        }
+    }
+}
+
 /// One term: a sum over a product of factors, scaled by the product of its constants.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Contraction {
@@ -133,17 +143,7 @@ fn dense_equation(p: &Checked, e: usize) -> Option<DenseEquation> {
     if eq.family != Family::Sum || eq.virtual_var.is_some() {
         return None;
     }
-    let out: Vec<VarId> = eq
-        .lhs
-        .iter()
-        .map(|f| match f {
-            IndexFn::Var(v) => Some(*v),
-            _ => None,
-        })
-        .collect::<Option<_>>()?;
-    if (1..out.len()).any(|k| out[..k].contains(&out[k])) {
-        return None;
-    }
+    let out = distinct_vars(&eq.lhs)?;
     let extents: Vec<usize> = eq.vars.iter().map(|v| v.range).collect();
     let mut terms = Vec::new();
     let expr = expr(p, &eq.rhs, &out, &extents, &mut terms)?;
@@ -216,7 +216,8 @@ fn expr(
                     .any(|f| f.vars.contains(&v))
             };
             let empty = c.factors.is_empty() && c.sparse.is_none();
-            if empty || !summed(n).into_iter().all(read) {
+            // Sets of factors are u32 bitmasks.
+            if empty || c.factors.len() > MAX_FACTORS || !summed(n).into_iter().all(read) {
                 return None;
             }
             c.out = out.iter().copied().filter(|&v| read(v)).collect();
@@ -255,6 +256,21 @@ fn expr(
     })
 }
 
+/// The variables of an index list made of distinct plain variables (`[i, j]`, not `[i, i]`
+/// or `[i + 1]`).
+fn distinct_vars(index: &[IndexFn]) -> Option<Vec<VarId>> {
+    let vars: Vec<VarId> = index
+        .iter()
+        .map(|f| match f {
+            IndexFn::Var(v) => Some(*v),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    (1..vars.len())
+        .all(|k| !vars[..k].contains(&vars[k]))
+        .then_some(vars)
+}
+
 /// Variables summed anywhere in a node.
 fn summed(n: &Node) -> Vec<VarId> {
     let mut vs = match n {
@@ -289,19 +305,9 @@ fn collect(p: &Checked, n: &Node, c: &mut Contraction) -> Option<()> {
             index,
             slice: false,
         } => {
-            let vars: Vec<VarId> = index
-                .iter()
-                .map(|f| match f {
-                    IndexFn::Var(v) => Some(*v),
-                    _ => None,
-                })
-                .collect::<Option<_>>()?;
-            if (1..vars.len()).any(|k| vars[..k].contains(&vars[k])) {
-                return None;
-            }
             let f = Factor {
                 tensor: *tensor,
-                vars,
+                vars: distinct_vars(index)?,
             };
             if p.tensors[*tensor].kind == Kind::Bool {
                 if c.sparse.is_some() {
@@ -318,8 +324,8 @@ fn collect(p: &Checked, n: &Node, c: &mut Contraction) -> Option<()> {
 }
 
 /// Variables of a set of factors (a bitmask) still needed after contracting them: those of
-/// the output and of the factors outside the set.
-fn kept(c: &Contraction, set: u32) -> Vec<VarId> {
+/// the output, of the relation, and of the factors outside the set.
+pub fn kept(c: &Contraction, set: u32) -> Vec<VarId> {
     let mut vs: Vec<VarId> = Vec::new();
     for (k, f) in c.factors.iter().enumerate() {
         if set & (1 << k) != 0 {
@@ -344,6 +350,9 @@ fn kept(c: &Contraction, set: u32) -> Vec<VarId> {
 fn volume(c: &Contraction, vars: &[VarId]) -> f64 {
     vars.iter().map(|&v| c.extents[v] as f64).product()
 }
+
+/// The most dense factors one term may have (more go to the reference loops).
+const MAX_FACTORS: usize = 32;
 
 /// Factors up to this many get the optimal order (dynamic programming over subsets, as
 /// opt_einsum's `optimal`); more get a greedy one.
@@ -478,6 +487,9 @@ mod tests {
 
     #[test]
     fn recursion_two_relations_index_arithmetic_and_concat_are_not() {
+        // One summed term of 33 factors: more than a u32 set of factors holds.
+        let many = format!("X : real[3]\nY = {}\n", vec!["X[j]"; 33].join(" "));
+        assert!(plans(&many).iter().all(Option::is_none), "33 factors");
         for src in [
             "X : real[3]\nY[i] = X[i + 1]\n",
             "E(0, 1).\nY[i] = E(i, j) E(j, k)\n",
