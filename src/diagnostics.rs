@@ -68,6 +68,10 @@ pub mod codes {
     pub const MEMORY: &str = "E0601";
     /// A query that cannot be answered.
     pub const QUERY: &str = "E0701";
+    /// Training cannot proceed: no scalar loss, a non-finite loss, a bad option value.
+    pub const TRAIN: &str = "E0801";
+    /// A checkpoint that does not fit the program (shapes, names, unreadable contents).
+    pub const CHECKPOINT: &str = "E0802";
 }
 
 /// One problem found in a program or its data, pointing at the source that caused it.

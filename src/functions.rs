@@ -121,6 +121,65 @@ impl Builtin {
     }
 }
 
+impl Builtin {
+    /// The partial derivative with respect to argument `i` at `args`, for backpropagation
+    /// (§12): `step` (and `sig` at temperature 0) has derivative 0 everywhere; at a kink
+    /// (`relu`, `abs`, `max`, `min` at a tie) the derivative of the branch `apply` takes.
+    pub fn partial(self, args: &[f64], i: usize) -> f64 {
+        let x = args.first().copied().unwrap_or(0.0);
+        let logistic = |z: f64| 1.0 / (1.0 + (-z).exp());
+        match self {
+            Builtin::Step => 0.0,
+            Builtin::Sig => match args.get(1) {
+                Some(0.0) => 0.0,
+                Some(&t) => {
+                    let s = logistic(x / t);
+                    let ds = s * (1.0 - s);
+                    if i == 0 {
+                        ds / t
+                    } else {
+                        -ds * x / (t * t)
+                    }
+                }
+                None => {
+                    let s = logistic(x);
+                    s * (1.0 - s)
+                }
+            },
+            Builtin::Tanh => 1.0 - x.tanh() * x.tanh(),
+            Builtin::Relu => step(x),
+            Builtin::Gelu => {
+                let c = (2.0 / std::f64::consts::PI).sqrt();
+                let u = c * (x + 0.044715 * x * x * x);
+                let t = u.tanh();
+                0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x)
+            }
+            Builtin::Exp => x.exp(),
+            Builtin::Log => 1.0 / x,
+            Builtin::Sqrt => 0.5 / x.sqrt(),
+            Builtin::Abs => {
+                if x < 0.0 {
+                    -1.0
+                } else {
+                    1.0
+                }
+            }
+            Builtin::Sin => x.cos(),
+            Builtin::Cos => -x.sin(),
+            Builtin::Softplus => logistic(x),
+            Builtin::Max | Builtin::Min => {
+                let y = args.get(1).copied().unwrap_or(x);
+                let first = if self == Builtin::Max { x >= y } else { x <= y };
+                if first == (i == 0) {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+}
+
 /// A scalar function supplied by the embedding program (procedural attachment, §16).
 /// The derivative is kept for learning (§12).
 #[derive(Clone)]
@@ -146,6 +205,45 @@ mod tests {
         assert_eq!(Builtin::Sig.apply(&[0.3, 0.0]), 1.0);
         assert_eq!(Builtin::Sig.apply(&[0.0, 0.0]), 0.0);
         assert!((Builtin::Sig.apply(&[0.0]) - 0.5).abs() < 1e-15);
+    }
+
+    #[test]
+    fn partials_match_central_differences() {
+        let fs = [
+            Builtin::Sig,
+            Builtin::Tanh,
+            Builtin::Relu,
+            Builtin::Gelu,
+            Builtin::Exp,
+            Builtin::Log,
+            Builtin::Sqrt,
+            Builtin::Abs,
+            Builtin::Sin,
+            Builtin::Cos,
+            Builtin::Softplus,
+        ];
+        for f in fs {
+            for x in [-1.3, 0.4, 2.2] {
+                let x = if matches!(f, Builtin::Log | Builtin::Sqrt) {
+                    f64::abs(x)
+                } else {
+                    x
+                };
+                let h = 1e-6;
+                let numeric = (f.apply(&[x + h]) - f.apply(&[x - h])) / (2.0 * h);
+                assert!((f.partial(&[x], 0) - numeric).abs() < 1e-6, "{f:?} at {x}");
+            }
+        }
+        for (i, h) in [(0, [1e-6, 0.0]), (1, [0.0, 1e-6])] {
+            let (x, t) = (0.7, 1.9);
+            let numeric = (Builtin::Sig.apply(&[x + h[0], t + h[1]])
+                - Builtin::Sig.apply(&[x - h[0], t - h[1]]))
+                / 2e-6;
+            assert!((Builtin::Sig.partial(&[x, t], i) - numeric).abs() < 1e-6);
+        }
+        assert_eq!(Builtin::Max.partial(&[1.0, 2.0], 1), 1.0);
+        assert_eq!(Builtin::Max.partial(&[1.0, 2.0], 0), 0.0);
+        assert_eq!(Builtin::Step.partial(&[1.0], 0), 0.0);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! The pipeline, one stage per module: [`syntax`] (lexer, parser, AST) → [`semantics`]
 //! (names, domains, extents, types, safety, strata) → [`plan`] (how each stratum is evaluated)
-//! → [`eval`] (engines; the reference evaluator is the oracle). [`Session`] ties them together for library users and the `tl` CLI.
+//! → [`eval`] (engines; the reference evaluator is the oracle) → [`learn`] (gradients,
+//! optimizers, training). [`Session`] ties them together for library users and the `tl` CLI.
 //!
 //! ```
 //! use tensor_logic::{RunOptions, Session};
@@ -22,6 +23,7 @@ pub mod eval;
 pub mod explain;
 pub mod functions;
 pub mod io;
+pub mod learn;
 pub mod output;
 pub mod plan;
 pub mod semantics;

@@ -35,6 +35,7 @@ pub struct Session {
     base_dir: PathBuf,
     program: Program,
     bindings: BTreeMap<String, RawData>,
+    parameters: BTreeMap<String, Tensor>,
     functions: BTreeMap<String, UserFunction>,
     checked: Option<Checked>,
     values: Option<Vec<Tensor>>,
@@ -157,6 +158,7 @@ impl Session {
             bindings: &self.bindings,
             user_functions: self.functions.keys().cloned().collect(),
             settings: settings.clone(),
+            parameters: &self.parameters,
         };
         let checked = semantics::check(&input)?;
         Ok(self.checked.insert(checked))

@@ -13,7 +13,8 @@ use crate::semantics::{Checked, Query, Stratum};
 use crate::tensor::Tensor;
 use std::collections::BTreeMap;
 
-pub use reference::Reference;
+pub(crate) use reference::{points, Cx};
+pub use reference::{Record, Reference};
 
 /// Options that affect evaluation but not meaning.
 #[derive(Clone, Debug)]
@@ -104,6 +105,31 @@ impl Engine for Standard {
         run_for(&mut values, closure(p, [q.tensor]))?;
         Ok(values)
     }
+}
+
+/// Evaluates like [`Standard`], except that the strata marked in `record` run the reference
+/// loops and keep what backpropagation through them needs (their fixpoint iterates and
+/// virtual slices, §12); one [`Record`] per marked stratum.
+pub fn evaluate_recorded(
+    p: &Checked,
+    plan: &Plan,
+    o: &EvalOptions,
+    record: &[bool],
+) -> Result<(Vec<Tensor>, Vec<Option<Record>>), Diagnostics> {
+    let mut values = reference::initial_values(p, o)?;
+    let pool = thread_pool(o);
+    let mut records = Vec::with_capacity(p.strata.len());
+    for (i, (st, sp)) in p.strata.iter().zip(&plan.strata).enumerate() {
+        if record.get(i).copied().unwrap_or(false) {
+            let mut r = Record::default();
+            reference::evaluate_stratum_recorded(p, st, &mut values, o, Some(&mut r))?;
+            records.push(Some(r));
+        } else {
+            standard_stratum(p, st, sp, &mut values, o, pool.as_ref())?;
+            records.push(None);
+        }
+    }
+    Ok((values, records))
 }
 
 /// A pool of `--threads` workers, or none for one thread.

@@ -11,6 +11,7 @@ use crate::functions::Structural;
 use crate::semantics::{Checked, Equation, Family, Func, Kind, Node, Stratum, TensorInfo};
 use crate::syntax::ast::BinOp;
 use crate::tensor::{Storage, Tensor};
+use std::collections::BTreeMap;
 
 /// Reads of tensors up to this rank build their index on the stack.
 const MAX_STACK_RANK: usize = 8;
@@ -52,14 +53,36 @@ pub(super) fn evaluate_stratum(
     values: &mut [Tensor],
     o: &EvalOptions,
 ) -> Result<(), Diagnostics> {
+    evaluate_stratum_recorded(p, st, values, o, None)
+}
+
+/// What backpropagation needs from one stratum's evaluation beyond its final values: the
+/// iterates a fixpoint went through and the slices a virtual index went through (§12).
+#[derive(Clone, Debug, Default)]
+pub struct Record {
+    /// The stratum's tensors (in [`Stratum::tensors`] order) before each fixpoint iteration.
+    pub iterates: Vec<Vec<Tensor>>,
+    /// Per (fixpoint iteration, equation index): the slice before each virtual step, then
+    /// the final slice.
+    pub slices: BTreeMap<(usize, usize), Vec<Tensor>>,
+}
+
+/// As [`evaluate_stratum`], keeping in `rec` what backpropagation through it needs.
+pub(super) fn evaluate_stratum_recorded(
+    p: &Checked,
+    st: &Stratum,
+    values: &mut [Tensor],
+    o: &EvalOptions,
+    mut rec: Option<&mut Record>,
+) -> Result<(), Diagnostics> {
     if st.equations.is_empty() {
         return Ok(());
     }
     if st.recursive {
-        return fixpoint(p, st, values, o);
+        return fixpoint(p, st, values, o, rec);
     }
     for &t in &st.tensors {
-        values[t] = compute(p, t, values, o)?;
+        values[t] = compute(p, t, values, o, rec.as_deref_mut().map(|r| (0, r)))?;
     }
     Ok(())
 }
@@ -88,12 +111,23 @@ fn fixpoint(
     st: &Stratum,
     values: &mut [Tensor],
     o: &EvalOptions,
+    mut rec: Option<&mut Record>,
 ) -> Result<(), Diagnostics> {
     let mut last_change = 0.0;
-    for _ in 0..o.max_iters {
+    for iteration in 0..o.max_iters {
+        if let Some(r) = rec.as_deref_mut() {
+            r.iterates
+                .push(st.tensors.iter().map(|&t| values[t].clone()).collect());
+        }
         let mut next = Vec::with_capacity(st.tensors.len());
         for &t in &st.tensors {
-            next.push(compute(p, t, values, o)?);
+            next.push(compute(
+                p,
+                t,
+                values,
+                o,
+                rec.as_deref_mut().map(|r| (iteration, r)),
+            )?);
         }
         let mut converged = true;
         last_change = 0.0f64;
@@ -200,14 +234,26 @@ fn compute(
     t: usize,
     values: &[Tensor],
     o: &EvalOptions,
+    mut rec: Option<(usize, &mut Record)>,
 ) -> Result<Tensor, Diagnostics> {
     let info = &p.tensors[t];
     let mut acc = Accumulator::new(info);
     if let Some(d) = &p.data[t] {
         acc.combine_tensor(d);
     }
-    for eq in p.equations.iter().filter(|e| e.target == t) {
-        run_equation(p, eq, values, o, &mut acc)?;
+    for (e, eq) in p
+        .equations
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.target == t)
+    {
+        let slices = match rec.as_mut() {
+            Some((iteration, r)) if eq.virtual_var.is_some() => {
+                Some(r.slices.entry((*iteration, e)).or_default())
+            }
+            _ => None,
+        };
+        run_equation(p, eq, values, o, &mut acc, slices)?;
     }
     Ok(acc.finish(info))
 }
@@ -219,6 +265,7 @@ fn run_equation(
     values: &[Tensor],
     o: &EvalOptions,
     acc: &mut Accumulator,
+    mut slices: Option<&mut Vec<Tensor>>,
 ) -> Result<(), Diagnostics> {
     let info = &p.tensors[eq.target];
     let mut env = vec![0i64; eq.vars.len()];
@@ -236,6 +283,9 @@ fn run_equation(
         None => empty(info, o)?,
     };
     for step in 0..eq.vars[tv].range {
+        if let Some(s) = slices.as_deref_mut() {
+            s.push(slice.clone());
+        }
         env[tv] = step as i64;
         let mut next = Accumulator::new(info);
         let cx = Cx {
@@ -247,12 +297,15 @@ fn run_equation(
         points(eq, &mut env, &mut |env| cx.emit(env, &mut next))?;
         slice = next.finish(info);
     }
+    if let Some(s) = slices {
+        s.push(slice.clone());
+    }
     acc.combine_tensor(&slice);
     Ok(())
 }
 
 /// Calls `f` at every assignment of the equation's left-hand-side variables, in row-major order.
-fn points(
+pub(crate) fn points(
     eq: &Equation,
     env: &mut [i64],
     f: &mut dyn FnMut(&mut [i64]) -> Result<(), Diagnostics>,
@@ -283,14 +336,30 @@ fn points(
 }
 
 /// What evaluating one equation reads.
-struct Cx<'a> {
+pub(crate) struct Cx<'a> {
     eq: &'a Equation,
     values: &'a [Tensor],
     slice: Option<&'a Tensor>,
     o: &'a EvalOptions,
 }
 
-impl Cx<'_> {
+impl<'a> Cx<'a> {
+    /// An evaluator of `eq`'s right-hand side over `values`; `slice` is the previous slice of
+    /// a virtual index.
+    pub(crate) fn new(
+        eq: &'a Equation,
+        values: &'a [Tensor],
+        slice: Option<&'a Tensor>,
+        o: &'a EvalOptions,
+    ) -> Cx<'a> {
+        Cx {
+            eq,
+            values,
+            slice,
+            o,
+        }
+    }
+
     /// Evaluates the right-hand side at one point and writes it to the left-hand side.
     fn emit(&self, env: &mut [i64], acc: &mut Accumulator) -> Result<(), Diagnostics> {
         let Some(v) = self.eval(&self.eq.rhs, env, false) else {
@@ -307,14 +376,19 @@ impl Cx<'_> {
         Ok(())
     }
 
+    /// Registered functions, for their derivatives.
+    pub(crate) fn functions(&self) -> &BTreeMap<String, crate::functions::UserFunction> {
+        &self.o.functions
+    }
+
     /// Relational semantics (§7): under `max=`/`min=` undefined elements stop a point.
-    fn relational(&self) -> bool {
+    pub(crate) fn relational(&self) -> bool {
         matches!(self.eq.family, Family::Max | Family::Min)
     }
 
     /// The value at one point, or `None` when the point contributes nothing (an out-of-range
     /// read, or an undefined element under relational semantics).
-    fn eval(&self, n: &Node, env: &mut [i64], total: bool) -> Option<f64> {
+    pub(crate) fn eval(&self, n: &Node, env: &mut [i64], total: bool) -> Option<f64> {
         match n {
             Node::Const(c) => Some(*c),
             Node::Var(v) => Some(env[*v] as f64),

@@ -28,6 +28,9 @@ pub struct Checked {
     pub strata: Vec<Stratum>,
     /// Initial data per tensor (facts, literals, files, bindings), already in final shape.
     pub data: Vec<Option<Tensor>>,
+    /// Parameters (§12): tensors declared or initialised but defined by neither data nor
+    /// equations, whose `data` holds their initial (or checkpoint) values.
+    pub params: Vec<TensorId>,
     /// Queries and file writes, in source order.
     pub outputs: Vec<Output>,
     /// Scalar constants, for resolving queries given later.

@@ -78,6 +78,9 @@ pub struct CheckInput<'a> {
     pub user_functions: Vec<String>,
     /// Settings.
     pub settings: Settings,
+    /// Values of parameters from a checkpoint, replacing their initialisation (§12); each
+    /// must have its parameter's shape.
+    pub parameters: &'a BTreeMap<String, crate::tensor::Tensor>,
 }
 
 /// Checks a program, reporting every error found.
@@ -105,7 +108,7 @@ pub fn check(input: &CheckInput) -> Result<Checked, Diagnostics> {
     let has_equations: Vec<bool> = (0..tensors.len())
         .map(|t| equations.iter().any(|e| e.target == t))
         .collect();
-    ctx.init_params(&tensors, &mut data, &has_equations);
+    let params = ctx.init_params(&tensors, &mut data, &has_equations);
     let outputs = ctx.outputs(&tensors);
     ctx.bail()?;
     Ok(Checked {
@@ -114,6 +117,7 @@ pub fn check(input: &CheckInput) -> Result<Checked, Diagnostics> {
         equations,
         strata,
         data,
+        params,
         outputs,
         scalars: ctx.scalars.into_iter().collect(),
     })
@@ -273,6 +277,7 @@ pub(crate) mod tests {
             bindings: &bindings,
             user_functions: Vec::new(),
             settings: Settings::default(),
+            parameters: &BTreeMap::new(),
         })
     }
 

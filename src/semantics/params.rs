@@ -9,14 +9,16 @@ use rand::SeedableRng;
 use rand_distr::{Distribution, Normal, Uniform};
 
 impl Ctx<'_> {
-    /// Initial values of parameters: `~` distributions, or the SPEC's default.
+    /// Initial values of parameters: a checkpoint's, `~` distributions, or the SPEC's
+    /// default. Returns the parameters.
     pub(super) fn init_params(
         &mut self,
         infos: &[TensorInfo],
         data: &mut [Option<Tensor>],
         has_equations: &[bool],
-    ) {
+    ) -> Vec<usize> {
         let program = self.program;
+        let mut params = Vec::new();
         for (t, info) in infos.iter().enumerate() {
             let d = &self.tensors[t];
             if data[t].is_some()
@@ -24,6 +26,26 @@ impl Ctx<'_> {
                 || (d.declared.is_none() && d.init.is_none())
                 || info.kind == Kind::Bool
             {
+                continue;
+            }
+            params.push(t);
+            if let Some(v) = self.input.parameters.get(&info.name) {
+                if v.shape == info.shape {
+                    data[t] =
+                        Tensor::dense(info.elem, info.shape.clone(), v.to_dense_values()).ok();
+                } else {
+                    self.diags.push(
+                        Diagnostic::error(
+                            codes::CHECKPOINT,
+                            info.span,
+                            format!(
+                                "the checkpoint holds `{}` with shape {:?}, but the program gives it shape {:?}",
+                                info.name, v.shape, info.shape
+                            ),
+                        )
+                        .with_note("load a checkpoint saved from this program, or fix the declaration"),
+                    );
+                }
                 continue;
             }
             let rank = info.shape.len();
@@ -75,6 +97,7 @@ impl Ctx<'_> {
             }
             data[t] = Some(tensor);
         }
+        params
     }
 }
 

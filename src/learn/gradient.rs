@@ -1,0 +1,291 @@
+//! Which tensors a gradient flows through, and the backward sweep over the strata (§12).
+//!
+//! The sweep visits strata in reverse evaluation order. A non-recursive stratum passes each
+//! tensor's adjoint back through its equations once; a recursive one through every iteration
+//! its fixpoint actually ran, newest first, each with the iterate it read; an equation with a
+//! virtual index through every step, each with the slice it read (backpropagation through
+//! time). Boolean and integer tensors carry no gradient: `step` has derivative 0.
+
+use super::backprop::{self, Head, Sink};
+use crate::eval::{EvalOptions, Record};
+use crate::semantics::{Checked, Family, Kind, Node, TensorId};
+use crate::tensor::Tensor;
+
+/// Which tensors lie on a path from a trainable parameter to the loss.
+pub(crate) fn active(p: &Checked, loss: TensorId, trainable: &[TensorId]) -> Vec<bool> {
+    let n = p.tensors.len();
+    let mut from_param = vec![false; n];
+    for &t in trainable {
+        from_param[t] = true;
+    }
+    let reads: Vec<Vec<TensorId>> = (0..n)
+        .map(|t| {
+            let mut r = Vec::new();
+            for eq in p.equations.iter().filter(|e| e.target == t) {
+                collect_reads(&eq.rhs, &mut r);
+            }
+            r
+        })
+        .collect();
+    let real = |t: usize| p.tensors[t].kind == Kind::Real;
+    loop {
+        let mut changed = false;
+        for t in 0..n {
+            if !from_param[t] && real(t) && reads[t].iter().any(|&r| from_param[r]) {
+                from_param[t] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let mut to_loss = vec![false; n];
+    let mut stack = vec![loss];
+    while let Some(t) = stack.pop() {
+        if to_loss[t] || !from_param[t] {
+            continue;
+        }
+        to_loss[t] = true;
+        stack.extend(reads[t].iter().copied());
+    }
+    to_loss
+}
+
+fn collect_reads(n: &Node, out: &mut Vec<TensorId>) {
+    if let Node::Read { tensor, .. } = n {
+        out.push(*tensor);
+    }
+    for c in n.children() {
+        collect_reads(c, out);
+    }
+}
+
+/// Strata whose evaluation must be recorded for the backward sweep: recursive ones and those
+/// with a virtual index, when they carry a gradient.
+pub(crate) fn strata_to_record(p: &Checked, active: &[bool]) -> Vec<bool> {
+    p.strata
+        .iter()
+        .map(|st| {
+            st.tensors.iter().any(|&t| active[t])
+                && (st.recursive
+                    || st
+                        .equations
+                        .iter()
+                        .any(|&e| p.equations[e].virtual_var.is_some()))
+        })
+        .collect()
+}
+
+/// Adjoints of every active tensor for d(loss)/d(·), the loss being a scalar; `values` are
+/// the forward values and `records` what [`strata_to_record`] asked to keep.
+pub(crate) fn backward(
+    p: &Checked,
+    values: &mut [Tensor],
+    records: &[Option<Record>],
+    o: &EvalOptions,
+    loss: TensorId,
+    active: &[bool],
+) -> Vec<Option<Vec<f64>>> {
+    let mut adj: Vec<Option<Vec<f64>>> = active
+        .iter()
+        .zip(values.iter())
+        .map(|(&a, v)| a.then(|| vec![0.0; v.shape.iter().product()]))
+        .collect();
+    if let Some(Some(l)) = adj.get_mut(loss) {
+        l.iter_mut().for_each(|x| *x = 1.0);
+    }
+    for (i, st) in p.strata.iter().enumerate().rev() {
+        if !st.tensors.iter().any(|&t| active[t]) || st.equations.is_empty() {
+            continue;
+        }
+        let upstream: Vec<Vec<f64>> = st
+            .tensors
+            .iter()
+            .map(|&t| adj[t].take().unwrap_or_default())
+            .collect();
+        let record = records.get(i).and_then(Option::as_ref);
+        match record {
+            Some(r) if st.recursive => {
+                through_iterations(p, st, values, r, o, upstream, &mut adj);
+            }
+            _ => {
+                let mut sink = Sink {
+                    adj: &mut adj,
+                    slice: None,
+                };
+                one_pass(p, st, values, record, 0, o, &upstream, &mut sink);
+            }
+        }
+    }
+    adj
+}
+
+/// Backpropagates through the iterations a fixpoint ran: iteration k read iterate k and
+/// produced iterate k + 1 (the last one produced the final value).
+fn through_iterations(
+    p: &Checked,
+    st: &crate::semantics::Stratum,
+    values: &mut [Tensor],
+    r: &Record,
+    o: &EvalOptions,
+    mut upstream: Vec<Vec<f64>>,
+    adj: &mut [Option<Vec<f64>>],
+) {
+    let finals: Vec<Tensor> = st.tensors.iter().map(|&t| values[t].clone()).collect();
+    for k in (0..r.iterates.len()).rev() {
+        let produced: Vec<Tensor> = match r.iterates.get(k + 1) {
+            Some(next) => next.clone(),
+            None => finals.clone(),
+        };
+        for (j, &t) in st.tensors.iter().enumerate() {
+            values[t] = r.iterates[k][j].clone();
+            adj[t] = Some(vec![0.0; values[t].shape.iter().product()]);
+        }
+        let mut sink = Sink { adj, slice: None };
+        one_pass_with(
+            p,
+            st,
+            values,
+            Some(r),
+            k,
+            o,
+            &upstream,
+            &produced,
+            &mut sink,
+        );
+        upstream = st
+            .tensors
+            .iter()
+            .map(|&t| adj[t].take().unwrap_or_default())
+            .collect();
+    }
+    for (j, &t) in st.tensors.iter().enumerate() {
+        values[t] = finals[j].clone();
+    }
+}
+
+/// One evaluation of a stratum's equations, backwards.
+#[allow(clippy::too_many_arguments)]
+fn one_pass(
+    p: &Checked,
+    st: &crate::semantics::Stratum,
+    values: &[Tensor],
+    record: Option<&Record>,
+    iteration: usize,
+    o: &EvalOptions,
+    upstream: &[Vec<f64>],
+    sink: &mut Sink,
+) {
+    let produced: Vec<Tensor> = st.tensors.iter().map(|&t| values[t].clone()).collect();
+    one_pass_with(
+        p, st, values, record, iteration, o, upstream, &produced, sink,
+    );
+}
+
+/// One evaluation of a stratum's equations, backwards; `produced` holds what it computed
+/// (needed where `max=`/`min=` pick a winner).
+#[allow(clippy::too_many_arguments)]
+fn one_pass_with(
+    p: &Checked,
+    st: &crate::semantics::Stratum,
+    values: &[Tensor],
+    record: Option<&Record>,
+    iteration: usize,
+    o: &EvalOptions,
+    upstream: &[Vec<f64>],
+    produced: &[Tensor],
+    sink: &mut Sink,
+) {
+    for (j, &t) in st.tensors.iter().enumerate() {
+        let info = &p.tensors[t];
+        if info.kind != Kind::Real || upstream[j].is_empty() {
+            continue;
+        }
+        let mut claimed = claimed_by_data(p.data[t].as_ref(), &produced[j], info.family);
+        for (e, eq) in p
+            .equations
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.target == t)
+        {
+            let slices = record.and_then(|r| r.slices.get(&(iteration, e)));
+            match (eq.virtual_var, slices) {
+                (Some(_), Some(slices)) => {
+                    through_time(eq, values, slices, o, &info.shape, &upstream[j], sink)
+                }
+                _ => {
+                    let head = match info.family {
+                        Family::Sum => Head::Sum,
+                        Family::Avg => Head::Avg,
+                        Family::Max | Family::Min => Head::Extremum {
+                            value: &produced[j],
+                            claimed: &mut claimed,
+                        },
+                    };
+                    backprop::equation(eq, values, None, o, &info.shape, &upstream[j], head, sink);
+                }
+            }
+        }
+    }
+}
+
+/// Elements of a `max=`/`min=` tensor whose final value came from its data (they pass no
+/// gradient to the equations).
+fn claimed_by_data(data: Option<&Tensor>, value: &Tensor, family: Family) -> Vec<bool> {
+    let n: usize = value.shape.iter().product();
+    let mut claimed = vec![false; if family == Family::Sum { 0 } else { n }];
+    if let (Some(d), false) = (data, claimed.is_empty()) {
+        for (idx, v) in d.entries() {
+            let off = idx
+                .iter()
+                .zip(&value.shape)
+                .fold(0usize, |off, (&i, &n)| off * n + i);
+            if value.get(&idx) == Some(v) && off < claimed.len() {
+                claimed[off] = true;
+            }
+        }
+    }
+    claimed
+}
+
+/// Backpropagation through time: step s read slice s and produced slice s + 1; the final
+/// slice is the tensor's value.
+fn through_time(
+    eq: &crate::semantics::Equation,
+    values: &[Tensor],
+    slices: &[Tensor],
+    o: &EvalOptions,
+    shape: &[usize],
+    upstream: &[f64],
+    sink: &mut Sink,
+) {
+    let mut lambda = upstream.to_vec();
+    for step in (0..slices.len().saturating_sub(1)).rev() {
+        let mut previous = vec![0.0; lambda.len()];
+        let mut claimed = vec![false; lambda.len()];
+        let head = match eq.family {
+            Family::Sum => Head::Sum,
+            Family::Avg => Head::Avg,
+            Family::Max | Family::Min => Head::Extremum {
+                value: &slices[step + 1],
+                claimed: &mut claimed,
+            },
+        };
+        let mut step_sink = Sink {
+            adj: sink.adj,
+            slice: Some(&mut previous),
+        };
+        backprop::equation(
+            eq,
+            values,
+            Some((&slices[step], step)),
+            o,
+            shape,
+            &lambda,
+            head,
+            &mut step_sink,
+        );
+        lambda = previous;
+    }
+}

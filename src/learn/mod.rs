@@ -1,0 +1,85 @@
+//! Learning (§12): exact gradients of a program's scalar loss with respect to its
+//! parameters, finite-difference checks of them, optimizers and the training loop.
+//!
+//! Gradients are reverse-mode derivatives of the program itself. [`gradients`] evaluates the
+//! program forward (recording fixpoint iterates and virtual slices where the gradient needs
+//! them) and then sweeps backward over the strata (`gradient`), each equation passing its
+//! adjoint to the tensors it reads (`backprop`).
+
+mod backprop;
+pub mod gradcheck;
+mod gradient;
+
+use crate::diagnostics::{codes, Diagnostic, Diagnostics};
+use crate::eval::{evaluate_recorded, EvalOptions};
+use crate::plan::Plan;
+use crate::semantics::{Checked, Kind, TensorId};
+use crate::tensor::Tensor;
+
+/// The loss, every tensor's value and the gradient of each trainable parameter.
+#[derive(Clone, Debug)]
+pub struct Gradients {
+    /// The loss's value.
+    pub loss: f64,
+    /// Every tensor's value from the forward pass.
+    pub values: Vec<Tensor>,
+    /// d(loss)/d(parameter), row-major, one per entry of `trainable`.
+    pub grads: Vec<Vec<f64>>,
+}
+
+/// The id of the loss tensor `name`, which must be a real scalar.
+pub fn loss_tensor(p: &Checked, name: &str) -> Result<TensorId, Diagnostics> {
+    let Some(t) = p.tensor_id(name) else {
+        return Err(Diagnostic::global(
+            codes::TRAIN,
+            format!("the loss `{name}` is not a tensor of this program"),
+        )
+        .with_note("define it with an equation, e.g. `Loss = (Y[e] - T[e])^2`, or name another tensor with --loss")
+        .into());
+    };
+    let info = &p.tensors[t];
+    if !info.shape.is_empty() || info.kind != Kind::Real {
+        let what = if info.kind != Kind::Real {
+            "is not real-valued".to_string()
+        } else {
+            format!("has shape {:?}", info.shape)
+        };
+        return Err(Diagnostic::error(
+            codes::TRAIN,
+            info.span,
+            format!("the loss `{name}` must be a real scalar, but it {what}"),
+        )
+        .with_note("sum it over its indices: `Loss = L[i, j]` sums every element")
+        .into());
+    }
+    Ok(t)
+}
+
+/// Evaluates `p` and differentiates its scalar `loss` with respect to `trainable`.
+pub fn gradients(
+    p: &Checked,
+    plan: &Plan,
+    o: &EvalOptions,
+    loss: TensorId,
+    trainable: &[TensorId],
+) -> Result<Gradients, Diagnostics> {
+    let active = gradient::active(p, loss, trainable);
+    let record = gradient::strata_to_record(p, &active);
+    let (mut values, records) = evaluate_recorded(p, plan, o, &record)?;
+    let loss_value = values[loss].get(&[]).unwrap_or(0.0);
+    let adj = gradient::backward(p, &mut values, &records, o, loss, &active);
+    let grads = trainable
+        .iter()
+        .map(|&t| {
+            adj.get(t)
+                .cloned()
+                .flatten()
+                .unwrap_or_else(|| vec![0.0; values[t].shape.iter().product()])
+        })
+        .collect();
+    Ok(Gradients {
+        loss: loss_value,
+        values,
+        grads,
+    })
+}

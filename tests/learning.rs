@@ -1,0 +1,104 @@
+//! Learning (SPEC §12): analytic gradients against finite differences on programs that use
+//! every construct a gradient must pass through.
+
+use std::path::Path;
+use tensor_logic::eval::EvalOptions;
+use tensor_logic::learn::{gradcheck, loss_tensor};
+use tensor_logic::{ElemType, Session, Settings};
+
+/// The worst relative error of any parameter of `src` (checked in f64), by name.
+fn worst(src: &str) -> Vec<(String, f64)> {
+    let mut s = Session::new();
+    s.load_source("g.tl", src, Path::new(".")).unwrap();
+    let settings = Settings {
+        real: ElemType::F64,
+        seed: 7,
+        ..Settings::default()
+    };
+    let p = s
+        .check(&settings)
+        .unwrap_or_else(|d| panic!("{}", d.render("g.tl", src)))
+        .clone();
+    let loss = loss_tensor(&p, "Loss").unwrap();
+    let r = gradcheck::check(&p, &EvalOptions::default(), loss, &p.params.clone(), 40).unwrap();
+    r.into_iter().map(|c| (c.name, c.worst)).collect()
+}
+
+fn assert_exact(src: &str) {
+    let w = worst(src);
+    assert!(!w.is_empty(), "no parameters in\n{src}");
+    for (name, e) in w {
+        assert!(e < 1e-5, "{name}: relative error {e} in\n{src}");
+    }
+}
+
+#[test]
+fn mlp_with_bias_and_squared_loss() {
+    assert_exact(
+        "X = [[0.5, -1.0, 2.0], [1.5, 0.3, -0.7]]\nT = [[1, 0], [0, 1]]\n\
+         W1 : real[4, 3]\nB1 ~ uniform(-0.5, 0.5)\nB1 : real[4]\nW2 : real[2, 4]\n\
+         H[e, h] = tanh(W1[h, i] X[e, i] + B1[h])\nY[e, o] = sig(W2[o, h] H[e, h])\n\
+         Loss = (Y[e, o] - T[e, o])^2\n",
+    );
+}
+
+#[test]
+fn softmax_cross_entropy_and_lnorm() {
+    assert_exact(
+        "X = [[0.5, -1.0, 2.0], [1.5, 0.3, -0.7]]\nT = [[1, 0, 0], [0, 0, 1]]\n\
+         W : real[3, 3]\nN[e, j] = lnorm(W[j, i] X[e, i])\nP[e, k] = softmax(N[e, k] + W[k, 0])\n\
+         Loss = -T[e, k] log(P[e, k])\n",
+    );
+}
+
+#[test]
+fn max_pooling_with_index_arithmetic_and_convolution() {
+    assert_exact(
+        "Img = [[0.1, 0.9, 0.3, 0.4, 0.2], [0.5, 0.7, 0.8, 0.1, 0.6], [0.3, 0.2, 0.9, 0.4, 0.5], [0.7, 0.1, 0.2, 0.8, 0.3], [0.6, 0.4, 0.5, 0.2, 0.9]]\n\
+         F ~ normal(0, 1)\nF : real[2, 2]\n\
+         Feat[x, y] = F[dx, dy] Img[x + dx, y + dy]\nPool[x / 2, y / 2] max= Feat[x, y]\n\
+         Loss = Pool[i, j] Pool[i, j]\n",
+    );
+}
+
+#[test]
+fn index_recursion_over_layers() {
+    assert_exact(
+        "In = [0.2, -0.4, 0.9]\nL ~ normal(0, 0.8)\nL : real[4, 3, 3]\n\
+         Act[0, j] = In[j]\nAct[l, j] = sig(L[l, j, k] Act[l - 1, k])\nLoss = Act[3, j]\n",
+    );
+}
+
+#[test]
+fn virtual_index_rnn_backpropagates_through_time() {
+    assert_exact(
+        "U = [[0.3, -0.2, 0.5, 0.1], [0.7, 0.4, -0.6, 0.2]]\nW ~ normal(0, 0.6)\nW : real[3, 3]\n\
+         V ~ normal(0, 0.6)\nV : real[3, 2]\n\
+         S[i, *t + 1] = tanh(W[i, j] S[j, *t] + V[i, k] U[k, t])\nLoss = S[i] S[i]\n",
+    );
+}
+
+#[test]
+fn fixpoint_recursion_unrolled_over_its_iterations() {
+    assert_exact(
+        "A = [[0, 0.3, 0.2], [0.1, 0, 0.4], [0.3, 0.3, 0]]\nB ~ uniform(0, 1)\nB : real[3]\n\
+         R[x] = 0.5 * A[x, y] R[y] + B[x]\nLoss = R[x] R[x]\n",
+    );
+}
+
+#[test]
+fn concat_avg_and_relations_times_parameters() {
+    assert_exact(
+        "Neig(0, 1). Neig(1, 2). Neig(2, 0). Neig(2, 1).\nZ : real[3, 2]\nQ : real[2, 2, 2]\n\
+         Agg[n, d] = Neig(n, m) Z[m, d]\nHeads[n, h, d] = Q[h, d, e] Agg[n, e]\n\
+         Flat[n, c] = concat(Heads[n, h, d])\nMean[n] avg= Flat[n, c]\nLoss = sin(Mean[n]) + Flat[n, c] Flat[n, c]\n",
+    );
+}
+
+#[test]
+fn min_recursion_passes_gradient_to_the_winning_path() {
+    assert_exact(
+        "Edge(0, 1). Edge(1, 2). Edge(0, 2). Edge(2, 3).\nC ~ uniform(1, 2)\nC : real[4, 4]\n\
+         Dist[0] min= 0\nDist[y] min= Dist[x] + Edge(x, y) C[x, y]\nLoss = Dist[3]\n",
+    );
+}
