@@ -102,3 +102,45 @@ fn min_recursion_passes_gradient_to_the_winning_path() {
          Dist[0] min= 0\nDist[y] min= Dist[x] + Edge(x, y) C[x, y]\nLoss = Dist[3]\n",
     );
 }
+
+/// The kernels' gradients (dense equations) against the reference loops', in f64.
+fn assert_fast_matches_reference(src: &str) {
+    let mut s = Session::new();
+    s.load_source("g.tl", src, Path::new(".")).unwrap();
+    let settings = Settings {
+        real: ElemType::F64,
+        seed: 3,
+        ..Settings::default()
+    };
+    let p = s.check(&settings).unwrap().clone();
+    let loss = loss_tensor(&p, "Loss").unwrap();
+    let o = EvalOptions::default();
+    let plan = tensor_logic::plan::plan(&p);
+    let fast = tensor_logic::learn::gradients(&p, &plan, &o, loss, &p.params).unwrap();
+    let slow = tensor_logic::learn::reference_gradients(&p, &o, loss, &p.params).unwrap();
+    assert!((fast.loss - slow.loss).abs() <= 1e-12 * slow.loss.abs().max(1.0));
+    for ((f, r), &t) in fast.grads.iter().zip(&slow.grads).zip(&p.params) {
+        let scale = r.iter().fold(1e-12f64, |m, x| m.max(x.abs()));
+        for (a, b) in f.iter().zip(r) {
+            assert!(
+                (a - b).abs() <= 1e-10 * scale,
+                "{}: {a} vs {b}",
+                p.tensors[t].name
+            );
+        }
+    }
+}
+
+#[test]
+fn dense_kernel_gradients_match_the_reference_loops() {
+    assert_fast_matches_reference(
+        "X = [[0.5, -1.0, 2.0], [1.5, 0.3, -0.7]]\nT = [[1, 0], [0, 1]]\n\
+         W1 : real[4, 3]\nB1 ~ uniform(-0.5, 0.5)\nB1 : real[4]\nW2 : real[2, 4]\n\
+         H[e, h] = relu(W1[h, i] X[e, i] + B1[h])\nY[e, o] = sig(W2[o, h] H[e, h]) * 2 - H[e, 0] / (1 + H[e, 1]^2)\n\
+         Loss = (Y[e, o] - T[e, o])^2 + 0.1 * W1[h, i] W1[h, i]\n",
+    );
+    assert_fast_matches_reference(
+        "A ~ normal(0, 1)\nA : real[3, 4, 5]\nB ~ normal(0, 1)\nB : real[5, 4]\nC ~ normal(0, 1)\nC : real[2, 3]\n\
+         D[p, q] = C[p, i] A[i, j, k] B[k, j] + exp(C[p, q])\nLoss = D[p, q] D[p, q]\n",
+    );
+}

@@ -13,6 +13,7 @@ use crate::semantics::{Checked, Query, Stratum};
 use crate::tensor::Tensor;
 use std::collections::BTreeMap;
 
+pub(crate) use dense::backward_dense;
 pub(crate) use reference::{points, Cx};
 pub use reference::{Record, Reference};
 
@@ -107,20 +108,23 @@ impl Engine for Standard {
     }
 }
 
-/// Evaluates like [`Standard`], except that the strata marked in `record` run the reference
-/// loops and keep what backpropagation through them needs (their fixpoint iterates and
-/// virtual slices, §12); one [`Record`] per marked stratum.
+/// Evaluates the strata marked in `needed` like [`Standard`], except that those marked in
+/// `record` run the reference loops and keep what backpropagation through them needs (their
+/// fixpoint iterates and virtual slices, §12); one [`Record`] per recorded stratum.
 pub fn evaluate_recorded(
     p: &Checked,
     plan: &Plan,
     o: &EvalOptions,
+    needed: &[bool],
     record: &[bool],
 ) -> Result<(Vec<Tensor>, Vec<Option<Record>>), Diagnostics> {
     let mut values = reference::initial_values(p, o)?;
     let pool = thread_pool(o);
     let mut records = Vec::with_capacity(p.strata.len());
     for (i, (st, sp)) in p.strata.iter().zip(&plan.strata).enumerate() {
-        if record.get(i).copied().unwrap_or(false) {
+        if !needed.get(i).copied().unwrap_or(true) {
+            records.push(None);
+        } else if record.get(i).copied().unwrap_or(false) {
             let mut r = Record::default();
             reference::evaluate_stratum_recorded(p, st, &mut values, o, Some(&mut r))?;
             records.push(Some(r));

@@ -7,7 +7,9 @@
 //! time). Boolean and integer tensors carry no gradient: `step` has derivative 0.
 
 use super::backprop::{self, Head, Sink};
-use crate::eval::{EvalOptions, Record};
+use crate::eval::{backward_dense, EvalOptions, Record};
+use crate::plan::einsum::DenseEquation;
+use crate::plan::{Plan, StratumPlan};
 use crate::semantics::{Checked, Family, Kind, Node, TensorId};
 use crate::tensor::Tensor;
 
@@ -61,6 +63,15 @@ fn collect_reads(n: &Node, out: &mut Vec<TensorId>) {
     }
 }
 
+/// Strata the loss reads, directly or not: the only ones a training step evaluates.
+pub(crate) fn needed(p: &Checked, loss: TensorId) -> Vec<bool> {
+    let reads = crate::plan::demand::closure(p, [loss]);
+    p.strata
+        .iter()
+        .map(|st| st.tensors.iter().any(|t| reads.contains(t)))
+        .collect()
+}
+
 /// Strata whose evaluation must be recorded for the backward sweep: recursive ones and those
 /// with a virtual index, when they carry a gradient.
 pub(crate) fn strata_to_record(p: &Checked, active: &[bool]) -> Vec<bool> {
@@ -81,6 +92,7 @@ pub(crate) fn strata_to_record(p: &Checked, active: &[bool]) -> Vec<bool> {
 /// the forward values and `records` what [`strata_to_record`] asked to keep.
 pub(crate) fn backward(
     p: &Checked,
+    plan: Option<&Plan>,
     values: &mut [Tensor],
     records: &[Option<Record>],
     o: &EvalOptions,
@@ -109,12 +121,24 @@ pub(crate) fn backward(
             Some(r) if st.recursive => {
                 through_iterations(p, st, values, r, o, upstream, &mut adj);
             }
-            _ => {
+            None => {
+                let dense = match plan.map(|pl| &pl.strata[i]) {
+                    Some(StratumPlan::Dense(plans)) => plans.as_slice(),
+                    _ => &[],
+                };
                 let mut sink = Sink {
                     adj: &mut adj,
                     slice: None,
                 };
-                one_pass(p, st, values, record, 0, o, &upstream, &mut sink);
+                one_pass(p, st, values, dense, o, &upstream, &mut sink);
+            }
+            Some(_) => {
+                let mut sink = Sink {
+                    adj: &mut adj,
+                    slice: None,
+                };
+                let produced: Vec<Tensor> = st.tensors.iter().map(|&t| values[t].clone()).collect();
+                one_pass_with(p, st, values, record, 0, o, &upstream, &produced, &mut sink);
             }
         }
     }
@@ -165,22 +189,32 @@ fn through_iterations(
     }
 }
 
-/// One evaluation of a stratum's equations, backwards.
-#[allow(clippy::too_many_arguments)]
+/// One evaluation of a non-recursive stratum's equations, backwards: the planned dense
+/// equations by their kernels (`eval::backward_dense`), the rest by the reference loops.
 fn one_pass(
     p: &Checked,
     st: &crate::semantics::Stratum,
     values: &[Tensor],
-    record: Option<&Record>,
-    iteration: usize,
+    dense: &[DenseEquation],
     o: &EvalOptions,
     upstream: &[Vec<f64>],
     sink: &mut Sink,
 ) {
+    let mut done = vec![false; p.equations.len()];
+    for (j, &t) in st.tensors.iter().enumerate() {
+        if upstream[j].is_empty() {
+            continue;
+        }
+        for d in dense.iter().filter(|d| d.target == t) {
+            done[d.equation] = backward_dense(p, d, values, &upstream[j], o, sink.adj);
+        }
+    }
+    if st.equations.iter().all(|&e| done[e]) {
+        return;
+    }
     let produced: Vec<Tensor> = st.tensors.iter().map(|&t| values[t].clone()).collect();
-    one_pass_with(
-        p, st, values, record, iteration, o, upstream, &produced, sink,
-    );
+    let rest = |e: usize| !done[e];
+    one_pass_filtered(p, st, values, None, 0, o, upstream, &produced, sink, &rest);
 }
 
 /// One evaluation of a stratum's equations, backwards; `produced` holds what it computed
@@ -197,6 +231,34 @@ fn one_pass_with(
     produced: &[Tensor],
     sink: &mut Sink,
 ) {
+    one_pass_filtered(
+        p,
+        st,
+        values,
+        record,
+        iteration,
+        o,
+        upstream,
+        produced,
+        sink,
+        &|_| true,
+    );
+}
+
+/// As [`one_pass_with`], for the equations `include` accepts.
+#[allow(clippy::too_many_arguments)]
+fn one_pass_filtered(
+    p: &Checked,
+    st: &crate::semantics::Stratum,
+    values: &[Tensor],
+    record: Option<&Record>,
+    iteration: usize,
+    o: &EvalOptions,
+    upstream: &[Vec<f64>],
+    produced: &[Tensor],
+    sink: &mut Sink,
+    include: &dyn Fn(usize) -> bool,
+) {
     for (j, &t) in st.tensors.iter().enumerate() {
         let info = &p.tensors[t];
         if info.kind != Kind::Real || upstream[j].is_empty() {
@@ -207,7 +269,7 @@ fn one_pass_with(
             .equations
             .iter()
             .enumerate()
-            .filter(|(_, e)| e.target == t)
+            .filter(|&(e, eq)| eq.target == t && include(e))
         {
             let slices = record.and_then(|r| r.slices.get(&(iteration, e)));
             match (eq.virtual_var, slices) {

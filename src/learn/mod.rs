@@ -55,7 +55,8 @@ pub fn loss_tensor(p: &Checked, name: &str) -> Result<TensorId, Diagnostics> {
     Ok(t)
 }
 
-/// Evaluates `p` and differentiates its scalar `loss` with respect to `trainable`.
+/// Evaluates `p` and differentiates its scalar `loss` with respect to `trainable`: dense
+/// equations forward and backward by their kernels, everything else by the reference loops.
 pub fn gradients(
     p: &Checked,
     plan: &Plan,
@@ -63,11 +64,44 @@ pub fn gradients(
     loss: TensorId,
     trainable: &[TensorId],
 ) -> Result<Gradients, Diagnostics> {
+    differentiate(p, Some(plan), o, loss, trainable)
+}
+
+/// As [`gradients`], entirely by the reference evaluator's loops: the oracle the fast path is
+/// tested against.
+pub fn reference_gradients(
+    p: &Checked,
+    o: &EvalOptions,
+    loss: TensorId,
+    trainable: &[TensorId],
+) -> Result<Gradients, Diagnostics> {
+    differentiate(p, None, o, loss, trainable)
+}
+
+fn differentiate(
+    p: &Checked,
+    plan: Option<&Plan>,
+    o: &EvalOptions,
+    loss: TensorId,
+    trainable: &[TensorId],
+) -> Result<Gradients, Diagnostics> {
     let active = gradient::active(p, loss, trainable);
-    let record = gradient::strata_to_record(p, &active);
-    let (mut values, records) = evaluate_recorded(p, plan, o, &record)?;
+    let needed = gradient::needed(p, loss);
+    let (mut values, records) = match plan {
+        Some(plan) => {
+            let record = gradient::strata_to_record(p, &active);
+            evaluate_recorded(p, plan, o, &needed, &record)?
+        }
+        None => {
+            let all = vec![true; p.strata.len()];
+            let reference = crate::plan::Plan {
+                strata: vec![crate::plan::StratumPlan::Loops; p.strata.len()],
+            };
+            evaluate_recorded(p, &reference, o, &needed, &all)?
+        }
+    };
     let loss_value = values[loss].get(&[]).unwrap_or(0.0);
-    let adj = gradient::backward(p, &mut values, &records, o, loss, &active);
+    let adj = gradient::backward(p, plan, &mut values, &records, o, loss, &active);
     let grads = trainable
         .iter()
         .map(|&t| {

@@ -7,6 +7,10 @@
 //! target's type when stored. `gemm` splits only output tiles among threads, so each element
 //! is summed in the same order for every thread count.
 
+mod backward;
+
+pub(crate) use backward::backward_dense;
+
 use super::EvalOptions;
 use crate::functions::Structural;
 use crate::plan::einsum::{kept, Contraction, DenseEquation, Expr, Path};
@@ -203,6 +207,15 @@ fn each_element(
     o: &EvalOptions,
     f: &mut dyn FnMut(usize, Option<f64>),
 ) {
+    each_step(d, terms, &mut |i, at, env| {
+        let cx = Element { terms, at, env, o };
+        f(i, cx.eval(expr));
+    });
+}
+
+/// Calls `f` with each output element's row-major index, where each term is read there, and
+/// the left-hand-side variables' positions.
+fn each_step(d: &DenseEquation, terms: &[Operand], f: &mut dyn FnMut(usize, &[usize], &[usize])) {
     let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
     let total: usize = dims.iter().product();
     // Per term, its stride along each output axis (0 where it does not vary).
@@ -223,13 +236,7 @@ fn each_element(
         for (&v, &x) in d.out.iter().zip(&idx) {
             env[v] = x;
         }
-        let cx = Element {
-            terms,
-            at: &at,
-            env: &env,
-            o,
-        };
-        f(i, cx.eval(expr));
+        f(i, &at, &env);
         for ax in (0..dims.len()).rev() {
             idx[ax] += 1;
             for (a, s) in at.iter_mut().zip(&steps) {
