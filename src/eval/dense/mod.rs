@@ -213,9 +213,13 @@ fn each_element(
     });
 }
 
+/// What [`each_step`] calls at each element: its row-major index, where each term is read,
+/// and the variables' positions.
+type ElementVisitor<'f> = dyn FnMut(usize, &[usize], &[usize]) + 'f;
+
 /// Calls `f` with each output element's row-major index, where each term is read there, and
 /// the left-hand-side variables' positions.
-fn each_step(d: &DenseEquation, terms: &[Operand], f: &mut dyn FnMut(usize, &[usize], &[usize])) {
+fn each_step(d: &DenseEquation, terms: &[Operand], f: &mut ElementVisitor) {
     let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
     let total: usize = dims.iter().product();
     // Per term, its stride along each output axis (0 where it does not vary).
