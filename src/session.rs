@@ -134,6 +134,61 @@ impl Session {
         self.bindings.insert(name.to_string(), raw);
     }
 
+    /// Takes parameter values from a checkpoint (§12): entries named like a parameter replace
+    /// its initialisation at the next check; a shape that does not fit is an error then.
+    /// Returns the checkpoint, whose optimizer state a resumed training run continues.
+    pub fn load_parameters(
+        &mut self,
+        path: &Path,
+    ) -> Result<crate::learn::checkpoint::Checkpoint, Diagnostics> {
+        let c = crate::learn::checkpoint::load(path)
+            .map_err(|e| Diagnostics::from(Diagnostic::global(codes::CHECKPOINT, e)))?;
+        self.parameters = c.params.clone();
+        self.checked = None;
+        Ok(c)
+    }
+
+    /// Checks the program and trains its parameters (`tl train`); afterwards the session's
+    /// parameters are the trained ones, so [`Session::run`] evaluates the trained model.
+    pub fn train(
+        &mut self,
+        options: &RunOptions,
+        train: &crate::learn::train::TrainOptions,
+        report: &mut dyn FnMut(crate::learn::train::Event),
+    ) -> Result<crate::learn::train::Trained, Diagnostics> {
+        self.check(&options.settings)?;
+        let checked = self.checked.as_ref().ok_or_else(not_checked)?;
+        let eval = eval_options(options, &self.functions);
+        let trained = crate::learn::train::train(checked, train, &eval, report)?;
+        self.parameters = trained.params.clone();
+        self.checked = None;
+        Ok(trained)
+    }
+
+    /// Compares the program's gradients with finite differences (`tl train --check-grad`),
+    /// evaluating in f64 whatever `--precision` says; up to `per_param` elements each.
+    pub fn check_gradients(
+        &mut self,
+        options: &RunOptions,
+        loss: &str,
+        freeze: &[String],
+        per_param: usize,
+    ) -> Result<Vec<crate::learn::gradcheck::ParamCheck>, Diagnostics> {
+        let mut settings = options.settings.clone();
+        settings.real = crate::tensor::ElemType::F64;
+        self.check(&settings)?;
+        let checked = self.checked.as_ref().ok_or_else(not_checked)?;
+        let loss = crate::learn::loss_tensor(checked, loss)?;
+        let params: Vec<usize> = checked
+            .params
+            .iter()
+            .copied()
+            .filter(|&t| !freeze.contains(&checked.tensors[t].name))
+            .collect();
+        let eval = eval_options(options, &self.functions);
+        crate::learn::gradcheck::check(checked, &eval, loss, &params, per_param)
+    }
+
     /// Names the program declares or initialises: its parameters (§12), which a checkpoint
     /// may supply.
     pub fn parameter_names(&self) -> Vec<String> {

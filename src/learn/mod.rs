@@ -7,8 +7,12 @@
 //! adjoint to the tensors it reads (`backprop`).
 
 mod backprop;
+pub mod batch;
+pub mod checkpoint;
 pub mod gradcheck;
 mod gradient;
+pub mod optim;
+pub mod train;
 
 use crate::diagnostics::{codes, Diagnostic, Diagnostics};
 use crate::eval::{evaluate_recorded, EvalOptions};

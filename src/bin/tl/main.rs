@@ -2,6 +2,8 @@
 //!
 //! Exit codes: 0 success, 1 an error in the program or its data, 2 wrong usage.
 
+mod train;
+
 use clap::{Args, Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -62,6 +64,19 @@ enum Command {
         /// Override a scalar constant, e.g. `--set N=3`.
         #[arg(long = "set", value_name = "NAME=VALUE", value_parser = parse_set)]
         set: Vec<(String, f64)>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Train the program's parameters to minimise its loss (§12), then print its answers
+    /// with the trained parameters.
+    Train {
+        /// Program file.
+        file: PathBuf,
+        /// Override a scalar constant, e.g. `--set N=3`.
+        #[arg(long = "set", value_name = "NAME=VALUE", value_parser = parse_set)]
+        set: Vec<(String, f64)>,
+        #[command(flatten)]
+        args: train::TrainArgs,
         #[command(flatten)]
         common: Common,
     },
@@ -198,7 +213,9 @@ fn run(command: Command) -> Result<(), String> {
         } => {
             let mut session = load(&file)?;
             if let Some(ckpt) = ckpt {
-                bind_checkpoint(&mut session, &ckpt)?;
+                session
+                    .load_parameters(&ckpt)
+                    .map_err(|d| render(&session, &d))?;
             }
             let opts = RunOptions {
                 settings: common.settings(&set),
@@ -269,6 +286,67 @@ fn run(command: Command) -> Result<(), String> {
             );
             Ok(())
         }
+        Command::Train {
+            file,
+            set,
+            args,
+            common,
+        } => {
+            let mut session = load(&file)?;
+            let resume = match args.load() {
+                Some(ckpt) => Some(
+                    session
+                        .load_parameters(ckpt)
+                        .map_err(|d| render(&session, &d))?,
+                ),
+                None => None,
+            };
+            let opts = RunOptions {
+                settings: common.settings(&set),
+                tol: Some(common.tol),
+                write_files: true,
+                threads: common.threads as usize,
+            };
+            if args.check_grad() {
+                let (loss, freeze) = args.loss_and_freeze();
+                let checks = session
+                    .check_gradients(&opts, loss, freeze, 20)
+                    .map_err(|d| render(&session, &d))?;
+                for c in checks {
+                    println!(
+                        "{}: worst relative error {:.3e} over {} elements (at element {})",
+                        c.name, c.worst, c.checked, c.at
+                    );
+                }
+                return Ok(());
+            }
+            let mut progress = train::Progress::new(common.quiet);
+            let result = session.train(&opts, &args.options(resume, common.seed), &mut |e| {
+                progress.event(e)
+            });
+            let last = progress.finish();
+            if let Some(path) = args.log_path() {
+                progress
+                    .write_log(path)
+                    .map_err(|e| format!("error[E0501]: {e}\n"))?;
+            }
+            if let Some(path) = args.plot_path() {
+                progress
+                    .plot(path)
+                    .map_err(|e| format!("error[E0501]: {e}\n"))?;
+            }
+            let trained = result.map_err(|d| render(&session, &d))?;
+            if !common.quiet {
+                println!(
+                    "trained {} steps; last loss {}",
+                    trained.step,
+                    last.map_or("-".to_string(), |l| l.to_string())
+                );
+            }
+            let lines = session.run(&opts).map_err(|d| render(&session, &d))?;
+            print_lines(&lines);
+            Ok(())
+        }
         Command::Query {
             file,
             query,
@@ -319,23 +397,4 @@ fn print_lines(lines: &[String]) {
             return;
         }
     }
-}
-
-/// Binds every checkpoint entry that names a declared or initialised parameter.
-fn bind_checkpoint(session: &mut Session, ckpt: &Path) -> Result<(), String> {
-    let bytes = std::fs::read(ckpt).map_err(|e| {
-        format!(
-            "error[E0501]: cannot read checkpoint `{}`: {e}\n",
-            ckpt.display()
-        )
-    })?;
-    let names = tensor_logic::io::checkpoint_entries(&bytes)
-        .map_err(|e| format!("error[E0501]: `{}`: {e}\n", ckpt.display()))?;
-    let params = session.parameter_names();
-    for name in names.into_iter().filter(|n| params.contains(n)) {
-        let raw =
-            tensor_logic::io::read_file(ckpt, &name).map_err(|e| format!("error[E0501]: {e}\n"))?;
-        session.bind_raw(&name, raw);
-    }
-    Ok(())
 }

@@ -1,0 +1,345 @@
+//! The training loop (§12): batches, gradients, updates, metrics and checkpoints.
+//!
+//! The loop reports through [`Event`]s so that the CLI can draw a progress bar or print
+//! plain lines while the library stays free of terminal code. Everything random (batch
+//! order) derives from the seed and the epoch number, and a checkpoint stores the step count,
+//! so a resumed run continues exactly as an uninterrupted one.
+
+use super::batch::{self, Batching};
+use super::checkpoint::{self, Checkpoint};
+use super::optim::{self, State};
+use super::{gradients, loss_tensor};
+use crate::diagnostics::{codes, Diagnostic, Diagnostics};
+use crate::eval::{Engine, EvalOptions, Standard};
+use crate::plan::Plan;
+use crate::semantics::{Checked, TensorId};
+use crate::tensor::Tensor;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// What `tl train` was asked to do.
+#[derive(Clone, Debug)]
+pub struct TrainOptions {
+    /// Name of the scalar loss tensor.
+    pub loss: String,
+    /// Optimizer settings (`total_steps` is filled in by [`train`]).
+    pub optimizer: optim::Config,
+    /// Passes over the data.
+    pub epochs: u64,
+    /// Stop after this many steps in all (across resumes), if given.
+    pub steps: Option<u64>,
+    /// `--batch Domain:N`.
+    pub batch: Option<(String, usize)>,
+    /// Reshuffle the examples every epoch.
+    pub shuffle: bool,
+    /// Parameters held fixed.
+    pub freeze: Vec<String>,
+    /// Seed of the batch order.
+    pub seed: u64,
+    /// Checkpoint path, written at the end and every `save_every` steps.
+    pub save: Option<PathBuf>,
+    /// Steps between saves.
+    pub save_every: Option<u64>,
+    /// The checkpoint this run resumed from, whose optimizer state and step count it continues.
+    pub resume: Option<Checkpoint>,
+    /// Metric tensors (scalars) evaluated on the full data after each epoch.
+    pub eval: Vec<String>,
+}
+
+/// Progress of a run, for the caller to display or log.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// A step finished.
+    Step {
+        /// Steps taken so far (across resumes).
+        step: u64,
+        /// Total steps this run will reach.
+        total: u64,
+        /// Epoch (from 1).
+        epoch: u64,
+        /// The batch's loss before the update.
+        loss: f64,
+        /// Learning rate used.
+        lr: f64,
+        /// Examples per second over this step.
+        examples_per_sec: f64,
+    },
+    /// An epoch finished; the metrics of `--eval`.
+    Epoch {
+        /// Epoch (from 1).
+        epoch: u64,
+        /// `(name, value)` per metric.
+        metrics: Vec<(String, f64)>,
+    },
+    /// A checkpoint was written.
+    Saved {
+        /// Where.
+        path: PathBuf,
+        /// At which step.
+        step: u64,
+    },
+}
+
+/// The outcome of a run.
+#[derive(Clone, Debug)]
+pub struct Trained {
+    /// Trained parameter values by name.
+    pub params: BTreeMap<String, Tensor>,
+    /// Loss of each step taken in this run.
+    pub losses: Vec<f64>,
+    /// Steps taken in all.
+    pub step: u64,
+}
+
+/// Trains `p`'s parameters to minimise its loss.
+pub fn train(
+    p: &Checked,
+    opts: &TrainOptions,
+    o: &EvalOptions,
+    report: &mut dyn FnMut(Event),
+) -> Result<Trained, Diagnostics> {
+    let loss = loss_tensor(p, &opts.loss)?;
+    let trainable = trainable(p, &opts.freeze)?;
+    let metrics: Vec<TensorId> = opts
+        .eval
+        .iter()
+        .map(|name| metric(p, name))
+        .collect::<Result<_, _>>()?;
+    let batching = match &opts.batch {
+        Some((name, size)) => Some(batch::batching(p, name, *size)?),
+        None => None,
+    };
+    let per_epoch = batching
+        .as_ref()
+        .map_or(1, |b| b.examples.div_ceil(b.size).max(1)) as u64;
+    let total = opts.steps.unwrap_or(per_epoch * opts.epochs);
+    let mut config = opts.optimizer.clone();
+    config.total_steps = total;
+    let mut params: Vec<Vec<f64>> = trainable
+        .iter()
+        .map(|&t| {
+            p.data[t]
+                .as_ref()
+                .map(Tensor::to_dense_values)
+                .unwrap_or_default()
+        })
+        .collect();
+    let mut state = resume_state(p, &trainable, opts.resume.as_ref());
+    let mut program = p.clone();
+    let mut plans: BTreeMap<usize, Plan> = BTreeMap::new();
+    let mut losses = Vec::new();
+    let mut order: Vec<usize> = Vec::new();
+    let mut order_epoch = u64::MAX;
+    while state.step < total {
+        let step = state.step;
+        let epoch = step / per_epoch;
+        let start = std::time::Instant::now();
+        let (batch_program, examples) = match &batching {
+            Some(b) => {
+                if order_epoch != epoch {
+                    order = epoch_order(b, opts.shuffle, opts.seed, epoch);
+                    order_epoch = epoch;
+                }
+                let at = ((step % per_epoch) as usize) * b.size;
+                let rows = &order[at.min(order.len())..(at + b.size).min(order.len())];
+                (batch::slice(&program, b, rows), rows.len())
+            }
+            None => (program.clone(), 1),
+        };
+        let mut batch_program = batch_program;
+        for (&t, values) in trainable.iter().zip(&params) {
+            batch_program.data[t] = to_tensor(p, t, values);
+        }
+        let plan = plans
+            .entry(examples)
+            .or_insert_with(|| crate::plan::plan(&batch_program));
+        let g = gradients(&batch_program, plan, o, loss, &trainable)?;
+        if !g.loss.is_finite() {
+            return Err(Diagnostic::global(
+                codes::TRAIN,
+                format!(
+                    "the loss became {} at step {} (epoch {})",
+                    g.loss,
+                    step + 1,
+                    epoch + 1
+                ),
+            )
+            .with_note(match &opts.save {
+                Some(path) => format!(
+                    "training stopped; `{}` holds the last good checkpoint, if one was saved",
+                    path.display()
+                ),
+                None => "training stopped; nothing was saved".to_string(),
+            })
+            .with_note("lower --lr, add --clip, or check the loss for log(0) or division by zero")
+            .into());
+        }
+        let mut grads = g.grads;
+        let lr = config.lr_at(step);
+        config.update(&mut state, &mut params, &mut grads);
+        for (&t, values) in trainable.iter().zip(params.iter_mut()) {
+            let elem = p.tensors[t].elem;
+            values.iter_mut().for_each(|x| *x = elem.round(*x));
+        }
+        losses.push(g.loss);
+        let secs = start.elapsed().as_secs_f64().max(1e-9);
+        report(Event::Step {
+            step: state.step,
+            total,
+            epoch: epoch + 1,
+            loss: g.loss,
+            lr,
+            examples_per_sec: examples as f64 / secs,
+        });
+        let epoch_done = state.step % per_epoch == 0 || state.step == total;
+        if epoch_done && !metrics.is_empty() {
+            for (&t, values) in trainable.iter().zip(&params) {
+                program.data[t] = to_tensor(p, t, values);
+            }
+            let values = Standard.evaluate(&program, o)?;
+            let metrics = metrics
+                .iter()
+                .map(|&m| (p.tensors[m].name.clone(), values[m].get(&[]).unwrap_or(0.0)))
+                .collect();
+            report(Event::Epoch {
+                epoch: epoch + 1,
+                metrics,
+            });
+        }
+        let due = opts
+            .save_every
+            .is_some_and(|every| every > 0 && state.step % every == 0);
+        if let (Some(path), true) = (&opts.save, due || state.step == total) {
+            save(p, &trainable, &params, &state, path)?;
+            report(Event::Saved {
+                path: path.clone(),
+                step: state.step,
+            });
+        }
+    }
+    let params = trainable
+        .iter()
+        .zip(&params)
+        .filter_map(|(&t, v)| Some((p.tensors[t].name.clone(), to_tensor(p, t, v)?)))
+        .collect();
+    Ok(Trained {
+        params,
+        losses,
+        step: state.step,
+    })
+}
+
+/// The parameters that train: all but the frozen ones.
+fn trainable(p: &Checked, freeze: &[String]) -> Result<Vec<TensorId>, Diagnostics> {
+    let mut errors = Vec::new();
+    for name in freeze {
+        if !p.params.iter().any(|&t| &p.tensors[t].name == name) {
+            errors.push(
+                Diagnostic::global(codes::TRAIN, format!("--freeze names `{name}`, which is not a parameter"))
+                    .with_note("parameters are tensors declared or initialised with `~` and defined by no data or equation"),
+            );
+        }
+    }
+    if !errors.is_empty() {
+        return Err(Diagnostics(errors));
+    }
+    let t: Vec<TensorId> = p
+        .params
+        .iter()
+        .copied()
+        .filter(|&t| !freeze.contains(&p.tensors[t].name))
+        .collect();
+    if t.is_empty() {
+        return Err(Diagnostic::global(codes::TRAIN, "the program has no parameters to train")
+            .with_note("declare one (`W : real[4, 3]`) or initialise one (`W ~ normal(0, 0.1)`) and use it in the loss")
+            .into());
+    }
+    Ok(t)
+}
+
+/// A `--eval` metric: a real scalar.
+fn metric(p: &Checked, name: &str) -> Result<TensorId, Diagnostics> {
+    loss_tensor(p, name).map_err(|_| {
+        Diagnostics::from(Diagnostic::global(
+            codes::TRAIN,
+            format!("--eval names `{name}`, which is not a real scalar tensor of this program"),
+        ))
+    })
+}
+
+/// The optimizer state a checkpoint saved, matched to the trainable parameters.
+fn resume_state(p: &Checked, trainable: &[TensorId], c: Option<&Checkpoint>) -> State {
+    let Some(c) = c else {
+        return State::default();
+    };
+    let size = |t: TensorId| p.tensors[t].shape.iter().product::<usize>();
+    let pick = |m: &BTreeMap<String, Vec<f64>>| -> Vec<Vec<f64>> {
+        trainable
+            .iter()
+            .map(|&t| match m.get(&p.tensors[t].name) {
+                Some(v) if v.len() == size(t) => v.clone(),
+                _ => vec![0.0; size(t)],
+            })
+            .collect()
+    };
+    State {
+        step: c.step,
+        m: pick(&c.m),
+        v: pick(&c.v),
+    }
+}
+
+/// Examples in the order epoch `epoch` visits them.
+fn epoch_order(b: &Batching, shuffle: bool, seed: u64, epoch: u64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..b.examples).collect();
+    if shuffle {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
+            seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        );
+        order.shuffle(&mut rng);
+    }
+    order
+}
+
+fn to_tensor(p: &Checked, t: TensorId, values: &[f64]) -> Option<Tensor> {
+    Tensor::dense(
+        p.tensors[t].elem,
+        p.tensors[t].shape.clone(),
+        values.to_vec(),
+    )
+    .ok()
+}
+
+fn save(
+    p: &Checked,
+    trainable: &[TensorId],
+    params: &[Vec<f64>],
+    state: &State,
+    path: &std::path::Path,
+) -> Result<(), Diagnostics> {
+    let mut c = Checkpoint {
+        step: state.step,
+        ..Checkpoint::default()
+    };
+    for &t in &p.params {
+        let values = match trainable.iter().position(|&x| x == t) {
+            Some(k) => to_tensor(p, t, &params[k]),
+            None => p.data[t].clone(),
+        };
+        if let Some(v) = values {
+            c.params.insert(p.tensors[t].name.clone(), v);
+        }
+    }
+    for (k, &t) in trainable.iter().enumerate() {
+        let name = p.tensors[t].name.clone();
+        if let Some(m) = state.m.get(k) {
+            c.m.insert(name.clone(), m.clone());
+        }
+        if let Some(v) = state.v.get(k) {
+            c.v.insert(name, v.clone());
+        }
+    }
+    checkpoint::save(&c, path).map_err(|e| Diagnostic::global(codes::CHECKPOINT, e).into())
+}
