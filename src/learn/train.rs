@@ -193,7 +193,7 @@ pub fn train(
             lr,
             examples_per_sec: examples as f64 / secs,
         });
-        let epoch_done = state.step % per_epoch == 0 || state.step == total;
+        let epoch_done = state.step.is_multiple_of(per_epoch) || state.step == total;
         if epoch_done && !metrics.is_empty() {
             for (&t, values) in trainable.iter().zip(&params) {
                 program.data[t] = to_tensor(p, t, values);
@@ -210,7 +210,7 @@ pub fn train(
         }
         let due = opts
             .save_every
-            .is_some_and(|every| every > 0 && state.step % every == 0);
+            .is_some_and(|every| every > 0 && state.step.is_multiple_of(every));
         if let (Some(path), true) = (&opts.save, due || state.step == total) {
             save(p, &trainable, &params, &state, path)?;
             report(Event::Saved {
