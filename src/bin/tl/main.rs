@@ -76,7 +76,7 @@ enum Command {
         #[arg(long = "set", value_name = "NAME=VALUE", value_parser = parse_set)]
         set: Vec<(String, f64)>,
         #[command(flatten)]
-        args: train::TrainArgs,
+        args: Box<train::TrainArgs>,
         #[command(flatten)]
         common: Common,
     },
