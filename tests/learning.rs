@@ -143,4 +143,10 @@ fn dense_kernel_gradients_match_the_reference_loops() {
         "A ~ normal(0, 1)\nA : real[3, 4, 5]\nB ~ normal(0, 1)\nB : real[5, 4]\nC ~ normal(0, 1)\nC : real[2, 3]\n\
          D[p, q] = C[p, i] A[i, j, k] B[k, j] + exp(C[p, q])\nLoss = D[p, q] D[p, q]\n",
     );
+    assert_fast_matches_reference(
+        "X ~ normal(0, 1)\nX : real[4, 3]\nQ ~ normal(0, 1)\nQ : real[3, 3]\nK ~ normal(0, 1)\nK : real[3, 3]\n\
+         T = [[1, 0, 0, 0], [0, 0, 1, 0], [0, 1, 0, 0], [0, 0, 0, 1]]\n\
+         S[p, p'.] = softmax(Q[d, i] X[p, i] K[d, j] X[p', j] / 2)\nN[p, d.] = lnorm(S[p, q] X[q, d] * 3 + X[p, d])\n\
+         Loss = -T[p, q] log(S[p, q]) + N[p, d] N[p, d] N[p, 0]\n",
+    );
 }

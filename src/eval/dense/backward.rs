@@ -5,8 +5,11 @@
 //! then the einsum of `s · Gₖ` with the term's other factors onto that factor's variables
 //! (`dW[h, i] = Σₑ dPre[e, h] X[e, i]`), run as the same batched matrix products.
 
-use super::{contract, each_step, fits, permute, reduce, term, Element, Operand};
+use super::{
+    contract, each_element, each_step, fits, normalize, permute, reduce, term, Element, Operand,
+};
 use crate::eval::EvalOptions;
+use crate::functions::Structural;
 use crate::plan::einsum::{DenseEquation, Expr};
 use crate::semantics::{Checked, Func, VarId};
 use crate::syntax::ast::BinOp;
@@ -26,24 +29,21 @@ pub(crate) fn backward_dense(
     adj: &mut [Option<Vec<f64>>],
 ) -> bool {
     let relation_free = d.terms.iter().all(|c| c.sparse.is_none());
-    if has_normalize(&d.expr) || !relation_free || !fits(p, d, values, o.max_memory) {
+    if nested_normalize(&d.expr, false) || !relation_free || !fits(p, d, values, o.max_memory) {
         return false;
     }
     let threads = o.threads.max(1);
-    let terms: Vec<Operand> = d.terms.iter().map(|c| term(c, values, threads)).collect();
+    let mut terms: Vec<Operand> = d.terms.iter().map(|c| term(c, values, threads)).collect();
+    // softmax/lnorm nodes become terms holding their values; their adjoints are then passed
+    // through each row's Jacobian to their arguments.
+    let mut rows = Vec::new();
+    let expr = lift_normalize(d, &d.expr, &mut terms, &mut rows, o);
     let mut g: Vec<Vec<f64>> = terms.iter().map(|t| vec![0.0; t.data.len()]).collect();
-    each_step(d, &terms, &mut |i, at, env| {
-        let a = upstream[i];
-        if a != 0.0 {
-            let cx = Element {
-                terms: &terms,
-                at,
-                env,
-                o,
-            };
-            back(&cx, &d.expr, a, &mut g);
-        }
-    });
+    back_elements(d, &expr, &terms, upstream, o, &mut g);
+    for r in rows {
+        let adjoint = row_adjoint(d, &r, &terms[r.term].data, &g[r.term]);
+        back_elements(d, &r.arg, &terms, &adjoint, o, &mut g);
+    }
     for ((c, gk), t) in d.terms.iter().zip(g).zip(&terms) {
         for (j, f) in c.factors.iter().enumerate() {
             if adj[f.tensor].is_none() {
@@ -79,15 +79,132 @@ pub(crate) fn backward_dense(
     true
 }
 
-fn has_normalize(e: &Expr) -> bool {
+/// Whether a `softmax`/`lnorm` lies inside another (this path handles one level).
+fn nested_normalize(e: &Expr, inside: bool) -> bool {
     match e {
-        Expr::Normalize(..) => true,
+        Expr::Normalize(_, _, x) => inside || nested_normalize(x, true),
         Expr::Term(_) | Expr::Const(_) | Expr::Var(_) => false,
-        Expr::Neg(x) | Expr::Not(x) => has_normalize(x),
-        Expr::Product(fs) => fs.iter().any(|(_, f)| has_normalize(f)),
-        Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => has_normalize(a) || has_normalize(b),
-        Expr::Call(_, args) => args.iter().any(has_normalize),
+        Expr::Neg(x) | Expr::Not(x) => nested_normalize(x, inside),
+        Expr::Product(fs) => fs.iter().any(|(_, f)| nested_normalize(f, inside)),
+        Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => {
+            nested_normalize(a, inside) || nested_normalize(b, inside)
+        }
+        Expr::Call(_, args) => args.iter().any(|a| nested_normalize(a, inside)),
     }
+}
+
+/// A `softmax`/`lnorm` lifted out of the expression: the term holding its value, and what
+/// its Jacobian needs.
+struct Row {
+    term: usize,
+    kind: Structural,
+    axis: Option<usize>,
+    arg: Expr,
+    /// The argument's values over the output.
+    input: Vec<f64>,
+}
+
+/// `e` with every `softmax`/`lnorm` replaced by a new term holding its value.
+fn lift_normalize(
+    d: &DenseEquation,
+    e: &Expr,
+    terms: &mut Vec<Operand>,
+    rows: &mut Vec<Row>,
+    o: &EvalOptions,
+) -> Expr {
+    let mut sub = |x: &Expr| lift_normalize(d, x, terms, rows, o);
+    match e {
+        Expr::Term(_) | Expr::Const(_) | Expr::Var(_) => e.clone(),
+        Expr::Neg(x) => Expr::Neg(Box::new(sub(x))),
+        Expr::Not(x) => Expr::Not(Box::new(sub(x))),
+        Expr::Product(fs) => Expr::Product(fs.iter().map(|(div, f)| (*div, sub(f))).collect()),
+        Expr::Binary(op, a, b) => Expr::Binary(*op, Box::new(sub(a)), Box::new(sub(b))),
+        Expr::Compare(op, a, b) => Expr::Compare(*op, Box::new(sub(a)), Box::new(sub(b))),
+        Expr::Call(f, args) => Expr::Call(f.clone(), args.iter().map(sub).collect()),
+        Expr::Normalize(kind, var, arg) => {
+            let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+            let mut input = vec![0.0; dims.iter().product()];
+            each_element(d, arg, terms, o, &mut |i, v| {
+                input[i] = v.unwrap_or(f64::NAN)
+            });
+            let mut value = input.clone();
+            let axis = d.out.iter().position(|v| v == var);
+            if let Some(axis) = axis {
+                normalize(&mut value, &dims, axis, *kind);
+            }
+            terms.push(Operand {
+                vars: d.out.clone(),
+                data: value.into(),
+            });
+            rows.push(Row {
+                term: terms.len() - 1,
+                kind: *kind,
+                axis,
+                arg: (**arg).clone(),
+                input,
+            });
+            Expr::Term(terms.len() - 1)
+        }
+    }
+}
+
+/// The adjoint of a lifted node's argument from the adjoint `g` of its value `y`, row by
+/// row: softmax `yᵩ(gᵩ − Σ g·y)`, lnorm `(gᵩ − mean g − yᵩ mean(g·y)) / σ`.
+fn row_adjoint(d: &DenseEquation, r: &Row, y: &[f64], g: &[f64]) -> Vec<f64> {
+    let Some(axis) = r.axis else {
+        return g.to_vec();
+    };
+    let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+    let n = dims[axis];
+    let stride: usize = dims[axis + 1..].iter().product();
+    let outer: usize = dims[..axis].iter().product();
+    let mut out = vec![0.0; g.len()];
+    for o in 0..outer {
+        for inner in 0..stride {
+            let at = |q: usize| o * n * stride + inner + q * stride;
+            match r.kind {
+                Structural::Softmax => {
+                    let dot: f64 = (0..n).map(|q| g[at(q)] * y[at(q)]).sum();
+                    for q in 0..n {
+                        out[at(q)] = y[at(q)] * (g[at(q)] - dot);
+                    }
+                }
+                _ => {
+                    let len = n as f64;
+                    let mean = (0..n).map(|q| r.input[at(q)]).sum::<f64>() / len;
+                    let var = (0..n)
+                        .map(|q| (r.input[at(q)] - mean) * (r.input[at(q)] - mean))
+                        .sum::<f64>()
+                        / len;
+                    let sd = (var + 1e-5).sqrt();
+                    let mean_g = (0..n).map(|q| g[at(q)]).sum::<f64>() / len;
+                    let mean_gy = (0..n).map(|q| g[at(q)] * y[at(q)]).sum::<f64>() / len;
+                    for q in 0..n {
+                        out[at(q)] = (g[at(q)] - mean_g - y[at(q)] * mean_gy) / sd;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Passes `adjoint` (one value per output element) down through `e` to the terms.
+fn back_elements(
+    d: &DenseEquation,
+    e: &Expr,
+    terms: &[Operand],
+    adjoint: &[f64],
+    o: &EvalOptions,
+    g: &mut [Vec<f64>],
+) {
+    each_step(d, terms, &mut |i, at, env| {
+        let a = adjoint[i];
+        if a != 0.0 {
+            let cx = Element { terms, at, env, o };
+            back(&cx, e, a, g);
+        }
+    });
 }
 
 /// Passes adjoint `a` of `e` (at one output element) down to the terms it reads.
