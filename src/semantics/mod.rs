@@ -108,6 +108,7 @@ pub fn check(input: &CheckInput) -> Result<Checked, Diagnostics> {
     let has_equations: Vec<bool> = (0..tensors.len())
         .map(|t| equations.iter().any(|e| e.target == t))
         .collect();
+    ctx.check_implicit_domains(&tensors);
     let params = ctx.init_params(&tensors, &mut data, &has_equations);
     let outputs = ctx.outputs(&tensors);
     ctx.bail()?;
@@ -129,6 +130,8 @@ pub(crate) struct NamedDomain {
     span: Span,
     size: Option<usize>,
     node: usize,
+    /// Named only in tensor declarations, never declared itself: data must size it.
+    implicit: bool,
 }
 
 /// What the checker gathers about one tensor before it is resolved.

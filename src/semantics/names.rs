@@ -208,6 +208,7 @@ impl Ctx<'_> {
                             span: name.span,
                             size,
                             node: 0,
+                            implicit: false,
                         },
                     );
                 }
@@ -217,6 +218,29 @@ impl Ctx<'_> {
         for name in self.input.bindings.keys() {
             let id = self.tensor_id(name, Span::default());
             self.tensors[id].bound = true;
+        }
+        self.implicit_domains();
+    }
+
+    /// A domain named in a tensor declaration but declared nowhere (`X : real[Example, 64]`)
+    /// is a domain whose extent (or symbols) comes from the data, as §12's `--batch` example
+    /// writes it.
+    fn implicit_domains(&mut self) {
+        for st in &self.program.statements {
+            if let StmtKind::Declaration { dims, .. } = &st.kind {
+                for d in dims {
+                    if let Dim::Named(n) = d {
+                        self.named_domains
+                            .entry(n.text.clone())
+                            .or_insert(super::NamedDomain {
+                                span: n.span,
+                                size: None,
+                                node: 0,
+                                implicit: true,
+                            });
+                    }
+                }
+            }
         }
     }
 

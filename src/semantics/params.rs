@@ -9,6 +9,42 @@ use rand::SeedableRng;
 use rand_distr::{Distribution, Normal, Uniform};
 
 impl Ctx<'_> {
+    /// A domain named in declarations but declared nowhere takes its size from data; where
+    /// nothing sizes it, the name is unknown (most often a typo).
+    pub(super) fn check_implicit_domains(&mut self, infos: &[TensorInfo]) {
+        let mut unsized_: Vec<(String, crate::diagnostics::Span)> = self
+            .named_domains
+            .iter()
+            .filter(|(_, nd)| nd.implicit)
+            .filter(|(name, _)| {
+                let d = self
+                    .domains
+                    .iter()
+                    .position(|d| d.name.as_deref() == Some(name.as_str()));
+                !infos.iter().any(|t| {
+                    t.domains
+                        .iter()
+                        .zip(&t.shape)
+                        .any(|(&x, &n)| Some(x) == d && n > 0)
+                })
+            })
+            .map(|(name, nd)| (name.clone(), nd.span))
+            .collect();
+        unsized_.sort_by_key(|(_, span)| span.start);
+        for (name, span) in unsized_ {
+            self.diags.push(
+                Diagnostic::error(
+                    codes::UNKNOWN_TENSOR,
+                    span,
+                    format!("unknown domain `{name}`: no declaration or data gives its size"),
+                )
+                .with_note(format!(
+                    "declare it, e.g. `{name} : 10` or `{name} : {{A, B}}`, or read data for a tensor over it"
+                )),
+            );
+        }
+    }
+
     /// Initial values of parameters: a checkpoint's, `~` distributions, or the SPEC's
     /// default. Returns the parameters.
     pub(super) fn init_params(
@@ -27,6 +63,27 @@ impl Ctx<'_> {
                 || info.kind == Kind::Bool
             {
                 continue;
+            }
+            if d.declared.is_none() {
+                if let Some(ax) = info.shape.iter().position(|&n| n == 0) {
+                    self.diags.push(
+                        Diagnostic::error(
+                            codes::UNBOUND_INDEX,
+                            info.span,
+                            format!(
+                                "parameter `{}` has no inferable shape: nothing gives the extent of its axis {}",
+                                info.name,
+                                ax + 1
+                            ),
+                        )
+                        .with_note(format!(
+                            "declare it, e.g. `{} : real[{}]`, or index it with a variable that data ranges over",
+                            info.name,
+                            vec!["10"; info.shape.len()].join(", ")
+                        )),
+                    );
+                    continue;
+                }
             }
             params.push(t);
             if let Some(v) = self.input.parameters.get(&info.name) {
