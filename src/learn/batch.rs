@@ -75,7 +75,16 @@ pub fn batching(p: &Checked, name: &str, size: usize) -> Result<Batching, Diagno
 /// The program restricted to the examples `rows` (positions in the batch domain), in that
 /// order.
 pub fn slice(p: &Checked, b: &Batching, rows: &[usize]) -> Checked {
-    let mut q = p.clone();
+    let mut q = Checked {
+        tensors: p.tensors.clone(),
+        domains: p.domains.clone(),
+        equations: p.equations.clone(),
+        strata: p.strata.clone(),
+        data: Vec::new(),
+        params: p.params.clone(),
+        outputs: p.outputs.clone(),
+        scalars: p.scalars.clone(),
+    };
     let mut new_pos = vec![None; b.examples];
     for (k, &r) in rows.iter().enumerate() {
         if r < b.examples {
@@ -86,15 +95,13 @@ pub fn slice(p: &Checked, b: &Batching, rows: &[usize]) -> Checked {
         let axes: Vec<usize> = (0..info.domains.len())
             .filter(|&k| info.domains[k] == b.domain)
             .collect();
-        if axes.is_empty() {
-            continue;
-        }
         for &k in &axes {
             info.shape[k] = rows.len();
         }
-        if let Some(d) = q.data[t].take() {
-            q.data[t] = Some(slice_tensor(&d, &axes, &new_pos, rows.len()));
-        }
+        q.data.push(match &p.data[t] {
+            Some(d) if !axes.is_empty() => Some(slice_tensor(d, &axes, rows, &new_pos)),
+            d => d.clone(),
+        });
     }
     for eq in &mut q.equations {
         let over: Vec<bool> = (0..eq.vars.len())
@@ -126,26 +133,56 @@ fn ranges_over(p: &Checked, eq: &crate::semantics::Equation, v: usize, domain: D
     bare(&eq.lhs, eq.target) || reads(&eq.rhs, &bare)
 }
 
-/// `t` with its `axes` cut to the rows that `new_pos` maps.
-fn slice_tensor(t: &Tensor, axes: &[usize], new_pos: &[Option<usize>], n: usize) -> Tensor {
+/// `t` with its `axes` cut to `rows` (`new_pos` maps an example to its place in the batch).
+fn slice_tensor(t: &Tensor, axes: &[usize], rows: &[usize], new_pos: &[Option<usize>]) -> Tensor {
     let mut shape = t.shape.clone();
     for &k in axes {
-        shape[k] = n;
+        shape[k] = rows.len();
     }
-    let map = |idx: &[usize]| -> Option<Vec<usize>> {
-        let mut out = idx.to_vec();
-        for &k in axes {
-            out[k] = (*new_pos.get(idx[k])?)?;
+    if let Storage::Dense(v) = &t.storage {
+        // Gather: each batch element reads its example's element, no index lists.
+        let mut strides = vec![1usize; t.shape.len()];
+        for k in (0..t.shape.len().saturating_sub(1)).rev() {
+            strides[k] = strides[k + 1] * t.shape[k + 1];
         }
-        Some(out)
-    };
+        let total: usize = shape.iter().product();
+        let mut out = Vec::with_capacity(total);
+        let mut idx = vec![0usize; shape.len()];
+        for _ in 0..total {
+            let mut off = 0;
+            for (k, (&i, &s)) in idx.iter().zip(&strides).enumerate() {
+                let i = if axes.contains(&k) { rows[i] } else { i };
+                off += i * s;
+            }
+            out.push(v.get(off).copied().unwrap_or(0.0));
+            for k in (0..idx.len()).rev() {
+                idx[k] += 1;
+                if idx[k] < shape[k] {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+        return Tensor {
+            elem: t.elem,
+            shape,
+            storage: Storage::Dense(out),
+        };
+    }
     let mut out = match &t.storage {
-        Storage::Dense(_) => Tensor::zeros(t.elem, shape.clone()),
         Storage::Relation(_) => Tensor::relation(shape.clone(), Vec::new()),
-        Storage::Sparse(_) => Tensor::sparse(t.elem, shape.clone()),
+        _ => Tensor::sparse(t.elem, shape.clone()),
     };
     for (idx, v) in t.entries() {
-        if let Some(at) = map(&idx) {
+        let mut at = idx.clone();
+        let mut inside = true;
+        for &k in axes {
+            match new_pos.get(idx[k]).copied().flatten() {
+                Some(n) => at[k] = n,
+                None => inside = false,
+            }
+        }
+        if inside {
             out.set(&at, v);
         }
     }

@@ -304,9 +304,14 @@ impl Element<'_> {
             // Replaced by a term before elements are evaluated (`materialize`).
             Expr::Normalize(..) => return None,
             Expr::Call(f, args) => {
-                let xs: Vec<f64> = args.iter().map(|a| self.eval(a)).collect::<Option<_>>()?;
+                // Built-ins take one or two arguments: no allocation per element.
+                let mut buf = [0.0f64; 2];
+                for (x, a) in buf.iter_mut().zip(args) {
+                    *x = self.eval(a)?;
+                }
+                let xs = &buf[..args.len().min(2)];
                 match f {
-                    Func::Builtin(b) => b.apply(&xs),
+                    Func::Builtin(b) => b.apply(xs),
                     Func::User(name) => (self.o.functions.get(name)?.f)(*xs.first()?),
                 }
             }
