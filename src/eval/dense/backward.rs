@@ -5,14 +5,12 @@
 //! then the einsum of `s · Gₖ` with the term's other factors onto that factor's variables
 //! (`dW[h, i] = Σₑ dPre[e, h] X[e, i]`), run as the same batched matrix products.
 
-use super::{
-    contract, each_element, each_step, fits, normalize, permute, reduce, term, Element, Operand,
-};
+use super::rows::{self, Program};
+use super::{contract, fits, normalize, permute, reduce, term, Operand};
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
 use crate::plan::einsum::{DenseEquation, Expr};
-use crate::semantics::{Checked, Func, VarId};
-use crate::syntax::ast::BinOp;
+use crate::semantics::{Checked, VarId};
 use crate::tensor::Tensor;
 use std::borrow::Cow;
 
@@ -36,13 +34,18 @@ pub(crate) fn backward_dense(
     let mut terms: Vec<Operand> = d.terms.iter().map(|c| term(c, values, threads)).collect();
     // softmax/lnorm nodes become terms holding their values; their adjoints are then passed
     // through each row's Jacobian to their arguments.
-    let mut rows = Vec::new();
-    let expr = lift_normalize(d, &d.expr, &mut terms, &mut rows, o);
+    let mut lifted = Vec::new();
+    let Some(expr) = lift_normalize(d, &d.expr, &mut terms, &mut lifted, o) else {
+        return false;
+    };
+    let Some(program) = Program::compile(&expr, o) else {
+        return false;
+    };
     let mut g: Vec<Vec<f64>> = terms.iter().map(|t| vec![0.0; t.data.len()]).collect();
-    back_elements(d, &expr, &terms, upstream, o, &mut g);
-    for r in rows {
+    rows::backward(&program, d, &terms, upstream, &mut g);
+    for r in lifted {
         let adjoint = row_adjoint(d, &r, &terms[r.term].data, &g[r.term]);
-        back_elements(d, &r.arg, &terms, &adjoint, o, &mut g);
+        rows::backward(&r.arg, d, &terms, &adjoint, &mut g);
     }
     for ((c, gk), t) in d.terms.iter().zip(g).zip(&terms) {
         for (j, f) in c.factors.iter().enumerate() {
@@ -99,34 +102,39 @@ struct Row {
     term: usize,
     kind: Structural,
     axis: Option<usize>,
-    arg: Expr,
+    arg: Program,
     /// The argument's values over the output.
     input: Vec<f64>,
 }
 
-/// `e` with every `softmax`/`lnorm` replaced by a new term holding its value.
+/// `e` with every `softmax`/`lnorm` replaced by a new term holding its value; `None` when
+/// it calls an unregistered function.
 fn lift_normalize(
     d: &DenseEquation,
     e: &Expr,
     terms: &mut Vec<Operand>,
     rows: &mut Vec<Row>,
     o: &EvalOptions,
-) -> Expr {
+) -> Option<Expr> {
     let mut sub = |x: &Expr| lift_normalize(d, x, terms, rows, o);
-    match e {
+    Some(match e {
         Expr::Term(_) | Expr::Const(_) | Expr::Var(_) => e.clone(),
-        Expr::Neg(x) => Expr::Neg(Box::new(sub(x))),
-        Expr::Not(x) => Expr::Not(Box::new(sub(x))),
-        Expr::Product(fs) => Expr::Product(fs.iter().map(|(div, f)| (*div, sub(f))).collect()),
-        Expr::Binary(op, a, b) => Expr::Binary(*op, Box::new(sub(a)), Box::new(sub(b))),
-        Expr::Compare(op, a, b) => Expr::Compare(*op, Box::new(sub(a)), Box::new(sub(b))),
-        Expr::Call(f, args) => Expr::Call(f.clone(), args.iter().map(sub).collect()),
+        Expr::Neg(x) => Expr::Neg(Box::new(sub(x)?)),
+        Expr::Not(x) => Expr::Not(Box::new(sub(x)?)),
+        Expr::Product(fs) => Expr::Product(
+            fs.iter()
+                .map(|(div, f)| Some((*div, sub(f)?)))
+                .collect::<Option<_>>()?,
+        ),
+        Expr::Binary(op, a, b) => Expr::Binary(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
+        Expr::Compare(op, a, b) => Expr::Compare(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
+        Expr::Call(f, args) => {
+            Expr::Call(f.clone(), args.iter().map(sub).collect::<Option<_>>()?)
+        }
         Expr::Normalize(kind, var, arg) => {
             let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
-            let mut input = vec![0.0; dims.iter().product()];
-            each_element(d, arg, terms, o, &mut |i, v| {
-                input[i] = v.unwrap_or(f64::NAN)
-            });
+            let arg = Program::compile(arg, o)?;
+            let input = rows::values(&arg, d, terms);
             let mut value = input.clone();
             let axis = d.out.iter().position(|v| v == var);
             if let Some(axis) = axis {
@@ -140,12 +148,12 @@ fn lift_normalize(
                 term: terms.len() - 1,
                 kind: *kind,
                 axis,
-                arg: (**arg).clone(),
+                arg,
                 input,
             });
             Expr::Term(terms.len() - 1)
         }
-    }
+    })
 }
 
 /// The adjoint of a lifted node's argument from the adjoint `g` of its value `y`, row by
@@ -187,85 +195,4 @@ fn row_adjoint(d: &DenseEquation, r: &Row, y: &[f64], g: &[f64]) -> Vec<f64> {
         }
     }
     out
-}
-
-/// Passes `adjoint` (one value per output element) down through `e` to the terms.
-fn back_elements(
-    d: &DenseEquation,
-    e: &Expr,
-    terms: &[Operand],
-    adjoint: &[f64],
-    o: &EvalOptions,
-    g: &mut [Vec<f64>],
-) {
-    each_step(d, terms, &mut |i, at, env| {
-        let a = adjoint[i];
-        if a != 0.0 {
-            let cx = Element { terms, at, env, o };
-            back(&cx, e, a, g);
-        }
-    });
-}
-
-/// Passes adjoint `a` of `e` (at one output element) down to the terms it reads.
-fn back(cx: &Element, e: &Expr, a: f64, g: &mut [Vec<f64>]) {
-    match e {
-        Expr::Term(k) => g[*k][cx.at[*k]] += a,
-        Expr::Const(_) | Expr::Var(_) | Expr::Compare(..) | Expr::Normalize(..) => {}
-        Expr::Neg(x) | Expr::Not(x) => back(cx, x, -a, g),
-        Expr::Product(fs) => {
-            let Some(vals) = fs
-                .iter()
-                .map(|(_, f)| cx.eval(f))
-                .collect::<Option<Vec<f64>>>()
-            else {
-                return;
-            };
-            for (i, (div, f)) in fs.iter().enumerate() {
-                let mut others = 1.0;
-                for (j, ((dj, _), &v)) in fs.iter().zip(&vals).enumerate() {
-                    if j != i {
-                        others = if *dj { others / v } else { others * v };
-                    }
-                }
-                let d = if *div {
-                    -others / (vals[i] * vals[i])
-                } else {
-                    others
-                };
-                back(cx, f, a * d, g);
-            }
-        }
-        Expr::Binary(op, x, y) => {
-            let (Some(u), Some(v)) = (cx.eval(x), cx.eval(y)) else {
-                return;
-            };
-            let (dx, dy) = match op {
-                BinOp::Add => (1.0, 1.0),
-                BinOp::Sub => (1.0, -1.0),
-                BinOp::Pow => {
-                    let dy = if u > 0.0 { u.powf(v) * u.ln() } else { 0.0 };
-                    (v * u.powf(v - 1.0), dy)
-                }
-            };
-            back(cx, x, a * dx, g);
-            back(cx, y, a * dy, g);
-        }
-        Expr::Call(f, args) => {
-            let Some(xs) = args
-                .iter()
-                .map(|x| cx.eval(x))
-                .collect::<Option<Vec<f64>>>()
-            else {
-                return;
-            };
-            for (i, arg) in args.iter().enumerate() {
-                let d = match f {
-                    Func::Builtin(b) => b.partial(&xs, i),
-                    Func::User(name) => cx.o.functions.get(name).map_or(0.0, |uf| (uf.df)(xs[0])),
-                };
-                back(cx, arg, a * d, g);
-            }
-        }
-    }
 }

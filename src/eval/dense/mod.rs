@@ -8,13 +8,13 @@
 //! is summed in the same order for every thread count.
 
 mod backward;
+mod rows;
 
 pub(crate) use backward::backward_dense;
 
 use super::EvalOptions;
 use crate::functions::Structural;
 use crate::plan::einsum::{kept, Contraction, DenseEquation, Expr, Path};
-use crate::semantics::Func;
 use crate::semantics::{Checked, Stratum, VarId};
 use crate::tensor::{Storage, Tensor};
 use std::borrow::Cow;
@@ -51,11 +51,14 @@ pub(super) fn evaluate_dense(
             let mut run = || {
                 let mut terms: Vec<Operand> =
                     d.terms.iter().map(|c| term(c, values, threads)).collect();
-                fused(d, &mut terms, o, &mut acc);
+                fused(d, &mut terms, o, &mut acc)
             };
-            match pool {
+            let done = match pool {
                 Some(pool) => pool.install(run),
                 None => run(),
+            };
+            if !done {
+                return false;
             }
         }
         values[t] = Tensor {
@@ -99,23 +102,33 @@ fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory: u64) -> b
     shaped && relations && out_ok && 8.0 * elements <= max_memory as f64
 }
 
-/// Adds the equation's value at every output element to `acc` (row-major over `d.out`).
-fn fused<'a>(d: &DenseEquation, terms: &mut Vec<Operand<'a>>, o: &EvalOptions, acc: &mut [f64]) {
+/// Adds the equation's value at every output element to `acc` (row-major over `d.out`);
+/// `false` when the expression calls a function that is not registered.
+fn fused<'a>(
+    d: &DenseEquation,
+    terms: &mut Vec<Operand<'a>>,
+    o: &EvalOptions,
+    acc: &mut [f64],
+) -> bool {
     // A bare contraction laid out like the output: one vectorised pass.
     if let Expr::Term(k) = d.expr {
         if terms[k].vars == d.out && terms[k].data.len() == acc.len() {
             for (a, &x) in acc.iter_mut().zip(terms[k].data.iter()) {
                 *a += x;
             }
-            return;
+            return true;
         }
     }
-    let expr = materialize(&d.expr, d, terms, o);
-    each_element(d, &expr, terms, o, &mut |i, v| {
-        if let Some(x) = v {
-            acc[i] += x;
-        }
-    });
+    let Some(expr) = materialize(&d.expr, d, terms, o) else {
+        return false;
+    };
+    let Some(program) = rows::Program::compile(&expr, o) else {
+        return false;
+    };
+    for (a, v) in acc.iter_mut().zip(rows::values(&program, d, terms)) {
+        *a += v;
+    }
+    true
 }
 
 /// The expression with every `softmax`/`lnorm` replaced by a term holding its value over
@@ -125,18 +138,24 @@ fn materialize<'a>(
     d: &DenseEquation,
     terms: &mut Vec<Operand<'a>>,
     o: &EvalOptions,
-) -> Expr {
+) -> Option<Expr> {
     let mut sub = |x: &Expr| materialize(x, d, terms, o);
-    match e {
+    Some(match e {
         Expr::Term(_) | Expr::Const(_) | Expr::Var(_) => e.clone(),
-        Expr::Neg(x) => Expr::Neg(Box::new(sub(x))),
-        Expr::Not(x) => Expr::Not(Box::new(sub(x))),
-        Expr::Product(fs) => Expr::Product(fs.iter().map(|(div, f)| (*div, sub(f))).collect()),
-        Expr::Binary(op, a, b) => Expr::Binary(*op, Box::new(sub(a)), Box::new(sub(b))),
-        Expr::Compare(op, a, b) => Expr::Compare(*op, Box::new(sub(a)), Box::new(sub(b))),
-        Expr::Call(f, args) => Expr::Call(f.clone(), args.iter().map(sub).collect()),
+        Expr::Neg(x) => Expr::Neg(Box::new(sub(x)?)),
+        Expr::Not(x) => Expr::Not(Box::new(sub(x)?)),
+        Expr::Product(fs) => Expr::Product(
+            fs.iter()
+                .map(|(div, f)| Some((*div, sub(f)?)))
+                .collect::<Option<_>>()?,
+        ),
+        Expr::Binary(op, a, b) => Expr::Binary(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
+        Expr::Compare(op, a, b) => Expr::Compare(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
+        Expr::Call(f, args) => {
+            Expr::Call(f.clone(), args.iter().map(sub).collect::<Option<_>>()?)
+        }
         Expr::Normalize(kind, var, x) => {
-            let inner = sub(x);
+            let inner = sub(x)?;
             let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
             let total: usize = dims.iter().product();
             let mut buf = match inner {
@@ -144,13 +163,7 @@ fn materialize<'a>(
                 Expr::Term(k) if terms[k].vars == d.out && terms[k].data.len() == total => {
                     terms[k].data.to_vec()
                 }
-                _ => {
-                    let mut buf = vec![0.0; total];
-                    each_element(d, &inner, terms, o, &mut |i, v| {
-                        buf[i] = v.unwrap_or(f64::NAN)
-                    });
-                    buf
-                }
+                _ => rows::values(&rows::Program::compile(&inner, o)?, d, terms),
             };
             if let Some(axis) = d.out.iter().position(|v| v == var) {
                 normalize(&mut buf, &dims, axis, *kind);
@@ -161,7 +174,7 @@ fn materialize<'a>(
             });
             Expr::Term(terms.len() - 1)
         }
-    }
+    })
 }
 
 /// Softmax or layer normalisation of every row along `axis`, as the reference computes them
@@ -196,126 +209,6 @@ fn normalize(buf: &mut [f64], dims: &[usize], axis: usize, kind: Structural) {
                 buf[base + q * stride] = v;
             }
         }
-    }
-}
-
-/// Calls `f` with each output element's row-major index and the expression's value there.
-fn each_element(
-    d: &DenseEquation,
-    expr: &Expr,
-    terms: &[Operand],
-    o: &EvalOptions,
-    f: &mut dyn FnMut(usize, Option<f64>),
-) {
-    each_step(d, terms, &mut |i, at, env| {
-        let cx = Element { terms, at, env, o };
-        f(i, cx.eval(expr));
-    });
-}
-
-/// What [`each_step`] calls at each element: its row-major index, where each term is read,
-/// and the variables' positions.
-type ElementVisitor<'f> = dyn FnMut(usize, &[usize], &[usize]) + 'f;
-
-/// Calls `f` with each output element's row-major index, where each term is read there, and
-/// the left-hand-side variables' positions.
-fn each_step(d: &DenseEquation, terms: &[Operand], f: &mut ElementVisitor) {
-    let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
-    let total: usize = dims.iter().product();
-    // Per term, its stride along each output axis (0 where it does not vary).
-    let steps: Vec<Vec<usize>> = terms
-        .iter()
-        .map(|t| {
-            let own = strides(&t.vars, &d.extents);
-            d.out
-                .iter()
-                .map(|v| t.vars.iter().position(|x| x == v).map_or(0, |k| own[k]))
-                .collect()
-        })
-        .collect();
-    let mut idx = vec![0usize; dims.len()];
-    let mut at = vec![0usize; terms.len()];
-    let mut env = vec![0usize; d.extents.len()];
-    for i in 0..total {
-        for (&v, &x) in d.out.iter().zip(&idx) {
-            env[v] = x;
-        }
-        f(i, &at, &env);
-        for ax in (0..dims.len()).rev() {
-            idx[ax] += 1;
-            for (a, s) in at.iter_mut().zip(&steps) {
-                *a += s[ax];
-            }
-            if idx[ax] < dims[ax] {
-                break;
-            }
-            for (a, s) in at.iter_mut().zip(&steps) {
-                *a -= s[ax] * dims[ax];
-            }
-            idx[ax] = 0;
-        }
-    }
-}
-
-/// One output element: where each term is read, and the variables' positions.
-struct Element<'a> {
-    terms: &'a [Operand<'a>],
-    at: &'a [usize],
-    env: &'a [usize],
-    o: &'a EvalOptions,
-}
-
-impl Element<'_> {
-    /// The expression's value, as the reference computes it (`None`: an unknown function).
-    fn eval(&self, e: &Expr) -> Option<f64> {
-        Some(match e {
-            Expr::Term(k) => self.terms[*k].data[self.at[*k]],
-            Expr::Const(c) => *c,
-            Expr::Var(v) => self.env[*v] as f64,
-            Expr::Neg(x) => -self.eval(x)?,
-            Expr::Not(x) => 1.0 - self.eval(x)?,
-            Expr::Product(fs) => {
-                let mut acc = 1.0;
-                for (div, f) in fs {
-                    let v = self.eval(f)?;
-                    if *div {
-                        acc /= v;
-                    } else {
-                        acc *= v;
-                    }
-                }
-                acc
-            }
-            Expr::Binary(op, a, b) => {
-                let (a, b) = (self.eval(a)?, self.eval(b)?);
-                match op {
-                    crate::syntax::ast::BinOp::Add => a + b,
-                    crate::syntax::ast::BinOp::Sub => a - b,
-                    crate::syntax::ast::BinOp::Pow => a.powf(b),
-                }
-            }
-            Expr::Compare(op, a, b) => {
-                if op.holds(self.eval(a)?, self.eval(b)?) {
-                    1.0
-                } else {
-                    0.0
-                }
-            }
-            // Replaced by a term before elements are evaluated (`materialize`).
-            Expr::Normalize(..) => return None,
-            Expr::Call(f, args) => {
-                // Built-ins take one or two arguments: no allocation per element.
-                let mut buf = [0.0f64; 2];
-                for (x, a) in buf.iter_mut().zip(args) {
-                    *x = self.eval(a)?;
-                }
-                let xs = &buf[..args.len().min(2)];
-                match f {
-                    Func::Builtin(b) => b.apply(xs),
-                    Func::User(name) => (self.o.functions.get(name)?.f)(*xs.first()?),
-                }
-            }
-        })
     }
 }
 
