@@ -48,6 +48,7 @@ impl ElemType {
     }
 
     /// Rounds a value to what this type can hold.
+    #[inline]
     pub fn round(self, v: f64) -> f64 {
         match self {
             ElemType::Bool => {

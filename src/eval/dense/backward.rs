@@ -69,7 +69,8 @@ pub(crate) fn backward_dense(
                         _ => return false,
                     },
                 };
-                acc = contract(acc, other, &keep, &c.extents, (threads, false));
+                // f32 operands multiply in f32 (sums round as in PyTorch's backward).
+                acc = contract(acc, other, &keep, &c.extents, (threads, c.single));
             }
             let acc = permute(reduce(acc, &f.vars, &c.extents), &f.vars, &c.extents);
             if let Some(buf) = adj[f.tensor].as_mut() {

@@ -497,25 +497,35 @@ fn contract<'a>(
     let cols = pick(&y.vars, &|v| !x.vars.contains(v));
     let size = |vs: &[VarId]| -> usize { vs.iter().map(|&v| extents[v]).product() };
     let (b, m, k, n) = (size(&batch), size(&rows), size(&inner), size(&cols));
-    let x = permute(
-        x,
-        &[batch.clone(), rows.clone(), inner.clone()].concat(),
-        extents,
-    );
-    let y = permute(y, &[batch.clone(), inner, cols.clone()].concat(), extents);
+    // Operands whose layout already is a (batched) matrix, transposed or not, are read in
+    // place through strides; the others are permuted first.
+    let (x, sx) = match strided(&x.vars, [&batch, &rows, &inner], extents) {
+        Some(st) => (x, st),
+        None => {
+            let order = [batch.clone(), rows.clone(), inner.clone()].concat();
+            (permute(x, &order, extents), [m * k, k, 1])
+        }
+    };
+    let (y, sy) = match strided(&y.vars, [&batch, &inner, &cols], extents) {
+        Some(st) => (y, st),
+        None => {
+            let order = [batch.clone(), inner, cols.clone()].concat();
+            (permute(y, &order, extents), [k * n, n, 1])
+        }
+    };
     let data = if single {
         // f32 operands, f32 products: the values are f32 already, so only the sums round.
         let narrow = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
         let out = batched(
             (b, m, n, k),
-            &narrow(&x.data),
-            &narrow(&y.data),
+            (&narrow(&x.data), sx),
+            (&narrow(&y.data), sy),
             (0.0, 1.0),
             threads,
         );
         out.into_iter().map(f64::from).collect()
     } else {
-        batched((b, m, n, k), &x.data, &y.data, (0.0, 1.0), threads)
+        batched((b, m, n, k), (&x.data, sx), (&y.data, sy), (0.0, 1.0), threads)
     };
     Operand {
         vars: [batch, rows, cols].concat(),
@@ -523,11 +533,32 @@ fn contract<'a>(
     }
 }
 
-/// `b` products of row-major `m×k` and `k×n` matrices, stacked.
+/// Element strides of three groups of variables (batch, rows, columns of a matrix) in an
+/// operand laid out over `vars`, when each group lies contiguous in it, in order.
+fn strided(vars: &[VarId], groups: [&[VarId]; 3], extents: &[usize]) -> Option<[usize; 3]> {
+    let own = strides(vars, extents);
+    let mut out = [0usize; 3];
+    for (o, g) in out.iter_mut().zip(groups) {
+        let Some(&first) = g.first() else {
+            continue;
+        };
+        let start = vars.iter().position(|&v| v == first)?;
+        if vars.get(start..start + g.len()) != Some(g) {
+            return None;
+        }
+        *o = own[start + g.len() - 1];
+    }
+    Some(out)
+}
+
+/// A matrix operand: its elements and the strides of its batch, row and column axes.
+type Strided<'s, T> = (&'s [T], [usize; 3]);
+
+/// `b` products of `m×k` and `k×n` matrices, stacked row-major in the result.
 fn batched<T: 'static + Copy>(
     (b, m, n, k): (usize, usize, usize, usize),
-    lhs: &[T],
-    rhs: &[T],
+    lhs: Strided<T>,
+    rhs: Strided<T>,
     unit: (T, T),
     threads: usize,
 ) -> Vec<T> {
@@ -535,8 +566,8 @@ fn batched<T: 'static + Copy>(
     for i in 0..b {
         matmul(
             (m, n, k),
-            &lhs[i * m * k..(i + 1) * m * k],
-            &rhs[i * k * n..(i + 1) * k * n],
+            (lhs.0, i * lhs.1[0], [lhs.1[1], lhs.1[2]]),
+            (rhs.0, i * rhs.1[0], [rhs.1[1], rhs.1[2]]),
             &mut out[i * m * n..(i + 1) * m * n],
             unit,
             threads,
@@ -545,17 +576,24 @@ fn batched<T: 'static + Copy>(
     out
 }
 
-/// `dst = lhs · rhs` for row-major `m×k` and `k×n` matrices of f32 or f64 (`unit` is the
-/// type's 0 and 1).
+/// `dst = lhs · rhs` for an `m×k` and a `k×n` matrix of f32 or f64, each given as its
+/// elements, the offset of its first one and its row and column strides (`unit` is the type's
+/// 0 and 1); `dst` is row-major.
 fn matmul<T: 'static + Copy>(
     (m, n, k): (usize, usize, usize),
-    lhs: &[T],
-    rhs: &[T],
+    (lhs, lo, [lr, lc]): (&[T], usize, [usize; 2]),
+    (rhs, ro, [rr, rc]): (&[T], usize, [usize; 2]),
     dst: &mut [T],
     (zero, one): (T, T),
     threads: usize,
 ) {
-    if m == 0 || n == 0 || k == 0 || lhs.len() < m * k || rhs.len() < k * n || dst.len() < m * n {
+    if m == 0 || n == 0 || k == 0 || dst.len() < m * n {
+        return;
+    }
+    let last = |o: usize, r: usize, c: usize, rows: usize, cols: usize| {
+        o + (rows - 1) * r + (cols - 1) * c
+    };
+    if last(lo, lr, lc, m, k) >= lhs.len() || last(ro, rr, rc, k, n) >= rhs.len() {
         return;
     }
     let parallelism = if threads > 1 {
@@ -563,9 +601,9 @@ fn matmul<T: 'static + Copy>(
     } else {
         gemm::Parallelism::None
     };
-    // SAFETY: the three slices hold at least m·k, k·n and m·n elements (checked above), laid
-    // out row-major with the strides given, `dst` does not alias the inputs, and T is f32 or
-    // f64 (the callers), which gemm supports.
+    // SAFETY: every element the strides reach lies inside its slice (the largest offset of
+    // each operand was checked above), `dst` holds m·n row-major elements and does not alias
+    // the inputs, and T is f32 or f64 (the callers), which gemm supports.
     unsafe {
         gemm::gemm(
             m,
@@ -575,12 +613,12 @@ fn matmul<T: 'static + Copy>(
             1,
             n as isize,
             false,
-            lhs.as_ptr(),
-            1,
-            k as isize,
-            rhs.as_ptr(),
-            1,
-            n as isize,
+            lhs.as_ptr().add(lo),
+            lc as isize,
+            lr as isize,
+            rhs.as_ptr().add(ro),
+            rc as isize,
+            rr as isize,
             zero,
             one,
             false,
