@@ -129,9 +129,7 @@ fn lift_normalize(
         ),
         Expr::Binary(op, a, b) => Expr::Binary(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
         Expr::Compare(op, a, b) => Expr::Compare(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
-        Expr::Call(f, args) => {
-            Expr::Call(f.clone(), args.iter().map(sub).collect::<Option<_>>()?)
-        }
+        Expr::Call(f, args) => Expr::Call(f.clone(), args.iter().map(sub).collect::<Option<_>>()?),
         Expr::Normalize(kind, var, arg) => {
             let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
             let arg = Program::compile(arg, o)?;

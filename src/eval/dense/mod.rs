@@ -151,9 +151,7 @@ fn materialize<'a>(
         ),
         Expr::Binary(op, a, b) => Expr::Binary(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
         Expr::Compare(op, a, b) => Expr::Compare(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
-        Expr::Call(f, args) => {
-            Expr::Call(f.clone(), args.iter().map(sub).collect::<Option<_>>()?)
-        }
+        Expr::Call(f, args) => Expr::Call(f.clone(), args.iter().map(sub).collect::<Option<_>>()?),
         Expr::Normalize(kind, var, x) => {
             let inner = sub(x)?;
             let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
@@ -525,7 +523,13 @@ fn contract<'a>(
         );
         out.into_iter().map(f64::from).collect()
     } else {
-        batched((b, m, n, k), (&x.data, sx), (&y.data, sy), (0.0, 1.0), threads)
+        batched(
+            (b, m, n, k),
+            (&x.data, sx),
+            (&y.data, sy),
+            (0.0, 1.0),
+            threads,
+        )
     };
     Operand {
         vars: [batch, rows, cols].concat(),

@@ -70,7 +70,11 @@ fn push(e: &Expr, o: &EvalOptions, ops: &mut Vec<Op>) -> Option<usize> {
                         ops.len() - 1
                     }
                 };
-                ops.push(if *div { Op::Div(left, x) } else { Op::Mul(left, x) });
+                ops.push(if *div {
+                    Op::Div(left, x)
+                } else {
+                    Op::Mul(left, x)
+                });
                 acc = Some(ops.len() - 1);
             }
             match acc {
@@ -105,6 +109,10 @@ fn push(e: &Expr, o: &EvalOptions, ops: &mut Vec<Op>) -> Option<usize> {
     ops.push(op);
     Some(ops.len() - 1)
 }
+
+/// What [`Rows::each`] calls per row: its index, each term's offset at its start, and the
+/// output variables' positions.
+type RowVisitor<'f> = dyn FnMut(usize, &[usize], &[usize]) + 'f;
 
 /// Where one row of the output lies in each term: the offset of its first element and the
 /// step along the row (0 where the term does not vary along it).
@@ -144,7 +152,7 @@ impl Rows {
 
     /// Calls `f` for each row with its index, each term's offset at its start, and the
     /// positions of the output variables there.
-    fn each(&self, d: &DenseEquation, f: &mut dyn FnMut(usize, &[usize], &[usize])) {
+    fn each(&self, d: &DenseEquation, f: &mut RowVisitor) {
         let outer = self.dims.len().saturating_sub(1);
         let mut idx = vec![0usize; outer];
         let mut at = vec![0usize; self.steps.len()];
@@ -176,7 +184,7 @@ impl Rows {
     }
 }
 
-/// Computes every operation's row into `vals` (one buffer of `len` per operation).
+/// Computes every operation's row into `vals` (operation i at `i·len..(i+1)·len`).
 fn forward_row(
     p: &Program,
     d: &DenseEquation,
@@ -184,20 +192,21 @@ fn forward_row(
     terms: &[Operand],
     at: &[usize],
     env: &[usize],
-    vals: &mut [Vec<f64>],
+    vals: &mut [f64],
 ) {
     let n = rows.len;
     let inner_var = d.out.last().copied();
     for (i, op) in p.ops.iter().enumerate() {
-        let (done, rest) = vals.split_at_mut(i);
-        let out = &mut rest[0][..n];
+        let (done, rest) = vals.split_at_mut(i * n);
+        let out = &mut rest[..n];
+        let row = |a: usize| &done[a * n..(a + 1) * n];
         let un = |a: usize, out: &mut [f64], f: &dyn Fn(f64) -> f64| {
-            for (o, &x) in out.iter_mut().zip(&done[a][..n]) {
+            for (o, &x) in out.iter_mut().zip(row(a)) {
                 *o = f(x);
             }
         };
         let bin = |a: usize, b: usize, out: &mut [f64], f: &dyn Fn(f64, f64) -> f64| {
-            for ((o, &x), &y) in out.iter_mut().zip(&done[a][..n]).zip(&done[b][..n]) {
+            for ((o, &x), &y) in out.iter_mut().zip(row(a)).zip(row(b)) {
                 *o = f(x, y);
             }
         };
@@ -250,13 +259,14 @@ fn forward_row(
 pub(super) fn values(p: &Program, d: &DenseEquation, terms: &[Operand]) -> Vec<f64> {
     let rows = Rows::new(d, terms);
     let mut out = vec![0.0; rows.len * rows.count];
-    let mut vals = vec![vec![0.0; rows.len]; p.ops.len()];
+    let n = rows.len;
+    let mut vals = vec![0.0; n * p.ops.len()];
     let Some(root) = p.ops.len().checked_sub(1) else {
         return out;
     };
     rows.each(d, &mut |row, at, env| {
         forward_row(p, d, &rows, terms, at, env, &mut vals);
-        out[row * rows.len..(row + 1) * rows.len].copy_from_slice(&vals[root]);
+        out[row * n..(row + 1) * n].copy_from_slice(&vals[root * n..(root + 1) * n]);
     });
     out
 }
@@ -272,7 +282,7 @@ pub(super) fn backward(
 ) {
     let rows = Rows::new(d, terms);
     let n = rows.len;
-    let mut vals = vec![vec![0.0; n]; p.ops.len()];
+    let mut vals = vec![0.0; n * p.ops.len()];
     let mut adj = vec![vec![0.0; n]; p.ops.len()];
     let Some(root) = p.ops.len().checked_sub(1) else {
         return;
@@ -295,7 +305,7 @@ pub(super) fn backward(
                     *t += a[j] * f(j);
                 }
             };
-            let v = &vals;
+            let v = |x: usize| &vals[x * n..(x + 1) * n];
             match op {
                 Op::Term(k) => {
                     let (base, step) = (at[*k], rows.inner_step(*k));
@@ -314,17 +324,17 @@ pub(super) fn backward(
                     to(*y, &|_| -1.0);
                 }
                 Op::Mul(x, y) => {
-                    let (vx, vy) = (&v[*x], &v[*y]);
+                    let (vx, vy) = (v(*x), v(*y));
                     to(*x, &|j| vy[j]);
                     to(*y, &|j| vx[j]);
                 }
                 Op::Div(x, y) => {
-                    let (vx, vy) = (&v[*x], &v[*y]);
+                    let (vx, vy) = (v(*x), v(*y));
                     to(*x, &|j| 1.0 / vy[j]);
                     to(*y, &|j| -vx[j] / (vy[j] * vy[j]));
                 }
                 Op::Pow(x, y) => {
-                    let (vx, vy) = (&v[*x], &v[*y]);
+                    let (vx, vy) = (v(*x), v(*y));
                     to(*x, &|j| vy[j] * vx[j].powf(vy[j] - 1.0));
                     to(*y, &|j| {
                         if vx[j] > 0.0 {
@@ -336,18 +346,18 @@ pub(super) fn backward(
                 }
                 Op::Builtin(f, args) => match args.as_slice() {
                     [x] => {
-                        let vx = &v[*x];
+                        let vx = v(*x);
                         to(*x, &|j| f.partial(&[vx[j]], 0));
                     }
                     [x, y] => {
-                        let (vx, vy) = (&v[*x], &v[*y]);
+                        let (vx, vy) = (v(*x), v(*y));
                         to(*x, &|j| f.partial(&[vx[j], vy[j]], 0));
                         to(*y, &|j| f.partial(&[vx[j], vy[j]], 1));
                     }
                     _ => {}
                 },
                 Op::User(uf, x) => {
-                    let vx = &v[*x];
+                    let vx = v(*x);
                     to(*x, &|j| (uf.df)(vx[j]));
                 }
             }
