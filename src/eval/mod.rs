@@ -70,7 +70,7 @@ impl Engine for Standard {
         let mut values = reference::initial_values(p, o)?;
         let pool = thread_pool(o);
         for (st, sp) in p.strata.iter().zip(&plan.strata) {
-            standard_stratum(p, st, sp, &mut values, o, pool.as_ref())?;
+            standard_stratum(p, st, sp, &mut values, o, pool.as_deref())?;
         }
         Ok(values)
     }
@@ -91,7 +91,7 @@ impl Engine for Standard {
         let mut run_for = |values: &mut [Tensor], needed: std::collections::BTreeSet<usize>| {
             for ((st, sp), done) in p.strata.iter().zip(&plan.strata).zip(done.iter_mut()) {
                 if !*done && st.tensors.iter().any(|t| needed.contains(t)) {
-                    standard_stratum(p, st, sp, values, o, pool.as_ref())?;
+                    standard_stratum(p, st, sp, values, o, pool.as_deref())?;
                     *done = true;
                 }
             }
@@ -99,7 +99,7 @@ impl Engine for Standard {
         };
         if let Some(plan) = plan_demand(p, q) {
             run_for(&mut values, closure(p, plan.full.iter().copied()))?;
-            if relational::evaluate_demand(p, &plan, q.tensor, &mut values, o, pool.as_ref()) {
+            if relational::evaluate_demand(p, &plan, q.tensor, &mut values, o, pool.as_deref()) {
                 return Ok(values);
             }
         }
@@ -129,23 +129,34 @@ pub fn evaluate_recorded(
             reference::evaluate_stratum_recorded(p, st, &mut values, o, Some(&mut r))?;
             records.push(Some(r));
         } else {
-            standard_stratum(p, st, sp, &mut values, o, pool.as_ref())?;
+            standard_stratum(p, st, sp, &mut values, o, pool.as_deref())?;
             records.push(None);
         }
     }
     Ok((values, records))
 }
 
-/// A pool of `--threads` workers, or none for one thread.
-fn thread_pool(o: &EvalOptions) -> Option<rayon::ThreadPool> {
-    (o.threads > 1)
-        .then(|| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(o.threads)
-                .build()
-                .ok()
-        })
-        .flatten()
+/// A pool of `--threads` workers, or none for one thread. Pools are built once per thread
+/// count and reused, so repeated evaluations (`tl bench`, training steps) do not pay for
+/// starting threads.
+fn thread_pool(o: &EvalOptions) -> Option<std::sync::Arc<rayon::ThreadPool>> {
+    use std::sync::{Arc, Mutex, OnceLock};
+    static POOLS: OnceLock<Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>>> = OnceLock::new();
+    if o.threads <= 1 {
+        return None;
+    }
+    let mut pools = POOLS.get_or_init(|| Mutex::new(Vec::new())).lock().ok()?;
+    if let Some((_, p)) = pools.iter().find(|(n, _)| *n == o.threads) {
+        return Some(p.clone());
+    }
+    let pool = Arc::new(
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(o.threads)
+            .build()
+            .ok()?,
+    );
+    pools.push((o.threads, pool.clone()));
+    Some(pool)
 }
 
 /// Evaluates one stratum as planned.
