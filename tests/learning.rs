@@ -132,6 +132,16 @@ fn assert_fast_matches_reference(src: &str) {
 }
 
 #[test]
+fn relation_times_parameter_gradients_match_the_reference_loops() {
+    assert_fast_matches_reference(
+        "Neig(0, 1). Neig(1, 2). Neig(2, 0). Neig(2, 1). Neig(3, 3).\nR(0, 2). R(1, 3). R(3, 0).\n\
+         Z : real[4, 3]\nEmb : real[4, 2]\nW : real[3]\n\
+         Agg[n, d] = Neig(n, m) Z[m, d]\nER[i, j] = R(x, y) Emb[x, i] Emb[y, j]\nS[n] = Neig(n, m) Z[m, d] W[d]\n\
+         Loss = Agg[n, d] Agg[n, d] + sin(ER[i, j]) + S[n] S[n]\n",
+    );
+}
+
+#[test]
 fn dense_kernel_gradients_match_the_reference_loops() {
     assert_fast_matches_reference(
         "X = [[0.5, -1.0, 2.0], [1.5, 0.3, -0.7]]\nT = [[1, 0], [0, 1]]\n\

@@ -6,7 +6,10 @@
 //! (`dW[h, i] = Σₑ dPre[e, h] X[e, i]`), run as the same batched matrix products.
 
 use super::rows::{self, Program};
-use super::{contract, fits, normalize, permute, reduce, term, Operand};
+use super::{
+    contract, fits, normalize, permute, reduce, sparse_operands, strides, term, Operand,
+};
+use crate::plan::einsum::Contraction;
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
 use crate::plan::einsum::{DenseEquation, Expr};
@@ -26,8 +29,7 @@ pub(crate) fn backward_dense(
     o: &EvalOptions,
     adj: &mut [Option<Vec<f64>>],
 ) -> bool {
-    let relation_free = d.terms.iter().all(|c| c.sparse.is_none());
-    if nested_normalize(&d.expr, false) || !relation_free || !fits(p, d, values, o.max_memory) {
+    if nested_normalize(&d.expr, false) || !fits(p, d, values, o.max_memory) {
         return false;
     }
     let threads = o.threads.max(1);
@@ -48,39 +50,168 @@ pub(crate) fn backward_dense(
         rows::backward(&r.arg, d, &terms, &adjoint, &mut g);
     }
     for ((c, gk), t) in d.terms.iter().zip(g).zip(&terms) {
-        for (j, f) in c.factors.iter().enumerate() {
-            if adj[f.tensor].is_none() {
-                continue;
-            }
-            let mut acc = Operand {
-                vars: t.vars.clone(),
-                data: Cow::Owned(gk.iter().map(|x| x * c.scale).collect()),
-            };
-            let others: Vec<usize> = (0..c.factors.len()).filter(|&k| k != j).collect();
-            for (n, &k) in others.iter().enumerate() {
-                let mut keep: Vec<VarId> = f.vars.clone();
-                for &later in &others[n + 1..] {
-                    keep.extend(&c.factors[later].vars);
-                }
-                let other = Operand {
-                    vars: c.factors[k].vars.clone(),
-                    data: match &values[c.factors[k].tensor].storage {
-                        crate::tensor::Storage::Dense(v) => Cow::Borrowed(v),
-                        _ => return false,
-                    },
+        let gk: Vec<f64> = gk.iter().map(|x| x * c.scale).collect();
+        match &c.sparse {
+            None => factor_gradients(c, &t.vars, gk, values, threads, adj),
+            Some(r) => {
+                let crate::tensor::Storage::Relation(rel) = &values[r.tensor].storage else {
+                    continue;
                 };
-                // f32 operands multiply in f32 (sums round as in PyTorch's backward).
-                acc = contract(acc, other, &keep, &c.extents, (threads, c.single));
-            }
-            let acc = permute(reduce(acc, &f.vars, &c.extents), &f.vars, &c.extents);
-            if let Some(buf) = adj[f.tensor].as_mut() {
-                for (b, x) in buf.iter_mut().zip(acc.data.iter()) {
-                    *b += x;
+                let parts = sparse_operands(c, values, threads);
+                let gparts = scatter_back(c, &r.vars, rel, &parts, &gk);
+                if parts.len() == c.factors.len() {
+                    // One operand per factor, each the factor summed over what only it
+                    // reads: its gradient spreads back over those variables.
+                    for ((f, part), gp) in c.factors.iter().zip(&parts).zip(gparts) {
+                        let grad = Operand {
+                            vars: part.vars.clone(),
+                            data: gp.into(),
+                        };
+                        add_to(adj, f.tensor, &permute(grad, &f.vars, &c.extents).data);
+                    }
+                } else if let (Some(part), Some(gp)) = (parts.first(), gparts.into_iter().next()) {
+                    factor_gradients(c, &part.vars, gp, values, threads, adj);
                 }
             }
         }
     }
     true
+}
+
+/// Adds to each factor's adjoint the einsum of the term's adjoint `g` (over `vars`) with
+/// the term's other factors, onto that factor's variables.
+fn factor_gradients(
+    c: &Contraction,
+    vars: &[VarId],
+    g: Vec<f64>,
+    values: &[Tensor],
+    threads: usize,
+    adj: &mut [Option<Vec<f64>>],
+) {
+    let dense = |k: usize| match &values[c.factors[k].tensor].storage {
+        crate::tensor::Storage::Dense(v) => Cow::Borrowed(v.as_slice()),
+        _ => Cow::Owned(vec![0.0; c.factors[k].vars.iter().map(|&v| c.extents[v]).product()]),
+    };
+    for (j, f) in c.factors.iter().enumerate() {
+        if adj[f.tensor].is_none() {
+            continue;
+        }
+        let mut acc = Operand {
+            vars: vars.to_vec(),
+            data: Cow::Owned(g.clone()),
+        };
+        let others: Vec<usize> = (0..c.factors.len()).filter(|&k| k != j).collect();
+        for (n, &k) in others.iter().enumerate() {
+            let mut keep: Vec<VarId> = f.vars.clone();
+            for &later in &others[n + 1..] {
+                keep.extend(&c.factors[later].vars);
+            }
+            let other = Operand {
+                vars: c.factors[k].vars.clone(),
+                data: dense(k),
+            };
+            // f32 operands multiply in f32 (sums round as in PyTorch's backward).
+            acc = contract(acc, other, &keep, &c.extents, (threads, c.single));
+        }
+        let acc = permute(reduce(acc, &f.vars, &c.extents), &f.vars, &c.extents);
+        add_to(adj, f.tensor, &acc.data);
+    }
+}
+
+fn add_to(adj: &mut [Option<Vec<f64>>], t: usize, g: &[f64]) {
+    if let Some(buf) = adj[t].as_mut() {
+        for (b, x) in buf.iter_mut().zip(g) {
+            *b += x;
+        }
+    }
+}
+
+/// The transpose of `scatter`: given the adjoint `g` of the term (over `c.out`), the
+/// adjoint of each operand, tuple by tuple.
+fn scatter_back(
+    c: &Contraction,
+    rel_vars: &[VarId],
+    rel: &crate::tensor::Relation,
+    parts: &[Operand],
+    g: &[f64],
+) -> Vec<Vec<f64>> {
+    let out_strides = strides(&c.out, &c.extents);
+    let part_strides: Vec<Vec<usize>> =
+        parts.iter().map(|o| strides(&o.vars, &c.extents)).collect();
+    let axis = |v: VarId| {
+        let within =
+            |vars: &[VarId], s: &[usize]| vars.iter().position(|&x| x == v).map_or(0, |k| s[k]);
+        let steps: Vec<usize> = parts
+            .iter()
+            .zip(&part_strides)
+            .map(|(o, s)| within(&o.vars, s))
+            .collect();
+        (c.extents[v], within(&c.out, &out_strides), steps)
+    };
+    let free: Vec<(usize, usize, Vec<usize>)> = c
+        .out
+        .iter()
+        .chain(parts.iter().flat_map(|p| p.vars.iter()))
+        .filter(|v| !rel_vars.contains(v))
+        .fold(Vec::new(), |mut acc: Vec<VarId>, &v| {
+            if !acc.contains(&v) {
+                acc.push(v);
+            }
+            acc
+        })
+        .into_iter()
+        .map(axis)
+        .collect();
+    let fixed: Vec<(usize, usize, Vec<usize>)> = rel_vars.iter().map(|&v| axis(v)).collect();
+    let slice: usize = free.iter().map(|f| f.0).product();
+    let mut grads: Vec<Vec<f64>> = parts.iter().map(|p| vec![0.0; p.data.len()]).collect();
+    let mut idx = vec![0usize; free.len()];
+    let mut at = vec![0usize; parts.len()];
+    for tuple in rel.iter() {
+        if tuple.iter().zip(&fixed).any(|(&x, f)| x as usize >= f.0) {
+            continue;
+        }
+        let mut at_out = 0usize;
+        at.iter_mut().for_each(|a| *a = 0);
+        for (&x, (_, so, sp)) in tuple.iter().zip(&fixed) {
+            at_out += x as usize * so;
+            for (a, s) in at.iter_mut().zip(sp) {
+                *a += x as usize * s;
+            }
+        }
+        idx.iter_mut().for_each(|i| *i = 0);
+        for _ in 0..slice {
+            let up = g[at_out];
+            if up != 0.0 {
+                for (k, grad) in grads.iter_mut().enumerate() {
+                    let others: f64 = parts
+                        .iter()
+                        .zip(&at)
+                        .enumerate()
+                        .filter(|&(j, _)| j != k)
+                        .map(|(_, (o, &i))| o.data[i])
+                        .product();
+                    grad[at[k]] += up * others;
+                }
+            }
+            for (ax, (n, so, sp)) in free.iter().enumerate().rev() {
+                idx[ax] += 1;
+                at_out += so;
+                for (a, s) in at.iter_mut().zip(sp) {
+                    *a += s;
+                }
+                if idx[ax] < *n {
+                    break;
+                }
+                at_out -= so * n;
+                for (a, s) in at.iter_mut().zip(sp) {
+                    *a -= s * n;
+                }
+                idx[ax] = 0;
+            }
+        }
+    }
+    grads
 }
 
 /// Whether a `softmax`/`lnorm` lies inside another (this path handles one level).
