@@ -237,3 +237,28 @@ fn a_checkpoint_of_another_shape_is_an_error() {
     std::fs::write(d.join("bad.safetensors"), b"not a checkpoint").unwrap();
     fails(d, &["--load", "bad.safetensors"], "E0802");
 }
+
+#[test]
+fn gnn_classifies_held_out_nodes_through_the_graph() {
+    let out = common::tl(
+        root(),
+        &[
+            "train",
+            "examples/gnn_classifier.tl",
+            "--epochs",
+            "100",
+            "--lr",
+            "0.01",
+            "--quiet",
+        ],
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let text = common::stdout(&out);
+    let acc: f64 = text
+        .lines()
+        .last()
+        .and_then(|l| l.strip_prefix("Accuracy = "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no accuracy in\n{text}"));
+    assert!(acc >= 0.85, "held-out accuracy {acc}");
+}

@@ -6,12 +6,10 @@
 //! (`dW[h, i] = Σₑ dPre[e, h] X[e, i]`), run as the same batched matrix products.
 
 use super::rows::{self, Program};
-use super::{
-    contract, fits, normalize, permute, reduce, sparse_operands, strides, term, Operand,
-};
-use crate::plan::einsum::Contraction;
+use super::{contract, fits, normalize, permute, reduce, sparse_operands, strides, term, Operand};
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
+use crate::plan::einsum::Contraction;
 use crate::plan::einsum::{DenseEquation, Expr};
 use crate::semantics::{Checked, VarId};
 use crate::tensor::Tensor;
@@ -90,7 +88,14 @@ fn factor_gradients(
 ) {
     let dense = |k: usize| match &values[c.factors[k].tensor].storage {
         crate::tensor::Storage::Dense(v) => Cow::Borrowed(v.as_slice()),
-        _ => Cow::Owned(vec![0.0; c.factors[k].vars.iter().map(|&v| c.extents[v]).product()]),
+        _ => Cow::Owned(vec![
+            0.0;
+            c.factors[k]
+                .vars
+                .iter()
+                .map(|&v| c.extents[v])
+                .product()
+        ]),
     };
     for (j, f) in c.factors.iter().enumerate() {
         if adj[f.tensor].is_none() {
