@@ -262,3 +262,32 @@ fn gnn_classifies_held_out_nodes_through_the_graph() {
         .unwrap_or_else(|| panic!("no accuracy in\n{text}"));
     assert!(acc >= 0.85, "held-out accuracy {acc}");
 }
+
+/// `NAME = value` lines of a run's output.
+fn scalars(text: &str) -> std::collections::BTreeMap<String, f64> {
+    text.lines()
+        .filter_map(|l| l.split_once(" = "))
+        .filter_map(|(n, v)| Some((n.to_string(), v.parse().ok()?)))
+        .collect()
+}
+
+#[test]
+fn kg_embeddings_deduce_at_zero_temperature_and_rank_analogically() {
+    let out = common::tl(
+        root(),
+        &[
+            "train",
+            "examples/kg_embeddings.tl",
+            "--epochs",
+            "150",
+            "--lr",
+            "0.02",
+            "--quiet",
+        ],
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let s = scalars(&common::stdout(&out));
+    assert_eq!(s["Known"], s["Facts"], "{s:?}");
+    assert_eq!(s["RecoveredByRule"], s["HeldGrandparents"], "{s:?}");
+    assert!(s["Hits3"] >= 0.4 && s["MRR"] >= 0.3, "{s:?}");
+}

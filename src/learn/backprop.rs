@@ -143,7 +143,15 @@ impl Back<'_, '_, '_> {
                     self.sink.adj[*tensor].is_some()
                 }
             }
-            _ => n.children().into_iter().any(|c| self.wants(c)),
+            Node::Const(_) | Node::Var(_) | Node::Compare(..) => false,
+            Node::Sum { body, .. }
+            | Node::Neg(body)
+            | Node::Not(body)
+            | Node::Normalize(_, _, body)
+            | Node::Concat { arg: body, .. } => self.wants(body),
+            Node::Product(fs) => fs.iter().any(|(_, f)| self.wants(f)),
+            Node::Binary(_, a, b) => self.wants(a) || self.wants(b),
+            Node::Call(_, args) => args.iter().any(|a| self.wants(a)),
         }
     }
 
@@ -259,6 +267,13 @@ impl Back<'_, '_, '_> {
             return self.node(body, env, a, total);
         }
         let family = self.eq.family;
+        if family == Family::Sum {
+            // A point whose body is undefined (an out-of-range read) passes nothing back, so
+            // every point can be walked directly.
+            let eq = self.eq;
+            each_point(eq, vars, env, &mut |env| self.node(body, env, a, total));
+            return;
+        }
         let mut defined = Vec::new();
         let mut best: Option<(f64, Vec<i64>)> = None;
         each_point(self.eq, vars, env, &mut |env| {
