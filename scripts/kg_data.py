@@ -5,7 +5,8 @@ committed:
 
 Six family trees of three generations (each person has two or three children until the
 third generation) give 60 people. The relations parent, child, grandparent, grandchild and
-sibling are derived from the trees; a seeded 15% of all facts is held out, the rest trains."""
+sibling are derived from the trees; a seeded 15% of all facts is held out, the rest trains.
+kg_generation.tsv gives each person's generation (0, 1, 2), which no model is trained on."""
 
 import random
 from pathlib import Path
@@ -50,6 +51,9 @@ def main():
         with open(OUT / name, "w") as f:
             for x, r, y in rows:
                 f.write(f"{x}\t{r}\t{y}\n")
+    with open(OUT / "kg_generation.tsv", "w") as f:
+        for p in people:
+            f.write(f"{p}\t{p.count('_')}\n")
     print(f"{len(people)} people, {len(train)} training and {len(held)} held-out facts")
 
 

@@ -291,3 +291,23 @@ fn kg_embeddings_deduce_at_zero_temperature_and_rank_analogically() {
     assert_eq!(s["RecoveredByRule"], s["HeldGrandparents"], "{s:?}");
     assert!(s["Hits3"] >= 0.4 && s["MRR"] >= 0.3, "{s:?}");
 }
+
+#[test]
+fn tucker_decomposition_reconstructs_the_boolean_tensor() {
+    let out = common::tl(
+        root(),
+        &[
+            "train",
+            "examples/tucker.tl",
+            "--epochs",
+            "400",
+            "--lr",
+            "0.05",
+            "--quiet",
+        ],
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let s = scalars(&common::stdout(&out));
+    assert_eq!(s["Wrong"], 0.0, "{s:?}");
+    assert_eq!(s["Cells"], 15680.0);
+}

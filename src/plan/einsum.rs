@@ -347,6 +347,39 @@ pub fn kept(c: &Contraction, set: u32) -> Vec<VarId> {
     vs
 }
 
+/// The einsum that gives the gradient of factor `j` of `c`: the term's adjoint (factor 0,
+/// over `adjoint`) times the other factors, onto factor `j`'s variables, with the contraction
+/// order of fewest FLOPs. Factor 0 names no tensor: the evaluator supplies it.
+pub fn gradient_term(c: &Contraction, j: usize, adjoint: &[VarId]) -> Contraction {
+    let mut factors = vec![Factor {
+        tensor: usize::MAX,
+        vars: adjoint.to_vec(),
+    }];
+    factors.extend(
+        c.factors
+            .iter()
+            .enumerate()
+            .filter(|&(k, _)| k != j)
+            .map(|(_, f)| f.clone()),
+    );
+    let target = c.factors.get(j).map(|f| f.vars.clone()).unwrap_or_default();
+    let mut g = Contraction {
+        out: target.clone(),
+        factors,
+        scale: 1.0,
+        extents: c.extents.clone(),
+        path: None,
+        flops: 0.0,
+        single: c.single,
+        sparse: None,
+        keep: target,
+    };
+    let (path, flops) = best_path(&g);
+    g.path = Some(path);
+    g.flops = flops;
+    g
+}
+
 fn volume(c: &Contraction, vars: &[VarId]) -> f64 {
     vars.iter().map(|&v| c.extents[v] as f64).product()
 }

@@ -6,11 +6,12 @@
 //! (`dW[h, i] = Σₑ dPre[e, h] X[e, i]`), run as the same batched matrix products.
 
 use super::rows::{self, Program};
-use super::{contract, fits, normalize, permute, reduce, sparse_operands, strides, term, Operand};
+use super::{
+    fits, normalize, permute, reduce, sparse_operands, strides, subtree_from, term, Operand,
+};
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
-use crate::plan::einsum::Contraction;
-use crate::plan::einsum::{DenseEquation, Expr};
+use crate::plan::einsum::{gradient_term, Contraction, DenseEquation, Expr};
 use crate::semantics::{Checked, VarId};
 use crate::tensor::Tensor;
 use std::borrow::Cow;
@@ -50,7 +51,7 @@ pub(crate) fn backward_dense(
     for ((c, gk), t) in d.terms.iter().zip(g).zip(&terms) {
         let gk: Vec<f64> = gk.iter().map(|x| x * c.scale).collect();
         match &c.sparse {
-            None => factor_gradients(c, &t.vars, gk, values, threads, adj),
+            None => factor_gradients(c, &t.vars, &gk, values, threads, adj),
             Some(r) => {
                 let crate::tensor::Storage::Relation(rel) = &values[r.tensor].storage else {
                     continue;
@@ -68,7 +69,7 @@ pub(crate) fn backward_dense(
                         add_to(adj, f.tensor, &permute(grad, &f.vars, &c.extents).data);
                     }
                 } else if let (Some(part), Some(gp)) = (parts.first(), gparts.into_iter().next()) {
-                    factor_gradients(c, &part.vars, gp, values, threads, adj);
+                    factor_gradients(c, &part.vars, &gp, values, threads, adj);
                 }
             }
         }
@@ -81,43 +82,36 @@ pub(crate) fn backward_dense(
 fn factor_gradients(
     c: &Contraction,
     vars: &[VarId],
-    g: Vec<f64>,
+    g: &[f64],
     values: &[Tensor],
     threads: usize,
     adj: &mut [Option<Vec<f64>>],
 ) {
-    let dense = |k: usize| match &values[c.factors[k].tensor].storage {
-        crate::tensor::Storage::Dense(v) => Cow::Borrowed(v.as_slice()),
-        _ => Cow::Owned(vec![
-            0.0;
-            c.factors[k]
-                .vars
-                .iter()
-                .map(|&v| c.extents[v])
-                .product()
-        ]),
-    };
     for (j, f) in c.factors.iter().enumerate() {
         if adj[f.tensor].is_none() {
             continue;
         }
-        let mut acc = Operand {
-            vars: vars.to_vec(),
-            data: Cow::Owned(g.clone()),
+        let grad = gradient_term(c, j, vars);
+        let Some(path) = &grad.path else {
+            continue;
         };
-        let others: Vec<usize> = (0..c.factors.len()).filter(|&k| k != j).collect();
-        for (n, &k) in others.iter().enumerate() {
-            let mut keep: Vec<VarId> = f.vars.clone();
-            for &later in &others[n + 1..] {
-                keep.extend(&c.factors[later].vars);
-            }
-            let other = Operand {
-                vars: c.factors[k].vars.clone(),
-                data: dense(k),
+        let leaf = |k: usize| {
+            let data = match (
+                k,
+                grad.factors
+                    .get(k)
+                    .map(|f| &values[f.tensor.min(values.len() - 1)].storage),
+            ) {
+                (0, _) => Cow::Borrowed(g),
+                (_, Some(crate::tensor::Storage::Dense(v))) => Cow::Borrowed(v.as_slice()),
+                _ => Cow::Owned(Vec::new()),
             };
-            // f32 operands multiply in f32 (sums round as in PyTorch's backward).
-            acc = contract(acc, other, &keep, &c.extents, (threads, c.single));
-        }
+            Operand {
+                vars: grad.factors[k].vars.clone(),
+                data,
+            }
+        };
+        let acc = subtree_from(&grad, path, &leaf, threads);
         let acc = permute(reduce(acc, &f.vars, &c.extents), &f.vars, &c.extents);
         add_to(adj, f.tensor, &acc.data);
     }

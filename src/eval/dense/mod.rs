@@ -373,22 +373,33 @@ fn sparse_operands<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) ->
 
 /// Evaluates a subtree, keeping the variables needed outside it.
 fn subtree<'a>(c: &Contraction, path: &Path, values: &'a [Tensor], threads: usize) -> Operand<'a> {
-    match path {
-        Path::Leaf(k) => {
-            let f = &c.factors[*k];
-            let data: Cow<[f64]> = match &values[f.tensor].storage {
-                Storage::Dense(d) => Cow::Borrowed(d),
-                _ => Cow::Owned(Vec::new()),
-            };
-            Operand {
-                vars: f.vars.clone(),
-                data,
-            }
+    let leaf = |k: usize| {
+        let f = &c.factors[k];
+        let data: Cow<[f64]> = match &values[f.tensor].storage {
+            Storage::Dense(d) => Cow::Borrowed(d),
+            _ => Cow::Owned(Vec::new()),
+        };
+        Operand {
+            vars: f.vars.clone(),
+            data,
         }
+    };
+    subtree_from(c, path, &leaf, threads)
+}
+
+/// Evaluates a subtree whose leaves `leaf` supplies.
+fn subtree_from<'a>(
+    c: &Contraction,
+    path: &Path,
+    leaf: &dyn Fn(usize) -> Operand<'a>,
+    threads: usize,
+) -> Operand<'a> {
+    match path {
+        Path::Leaf(k) => leaf(*k),
         Path::Pair(a, b) => {
             let keep = kept(c, path.factors());
-            let x = subtree(c, a, values, threads);
-            let y = subtree(c, b, values, threads);
+            let x = subtree_from(c, a, leaf, threads);
+            let y = subtree_from(c, b, leaf, threads);
             contract(x, y, &keep, &c.extents, (threads, c.single))
         }
     }
