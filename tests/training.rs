@@ -311,3 +311,26 @@ fn tucker_decomposition_reconstructs_the_boolean_tensor() {
     assert_eq!(s["Wrong"], 0.0, "{s:?}");
     assert_eq!(s["Cells"], 15680.0);
 }
+
+#[test]
+fn tiny_transformer_language_model_learns_its_text() {
+    let out = common::tl(
+        root(),
+        &[
+            "train",
+            "examples/tiny_lm.tl",
+            "--batch",
+            "Window:12",
+            "--shuffle",
+            "--epochs",
+            "30",
+            "--lr",
+            "0.01",
+            "--quiet",
+        ],
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let s = scalars(&common::stdout(&out));
+    // Untrained, perplexity is about the vocabulary's 164 words.
+    assert!(s["Perplexity"] < 10.0, "{s:?}");
+}

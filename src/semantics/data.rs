@@ -238,6 +238,49 @@ impl Ctx<'_> {
             self.data_shape.push(shape);
         }
         self.share_relation_extents();
+        self.size_implicit_domains();
+    }
+
+    /// An axis declared over a domain named only in declarations (`Pos : real[Position, 32]`)
+    /// takes the widest extent that data gives any axis of that domain.
+    fn size_implicit_domains(&mut self) {
+        let program = self.program;
+        let mut widest: HashMap<usize, usize> = HashMap::new();
+        for t in 0..self.tensors.len() {
+            for ax in 0..self.tensors[t].rank() {
+                let root = self.uf.root(self.axis_base[t] + ax);
+                let n = self
+                    .data_shape
+                    .get(t)
+                    .and_then(|s| s.get(ax))
+                    .copied()
+                    .unwrap_or(0);
+                let w = widest.entry(root).or_insert(0);
+                *w = (*w).max(n);
+            }
+        }
+        for t in 0..self.tensors.len() {
+            let Some(si) = self.tensors[t].declared else {
+                continue;
+            };
+            let StmtKind::Declaration { dims, .. } = &program.statements[si].kind else {
+                continue;
+            };
+            for (ax, dim) in dims.iter().enumerate() {
+                let Dim::Named(n) = dim else {
+                    continue;
+                };
+                if !self.named_domains.get(&n.text).is_some_and(|d| d.implicit) {
+                    continue;
+                }
+                let root = self.uf.root(self.axis_base[t] + ax);
+                if let Some(x) = self.data_shape.get_mut(t).and_then(|s| s.get_mut(ax)) {
+                    if *x == 0 {
+                        *x = widest.get(&root).copied().unwrap_or(0);
+                    }
+                }
+            }
+        }
     }
 
     /// Integer axes of relations given by data (facts, files) that share a domain get the

@@ -314,8 +314,8 @@ fn run(command: Command) -> Result<(), String> {
                     .map_err(|d| render(&session, &d))?;
                 for c in checks {
                     println!(
-                        "{}: worst relative error {:.3e} over {} elements (at element {})",
-                        c.name, c.worst, c.checked, c.at
+                        "{}: worst relative error {:.3e} over {} elements (at element {}; largest gradient {:.3e})",
+                        c.name, c.worst, c.checked, c.at, c.largest
                     );
                 }
                 return Ok(());
