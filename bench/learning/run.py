@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""The learning benchmark: one training step (forward, backward, Adam update) of the digits
-MLP 64-256-256-10 at batch 128, `tl train` against PyTorch (CPU) in the same invocation.
+"""The learning benchmark: one training step (forward, backward, Adam update), `tl train`
+against the same model in PyTorch (CPU) in the same invocation, for the digits MLP
+64-256-256-10 at batch 128 and the tiny transformer LM of examples/tiny_lm.tl (one block,
+two heads, d=32, 16 positions) at 12 windows per batch.
 
     python3 bench/learning/run.py [--threads N] [--steps N]
 
@@ -39,6 +41,39 @@ print(statistics.median(times[5:]) * 1e3)
 '''
 
 
+TORCH_LM = r'''
+import sys, time, statistics, torch
+threads, steps, vocab = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+B, P, D, H, K, F = 12, 16, 32, 2, 16, 64
+tok = torch.randint(0, vocab, (B, P)); tgt = torch.randint(0, vocab, (B, P))
+emb = torch.nn.Embedding(vocab, D); pos = torch.nn.Parameter(torch.randn(P, D) * 0.1)
+wq, wk, wv = (torch.nn.Linear(D, H * K, bias=False) for _ in range(3))
+ws = torch.nn.Linear(H * K, D, bias=False); w1 = torch.nn.Linear(D, F, bias=False)
+w2 = torch.nn.Linear(F, D, bias=False); wout = torch.nn.Linear(D, vocab, bias=False)
+mods = [emb, wq, wk, wv, ws, w1, w2, wout]
+params = [pos] + [p for m in mods for p in m.parameters()]
+opt = torch.optim.Adam(params, lr=0.01)
+mask = torch.triu(torch.ones(P, P, dtype=torch.bool), 1)
+def step():
+    x = emb(tok) + pos
+    q = wq(x).view(B, P, H, K).transpose(1, 2); k = wk(x).view(B, P, H, K).transpose(1, 2)
+    v = wv(x).view(B, P, H, K).transpose(1, 2)
+    s = (q @ k.transpose(-1, -2) / 4).masked_fill(mask, -1e9)
+    o = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, P, H * K)
+    x1 = torch.nn.functional.layer_norm(ws(o) + x, (D,), eps=1e-5)
+    x2 = torch.nn.functional.layer_norm(w2(torch.relu(w1(x1))) + x1, (D,), eps=1e-5)
+    return torch.nn.functional.cross_entropy(wout(x2).view(B * P, vocab), tgt.view(-1))
+times = []
+for _ in range(steps):
+    t0 = time.perf_counter()
+    opt.zero_grad(); loss = step(); loss.backward(); opt.step()
+    times.append(time.perf_counter() - t0)
+print(statistics.median(times[5:]) * 1e3)
+'''
+
+
 def setup():
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
     if not os.path.exists(PY):
@@ -48,14 +83,22 @@ def setup():
         subprocess.run([PY, "-m", "pip", "install", "-q", "numpy", "torch"], check=True)
 
 
-def tl_step_ms(threads, steps):
+def tl_step_ms(program, batch, threads, steps):
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "m.csv")
-        subprocess.run([TL, "train", "examples/digits_mlp.tl", "--batch", "Example:128",
-                        "--steps", str(steps), "--lr", "0.003", "--threads", str(threads),
-                        "--log", log, "--quiet"], cwd=ROOT, check=True, capture_output=True)
+        domain, size = batch.split(":")
+        subprocess.run([TL, "train", program, "--batch", batch, "--steps", str(steps),
+                        "--lr", "0.003", "--threads", str(threads), "--log", log, "--quiet"],
+                       cwd=ROOT, check=True, capture_output=True)
         rows = list(csv.DictReader(open(log)))
-        return statistics.median(128 / float(r["examples_per_sec"]) * 1e3 for r in rows[5:])
+        return statistics.median(int(size) / float(r["examples_per_sec"]) * 1e3
+                                 for r in rows[5:])
+
+
+def peer_ms(script, *args):
+    out = subprocess.run([PY, "-c", script, *map(str, args)], capture_output=True, text=True,
+                         check=True)
+    return float(out.stdout.strip())
 
 
 def main():
@@ -64,15 +107,21 @@ def main():
     steps = int(args[args.index("--steps") + 1]) if "--steps" in args else 60
     setup()
     data = os.path.join(ROOT, "examples", "data")
-    torch_ms = float(subprocess.run(
-        [PY, "-c", TORCH, str(threads), str(steps), os.path.join(data, "digits_train_x.npy"),
-         os.path.join(data, "digits_train_y.npy")], capture_output=True, text=True,
-        check=True).stdout.strip())
-    tl_ms = tl_step_ms(threads, steps)
-    print(f"| workload | tl | PyTorch | tl / PyTorch |")
-    print(f"|---|---|---|---|")
-    print(f"| MLP 64-256-256-10 training step, batch 128, {threads} thread(s) | "
-          f"{tl_ms:.2f} ms | {torch_ms:.2f} ms | {tl_ms / torch_ms:.1f}x |")
+    vocab = len(set(open(os.path.join(data, "rhymes.txt")).read().split()))
+    rows = [
+        (f"MLP 64-256-256-10 training step, batch 128",
+         tl_step_ms("examples/digits_mlp.tl", "Example:128", threads, steps),
+         peer_ms(TORCH, threads, steps, os.path.join(data, "digits_train_x.npy"),
+                 os.path.join(data, "digits_train_y.npy"))),
+        (f"tiny transformer LM training step, 12 windows of 16",
+         tl_step_ms("examples/tiny_lm.tl", "Window:12", threads, steps),
+         peer_ms(TORCH_LM, threads, steps, vocab)),
+    ]
+    print(f"{threads} thread(s), median step after 5 warm-up steps")
+    print("| workload | tl | PyTorch | tl / PyTorch |")
+    print("|---|---|---|---|")
+    for name, tl_ms, torch_ms in rows:
+        print(f"| {name} | {tl_ms:.2f} ms | {torch_ms:.2f} ms | {tl_ms / torch_ms:.1f}x |")
 
 
 if __name__ == "__main__":
