@@ -184,6 +184,13 @@ impl Back<'_, '_, '_> {
             }
             Node::Sum { vars, body } => self.sum(vars, body, env, a, total),
             Node::Product(fs) => {
+                // A constant factor that is 0 (a false relation element) zeroes every other
+                // factor's derivative: nothing to pass back, and the others need no evaluation.
+                for (div, f) in fs {
+                    if !*div && !self.wants(f) && self.cx.eval(f, env, total) == Some(0.0) {
+                        return;
+                    }
+                }
                 let mut vals = Vec::with_capacity(fs.len());
                 for (_, f) in fs {
                     match self.cx.eval(f, env, total) {
