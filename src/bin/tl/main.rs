@@ -4,6 +4,12 @@
 
 mod train;
 
+/// mimalloc keeps freed large blocks for reuse: repeated evaluations and training steps
+/// allocate tensors of the same sizes, which the system allocator returns to the kernel and
+/// faults back in page by page.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Args, Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
