@@ -32,13 +32,13 @@ def main():
         idx = np.flatnonzero(label == c)
         train[rng.permutation(idx)[: per // 2]] = 1
     OUT.mkdir(parents=True, exist_ok=True)
-    with open(OUT / "gnn_edges.tsv", "w") as f:
+    with open(OUT / "gnnc_edges.tsv", "w") as f:
         for a, b in zip(*np.nonzero(adj)):
             f.write(f"{a}\t{b}\n")
-    np.save(OUT / "gnn_x.npy", x.astype(np.float32))
-    np.save(OUT / "gnn_y.npy", y.astype(np.float32))
-    np.save(OUT / "gnn_train.npy", train.astype(np.float32))
-    np.save(OUT / "gnn_test.npy", (1 - train).astype(np.float32))
+    np.save(OUT / "gnnc_x.npy", x.astype(np.float32))
+    np.save(OUT / "gnnc_y.npy", y.astype(np.float32))
+    np.save(OUT / "gnnc_train.npy", train.astype(np.float32))
+    np.save(OUT / "gnnc_test.npy", (1 - train).astype(np.float32))
     print(f"wrote {n} nodes and {int(adj.sum())} directed edges to {OUT}")
 
 
