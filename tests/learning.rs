@@ -160,3 +160,94 @@ fn dense_kernel_gradients_match_the_reference_loops() {
          Loss = -T[p, q] log(S[p, q]) + N[p, d] N[p, d] N[p, 0]\n",
     );
 }
+
+const VARS: [&str; 4] = ["i", "j", "k", "l"];
+const DOMS: [&str; 4] = ["I", "J", "K", "L"];
+
+/// A random einsum-shaped model: parameters `F0..`, one equation
+/// `Y[out] = around(f(F0[..] F1[..] …))`, and a loss reading every element of Y.
+fn random_model(
+    extents: &[usize],
+    factors: &[Vec<usize>],
+    out: &[usize],
+    func: usize,
+    around: usize,
+) -> String {
+    let mut src = String::new();
+    for (d, n) in DOMS.iter().zip(extents) {
+        src.push_str(&format!("{d} : {n}\n"));
+    }
+    let mut body = Vec::new();
+    for (f, vars) in factors.iter().enumerate() {
+        let doms: Vec<&str> = vars.iter().map(|&v| DOMS[v]).collect();
+        let names: Vec<&str> = vars.iter().map(|&v| VARS[v]).collect();
+        src.push_str(&format!(
+            "F{f} : real[{}]\nF{f} ~ normal(0, 0.7)\n",
+            doms.join(", ")
+        ));
+        body.push(format!("F{f}[{}]", names.join(", ")));
+    }
+    let rhs = body.join(" ");
+    let rhs = match func {
+        1 => format!("sig({rhs})"),
+        2 => format!("tanh({rhs})"),
+        _ => rhs,
+    };
+    let lhs: Vec<&str> = out.iter().map(|&v| VARS[v]).collect();
+    let rhs = match (out.first(), around) {
+        (Some(&o), 1) => {
+            src.push_str(&format!("B : real[{}]\nB ~ normal(0, 1)\n", DOMS[o]));
+            format!("{rhs} * B[{}] + B[{}]", VARS[o], VARS[o])
+        }
+        (Some(_), 2) => format!("softmax({rhs})"),
+        (Some(_), 3) => format!("lnorm({rhs}) * 0.5"),
+        (Some(_), 4) => format!("({rhs}) / (2 + ({rhs})^2)"),
+        _ => rhs,
+    };
+    let y = if lhs.is_empty() {
+        "Y".to_string()
+    } else {
+        format!("Y[{}]", lhs.join(", "))
+    };
+    src.push_str(&format!("{y} = {rhs}\nLoss = {y} {y} + sin({y})\n"));
+    src
+}
+
+type Model = (Vec<usize>, Vec<Vec<usize>>, Vec<usize>, usize, usize);
+
+fn model() -> impl Strategy<Value = Model> {
+    (
+        proptest::collection::vec(1usize..4, 4),
+        proptest::collection::vec(
+            proptest::sample::subsequence((0..4).collect::<Vec<_>>(), 1..4),
+            1..4,
+        ),
+        proptest::sample::subsequence((0..4).collect::<Vec<_>>(), 0..3),
+        0usize..3,
+        0usize..5,
+    )
+        .prop_map(|(extents, factors, out, func, around)| {
+            let out = out
+                .into_iter()
+                .filter(|v| factors.iter().any(|f| f.contains(v)))
+                .collect();
+            (extents, factors, out, func, around)
+        })
+}
+
+use proptest::prelude::*;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// On random models the kernels' gradients equal the reference loops', and both equal
+    /// central finite differences.
+    #[test]
+    fn random_models_have_exact_gradients((extents, factors, out, func, around) in model()) {
+        let src = random_model(&extents, &factors, &out, func, around);
+        assert_fast_matches_reference(&src);
+        for (name, e) in worst(&src) {
+            prop_assert!(e < 1e-5, "{}: relative error {} in\n{}", name, e, src);
+        }
+    }
+}
