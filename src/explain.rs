@@ -101,11 +101,16 @@ pub fn explain(p: &Checked, source: &str) -> String {
                             what.join(" for each of the ")
                         );
                     }
-                    let fused = if matches!(d.expr, Expr::Term(_)) {
+                    let mut fused = if matches!(d.expr, Expr::Term(_)) {
                         String::new()
                     } else {
                         ", the rest in one pass over the output".to_string()
                     };
+                    if !d.summed.is_empty() {
+                        let names: Vec<&str> =
+                            d.summed.iter().map(|&v| eq.vars[v].name.as_str()).collect();
+                        fused.push_str(&format!(", then summed over {}", names.join(", ")));
+                    }
                     let _ = writeln!(out, "    {:.3e} FLOPs{fused}", d.flops);
                 }
             }
@@ -299,8 +304,11 @@ mod tests {
         let src = "X = [1, 2, 3]\nY[i] = X[i] X[j] (i != j)\n";
         let text = explain(&checked(src), src);
         assert!(
-            text.contains("iteration space: i 3 × j 3 = 9 points"),
+            text.contains("the rest in one pass over the output, then summed over j"),
             "{text}"
         );
+        let src = "X = [1, 2, 3]\nY[i] = X[i + 1]\n";
+        let text = explain(&checked(src), src);
+        assert!(text.contains("iteration space: i 2 = 2 points"), "{text}");
     }
 }

@@ -43,6 +43,18 @@ pub(crate) fn backward_dense(
         return false;
     };
     let mut g: Vec<Vec<f64>> = terms.iter().map(|t| vec![0.0; t.data.len()]).collect();
+    // Variables summed after the expression: every element of a block gets its sum's adjoint.
+    let block: usize = d.summed.iter().map(|&v| d.extents[v]).product();
+    let spread: Vec<f64>;
+    let upstream = if block == 1 {
+        upstream
+    } else {
+        spread = upstream
+            .iter()
+            .flat_map(|&a| std::iter::repeat_n(a, block))
+            .collect();
+        &spread
+    };
     rows::backward(&program, d, &terms, upstream, &mut g);
     for r in lifted {
         let adjoint = row_adjoint(d, &r, &terms[r.term].data, &g[r.term]);

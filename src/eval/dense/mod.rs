@@ -92,14 +92,19 @@ fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory: u64) -> b
                 .all(|(&n, &x)| n == d.extents[x])
     });
     let target = &p.tensors[d.target].shape;
+    let lhs = &d.out[..d.out.len() - d.summed.len()];
     let out_ok =
-        target.len() == d.out.len() && target.iter().zip(&d.out).all(|(&n, &x)| n == d.extents[x]);
+        target.len() == lhs.len() && target.iter().zip(lhs).all(|(&n, &x)| n == d.extents[x]);
+    let grid: f64 = d.out.iter().map(|&v| d.extents[v] as f64).product();
     let elements: f64 = d
         .terms
         .iter()
         .filter_map(|c| Some(intermediates(c, c.path.as_ref()?)))
         .sum();
-    shaped && relations && out_ok && 8.0 * elements <= max_memory as f64
+    // A grid summed after the expression is held whole: beyond 2²⁶ elements (512 MiB) the
+    // reference loops, which hold one element at a time, are the better choice.
+    let grid_ok = d.summed.is_empty() || grid <= (1u64 << 26) as f64;
+    shaped && relations && out_ok && grid_ok && 8.0 * (elements + grid) <= max_memory as f64
 }
 
 /// Adds the equation's value at every output element to `acc` (row-major over `d.out`);
@@ -111,7 +116,8 @@ fn fused<'a>(
     acc: &mut [f64],
 ) -> bool {
     // A bare contraction laid out like the output: one vectorised pass.
-    if let Expr::Term(k) = d.expr {
+    if let (Expr::Term(k), true) = (&d.expr, d.summed.is_empty()) {
+        let k = *k;
         if terms[k].vars == d.out && terms[k].data.len() == acc.len() {
             for (a, &x) in acc.iter_mut().zip(terms[k].data.iter()) {
                 *a += x;
@@ -125,8 +131,15 @@ fn fused<'a>(
     let Some(program) = rows::Program::compile(&expr, o) else {
         return false;
     };
-    for (a, v) in acc.iter_mut().zip(rows::values(&program, d, terms)) {
-        *a += v;
+    let values = rows::values(&program, d, terms);
+    // Variables summed after the expression are innermost: each output element sums one
+    // contiguous block, in row-major order as the reference does.
+    let block: usize = d.summed.iter().map(|&v| d.extents[v]).product();
+    if block == 0 {
+        return true;
+    }
+    for (a, b) in acc.iter_mut().zip(values.chunks_exact(block)) {
+        *a += b.iter().sum::<f64>();
     }
     true
 }
