@@ -73,6 +73,16 @@ impl ElemType {
         }
     }
 
+    /// Rounds every value in place; the type is matched once, so the common f32/f64 cases
+    /// are a plain (vectorisable) loop.
+    pub fn round_all(self, values: &mut [f64]) {
+        match self {
+            ElemType::F64 | ElemType::Int => {}
+            ElemType::F32 => values.iter_mut().for_each(|v| *v = *v as f32 as f64),
+            other => values.iter_mut().for_each(|v| *v = other.round(*v)),
+        }
+    }
+
     /// Whether values print and are stored as integers.
     pub fn is_integral(self) -> bool {
         matches!(self, ElemType::Bool | ElemType::Int | ElemType::I8)
@@ -249,7 +259,8 @@ impl Tensor {
                 values.len()
             ));
         }
-        let values = values.into_iter().map(|v| elem.round(v)).collect();
+        let mut values = values;
+        elem.round_all(&mut values);
         Ok(Tensor {
             elem,
             shape,

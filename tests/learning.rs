@@ -251,3 +251,27 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn registered_functions_backpropagate_through_their_derivative() {
+    let src = "X = [[0.5, -1.0], [1.5, 0.3]]\nW : real[3, 2]\nY[e, h] = swish(W[h, i] X[e, i])\n\
+               Loss = Y[e, h] Y[e, h]\n";
+    let mut s = Session::new();
+    s.register_function(
+        "swish",
+        |x| x / (1.0 + (-x).exp()),
+        |x| {
+            let g = 1.0 / (1.0 + (-x).exp());
+            g + x * g * (1.0 - g)
+        },
+    );
+    s.load_source("g.tl", src, Path::new(".")).unwrap();
+    let checks = s
+        .check_gradients(&tensor_logic::RunOptions::default(), "Loss", &[], 20)
+        .unwrap();
+    assert_eq!(checks.len(), 1);
+    assert!(
+        checks[0].worst < 1e-6 && checks[0].largest > 0.0,
+        "{checks:?}"
+    );
+}

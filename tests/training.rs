@@ -334,3 +334,39 @@ fn tiny_transformer_language_model_learns_its_text() {
     // Untrained, perplexity is about the vocabulary's 164 words.
     assert!(s["Perplexity"] < 10.0, "{s:?}");
 }
+
+#[test]
+fn killing_the_process_mid_save_leaves_a_whole_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("m.tl"),
+        "X : real[64, 64]\nX ~ normal(0, 1)\nW : real[256, 64]\nV : real[256, 256]\n\
+         H[e, h] = tanh(W[h, i] X[e, i])\nLoss = (V[g, h] H[e, h])^2\n",
+    )
+    .unwrap();
+    for wait_ms in [300u64, 700, 1100] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tl"))
+            .args([
+                "train",
+                "m.tl",
+                "--steps",
+                "100000",
+                "--save",
+                "m.safetensors",
+                "--save-every",
+                "1",
+                "--quiet",
+            ])
+            .current_dir(d)
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        if d.join("m.safetensors").exists() {
+            let out = common::tl(d, &["run", "m.tl", "--load", "m.safetensors"]);
+            assert!(out.status.success(), "{}", common::stderr(&out));
+        }
+    }
+}

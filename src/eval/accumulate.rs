@@ -83,7 +83,11 @@ impl Accumulator {
             Accumulator::Dense { shape, values } => Tensor {
                 elem: info.elem,
                 shape,
-                storage: Storage::Dense(values.into_iter().map(|v| info.elem.round(v)).collect()),
+                storage: Storage::Dense({
+                    let mut values = values;
+                    info.elem.round_all(&mut values);
+                    values
+                }),
             },
             Accumulator::Map { map, .. } if info.kind == Kind::Bool => {
                 let arity = info.shape.len();

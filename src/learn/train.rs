@@ -181,7 +181,7 @@ pub fn train(
         config.update(&mut state, &mut params, &mut grads);
         for (&t, values) in trainable.iter().zip(params.iter_mut()) {
             let elem = p.tensors[t].elem;
-            values.iter_mut().for_each(|x| *x = elem.round(*x));
+            elem.round_all(values);
         }
         losses.push(g.loss);
         let secs = start.elapsed().as_secs_f64().max(1e-9);

@@ -64,7 +64,10 @@ pub(super) fn evaluate_dense(
         values[t] = Tensor {
             elem: info.elem,
             shape: info.shape.clone(),
-            storage: Storage::Dense(acc.into_iter().map(|v| info.elem.round(v)).collect()),
+            storage: Storage::Dense({
+                info.elem.round_all(&mut acc);
+                acc
+            }),
         };
     }
     true
