@@ -14,7 +14,7 @@ use crate::tensor::Tensor;
 use std::collections::BTreeMap;
 
 pub(crate) use dense::backward_dense;
-pub(crate) use reference::{points, Cx};
+pub(crate) use reference::{assignments, points, Cx};
 pub use reference::{Record, Reference};
 
 /// Options that affect evaluation but not meaning.

@@ -310,7 +310,16 @@ pub(crate) fn points(
     env: &mut [i64],
     f: &mut dyn FnMut(&mut [i64]) -> Result<(), Diagnostics>,
 ) -> Result<(), Diagnostics> {
-    let vars = &eq.loop_vars;
+    assignments(eq, &eq.loop_vars, env, f)
+}
+
+/// Calls `f` at every assignment of `vars` (over their ranges), in row-major order.
+pub(crate) fn assignments(
+    eq: &Equation,
+    vars: &[usize],
+    env: &mut [i64],
+    f: &mut dyn FnMut(&mut [i64]) -> Result<(), Diagnostics>,
+) -> Result<(), Diagnostics> {
     if vars.iter().any(|&v| eq.vars[v].range == 0) {
         return Ok(());
     }

@@ -9,7 +9,7 @@
 //! elements under `max=`/`min=`. Like the reference evaluator it is simple rather than fast;
 //! the gradient equations of `learn::symbolic` must agree with it.
 
-use crate::eval::{points, Cx, EvalOptions};
+use crate::eval::{assignments, points, Cx, EvalOptions};
 use crate::functions::Structural;
 use crate::semantics::{Equation, Family, Func, IndexFn, Node};
 use crate::syntax::ast::BinOp;
@@ -278,12 +278,15 @@ impl Back<'_, '_, '_> {
             // A point whose body is undefined (an out-of-range read) passes nothing back, so
             // every point can be walked directly.
             let eq = self.eq;
-            each_point(eq, vars, env, &mut |env| self.node(body, env, a, total));
+            let _ = assignments(eq, vars, env, &mut |env| {
+                self.node(body, env, a, total);
+                Ok(())
+            });
             return;
         }
         let mut defined = Vec::new();
         let mut best: Option<(f64, Vec<i64>)> = None;
-        each_point(self.eq, vars, env, &mut |env| {
+        let _ = assignments(self.eq, vars, env, &mut |env| {
             if let Some(x) = self.cx.eval(body, env, total) {
                 let here: Vec<i64> = vars.iter().map(|&v| env[v]).collect();
                 let better = match (&best, family) {
@@ -297,6 +300,7 @@ impl Back<'_, '_, '_> {
                 }
                 defined.push(here);
             }
+            Ok(())
         });
         let chosen = match family {
             Family::Max | Family::Min => best.map(|(_, p)| vec![p]).unwrap_or_default(),
@@ -377,32 +381,5 @@ impl Back<'_, '_, '_> {
             }
         }
         env[var] = here;
-    }
-}
-
-/// Calls `f` at every assignment of `vars` in row-major order, as the reference's summation
-/// points enumerate them.
-fn each_point(eq: &Equation, vars: &[usize], env: &mut [i64], f: &mut dyn FnMut(&mut [i64])) {
-    if vars.iter().any(|&v| eq.vars[v].range == 0) {
-        return;
-    }
-    for &v in vars {
-        env[v] = 0;
-    }
-    loop {
-        f(env);
-        let mut k = vars.len();
-        loop {
-            if k == 0 {
-                return;
-            }
-            k -= 1;
-            let v = vars[k];
-            env[v] += 1;
-            if (env[v] as usize) < eq.vars[v].range {
-                break;
-            }
-            env[v] = 0;
-        }
     }
 }

@@ -138,7 +138,18 @@ pub(crate) fn backward(
                     slice: None,
                 };
                 let produced: Vec<Tensor> = st.tensors.iter().map(|&t| values[t].clone()).collect();
-                one_pass_with(p, st, values, record, 0, o, &upstream, &produced, &mut sink);
+                reverse_pass(
+                    p,
+                    st,
+                    values,
+                    record,
+                    0,
+                    o,
+                    &upstream,
+                    &produced,
+                    &mut sink,
+                    &|_| true,
+                );
             }
         }
     }
@@ -167,7 +178,7 @@ fn through_iterations(
             adj[t] = Some(vec![0.0; values[t].shape.iter().product()]);
         }
         let mut sink = Sink { adj, slice: None };
-        one_pass_with(
+        reverse_pass(
             p,
             st,
             values,
@@ -177,6 +188,7 @@ fn through_iterations(
             &upstream,
             &produced,
             &mut sink,
+            &|_| true,
         );
         upstream = st
             .tensors
@@ -214,40 +226,14 @@ fn one_pass(
     }
     let produced: Vec<Tensor> = st.tensors.iter().map(|&t| values[t].clone()).collect();
     let rest = |e: usize| !done[e];
-    one_pass_filtered(p, st, values, None, 0, o, upstream, &produced, sink, &rest);
+    reverse_pass(p, st, values, None, 0, o, upstream, &produced, sink, &rest);
 }
 
-/// One evaluation of a stratum's equations, backwards; `produced` holds what it computed
-/// (needed where `max=`/`min=` pick a winner).
+/// One evaluation of a stratum's equations that `include` accepts, backwards; `produced`
+/// holds what it computed (needed where `max=`/`min=` pick a winner), `record` the slices of
+/// its virtual indices in fixpoint iteration `iteration`.
 #[allow(clippy::too_many_arguments)]
-fn one_pass_with(
-    p: &Checked,
-    st: &crate::semantics::Stratum,
-    values: &[Tensor],
-    record: Option<&Record>,
-    iteration: usize,
-    o: &EvalOptions,
-    upstream: &[Vec<f64>],
-    produced: &[Tensor],
-    sink: &mut Sink,
-) {
-    one_pass_filtered(
-        p,
-        st,
-        values,
-        record,
-        iteration,
-        o,
-        upstream,
-        produced,
-        sink,
-        &|_| true,
-    );
-}
-
-/// As [`one_pass_with`], for the equations `include` accepts.
-#[allow(clippy::too_many_arguments)]
-fn one_pass_filtered(
+fn reverse_pass(
     p: &Checked,
     st: &crate::semantics::Stratum,
     values: &[Tensor],

@@ -7,7 +7,7 @@
 
 use super::rows::{self, Program};
 use super::{
-    fits, normalize, permute, reduce, sparse_operands, strides, subtree_from, term, Operand,
+    fits, normalize, permute, reduce, sparse_operands, subtree_from, term, Operand, TupleWalk,
 };
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
@@ -146,82 +146,26 @@ fn scatter_back(
     parts: &[Operand],
     g: &[f64],
 ) -> Vec<Vec<f64>> {
-    let out_strides = strides(&c.out, &c.extents);
-    let part_strides: Vec<Vec<usize>> =
-        parts.iter().map(|o| strides(&o.vars, &c.extents)).collect();
-    let axis = |v: VarId| {
-        let within =
-            |vars: &[VarId], s: &[usize]| vars.iter().position(|&x| x == v).map_or(0, |k| s[k]);
-        let steps: Vec<usize> = parts
-            .iter()
-            .zip(&part_strides)
-            .map(|(o, s)| within(&o.vars, s))
-            .collect();
-        (c.extents[v], within(&c.out, &out_strides), steps)
-    };
-    let free: Vec<(usize, usize, Vec<usize>)> = c
-        .out
-        .iter()
-        .chain(parts.iter().flat_map(|p| p.vars.iter()))
-        .filter(|v| !rel_vars.contains(v))
-        .fold(Vec::new(), |mut acc: Vec<VarId>, &v| {
-            if !acc.contains(&v) {
-                acc.push(v);
-            }
-            acc
-        })
-        .into_iter()
-        .map(axis)
-        .collect();
-    let fixed: Vec<(usize, usize, Vec<usize>)> = rel_vars.iter().map(|&v| axis(v)).collect();
-    let slice: usize = free.iter().map(|f| f.0).product();
     let mut grads: Vec<Vec<f64>> = parts.iter().map(|p| vec![0.0; p.data.len()]).collect();
-    let mut idx = vec![0usize; free.len()];
-    let mut at = vec![0usize; parts.len()];
-    for tuple in rel.iter() {
-        if tuple.iter().zip(&fixed).any(|(&x, f)| x as usize >= f.0) {
-            continue;
+    TupleWalk::new(c, rel_vars, parts).run(rel, &mut |at_out, at, whole| {
+        if whole {
+            return false;
         }
-        let mut at_out = 0usize;
-        at.iter_mut().for_each(|a| *a = 0);
-        for (&x, (_, so, sp)) in tuple.iter().zip(&fixed) {
-            at_out += x as usize * so;
-            for (a, s) in at.iter_mut().zip(sp) {
-                *a += x as usize * s;
+        let up = g[at_out];
+        if up != 0.0 {
+            for (k, grad) in grads.iter_mut().enumerate() {
+                let others: f64 = parts
+                    .iter()
+                    .zip(at)
+                    .enumerate()
+                    .filter(|&(j, _)| j != k)
+                    .map(|(_, (o, &i))| o.data[i])
+                    .product();
+                grad[at[k]] += up * others;
             }
         }
-        idx.iter_mut().for_each(|i| *i = 0);
-        for _ in 0..slice {
-            let up = g[at_out];
-            if up != 0.0 {
-                for (k, grad) in grads.iter_mut().enumerate() {
-                    let others: f64 = parts
-                        .iter()
-                        .zip(&at)
-                        .enumerate()
-                        .filter(|&(j, _)| j != k)
-                        .map(|(_, (o, &i))| o.data[i])
-                        .product();
-                    grad[at[k]] += up * others;
-                }
-            }
-            for (ax, (n, so, sp)) in free.iter().enumerate().rev() {
-                idx[ax] += 1;
-                at_out += so;
-                for (a, s) in at.iter_mut().zip(sp) {
-                    *a += s;
-                }
-                if idx[ax] < *n {
-                    break;
-                }
-                at_out -= so * n;
-                for (a, s) in at.iter_mut().zip(sp) {
-                    *a -= s * n;
-                }
-                idx[ax] = 0;
-            }
-        }
-    }
+        true
+    });
     grads
 }
 

@@ -276,82 +276,126 @@ fn scatter<'a>(
     rel: &crate::tensor::Relation,
     parts: &[Operand],
 ) -> Operand<'a> {
-    let out_strides = strides(&c.out, &c.extents);
-    let part_strides: Vec<Vec<usize>> =
-        parts.iter().map(|o| strides(&o.vars, &c.extents)).collect();
-    // Per variable: its extent, its stride in the result, and its stride in each operand.
-    let axis = |v: VarId| {
-        let within =
-            |vars: &[VarId], s: &[usize]| vars.iter().position(|&x| x == v).map_or(0, |k| s[k]);
-        let steps: Vec<usize> = parts
-            .iter()
-            .zip(&part_strides)
-            .map(|(o, s)| within(&o.vars, s))
-            .collect();
-        (c.extents[v], within(&c.out, &out_strides), steps)
-    };
-    let free: Vec<(usize, usize, Vec<usize>)> = c
-        .out
-        .iter()
-        .filter(|v| !rel_vars.contains(v))
-        .map(|&v| axis(v))
-        .collect();
-    let fixed: Vec<(usize, usize, Vec<usize>)> = rel_vars.iter().map(|&v| axis(v)).collect();
+    let walk = TupleWalk::new(c, rel_vars, parts);
     let total: usize = c.out.iter().map(|&v| c.extents[v]).product();
-    let slice: usize = free.iter().map(|f| f.0).product();
     let mut data = vec![0.0; total];
-    let mut idx = vec![0usize; free.len()];
-    let mut at = vec![0usize; parts.len()];
-    for tuple in rel.iter() {
-        if tuple.iter().zip(&fixed).any(|(&x, f)| x as usize >= f.0) {
-            continue;
-        }
-        let mut at_out = 0usize;
-        at.iter_mut().for_each(|a| *a = 0);
-        for (&x, (_, so, sp)) in tuple.iter().zip(&fixed) {
-            at_out += x as usize * so;
-            for (a, s) in at.iter_mut().zip(sp) {
-                *a += x as usize * s;
-            }
-        }
+    let row = match (parts, walk.free.as_slice()) {
+        ([part], [(n, 1, steps)]) if steps[0] == 1 => Some((part, *n)),
+        _ => None,
+    };
+    walk.run(rel, &mut |at_out, at, whole| match (row, whole) {
         // The common case, one operand whose free slice is contiguous like the result's
         // (`Neig(n, m) Z[m, d]`): add a row to a row.
-        if let ([part], [(n, 1, steps)]) = (parts, free.as_slice()) {
-            if steps[0] == 1 {
-                let (src, dst) = (&part.data[at[0]..at[0] + n], &mut data[at_out..at_out + n]);
-                for (d, &x) in dst.iter_mut().zip(src) {
-                    *d += x;
-                }
-                continue;
+        (Some((part, n)), true) => {
+            let (src, dst) = (&part.data[at[0]..at[0] + n], &mut data[at_out..at_out + n]);
+            for (d, &x) in dst.iter_mut().zip(src) {
+                *d += x;
             }
+            true
         }
-        idx.iter_mut().for_each(|i| *i = 0);
-        for _ in 0..slice {
+        (None, true) => false,
+        (_, false) => {
             data[at_out] += parts
                 .iter()
-                .zip(&at)
+                .zip(at)
                 .map(|(o, &k)| o.data[k])
                 .product::<f64>();
-            for (ax, (n, so, sp)) in free.iter().enumerate().rev() {
-                idx[ax] += 1;
-                at_out += so;
-                for (a, s) in at.iter_mut().zip(sp) {
-                    *a += s;
-                }
-                if idx[ax] < *n {
-                    break;
-                }
-                at_out -= so * n;
-                for (a, s) in at.iter_mut().zip(sp) {
-                    *a -= s * n;
-                }
-                idx[ax] = 0;
-            }
+            true
         }
-    }
+    });
     Operand {
         vars: c.out.clone(),
         data: data.into(),
+    }
+}
+
+/// One axis of a relation-times-operands term: its extent, its stride in the result, and
+/// its stride in each operand.
+type Axis = (usize, usize, Vec<usize>);
+
+/// How a relation-times-operands term is walked: the relation's variables, fixed by each
+/// tuple, and the free ones (the result's and the operands' other variables) that run over
+/// their extents at each tuple.
+struct TupleWalk {
+    fixed: Vec<Axis>,
+    free: Vec<Axis>,
+    operands: usize,
+}
+
+impl TupleWalk {
+    fn new(c: &Contraction, rel_vars: &[VarId], parts: &[Operand]) -> TupleWalk {
+        let out_strides = strides(&c.out, &c.extents);
+        let part_strides: Vec<Vec<usize>> =
+            parts.iter().map(|o| strides(&o.vars, &c.extents)).collect();
+        let axis = |v: VarId| {
+            let within =
+                |vars: &[VarId], s: &[usize]| vars.iter().position(|&x| x == v).map_or(0, |k| s[k]);
+            let steps: Vec<usize> = parts
+                .iter()
+                .zip(&part_strides)
+                .map(|(o, s)| within(&o.vars, s))
+                .collect();
+            (c.extents[v], within(&c.out, &out_strides), steps)
+        };
+        let mut free_vars: Vec<VarId> = Vec::new();
+        for &v in c.out.iter().chain(parts.iter().flat_map(|p| p.vars.iter())) {
+            if !rel_vars.contains(&v) && !free_vars.contains(&v) {
+                free_vars.push(v);
+            }
+        }
+        TupleWalk {
+            fixed: rel_vars.iter().map(|&v| axis(v)).collect(),
+            free: free_vars.into_iter().map(axis).collect(),
+            operands: parts.len(),
+        }
+    }
+
+    /// For each tuple inside the extents, calls `f(result offset, operand offsets, true)` at
+    /// the start of its slice; unless that returns `true` (it handled the whole slice), then
+    /// `f(…, false)` at every point of the slice, in row-major order of the free variables.
+    fn run(&self, rel: &crate::tensor::Relation, f: &mut dyn FnMut(usize, &[usize], bool) -> bool) {
+        let slice: usize = self.free.iter().map(|a| a.0).product();
+        let mut idx = vec![0usize; self.free.len()];
+        let mut at = vec![0usize; self.operands];
+        for tuple in rel.iter() {
+            if tuple
+                .iter()
+                .zip(&self.fixed)
+                .any(|(&x, a)| x as usize >= a.0)
+            {
+                continue;
+            }
+            let mut at_out = 0usize;
+            at.iter_mut().for_each(|a| *a = 0);
+            for (&x, (_, so, sp)) in tuple.iter().zip(&self.fixed) {
+                at_out += x as usize * so;
+                for (a, s) in at.iter_mut().zip(sp) {
+                    *a += x as usize * s;
+                }
+            }
+            if f(at_out, &at, true) {
+                continue;
+            }
+            idx.iter_mut().for_each(|i| *i = 0);
+            for _ in 0..slice {
+                f(at_out, &at, false);
+                for (ax, (n, so, sp)) in self.free.iter().enumerate().rev() {
+                    idx[ax] += 1;
+                    at_out += so;
+                    for (a, s) in at.iter_mut().zip(sp) {
+                        *a += s;
+                    }
+                    if idx[ax] < *n {
+                        break;
+                    }
+                    at_out -= so * n;
+                    for (a, s) in at.iter_mut().zip(sp) {
+                        *a -= s * n;
+                    }
+                    idx[ax] = 0;
+                }
+            }
+        }
     }
 }
 
