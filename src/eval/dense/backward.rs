@@ -7,7 +7,8 @@
 
 use super::rows::{self, Program};
 use super::{
-    fits, normalize, permute, reduce, sparse_operands, subtree_from, term, Operand, TupleWalk,
+    fits, normalize, permute, reduce, replace_normalize, sparse_operands, subtree_from, term,
+    Operand, TupleWalk,
 };
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
@@ -203,41 +204,27 @@ fn lift_normalize(
     rows: &mut Vec<Row>,
     o: &EvalOptions,
 ) -> Option<Expr> {
-    let mut sub = |x: &Expr| lift_normalize(d, x, terms, rows, o);
-    Some(match e {
-        Expr::Term(_) | Expr::Const(_) | Expr::Var(_) => e.clone(),
-        Expr::Neg(x) => Expr::Neg(Box::new(sub(x)?)),
-        Expr::Not(x) => Expr::Not(Box::new(sub(x)?)),
-        Expr::Product(fs) => Expr::Product(
-            fs.iter()
-                .map(|(div, f)| Some((*div, sub(f)?)))
-                .collect::<Option<_>>()?,
-        ),
-        Expr::Binary(op, a, b) => Expr::Binary(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
-        Expr::Compare(op, a, b) => Expr::Compare(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
-        Expr::Call(f, args) => Expr::Call(f.clone(), args.iter().map(sub).collect::<Option<_>>()?),
-        Expr::Normalize(kind, var, arg) => {
-            let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
-            let arg = Program::compile(arg, o)?;
-            let input = rows::values(&arg, d, terms);
-            let mut value = input.clone();
-            let axis = d.out.iter().position(|v| v == var);
-            if let Some(axis) = axis {
-                normalize(&mut value, &dims, axis, *kind);
-            }
-            terms.push(Operand {
-                vars: d.out.clone(),
-                data: value.into(),
-            });
-            rows.push(Row {
-                term: terms.len() - 1,
-                kind: *kind,
-                axis,
-                arg,
-                input,
-            });
-            Expr::Term(terms.len() - 1)
+    replace_normalize(e, &mut |kind, var, arg| {
+        let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+        let arg = Program::compile(arg, o)?;
+        let input = rows::values(&arg, d, terms);
+        let mut value = input.clone();
+        let axis = d.out.iter().position(|v| *v == var);
+        if let Some(axis) = axis {
+            normalize(&mut value, &dims, axis, kind);
         }
+        terms.push(Operand {
+            vars: d.out.clone(),
+            data: value.into(),
+        });
+        rows.push(Row {
+            term: terms.len() - 1,
+            kind,
+            axis,
+            arg,
+            input,
+        });
+        Some(Expr::Term(terms.len() - 1))
     })
 }
 

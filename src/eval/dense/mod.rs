@@ -147,6 +147,29 @@ fn fused<'a>(
     true
 }
 
+/// `e` with every `softmax`/`lnorm` node replaced by what `f` makes of it (its kind,
+/// variable and argument); `None` where `f` gives none.
+fn replace_normalize(
+    e: &Expr,
+    f: &mut dyn FnMut(Structural, VarId, &Expr) -> Option<Expr>,
+) -> Option<Expr> {
+    let mut sub = |x: &Expr| replace_normalize(x, &mut *f);
+    Some(match e {
+        Expr::Term(_) | Expr::Const(_) | Expr::Var(_) => e.clone(),
+        Expr::Neg(x) => Expr::Neg(Box::new(sub(x)?)),
+        Expr::Not(x) => Expr::Not(Box::new(sub(x)?)),
+        Expr::Product(fs) => Expr::Product(
+            fs.iter()
+                .map(|(div, x)| Some((*div, sub(x)?)))
+                .collect::<Option<_>>()?,
+        ),
+        Expr::Binary(op, a, b) => Expr::Binary(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
+        Expr::Compare(op, a, b) => Expr::Compare(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
+        Expr::Call(c, args) => Expr::Call(c.clone(), args.iter().map(sub).collect::<Option<_>>()?),
+        Expr::Normalize(kind, var, x) => return f(*kind, *var, x),
+    })
+}
+
 /// The expression with every `softmax`/`lnorm` replaced by a term holding its value over
 /// the whole output (it needs a whole row of its argument at each element).
 fn materialize<'a>(
@@ -155,39 +178,25 @@ fn materialize<'a>(
     terms: &mut Vec<Operand<'a>>,
     o: &EvalOptions,
 ) -> Option<Expr> {
-    let mut sub = |x: &Expr| materialize(x, d, terms, o);
-    Some(match e {
-        Expr::Term(_) | Expr::Const(_) | Expr::Var(_) => e.clone(),
-        Expr::Neg(x) => Expr::Neg(Box::new(sub(x)?)),
-        Expr::Not(x) => Expr::Not(Box::new(sub(x)?)),
-        Expr::Product(fs) => Expr::Product(
-            fs.iter()
-                .map(|(div, f)| Some((*div, sub(f)?)))
-                .collect::<Option<_>>()?,
-        ),
-        Expr::Binary(op, a, b) => Expr::Binary(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
-        Expr::Compare(op, a, b) => Expr::Compare(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
-        Expr::Call(f, args) => Expr::Call(f.clone(), args.iter().map(sub).collect::<Option<_>>()?),
-        Expr::Normalize(kind, var, x) => {
-            let inner = sub(x)?;
-            let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
-            let total: usize = dims.iter().product();
-            let mut buf = match inner {
-                // A term laid out like the output (`softmax(Q K / 8)`) is copied as it is.
-                Expr::Term(k) if terms[k].vars == d.out && terms[k].data.len() == total => {
-                    terms[k].data.to_vec()
-                }
-                _ => rows::values(&rows::Program::compile(&inner, o)?, d, terms),
-            };
-            if let Some(axis) = d.out.iter().position(|v| v == var) {
-                normalize(&mut buf, &dims, axis, *kind);
+    replace_normalize(e, &mut |kind, var, x| {
+        let inner = materialize(x, d, terms, o)?;
+        let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+        let total: usize = dims.iter().product();
+        let mut buf = match inner {
+            // A term laid out like the output (`softmax(Q K / 8)`) is copied as it is.
+            Expr::Term(k) if terms[k].vars == d.out && terms[k].data.len() == total => {
+                terms[k].data.to_vec()
             }
-            terms.push(Operand {
-                vars: d.out.clone(),
-                data: buf.into(),
-            });
-            Expr::Term(terms.len() - 1)
+            _ => rows::values(&rows::Program::compile(&inner, o)?, d, terms),
+        };
+        if let Some(axis) = d.out.iter().position(|v| *v == var) {
+            normalize(&mut buf, &dims, axis, kind);
         }
+        terms.push(Operand {
+            vars: d.out.clone(),
+            data: buf.into(),
+        });
+        Some(Expr::Term(terms.len() - 1))
     })
 }
 
