@@ -94,9 +94,19 @@ pub fn explain(p: &Checked, source: &str) -> String {
                         if let Some(r) = &c.sparse {
                             what.push(format!("tuples of {}", p.tensors[r.tensor].name));
                         }
+                        let pairs = c.factors.len().saturating_sub(1);
+                        let kernel = match (&c.sparse, pairs) {
+                            (Some(_), _) => "tuple-by-tuple scatter".to_string(),
+                            (None, 0) => "read in place".to_string(),
+                            (None, n) => format!(
+                                "{n} {} GEMM{}",
+                                if c.single { "f32" } else { "f64" },
+                                if n == 1 { "" } else { "s" }
+                            ),
+                        };
                         let _ = writeln!(
                             out,
-                            "    term {}: {}",
+                            "    term {}: {} [{kernel}]",
                             k + 1,
                             what.join(" for each of the ")
                         );
@@ -298,7 +308,9 @@ mod tests {
             "A : real[50, 50]\nB : real[50, 50]\nX : real[50]\nY[i] = sig(A[i, j] B[j, k] X[k])\n";
         let text = explain(&checked(src), src);
         assert!(
-            text.contains("term 1: (A · (B · X))\n    1.510e4 FLOPs, the rest in one pass"),
+            text.contains(
+                "term 1: (A · (B · X)) [2 f32 GEMMs]\n    1.510e4 FLOPs, the rest in one pass"
+            ),
             "{text}"
         );
         let src = "X = [1, 2, 3]\nY[i] = X[i] X[j] (i != j)\n";
