@@ -14,6 +14,7 @@ use crate::tensor::Tensor;
 use std::collections::BTreeMap;
 
 pub(crate) use dense::backward_dense;
+pub use dense::KeptTerms;
 pub(crate) use reference::{assignments, points, Cx};
 pub use reference::{Record, Reference};
 
@@ -124,6 +125,26 @@ pub fn evaluate_recorded(
     for (i, (st, sp)) in p.strata.iter().zip(&plan.strata).enumerate() {
         if !needed.get(i).copied().unwrap_or(true) {
             records.push(None);
+        } else if let (false, StratumPlan::Dense(plans)) =
+            (record.get(i).copied().unwrap_or(false), sp)
+        {
+            // Dense strata keep the terms they computed, so the backward pass need not
+            // compute them again.
+            let mut r = Record::default();
+            if dense::evaluate_dense(
+                p,
+                st,
+                plans,
+                &mut values,
+                o,
+                pool.as_deref(),
+                Some(&mut r.terms),
+            ) {
+                records.push(Some(r));
+            } else {
+                reference::evaluate_stratum(p, st, &mut values, o)?;
+                records.push(None);
+            }
         } else if record.get(i).copied().unwrap_or(false) {
             let mut r = Record::default();
             reference::evaluate_stratum_recorded(p, st, &mut values, o, Some(&mut r))?;
@@ -185,7 +206,7 @@ fn standard_stratum(
             }
         }
         StratumPlan::Dense(plans) => {
-            if dense::evaluate_dense(p, st, plans, values, o, pool) {
+            if dense::evaluate_dense(p, st, plans, values, o, pool, None) {
                 return Ok(());
             }
         }

@@ -65,6 +65,8 @@ pub struct Record {
     /// Per (fixpoint iteration, equation index): the slice before each virtual step, then
     /// the final slice.
     pub slices: BTreeMap<(usize, usize), Vec<Tensor>>,
+    /// Per equation of a dense stratum: the terms it computed (`eval::dense`).
+    pub terms: super::dense::KeptTerms,
 }
 
 /// As [`evaluate_stratum`], keeping in `rec` what backpropagation through it needs.

@@ -7,7 +7,7 @@
 //! time). Boolean and integer tensors carry no gradient: `step` has derivative 0.
 
 use super::backprop::{self, Head, Sink};
-use crate::eval::{backward_dense, EvalOptions, Record};
+use crate::eval::{backward_dense, EvalOptions, KeptTerms, Record};
 use crate::plan::einsum::DenseEquation;
 use crate::plan::{Plan, StratumPlan};
 use crate::semantics::{Checked, Family, Kind, Node, TensorId};
@@ -121,7 +121,7 @@ pub(crate) fn backward(
             Some(r) if st.recursive => {
                 through_iterations(p, st, values, r, o, upstream, &mut adj);
             }
-            None => {
+            Some(r) if r.slices.is_empty() => {
                 let dense = match plan.map(|pl| &pl.strata[i]) {
                     Some(StratumPlan::Dense(plans)) => plans.as_slice(),
                     _ => &[],
@@ -130,7 +130,22 @@ pub(crate) fn backward(
                     adj: &mut adj,
                     slice: None,
                 };
-                one_pass(p, st, values, dense, o, &upstream, &mut sink);
+                one_pass(p, st, values, (dense, &r.terms), o, &upstream, &mut sink);
+            }
+            None => {
+                let mut sink = Sink {
+                    adj: &mut adj,
+                    slice: None,
+                };
+                one_pass(
+                    p,
+                    st,
+                    values,
+                    (&[], &KeptTerms::new()),
+                    o,
+                    &upstream,
+                    &mut sink,
+                );
             }
             Some(_) => {
                 let mut sink = Sink {
@@ -207,7 +222,7 @@ fn one_pass(
     p: &Checked,
     st: &crate::semantics::Stratum,
     values: &[Tensor],
-    dense: &[DenseEquation],
+    (dense, kept): (&[DenseEquation], &KeptTerms),
     o: &EvalOptions,
     upstream: &[Vec<f64>],
     sink: &mut Sink,
@@ -218,7 +233,8 @@ fn one_pass(
             continue;
         }
         for d in dense.iter().filter(|d| d.target == t) {
-            done[d.equation] = backward_dense(p, d, values, &upstream[j], o, sink.adj);
+            let kept = kept.get(&d.equation).map(Vec::as_slice);
+            done[d.equation] = backward_dense(p, d, values, &upstream[j], o, sink.adj, kept);
         }
     }
     if st.equations.iter().all(|&e| done[e]) {

@@ -8,7 +8,7 @@
 use super::rows::{self, Program};
 use super::{
     fits, normalize, permute, reduce, replace_normalize, sparse_operands, subtree_from, term,
-    Operand, TupleWalk,
+    KeptTerm, Operand, TupleWalk,
 };
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
@@ -18,7 +18,8 @@ use crate::tensor::Tensor;
 use std::borrow::Cow;
 
 /// Adds d(loss)/d(factor) to `adj` for every dense factor whose tensor has a buffer there,
-/// given `upstream` = d(loss)/d(target) (row-major over `d.out`). `false`, with nothing
+/// given `upstream` = d(loss)/d(target) (row-major over `d.out`) and the terms the forward
+/// pass kept, if it did. `false`, with nothing
 /// added, for what this path does not cover (softmax/lnorm, a relation factor taking a
 /// gradient, inputs not as planned): the caller then uses the reference loops.
 pub(crate) fn backward_dense(
@@ -28,12 +29,27 @@ pub(crate) fn backward_dense(
     upstream: &[f64],
     o: &EvalOptions,
     adj: &mut [Option<Vec<f64>>],
+    kept: Option<&[Option<KeptTerm>]>,
 ) -> bool {
     if nested_normalize(&d.expr, false) || !fits(p, d, values, o.max_memory) {
         return false;
     }
     let threads = o.threads.max(1);
-    let mut terms: Vec<Operand> = d.terms.iter().map(|c| term(c, values, threads)).collect();
+    // Terms the forward pass kept are read back; the others (reads of a tensor) are cheap.
+    let mut terms: Vec<Operand> = d
+        .terms
+        .iter()
+        .enumerate()
+        .map(
+            |(k, c)| match kept.and_then(|t| t.get(k)).and_then(Option::as_ref) {
+                Some((vars, data)) => Operand {
+                    vars: vars.clone(),
+                    data: Cow::Borrowed(data.as_slice()),
+                },
+                None => term(c, values, threads),
+            },
+        )
+        .collect();
     // softmax/lnorm nodes become terms holding their values; their adjoints are then passed
     // through each row's Jacobian to their arguments.
     let mut lifted = Vec::new();

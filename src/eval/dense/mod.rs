@@ -28,7 +28,8 @@ struct Operand<'a> {
 
 /// Evaluates the stratum's contractions in place; `false` (with `values` untouched) when its
 /// inputs are not all dense arrays of the planned shapes, or its intermediates would not fit
-/// `--max-memory`, for the caller to use the reference loops.
+/// `--max-memory`, for the caller to use the reference loops. With `keep`, the terms it
+/// computed (not those it only read) are kept per equation for the backward pass.
 pub(super) fn evaluate_dense(
     p: &Checked,
     st: &Stratum,
@@ -36,6 +37,7 @@ pub(super) fn evaluate_dense(
     values: &mut [Tensor],
     o: &EvalOptions,
     pool: Option<&rayon::ThreadPool>,
+    mut keep: Option<&mut KeptTerms>,
 ) -> bool {
     if !plans.iter().all(|d| fits(p, d, values, o.max_memory)) {
         return false;
@@ -51,14 +53,26 @@ pub(super) fn evaluate_dense(
             let mut run = || {
                 let mut terms: Vec<Operand> =
                     d.terms.iter().map(|c| term(c, values, threads)).collect();
-                fused(d, &mut terms, o, &mut acc)
+                let done = fused(d, &mut terms, o, &mut acc);
+                terms.truncate(d.terms.len());
+                let owned = terms
+                    .into_iter()
+                    .map(|t| match t.data {
+                        Cow::Owned(v) => Some((t.vars, v)),
+                        Cow::Borrowed(_) => None,
+                    })
+                    .collect::<Vec<_>>();
+                (done, owned)
             };
-            let done = match pool {
+            let (done, owned) = match pool {
                 Some(pool) => pool.install(run),
                 None => run(),
             };
             if !done {
                 return false;
+            }
+            if let Some(k) = keep.as_deref_mut() {
+                k.insert(d.equation, owned);
             }
         }
         values[t] = Tensor {
@@ -72,6 +86,13 @@ pub(super) fn evaluate_dense(
     }
     true
 }
+
+/// A term a dense evaluation computed: its variables and values.
+pub type KeptTerm = (Vec<VarId>, Vec<f64>);
+
+/// Terms a dense evaluation computed, per equation (`None` for a term that only read a
+/// tensor).
+pub type KeptTerms = std::collections::BTreeMap<usize, Vec<Option<KeptTerm>>>;
 
 /// Whether every factor is a dense array whose extents are the variables', the target's
 /// shape is the output variables', and the intermediates fit in `max_memory`.
