@@ -370,3 +370,31 @@ fn killing_the_process_mid_save_leaves_a_whole_checkpoint() {
         }
     }
 }
+
+#[test]
+fn training_is_bit_identical_for_every_thread_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let save = |threads: &str| {
+        let path = dir.path().join(format!("t{threads}.safetensors"));
+        let out = common::tl(
+            root(),
+            &[
+                "train",
+                "examples/digits_mlp.tl",
+                "--batch",
+                "Example:128",
+                "--shuffle",
+                "--steps",
+                "4",
+                "--threads",
+                threads,
+                "--save",
+                path.to_str().unwrap(),
+                "--quiet",
+            ],
+        );
+        assert!(out.status.success(), "{}", common::stderr(&out));
+        std::fs::read(path).unwrap()
+    };
+    assert_eq!(save("1"), save("2"));
+}
