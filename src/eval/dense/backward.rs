@@ -129,7 +129,8 @@ fn factor_gradients(
                 k,
                 grad.factors
                     .get(k)
-                    .map(|f| &values[f.tensor.min(values.len() - 1)].storage),
+                    .and_then(|f| values.get(f.tensor))
+                    .map(|t| &t.storage),
             ) {
                 (0, _) => Cow::Borrowed(g),
                 (_, Some(crate::tensor::Storage::Dense(v))) => Cow::Borrowed(v.as_slice()),
