@@ -198,6 +198,15 @@ fn bad_losses_and_parameters_are_errors() {
     assert!(err.contains("no inferable shape"), "{err}");
     let dir = dir_with(LINEAR);
     fails(dir.path(), &["--freeze", "Nope"], "E0801");
+    let err = fails(dir.path(), &["--freeze", "W", "--freeze", "B"], "E0801");
+    assert!(err.contains("no parameters to train"), "{err}");
+    let dir = dir_with("X = [1, 2]\nW : real[2]\nLoss = X[i] X[i]\nV = W[i]\n");
+    let err = fails(dir.path(), &[], "E0801");
+    assert!(
+        err.contains("does not depend on any trainable parameter"),
+        "{err}"
+    );
+    let dir = dir_with(LINEAR);
     fails(dir.path(), &["--batch", "Nope:2"], "E0801");
 }
 

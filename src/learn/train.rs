@@ -102,6 +102,18 @@ pub fn train(
 ) -> Result<Trained, Diagnostics> {
     let loss = loss_tensor(p, &opts.loss)?;
     let trainable = trainable(p, &opts.freeze)?;
+    if !super::gradient::active(p, loss, &trainable)[loss] {
+        return Err(Diagnostic::error(
+            codes::TRAIN,
+            p.tensors[loss].span,
+            format!(
+                "the loss `{}` does not depend on any trainable parameter",
+                opts.loss
+            ),
+        )
+        .with_note("use a parameter in the loss's equations, or unfreeze one")
+        .into());
+    }
     let metrics: Vec<TensorId> = opts
         .eval
         .iter()
