@@ -64,9 +64,11 @@ pub(super) fn evaluate_dense(
                     .collect::<Vec<_>>();
                 (done, owned)
             };
+            // Small equations stay on the calling thread: moving them to the pool costs more
+            // than their work (and scatters their allocations across threads).
             let (done, owned) = match pool {
-                Some(pool) => pool.install(run),
-                None => run(),
+                Some(pool) if d.flops >= (1u64 << 25) as f64 => pool.install(run),
+                _ => run(),
             };
             if !done {
                 return false;
@@ -701,7 +703,9 @@ fn matmul<T: 'static + Copy>(
     if last(lo, lr, lc, m, k) >= lhs.len() || last(ro, rr, rc, k, n) >= rhs.len() {
         return;
     }
-    let parallelism = if threads > 1 {
+    // Below ~16M multiply-adds splitting costs more than it saves (thread wake-ups and
+    // per-thread packing buffers); results are the same either way (tiles only are split).
+    let parallelism = if threads > 1 && m * n * k >= 1 << 24 {
         gemm::Parallelism::Rayon(threads)
     } else {
         gemm::Parallelism::None
