@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""The dense benchmark: `tl bench` (evaluation only, in-process) against NumPy and
-opt_einsum (in-process) on the same shapes, in one invocation.
+"""The dense benchmark: `tl bench` (evaluation only, in-process) against NumPy /
+opt_einsum and PyTorch eager on CPU (in-process) on the same shapes, in one invocation.
 
     python3 bench/dense/run.py [--threads N]
 
-Builds target/release/tl, installs numpy and opt_einsum into bench/.venv, writes the programs
+Builds target/release/tl, installs numpy, opt_einsum and torch into bench/.venv, writes the programs
 under bench/dense/data/, and prints a Markdown table of the best of several runs. tl's
 parameters are initialised from its seed and the peers' from NumPy's: the values differ, the
 work does not."""
@@ -45,14 +45,44 @@ WORKLOADS = {
         "q = rnd((8, 512, 64)); k = rnd((8, 512, 64)); v = rnd((8, 512, 64))",
         "s = q @ k.transpose(0, 2, 1) / 8; s = np.exp(s - s.max(-1, keepdims=True)); "
         "s /= s.sum(-1, keepdims=True); s @ v", None),
+    "GNN aggregation, 100k edges, 20k nodes, d=64": (
+        "Nodes : 20000\nD : 64\nNeig : bool[Nodes, Nodes]\nNeig = \"gnn_edges.tsv\"\n"
+        "Z : real[Nodes, D]\nAgg[n, d] = Neig(n, m) Z[m, d]\n",
+        "e = np.loadtxt(DATA + '/gnn_edges.tsv', dtype=np.int64); z = rnd((20000, 64))",
+        "out = np.zeros((20000, 64), np.float32); np.add.at(out, e[:, 0], z[e[:, 1]])", None),
     "1,000 tiny equations (4-element vectors)": (
         "X0 = [1, 2, 3, 4]\n" + "".join("X%d[i] = 0.5 X%d[i] + 1\n" % (k + 1, k) for k in range(1000)),
         "x = rnd(4)",
         "y = x\nfor _ in range(1000): y = 0.5 * y + 1", None),
 }
 
+# The same operations in PyTorch eager (torch.einsum finds its path with opt_einsum).
+TORCH = {
+    "matmul 1024³": ("a = trnd((1024, 1024)); b = trnd((1024, 1024))", "a @ b"),
+    "matmul 2048³": ("a = trnd((2048, 2048)); b = trnd((2048, 2048))", "a @ b"),
+    "pi,qj,ijkl,rk,sl->pqrs N=10": ("c = trnd((10, 10)); i = trnd((10, 10, 10, 10))",
+                                    "torch.einsum('pi,qj,ijkl,rk,sl->pqrs', c, c, i, c, c)"),
+    "pi,qj,ijkl,rk,sl->pqrs N=30": ("c = trnd((30, 30)); i = trnd((30, 30, 30, 30))",
+                                    "torch.einsum('pi,qj,ijkl,rk,sl->pqrs', c, c, i, c, c)"),
+    "MLP 784-512-512-10, batch 256": (
+        "x = trnd((256, 784)); w1 = trnd((512, 784)); b1 = trnd(512); w2 = trnd((512, 512)); "
+        "b2 = trnd(512); w3 = trnd((10, 512)); b3 = trnd(10); F = torch.nn.functional",
+        "F.linear(torch.relu(F.linear(torch.relu(F.linear(x, w1, b1)), w2, b2)), w3, b3)"),
+    "attention 8 heads, 512 positions, d=64": (
+        "q = trnd((8, 512, 64)); k = trnd((8, 512, 64)); v = trnd((8, 512, 64))",
+        "(q @ k.transpose(1, 2) / 8).softmax(-1) @ v"),
+    "GNN aggregation, 100k edges, 20k nodes, d=64": (
+        "e = torch.tensor(np.loadtxt(DATA + '/gnn_edges.tsv', dtype=np.int64)); "
+        "a = torch.sparse_coo_tensor(e.T, torch.ones(len(e)), (20000, 20000)).coalesce(); "
+        "z = trnd((20000, 64))",
+        "torch.sparse.mm(a, z)"),
+    "1,000 tiny equations (4-element vectors)": (
+        "x = trnd(4)", "y = x\nfor _ in range(1000): y = 0.5 * y + 1"),
+}
+
 PEER = r'''
 import sys, time, numpy as np, opt_einsum as oe
+DATA = sys.argv[4]
 rng = np.random.default_rng(0)
 rnd = lambda shape: rng.standard_normal(shape).astype(np.float32)
 exec(sys.argv[1])
@@ -62,13 +92,43 @@ for _ in range(int(sys.argv[3])):
 print(min(times) * 1e3)
 '''
 
+TORCH_PEER = r'''
+import sys, time, numpy as np, torch
+DATA = sys.argv[4]
+torch.set_num_threads(int(sys.argv[5]))
+gen = torch.Generator().manual_seed(0)
+trnd = lambda shape: torch.randn(shape, generator=gen)
+exec(sys.argv[1])
+times = []
+with torch.no_grad():
+    for _ in range(int(sys.argv[3])):
+        t = time.perf_counter(); exec(sys.argv[2]); times.append(time.perf_counter() - t)
+print(min(times) * 1e3)
+'''
+
+
+def write_gnn_edges():
+    """100,000 distinct random directed edges among 20,000 nodes (seeded)."""
+    path = os.path.join(DATA, "gnn_edges.tsv")
+    if os.path.exists(path):
+        return
+    import random
+    rng = random.Random(7)
+    edges = set()
+    while len(edges) < 100_000:
+        edges.add((rng.randrange(20000), rng.randrange(20000)))
+    with open(path, "w") as f:
+        for a, b in sorted(edges):
+            f.write(f"{a}\t{b}\n")
+
 
 def setup():
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
     py = os.path.join(VENV, "bin", "python")
     if not os.path.exists(py):
         subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
-    subprocess.run([py, "-m", "pip", "install", "--quiet", "numpy", "opt_einsum"], check=True)
+    subprocess.run([py, "-m", "pip", "install", "--quiet", "numpy", "opt_einsum", "torch"],
+                   check=True)
     return py
 
 
@@ -76,20 +136,26 @@ def main():
     threads = sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv else "1"
     py = setup()
     os.makedirs(DATA, exist_ok=True)
+    write_gnn_edges()
     env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
-    print("| workload | tl ms | numpy/opt_einsum ms | tl / peer | tl GFLOP/s |")
-    print("|---|---|---|---|---|")
+    print("| workload | tl ms | numpy/opt_einsum ms | PyTorch ms | tl / numpy | tl / PyTorch | tl GFLOP/s |")
+    print("|---|---|---|---|---|---|---|")
     for name, (program, init, op, flops) in WORKLOADS.items():
         path = os.path.join(DATA, "".join(c if c.isascii() and c.isalnum() else "_" for c in name) + ".tl")
         with open(path, "w") as f:
             f.write(program)
-        out = subprocess.run([TL, "bench", path, "--repeat", "5", "--threads", threads],
+        out = subprocess.run([TL, "bench", path, "--repeat", "10", "--threads", threads],
                              capture_output=True, text=True, check=True).stdout
         tl = float(out.split("min ")[1].split(" ms")[0])
-        peer = float(subprocess.run([py, "-c", PEER, init, op, "5"], capture_output=True,
+        peer = float(subprocess.run([py, "-c", PEER, init, op, "10", DATA], capture_output=True,
                                     text=True, check=True, env=env).stdout)
+        tinit, top = TORCH[name]
+        torch_ms = float(subprocess.run([py, "-c", TORCH_PEER, tinit, top, "10", DATA, threads],
+                                        capture_output=True, text=True, check=True,
+                                        env=env).stdout)
         gflops = "%.1f" % (flops / tl / 1e6) if flops else "-"
-        print("| %s | %.2f | %.2f | %.2f | %s |" % (name, tl, peer, tl / peer, gflops), flush=True)
+        print("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %s |"
+              % (name, tl, peer, torch_ms, tl / peer, tl / torch_ms, gflops), flush=True)
 
 
 if __name__ == "__main__":
