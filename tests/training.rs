@@ -197,6 +197,11 @@ fn bad_losses_and_parameters_are_errors() {
     let err = fails(dir.path(), &[], "E0202");
     assert!(err.contains("no inferable shape"), "{err}");
     let dir = dir_with(LINEAR);
+    let err = fails(dir.path(), &["--clip=-1", "--momentum", "1.5"], "E0801");
+    assert!(
+        err.contains("--clip is -1") && err.contains("--momentum is 1.5"),
+        "{err}"
+    );
     fails(dir.path(), &["--freeze", "Nope"], "E0801");
     let err = fails(dir.path(), &["--freeze", "W", "--freeze", "B"], "E0801");
     assert!(err.contains("no parameters to train"), "{err}");

@@ -100,6 +100,7 @@ pub fn train(
     o: &EvalOptions,
     report: &mut dyn FnMut(Event),
 ) -> Result<Trained, Diagnostics> {
+    check_options(&opts.optimizer)?;
     let loss = loss_tensor(p, &opts.loss)?;
     let trainable = trainable(p, &opts.freeze)?;
     if !super::gradient::active(p, loss, &trainable)[loss] {
@@ -241,6 +242,37 @@ pub fn train(
         losses,
         step: state.step,
     })
+}
+
+/// Option values that make no sense are errors, not silent misbehaviour (a negative clip
+/// would flip every gradient).
+fn check_options(c: &optim::Config) -> Result<(), Diagnostics> {
+    let mut errors = Vec::new();
+    let mut bad = |what: &str, v: f64, want: &str| {
+        errors.push(Diagnostic::global(
+            codes::TRAIN,
+            format!("{what} is {v}, but it must be {want}"),
+        ))
+    };
+    if !c.lr.is_finite() || c.lr < 0.0 {
+        bad("--lr", c.lr, "a finite number ≥ 0");
+    }
+    if !(0.0..1.0).contains(&c.momentum) {
+        bad("--momentum", c.momentum, "in [0, 1)");
+    }
+    if !c.weight_decay.is_finite() || c.weight_decay < 0.0 {
+        bad("--weight-decay", c.weight_decay, "a finite number ≥ 0");
+    }
+    if let Some(clip) = c.clip {
+        if !clip.is_finite() || clip <= 0.0 {
+            bad("--clip", clip, "a finite number > 0");
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(Diagnostics(errors))
+    }
 }
 
 /// The parameters that train: all but the frozen ones.
