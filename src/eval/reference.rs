@@ -387,6 +387,17 @@ impl<'a> Cx<'a> {
         Ok(())
     }
 
+    /// Sets the flattened variables `parts` of a `concat` from the position of `out`
+    /// (outermost first, §6.4).
+    pub(crate) fn split_concat(&self, out: usize, parts: &[usize], env: &mut [i64]) {
+        let mut rest = env[out];
+        for &part in parts.iter().rev() {
+            let r = self.eq.vars[part].range.max(1) as i64;
+            env[part] = rest % r;
+            rest /= r;
+        }
+    }
+
     /// Registered functions, for their derivatives.
     pub(crate) fn functions(&self) -> &BTreeMap<String, crate::functions::UserFunction> {
         &self.o.functions
@@ -506,12 +517,7 @@ impl<'a> Cx<'a> {
                 })
             }
             Node::Concat { out, parts, arg } => {
-                let mut rest = env[*out];
-                for &part in parts.iter().rev() {
-                    let r = self.eq.vars[part].range.max(1) as i64;
-                    env[part] = rest % r;
-                    rest /= r;
-                }
+                self.split_concat(*out, parts, env);
                 self.eval(arg, env, total)
             }
         }

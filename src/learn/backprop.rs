@@ -256,12 +256,7 @@ impl Back<'_, '_, '_> {
             }
             Node::Normalize(kind, var, arg) => self.normalize(*kind, *var, arg, env, a, total),
             Node::Concat { out, parts, arg } => {
-                let mut rest = env[*out];
-                for &part in parts.iter().rev() {
-                    let r = self.eq.vars[part].range.max(1) as i64;
-                    env[part] = rest % r;
-                    rest /= r;
-                }
+                self.cx.split_concat(*out, parts, env);
                 self.node(arg, env, a, total);
             }
         }
