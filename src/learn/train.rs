@@ -149,7 +149,10 @@ pub fn train(
         let step = state.step;
         let epoch = step / per_epoch;
         let start = std::time::Instant::now();
-        let (batch_program, examples) = match &batching {
+        // The program this step differentiates: a batch of it, or (without --batch) the
+        // whole program, updated in place rather than copied.
+        let mut sliced = None;
+        let examples = match &batching {
             Some(b) => {
                 if order_epoch != epoch {
                     order = epoch_order(b, opts.shuffle, opts.seed, epoch);
@@ -157,18 +160,19 @@ pub fn train(
                 }
                 let at = ((step % per_epoch) as usize) * b.size;
                 let rows = &order[at.min(order.len())..(at + b.size).min(order.len())];
-                (batch::slice(&program, b, rows), rows.len())
+                sliced = Some(batch::slice(&program, b, rows));
+                rows.len()
             }
-            None => (program.clone(), 1),
+            None => 1,
         };
-        let mut batch_program = batch_program;
+        let step_program = sliced.as_mut().unwrap_or(&mut program);
         for (&t, values) in trainable.iter().zip(&params) {
-            batch_program.data[t] = to_tensor(p, t, values);
+            step_program.data[t] = to_tensor(p, t, values);
         }
         let plan = plans
             .entry(examples)
-            .or_insert_with(|| crate::plan::plan(&batch_program));
-        let g = gradients(&batch_program, plan, o, loss, &trainable)?;
+            .or_insert_with(|| crate::plan::plan(step_program));
+        let g = gradients(step_program, plan, o, loss, &trainable)?;
         if !g.loss.is_finite() {
             return Err(Diagnostic::global(
                 codes::TRAIN,
