@@ -236,22 +236,30 @@ fn normalize(buf: &mut [f64], dims: &[usize], axis: usize, kind: Structural) {
             for (q, r) in row.iter_mut().enumerate() {
                 *r = buf[base + q * stride];
             }
-            let out: Vec<f64> = match kind {
+            // The same operations as the reference, in its order; each exponential is
+            // computed once and reused (the same value the reference computes twice).
+            match kind {
                 Structural::Softmax => {
                     let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    let s: f64 = row.iter().map(|v| (v - m).exp()).sum();
-                    row.iter().map(|x| (x - m).exp() / s).collect()
+                    for r in row.iter_mut() {
+                        *r = (*r - m).exp();
+                    }
+                    let s: f64 = row.iter().sum();
+                    for r in row.iter_mut() {
+                        *r /= s;
+                    }
                 }
                 _ => {
                     let len = n as f64;
                     let mean = row.iter().sum::<f64>() / len;
                     let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / len;
-                    row.iter()
-                        .map(|x| (x - mean) / (var + 1e-5).sqrt())
-                        .collect()
+                    let sd = (var + 1e-5).sqrt();
+                    for r in row.iter_mut() {
+                        *r = (*r - mean) / sd;
+                    }
                 }
-            };
-            for (q, v) in out.into_iter().enumerate() {
+            }
+            for (q, &v) in row.iter().enumerate() {
                 buf[base + q * stride] = v;
             }
         }
