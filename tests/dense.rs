@@ -246,3 +246,70 @@ fn rows_do_not_depend_on_the_batch() {
         }
     }
 }
+
+/// `Y` of `X[b, k] W[k, n]` (or, transposed, `W[k, n] X[b, k]` onto `Y[n, b]`) for the
+/// examples `rows`, f32.
+fn product_rows(rows: &[usize], k: usize, n: usize, transposed: bool, threads: usize) -> Vec<f64> {
+    let value = |i: usize| ((i * 7919) % 1000) as f64 / 500.0 - 1.0;
+    let w: Vec<f64> = (0..k * n).map(|i| value(i + 17) as f32 as f64).collect();
+    let eq = if transposed {
+        "Y[n, b] = W[k, n] X[b, k]"
+    } else {
+        "Y[b, n] = X[b, k] W[k, n]"
+    };
+    let src = format!(
+        "B : {}\nK : {k}\nN : {n}\nX : real[B, K]\nW : real[K, N]\n{eq}\n",
+        rows.len()
+    );
+    let mut s = Session::new();
+    s.load_source("b.tl", &src, Path::new(".")).unwrap();
+    let x: Vec<f64> = rows
+        .iter()
+        .flat_map(|&r| (0..k).map(move |j| value(r * k + j) as f32 as f64))
+        .collect();
+    let f32 = tensor_logic::ElemType::F32;
+    s.bind(
+        "X",
+        &tensor_logic::Tensor::dense(f32, vec![rows.len(), k], x).unwrap(),
+    );
+    s.bind(
+        "W",
+        &tensor_logic::Tensor::dense(f32, vec![k, n], w).unwrap(),
+    );
+    let opts = RunOptions {
+        threads,
+        ..RunOptions::default()
+    };
+    s.run(&opts).unwrap();
+    match &s.tensor("Y").unwrap().storage {
+        Storage::Dense(v) => v.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Batch invariance (§9) across shapes, orientations and thread counts: an example's
+    /// outputs are bit-identical whether it is computed alone or in a batch.
+    #[test]
+    fn a_batched_product_equals_each_example_alone(
+        m in 2usize..70,
+        k in prop::sample::select(vec![1usize, 7, 64, 300, 1024, 4096]),
+        n in 1usize..70,
+        transposed in any::<bool>(),
+        threads in 1usize..3,
+    ) {
+        let batch: Vec<usize> = (0..m).collect();
+        let all = product_rows(&batch, k, n, transposed, threads);
+        for r in [0, m / 2, m - 1] {
+            let alone = product_rows(&[r], k, n, transposed, 1);
+            let got: Vec<f64> = if transposed {
+                (0..n).map(|j| all[j * m + r]).collect()
+            } else {
+                all[r * n..(r + 1) * n].to_vec()
+            };
+            prop_assert_eq!(got, alone, "example {} of {}, k {}, n {}", r, m, k, n);
+        }
+    }
+}

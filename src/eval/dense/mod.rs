@@ -711,6 +711,38 @@ fn matmul<T: 'static + Copy>(
     if last(lo, lr, lc, m, k) >= lhs.len() || last(ro, rr, rc, k, n) >= rhs.len() {
         return;
     }
+    // A single row or column would take gemm's matrix-vector kernels, which sum in another
+    // order than its matrix kernels: a row computed alone would differ from the same row in
+    // a batch (§9). Padding it with a zero row or column keeps every product on the matrix
+    // kernels.
+    if m == 1 || n == 1 {
+        let (m2, n2) = (m.max(2), n.max(2));
+        let mut a = vec![zero; m2 * k];
+        for i in 0..m {
+            for j in 0..k {
+                a[i * k + j] = lhs[lo + i * lr + j * lc];
+            }
+        }
+        let mut b = vec![zero; k * n2];
+        for i in 0..k {
+            for j in 0..n {
+                b[i * n2 + j] = rhs[ro + i * rr + j * rc];
+            }
+        }
+        let mut out = vec![zero; m2 * n2];
+        matmul(
+            (m2, n2, k),
+            (&a, 0, [k, 1]),
+            (&b, 0, [n2, 1]),
+            &mut out,
+            (zero, one),
+            threads,
+        );
+        for i in 0..m {
+            dst[i * n..(i + 1) * n].copy_from_slice(&out[i * n2..i * n2 + n]);
+        }
+        return;
+    }
     // Below ~16M multiply-adds splitting costs more than it saves (thread wake-ups and
     // per-thread packing buffers); results are the same either way (tiles only are split).
     let parallelism = if threads > 1 && m * n * k >= 1 << 24 {
@@ -718,30 +750,38 @@ fn matmul<T: 'static + Copy>(
     } else {
         gemm::Parallelism::None
     };
-    // SAFETY: every element the strides reach lies inside its slice (the largest offset of
-    // each operand was checked above), `dst` holds m·n row-major elements and does not alias
-    // the inputs, and T is f32 or f64 (the callers), which gemm supports.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            lhs.as_ptr().add(lo),
-            lc as isize,
-            lr as isize,
-            rhs.as_ptr().add(ro),
-            rc as isize,
-            rr as isize,
-            zero,
-            one,
-            false,
-            false,
-            false,
-            parallelism,
-        );
+    // gemm splits the inner dimension into blocks whose size depends on m and n, and sums the
+    // blocks into dst one after another; fixed blocks of KC (within which it never splits)
+    // make that order the same for every batch size (§9).
+    const KC: usize = 512;
+    for k0 in (0..k).step_by(KC) {
+        let kb = KC.min(k - k0);
+        // SAFETY: every element the strides reach lies inside its slice (the largest offset
+        // of each operand was checked above; a block starts inside it and reaches no
+        // further), `dst` holds m·n row-major elements and does not alias the inputs, and T
+        // is f32 or f64 (the callers), which gemm supports.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                kb,
+                dst.as_mut_ptr(),
+                1,
+                n as isize,
+                k0 > 0,
+                lhs.as_ptr().add(lo + k0 * lc),
+                lc as isize,
+                lr as isize,
+                rhs.as_ptr().add(ro + k0 * rr),
+                rc as isize,
+                rr as isize,
+                if k0 > 0 { one } else { zero },
+                one,
+                false,
+                false,
+                false,
+                parallelism,
+            );
+        }
     }
 }
