@@ -203,62 +203,19 @@ proptest! {
     }
 }
 
-/// A row of a batched product, softmax or lnorm is bit-identical to the same row computed
-/// alone (SPEC §9's batch invariance).
-#[test]
-fn rows_do_not_depend_on_the_batch() {
-    let (k, n) = (300, 70);
+/// The tensors `names` after `equations` over `X : real[B, K]` (rows `rows` of a fixed f32
+/// example matrix) and a fixed `W : real[K, N]`, with `threads` workers.
+fn batched(
+    rows: &[usize],
+    (k, n): (usize, usize),
+    equations: &str,
+    names: &[&str],
+    threads: usize,
+) -> Vec<Vec<f64>> {
     let value = |i: usize| ((i * 7919) % 1000) as f64 / 500.0 - 1.0;
     let w: Vec<f64> = (0..k * n).map(|i| value(i + 17) as f32 as f64).collect();
-    let run = |rows: &[usize]| {
-        let mut s = Session::new();
-        let src = format!(
-            "B : {}\nK : {k}\nN : {n}\nX : real[B, K]\nW : real[K, N]\n\
-             Y[b, n] = X[b, k] W[k, n]\nS[b, n] = softmax(Y[b, n])\nL[b, n] = lnorm(Y[b, n])\n",
-            rows.len()
-        );
-        s.load_source("b.tl", &src, Path::new(".")).unwrap();
-        let x: Vec<f64> = rows
-            .iter()
-            .flat_map(|&r| (0..k).map(move |j| value(r * k + j) as f32 as f64))
-            .collect();
-        let f32 = tensor_logic::ElemType::F32;
-        s.bind(
-            "X",
-            &tensor_logic::Tensor::dense(f32, vec![rows.len(), k], x).unwrap(),
-        );
-        s.bind(
-            "W",
-            &tensor_logic::Tensor::dense(f32, vec![k, n], w.clone()).unwrap(),
-        );
-        s.run(&RunOptions::default()).unwrap();
-        ["Y", "S", "L"].map(|name| match &s.tensor(name).unwrap().storage {
-            Storage::Dense(v) => v.clone(),
-            other => panic!("{other:?}"),
-        })
-    };
-    let batch: Vec<usize> = (0..37).collect();
-    let all = run(&batch);
-    for r in [0, 5, 36] {
-        let alone = run(&[r]);
-        for (name, (a, b)) in ["Y", "S", "L"].iter().zip(all.iter().zip(&alone)) {
-            assert_eq!(&a[r * n..(r + 1) * n], &b[..], "{name} row {r}");
-        }
-    }
-}
-
-/// `Y` of `X[b, k] W[k, n]` (or, transposed, `W[k, n] X[b, k]` onto `Y[n, b]`) for the
-/// examples `rows`, f32.
-fn product_rows(rows: &[usize], k: usize, n: usize, transposed: bool, threads: usize) -> Vec<f64> {
-    let value = |i: usize| ((i * 7919) % 1000) as f64 / 500.0 - 1.0;
-    let w: Vec<f64> = (0..k * n).map(|i| value(i + 17) as f32 as f64).collect();
-    let eq = if transposed {
-        "Y[n, b] = W[k, n] X[b, k]"
-    } else {
-        "Y[b, n] = X[b, k] W[k, n]"
-    };
     let src = format!(
-        "B : {}\nK : {k}\nN : {n}\nX : real[B, K]\nW : real[K, N]\n{eq}\n",
+        "B : {}\nK : {k}\nN : {n}\nX : real[B, K]\nW : real[K, N]\n{equations}",
         rows.len()
     );
     let mut s = Session::new();
@@ -281,10 +238,42 @@ fn product_rows(rows: &[usize], k: usize, n: usize, transposed: bool, threads: u
         ..RunOptions::default()
     };
     s.run(&opts).unwrap();
-    match &s.tensor("Y").unwrap().storage {
-        Storage::Dense(v) => v.clone(),
-        other => panic!("{other:?}"),
+    names
+        .iter()
+        .map(|name| match &s.tensor(name).unwrap().storage {
+            Storage::Dense(v) => v.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+/// A row of a batched product, softmax or lnorm is bit-identical to the same row computed
+/// alone (SPEC §9's batch invariance).
+#[test]
+fn rows_do_not_depend_on_the_batch() {
+    let (k, n) = (300, 70);
+    let equations =
+        "Y[b, n] = X[b, k] W[k, n]\nS[b, n] = softmax(Y[b, n])\nL[b, n] = lnorm(Y[b, n])\n";
+    let names = ["Y", "S", "L"];
+    let batch: Vec<usize> = (0..37).collect();
+    let all = batched(&batch, (k, n), equations, &names, 1);
+    for r in [0, 5, 36] {
+        let alone = batched(&[r], (k, n), equations, &names, 1);
+        for (name, (a, b)) in names.iter().zip(all.iter().zip(&alone)) {
+            assert_eq!(&a[r * n..(r + 1) * n], &b[..], "{name} row {r}");
+        }
     }
+}
+
+/// `Y` of `X[b, k] W[k, n]` (or, transposed, `W[k, n] X[b, k]` onto `Y[n, b]`) for the
+/// examples `rows`, f32.
+fn product_rows(rows: &[usize], k: usize, n: usize, transposed: bool, threads: usize) -> Vec<f64> {
+    let eq = if transposed {
+        "Y[n, b] = W[k, n] X[b, k]\n"
+    } else {
+        "Y[b, n] = X[b, k] W[k, n]\n"
+    };
+    batched(rows, (k, n), eq, &["Y"], threads).remove(0)
 }
 
 proptest! {
