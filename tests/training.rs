@@ -8,24 +8,29 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The held-out accuracy a short training run of a bundled digits model prints.
-fn accuracy(example: &str, args: &[&str]) -> f64 {
+/// The `NAME = value` answers a short training run of a bundled example prints.
+fn trained(example: &str, args: &[&str]) -> std::collections::BTreeMap<String, f64> {
     let file = format!("examples/{example}.tl");
-    let mut all = vec![
-        "train",
-        file.as_str(),
-        "--batch",
-        "Example:128",
-        "--shuffle",
-    ];
+    let mut all = vec!["train", file.as_str(), "--quiet"];
     all.extend_from_slice(args);
     let out = common::tl(root(), &all);
     assert!(out.status.success(), "{}", common::stderr(&out));
-    let text = common::stdout(&out);
-    let last = text.lines().last().unwrap_or_default();
-    last.strip_prefix("Accuracy = ")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no accuracy in\n{text}"))
+    scalars(&common::stdout(&out))
+}
+
+/// `NAME = value` lines of a run's output.
+fn scalars(text: &str) -> std::collections::BTreeMap<String, f64> {
+    text.lines()
+        .filter_map(|l| l.split_once(" = "))
+        .filter_map(|(n, v)| Some((n.to_string(), v.parse().ok()?)))
+        .collect()
+}
+
+/// The held-out accuracy a short training run of a bundled digits model prints.
+fn accuracy(example: &str, args: &[&str]) -> f64 {
+    let mut all = vec!["--batch", "Example:128", "--shuffle"];
+    all.extend_from_slice(args);
+    trained(example, &all)["Accuracy"]
 }
 
 #[test]
@@ -254,53 +259,13 @@ fn a_checkpoint_of_another_shape_is_an_error() {
 
 #[test]
 fn gnn_classifies_held_out_nodes_through_the_graph() {
-    let out = common::tl(
-        root(),
-        &[
-            "train",
-            "examples/gnn_classifier.tl",
-            "--epochs",
-            "100",
-            "--lr",
-            "0.01",
-            "--quiet",
-        ],
-    );
-    assert!(out.status.success(), "{}", common::stderr(&out));
-    let text = common::stdout(&out);
-    let acc: f64 = text
-        .lines()
-        .last()
-        .and_then(|l| l.strip_prefix("Accuracy = "))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no accuracy in\n{text}"));
-    assert!(acc >= 0.85, "held-out accuracy {acc}");
-}
-
-/// `NAME = value` lines of a run's output.
-fn scalars(text: &str) -> std::collections::BTreeMap<String, f64> {
-    text.lines()
-        .filter_map(|l| l.split_once(" = "))
-        .filter_map(|(n, v)| Some((n.to_string(), v.parse().ok()?)))
-        .collect()
+    let s = trained("gnn_classifier", &["--epochs", "100", "--lr", "0.01"]);
+    assert!(s["Accuracy"] >= 0.85, "{s:?}");
 }
 
 #[test]
 fn kg_embeddings_deduce_at_zero_temperature_and_rank_analogically() {
-    let out = common::tl(
-        root(),
-        &[
-            "train",
-            "examples/kg_embeddings.tl",
-            "--epochs",
-            "150",
-            "--lr",
-            "0.02",
-            "--quiet",
-        ],
-    );
-    assert!(out.status.success(), "{}", common::stderr(&out));
-    let s = scalars(&common::stdout(&out));
+    let s = trained("kg_embeddings", &["--epochs", "150", "--lr", "0.02"]);
     assert_eq!(s["Known"], s["Facts"], "{s:?}");
     assert_eq!(s["RecoveredByRule"], s["HeldGrandparents"], "{s:?}");
     assert!(s["Hits3"] >= 0.4 && s["MRR"] >= 0.3, "{s:?}");
@@ -308,31 +273,16 @@ fn kg_embeddings_deduce_at_zero_temperature_and_rank_analogically() {
 
 #[test]
 fn tucker_decomposition_reconstructs_the_boolean_tensor() {
-    let out = common::tl(
-        root(),
-        &[
-            "train",
-            "examples/tucker.tl",
-            "--epochs",
-            "400",
-            "--lr",
-            "0.05",
-            "--quiet",
-        ],
-    );
-    assert!(out.status.success(), "{}", common::stderr(&out));
-    let s = scalars(&common::stdout(&out));
+    let s = trained("tucker", &["--epochs", "400", "--lr", "0.05"]);
     assert_eq!(s["Wrong"], 0.0, "{s:?}");
     assert_eq!(s["Cells"], 15680.0);
 }
 
 #[test]
 fn tiny_transformer_language_model_learns_its_text() {
-    let out = common::tl(
-        root(),
+    let s = trained(
+        "tiny_lm",
         &[
-            "train",
-            "examples/tiny_lm.tl",
             "--batch",
             "Window:12",
             "--shuffle",
@@ -340,11 +290,8 @@ fn tiny_transformer_language_model_learns_its_text() {
             "30",
             "--lr",
             "0.01",
-            "--quiet",
         ],
     );
-    assert!(out.status.success(), "{}", common::stderr(&out));
-    let s = scalars(&common::stdout(&out));
     // Untrained, perplexity is about the vocabulary's 164 words.
     assert!(s["Perplexity"] < 10.0, "{s:?}");
 }
