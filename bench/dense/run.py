@@ -122,6 +122,16 @@ def write_gnn_edges():
             f.write(f"{a}\t{b}\n")
 
 
+def gemm_direct(threads):
+    """The gemm crate's own time for the square f32 products (benches/gemm_direct.rs), the
+    baseline of the matmul rows' overhead."""
+    out = subprocess.run(["cargo", "bench", "--quiet", "--bench", "gemm_direct", "--", "1024", "2048",
+                          "--threads", threads], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    times = dict(line.split() for line in out.splitlines() if line.strip())
+    return {"matmul %s³" % n: float(ms) for n, ms in times.items()}
+
+
 def setup():
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
     py = os.path.join(VENV, "bin", "python")
@@ -138,8 +148,10 @@ def main():
     os.makedirs(DATA, exist_ok=True)
     write_gnn_edges()
     env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
-    print("| workload | tl ms | numpy/opt_einsum ms | PyTorch ms | tl / numpy | tl / PyTorch | tl GFLOP/s |")
-    print("|---|---|---|---|---|---|---|")
+    direct = gemm_direct(threads)
+    print("| workload | tl ms | numpy/opt_einsum ms | PyTorch ms | tl / numpy | tl / PyTorch | tl GFLOP/s "
+          "| gemm crate ms | tl / gemm crate |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, (program, init, op, flops) in WORKLOADS.items():
         path = os.path.join(DATA, "".join(c if c.isascii() and c.isalnum() else "_" for c in name) + ".tl")
         with open(path, "w") as f:
@@ -154,8 +166,10 @@ def main():
                                         capture_output=True, text=True, check=True,
                                         env=env).stdout)
         gflops = "%.1f" % (flops / tl / 1e6) if flops else "-"
-        print("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %s |"
-              % (name, tl, peer, torch_ms, tl / peer, tl / torch_ms, gflops), flush=True)
+        crate = direct.get(name)
+        crate_cols = "%.2f | %.2f" % (crate, tl / crate) if crate else "- | -"
+        print("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %s | %s |"
+              % (name, tl, peer, torch_ms, tl / peer, tl / torch_ms, gflops, crate_cols), flush=True)
 
 
 if __name__ == "__main__":
