@@ -53,7 +53,7 @@ pub fn compare(p: &Checked, engine: &[Tensor], reference: &[Tensor]) -> Vec<Diff
             };
             match (&e.storage, &r.storage) {
                 (Storage::Dense(a), Storage::Dense(b)) if a.len() == b.len() => {
-                    for (&x, &y) in a.iter().zip(b) {
+                    for (&x, &y) in a.to_f64().iter().zip(b.to_f64().iter()) {
                         note(x, y);
                     }
                 }

@@ -101,7 +101,7 @@ fn tensor(src: &str, engine: &dyn Engine, threads: usize, name: &str) -> Vec<f64
         .map_err(|d| d.render("d.tl", src))
         .unwrap();
     match &s.tensor(name).unwrap().storage {
-        Storage::Dense(v) => v.clone(),
+        Storage::Dense(v) => v.to_f64().into_owned(),
         other => panic!("{other:?}"),
     }
 }
@@ -241,7 +241,7 @@ fn batched(
     names
         .iter()
         .map(|name| match &s.tensor(name).unwrap().storage {
-            Storage::Dense(v) => v.clone(),
+            Storage::Dense(v) => v.to_f64().into_owned(),
             other => panic!("{other:?}"),
         })
         .collect()

@@ -83,11 +83,7 @@ impl Accumulator {
             Accumulator::Dense { shape, values } => Tensor {
                 elem: info.elem,
                 shape,
-                storage: Storage::Dense({
-                    let mut values = values;
-                    info.elem.round_all(&mut values);
-                    values
-                }),
+                storage: Storage::Dense(crate::tensor::Dense::from_f64(info.elem, values)),
             },
             Accumulator::Map { map, .. } if info.kind == Kind::Bool => {
                 let arity = info.shape.len();

@@ -188,8 +188,9 @@ fn blew_up(old: &Tensor, new: &Tensor) -> Option<f64> {
             .all(|(_, v)| v.is_finite())
             .then_some(bad);
     };
-    a.iter()
-        .zip(b)
+    a.to_f64()
+        .iter()
+        .zip(b.to_f64().iter())
         .find(|(x, y)| x.is_finite() && !y.is_finite())
         .map(|(_, y)| *y)
 }
@@ -209,8 +210,9 @@ fn change(old: &Tensor, new: &Tensor) -> Option<f64> {
     };
     match (&old.storage, &new.storage) {
         (Storage::Dense(a), Storage::Dense(b)) => Some(
-            a.iter()
-                .zip(b)
+            a.to_f64()
+                .iter()
+                .zip(b.to_f64().iter())
                 .map(|(&x, &y)| diff(x, y))
                 .fold(0.0, f64::max),
         ),

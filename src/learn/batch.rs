@@ -154,7 +154,7 @@ fn slice_tensor(t: &Tensor, axes: &[usize], rows: &[usize], new_pos: &[Option<us
                 let i = if axes.contains(&k) { rows[i] } else { i };
                 off += i * s;
             }
-            out.push(v.get(off).copied().unwrap_or(0.0));
+            out.push(v.get(off).unwrap_or(0.0));
             for k in (0..idx.len()).rev() {
                 idx[k] += 1;
                 if idx[k] < shape[k] {
@@ -166,7 +166,7 @@ fn slice_tensor(t: &Tensor, axes: &[usize], rows: &[usize], new_pos: &[Option<us
         return Tensor {
             elem: t.elem,
             shape,
-            storage: Storage::Dense(out),
+            storage: Storage::Dense(crate::tensor::Dense::from_f64(t.elem, out)),
         };
     }
     let mut out = match &t.storage {

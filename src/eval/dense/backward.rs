@@ -8,11 +8,11 @@
 use super::rows::{self, Program};
 use super::{
     fits, normalize, permute, reduce, replace_normalize, sparse_operands, subtree_from, term,
-    KeptTerm, Operand, TupleWalk,
+    widen, KeptTerm, Num, Operand, TupleWalk,
 };
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
-use crate::plan::einsum::{gradient_term, Contraction, DenseEquation, Expr};
+use crate::plan::einsum::{gradient_term, Contraction, DenseEquation, Expr, Path};
 use crate::semantics::{Checked, VarId};
 use crate::tensor::Tensor;
 use std::borrow::Cow;
@@ -124,27 +124,44 @@ fn factor_gradients(
         let Some(path) = &grad.path else {
             continue;
         };
-        let leaf = |k: usize| {
-            let data = match (
-                k,
-                grad.factors
-                    .get(k)
-                    .and_then(|f| values.get(f.tensor))
-                    .map(|t| &t.storage),
-            ) {
-                (0, _) => Cow::Borrowed(g),
-                (_, Some(crate::tensor::Storage::Dense(v))) => Cow::Borrowed(v.as_slice()),
-                _ => Cow::Owned(Vec::new()),
-            };
-            Operand {
-                vars: grad.factors[k].vars.clone(),
-                data,
-            }
+        let acc = if grad.single {
+            widen(gradient::<f32>(&grad, path, &f.vars, g, values, threads))
+        } else {
+            gradient::<f64>(&grad, path, &f.vars, g, values, threads)
         };
-        let acc = subtree_from(&grad, path, &leaf, threads);
-        let acc = permute(reduce(acc, &f.vars, &c.extents), &f.vars, &c.extents);
         add_to(adj, f.tensor, &acc.data);
     }
+}
+
+/// A factor's gradient einsum (`gradient_term`: the adjoint `g` as factor 0, then the
+/// term's other factors) onto `onto`, in `T`.
+fn gradient<'a, T: Num>(
+    grad: &Contraction,
+    path: &Path,
+    onto: &[VarId],
+    g: &'a [f64],
+    values: &'a [Tensor],
+    threads: usize,
+) -> Operand<'a, T> {
+    let leaf = |k: usize| {
+        let data: Cow<[T]> = match (
+            k,
+            grad.factors
+                .get(k)
+                .and_then(|f| values.get(f.tensor))
+                .map(|t| &t.storage),
+        ) {
+            (0, _) => T::cast(g),
+            (_, Some(crate::tensor::Storage::Dense(v))) => T::elements(v),
+            _ => Cow::Owned(Vec::new()),
+        };
+        Operand {
+            vars: grad.factors[k].vars.clone(),
+            data,
+        }
+    };
+    let acc = subtree_from(grad, path, &leaf, threads);
+    permute(reduce(acc, onto, &grad.extents), onto, &grad.extents)
 }
 
 fn add_to(adj: &mut [Option<Vec<f64>>], t: usize, g: &[f64]) {

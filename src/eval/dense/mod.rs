@@ -16,14 +16,61 @@ use super::EvalOptions;
 use crate::functions::Structural;
 use crate::plan::einsum::{kept, Contraction, DenseEquation, Expr, Path};
 use crate::semantics::{Checked, Stratum, VarId};
-use crate::tensor::{Storage, Tensor};
+use crate::tensor::{Dense, ElemType, Storage, Tensor};
 use std::borrow::Cow;
 
 /// A tensor being contracted: row-major values over `vars`, borrowed from an input until an
-/// operation has to write.
-struct Operand<'a> {
+/// operation has to write. Contractions of f32 tensors run in f32 (`Contraction::single`);
+/// everything else, and every elementwise expression, in f64.
+struct Operand<'a, T: Clone = f64> {
     vars: Vec<VarId>,
-    data: Cow<'a, [f64]>,
+    data: Cow<'a, [T]>,
+}
+
+/// An element type contractions run in: f32 or f64.
+trait Num: Copy + Default + Send + Sync + 'static + Into<f64> {
+    /// The type's 1.
+    const ONE: Self;
+    /// The value nearest `v`.
+    fn from_f64(v: f64) -> Self;
+    /// A dense tensor's elements in this type: borrowed when it is stored in it.
+    fn elements(d: &Dense) -> Cow<'_, [Self]>;
+    /// f64 values in this type: borrowed when it is f64.
+    fn cast(v: &[f64]) -> Cow<'_, [Self]>;
+}
+
+impl Num for f64 {
+    const ONE: f64 = 1.0;
+    fn from_f64(v: f64) -> f64 {
+        v
+    }
+    fn elements(d: &Dense) -> Cow<'_, [f64]> {
+        d.to_f64()
+    }
+    fn cast(v: &[f64]) -> Cow<'_, [f64]> {
+        Cow::Borrowed(v)
+    }
+}
+
+impl Num for f32 {
+    const ONE: f32 = 1.0;
+    fn from_f64(v: f64) -> f32 {
+        v as f32
+    }
+    fn elements(d: &Dense) -> Cow<'_, [f32]> {
+        d.to_f32()
+    }
+    fn cast(v: &[f64]) -> Cow<'_, [f32]> {
+        Cow::Owned(v.iter().map(|&x| x as f32).collect())
+    }
+}
+
+/// An operand's values as f64, for the elementwise pass.
+fn widen<'a, T: Num>(op: Operand<'a, T>) -> Operand<'a> {
+    Operand {
+        vars: op.vars,
+        data: Cow::Owned(op.data.iter().map(|&x| x.into()).collect()),
+    }
 }
 
 /// Evaluates the stratum's contractions in place; `false` (with `values` untouched) when its
@@ -48,7 +95,13 @@ pub(super) fn evaluate_dense(
         let Storage::Dense(start) = &values[t].storage else {
             return false;
         };
-        let mut acc = start.clone();
+        if keep.is_none() {
+            if let Some(direct) = stored_as_computed(p, t, plans, values, threads, pool) {
+                values[t].storage = Storage::Dense(direct);
+                continue;
+            }
+        }
+        let mut acc = start.to_f64().into_owned();
         for d in plans.iter().filter(|d| d.target == t) {
             let mut run = || {
                 let mut terms: Vec<Operand> =
@@ -80,13 +133,53 @@ pub(super) fn evaluate_dense(
         values[t] = Tensor {
             elem: info.elem,
             shape: info.shape.clone(),
-            storage: Storage::Dense({
-                info.elem.round_all(&mut acc);
-                acc
-            }),
+            storage: Storage::Dense(Dense::from_f64(info.elem, acc)),
         };
     }
     true
+}
+
+/// The value of an f32 tensor defined by one bare f32 contraction (`C[i, k] = A[i, j]
+/// B[j, k]`), with no data of its own: the product's f32 result becomes its storage, with no
+/// pass in f64. `None` for any other equation.
+fn stored_as_computed(
+    p: &Checked,
+    t: usize,
+    plans: &[DenseEquation],
+    values: &[Tensor],
+    threads: usize,
+    pool: Option<&rayon::ThreadPool>,
+) -> Option<Dense> {
+    let mut defining = plans.iter().filter(|d| d.target == t);
+    let (d, None) = (defining.next()?, defining.next()) else {
+        return None;
+    };
+    let (Expr::Term(0), [c], true, true, ElemType::F32) = (
+        &d.expr,
+        d.terms.as_slice(),
+        d.summed.is_empty(),
+        p.data[t].is_none(),
+        p.tensors[t].elem,
+    ) else {
+        return None;
+    };
+    let (Some(path), None, true) = (&c.path, &c.sparse, c.single) else {
+        return None;
+    };
+    let run = || {
+        let mut data = contracted::<f32>(c, path, values, threads).data.into_owned();
+        if c.scale != 1.0 {
+            // In f64, as the general path scales, then rounded once.
+            data.iter_mut()
+                .for_each(|x| *x = (f64::from(*x) * c.scale) as f32);
+        }
+        data
+    };
+    let data = match pool {
+        Some(pool) if d.flops >= (1u64 << 25) as f64 => pool.install(run),
+        _ => run(),
+    };
+    Some(Dense::from_f32(data))
 }
 
 /// A term a dense evaluation computed: its variables and values.
@@ -288,10 +381,8 @@ fn term<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) -> Operand<'a
             },
         },
         None => match &c.path {
-            Some(path) => {
-                let dense = reduce(subtree(c, path, values, threads), &c.keep, &c.extents);
-                permute(dense, &c.out, &c.extents)
-            }
+            Some(path) if c.single => widen(contracted::<f32>(c, path, values, threads)),
+            Some(path) => contracted::<f64>(c, path, values, threads),
             None => Operand {
                 vars: Vec::new(),
                 data: Cow::Owned(vec![1.0]),
@@ -304,6 +395,17 @@ fn term<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) -> Operand<'a
         }
     }
     root
+}
+
+/// A term without a relation, over its free variables in left-hand-side order, unscaled.
+fn contracted<'a, T: Num>(
+    c: &Contraction,
+    path: &Path,
+    values: &'a [Tensor],
+    threads: usize,
+) -> Operand<'a, T> {
+    let dense = reduce(subtree(c, path, values, threads), &c.keep, &c.extents);
+    permute(dense, &c.out, &c.extents)
 }
 
 /// The term's value over `c.out` when a relation multiplies dense operands: for every
@@ -454,14 +556,14 @@ fn sparse_operands<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) ->
     });
     match &c.path {
         Some(path) if shared => vec![reduce(
-            subtree(c, path, values, threads),
+            subtree::<f64>(c, path, values, threads),
             &c.keep,
             &c.extents,
         )],
         Some(_) => (0..c.factors.len())
             .map(|k| {
                 reduce(
-                    subtree(c, &Path::Leaf(k), values, threads),
+                    subtree::<f64>(c, &Path::Leaf(k), values, threads),
                     &c.keep,
                     &c.extents,
                 )
@@ -472,11 +574,16 @@ fn sparse_operands<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) ->
 }
 
 /// Evaluates a subtree, keeping the variables needed outside it.
-fn subtree<'a>(c: &Contraction, path: &Path, values: &'a [Tensor], threads: usize) -> Operand<'a> {
+fn subtree<'a, T: Num>(
+    c: &Contraction,
+    path: &Path,
+    values: &'a [Tensor],
+    threads: usize,
+) -> Operand<'a, T> {
     let leaf = |k: usize| {
         let f = &c.factors[k];
-        let data: Cow<[f64]> = match &values[f.tensor].storage {
-            Storage::Dense(d) => Cow::Borrowed(d),
+        let data: Cow<[T]> = match &values[f.tensor].storage {
+            Storage::Dense(d) => T::elements(d),
             _ => Cow::Owned(Vec::new()),
         };
         Operand {
@@ -488,19 +595,19 @@ fn subtree<'a>(c: &Contraction, path: &Path, values: &'a [Tensor], threads: usiz
 }
 
 /// Evaluates a subtree whose leaves `leaf` supplies.
-fn subtree_from<'a>(
+fn subtree_from<'a, T: Num>(
     c: &Contraction,
     path: &Path,
-    leaf: &dyn Fn(usize) -> Operand<'a>,
+    leaf: &dyn Fn(usize) -> Operand<'a, T>,
     threads: usize,
-) -> Operand<'a> {
+) -> Operand<'a, T> {
     match path {
         Path::Leaf(k) => leaf(*k),
         Path::Pair(a, b) => {
             let keep = kept(c, path.factors());
             let x = subtree_from(c, a, leaf, threads);
             let y = subtree_from(c, b, leaf, threads);
-            contract(x, y, &keep, &c.extents, (threads, c.single))
+            contract(x, y, &keep, &c.extents, threads)
         }
     }
 }
@@ -515,7 +622,7 @@ fn strides(vars: &[VarId], extents: &[usize]) -> Vec<usize> {
 }
 
 /// The operand with its axes in `order` (a permutation of its variables).
-fn permute<'a>(op: Operand<'a>, order: &[VarId], extents: &[usize]) -> Operand<'a> {
+fn permute<'a, T: Num>(op: Operand<'a, T>, order: &[VarId], extents: &[usize]) -> Operand<'a, T> {
     if op.vars == order {
         return op;
     }
@@ -557,8 +664,9 @@ fn permute<'a>(op: Operand<'a>, order: &[VarId], extents: &[usize]) -> Operand<'
     }
 }
 
-/// Sums out every variable not in `keep`, in row-major order of the summed ones.
-fn reduce<'a>(op: Operand<'a>, keep: &[VarId], extents: &[usize]) -> Operand<'a> {
+/// Sums out every variable not in `keep`, in row-major order of the summed ones (in f64,
+/// then rounded to the operand's type).
+fn reduce<'a, T: Num>(op: Operand<'a, T>, keep: &[VarId], extents: &[usize]) -> Operand<'a, T> {
     let (kept, summed): (Vec<VarId>, Vec<VarId>) = op.vars.iter().partition(|v| keep.contains(v));
     if summed.is_empty() {
         return op;
@@ -567,11 +675,11 @@ fn reduce<'a>(op: Operand<'a>, keep: &[VarId], extents: &[usize]) -> Operand<'a>
     let order = [kept.clone(), summed].concat();
     let op = permute(op, &order, extents);
     let data = if block == 0 {
-        vec![0.0; kept.iter().map(|&v| extents[v]).product()]
+        vec![T::default(); kept.iter().map(|&v| extents[v]).product()]
     } else {
         op.data
             .chunks_exact(block)
-            .map(|b| b.iter().sum())
+            .map(|b| T::from_f64(b.iter().map(|&x| x.into()).sum()))
             .collect()
     };
     Operand {
@@ -581,14 +689,14 @@ fn reduce<'a>(op: Operand<'a>, keep: &[VarId], extents: &[usize]) -> Operand<'a>
 }
 
 /// The contraction of two operands over their shared variables not in `keep`.
-fn contract<'a>(
-    x: Operand<'a>,
-    y: Operand<'a>,
+fn contract<'a, T: Num>(
+    x: Operand<'a, T>,
+    y: Operand<'a, T>,
     keep: &[VarId],
     extents: &[usize],
-    (threads, single): (usize, bool),
-) -> Operand<'a> {
-    let with = |other: &Operand| -> Vec<VarId> {
+    threads: usize,
+) -> Operand<'a, T> {
+    let with = |other: &Operand<T>| -> Vec<VarId> {
         keep.iter()
             .chain(&other.vars)
             .copied()
@@ -622,26 +730,13 @@ fn contract<'a>(
             (permute(y, &order, extents), [k * n, n, 1])
         }
     };
-    let data = if single {
-        // f32 operands, f32 products: the values are f32 already, so only the sums round.
-        let narrow = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
-        let out = batched(
-            (b, m, n, k),
-            (&narrow(&x.data), sx),
-            (&narrow(&y.data), sy),
-            (0.0, 1.0),
-            threads,
-        );
-        out.into_iter().map(f64::from).collect()
-    } else {
-        batched(
-            (b, m, n, k),
-            (&x.data, sx),
-            (&y.data, sy),
-            (0.0, 1.0),
-            threads,
-        )
-    };
+    let data = batched(
+        (b, m, n, k),
+        (&x.data, sx),
+        (&y.data, sy),
+        (T::default(), T::ONE),
+        threads,
+    );
     Operand {
         vars: [batch, rows, cols].concat(),
         data: data.into(),

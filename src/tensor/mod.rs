@@ -1,9 +1,12 @@
 //! Tensor values as the library exposes them: dense arrays or sparse maps of defined elements.
 //!
 //! Relations (Boolean tensors) are always sparse, so a graph of 10,000 nodes never allocates a
-//! 10⁸-element matrix. Values are held as f64 and rounded to the element type on every store,
-//! so that a tensor's observable values are those of its declared type.
+//! 10⁸-element matrix. Dense elements are held in their declared type ([`Dense`]); values
+//! pass through the API as f64 and are rounded to the element type on every store.
 
+mod dense;
+
+pub use dense::{fp8_decode, fp8_encode, Dense};
 use std::collections::BTreeMap;
 
 /// Largest extent of an axis: positions are stored as `u32` in sparse tensors.
@@ -107,8 +110,8 @@ fn round_e4m3fn(v: f64) -> f64 {
 /// Storage of a tensor's elements.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Storage {
-    /// Row-major, every element present.
-    Dense(Vec<f64>),
+    /// Row-major, every element present, in the element type's buffer.
+    Dense(Dense),
     /// Only the defined elements of a real or integer tensor, keyed by index.
     Sparse(BTreeMap<Vec<u32>, f64>),
     /// The true tuples of a Boolean tensor.
@@ -259,12 +262,10 @@ impl Tensor {
                 values.len()
             ));
         }
-        let mut values = values;
-        elem.round_all(&mut values);
         Ok(Tensor {
             elem,
             shape,
-            storage: Storage::Dense(values),
+            storage: Storage::Dense(Dense::from_f64(elem, values)),
         })
     }
 
@@ -274,7 +275,7 @@ impl Tensor {
         Tensor {
             elem,
             shape,
-            storage: Storage::Dense(vec![0.0; n]),
+            storage: Storage::Dense(Dense::zeros(elem, n)),
         }
     }
 
@@ -335,7 +336,7 @@ impl Tensor {
     /// The element at `index` if it is defined (dense elements always are).
     pub fn get(&self, index: &[usize]) -> Option<f64> {
         match &self.storage {
-            Storage::Dense(v) => self.offset(index).and_then(|o| v.get(o).copied()),
+            Storage::Dense(v) => self.offset(index).and_then(|o| v.get(o)),
             Storage::Sparse(m) => {
                 let key: Vec<u32> = index.iter().map(|&i| i as u32).collect();
                 m.get(&key).copied()
@@ -356,7 +357,7 @@ impl Tensor {
                 for (&i, &n) in index.iter().zip(&self.shape) {
                     off = off * n + i as usize;
                 }
-                v.get(off).copied()
+                v.get(off)
             }
             Storage::Sparse(m) => m.get(index).copied(),
             Storage::Relation(r) => r.contains(index).then_some(1.0),
@@ -373,7 +374,7 @@ impl Tensor {
         let v = self.elem.round(v);
         if let Some(off) = self.offset(index) {
             match &mut self.storage {
-                Storage::Dense(d) => d[off] = v,
+                Storage::Dense(d) => d.set(off, v),
                 Storage::Sparse(m) => {
                     m.insert(index.iter().map(|&i| i as u32).collect(), v);
                 }
@@ -392,7 +393,7 @@ impl Tensor {
             Storage::Dense(v) => {
                 let mut out = Vec::with_capacity(v.len());
                 let mut idx = vec![0usize; self.shape.len()];
-                for &x in v {
+                for &x in v.to_f64().iter() {
                     out.push((idx.clone(), x));
                     for ax in (0..idx.len()).rev() {
                         idx[ax] += 1;
@@ -418,7 +419,7 @@ impl Tensor {
     /// All elements as a dense row-major vector (undefined ones as 0).
     pub fn to_dense_values(&self) -> Vec<f64> {
         match &self.storage {
-            Storage::Dense(v) => v.clone(),
+            Storage::Dense(v) => v.to_f64().into_owned(),
             Storage::Sparse(_) | Storage::Relation(_) => {
                 let mut out = vec![0.0; self.shape.iter().product()];
                 for (idx, x) in self.entries() {

@@ -1,0 +1,225 @@
+//! A dense tensor's elements in their storage type (§4): f32 tensors hold `f32`s, bf16 and
+//! f16 hold 16-bit values, fp8 and i8 one byte each, so a tensor takes the memory its type
+//! says and an f32 product reads its operands in place. Buffers are shared until written
+//! (copy on write): every evaluation starts from the program's data without copying it.
+
+use super::ElemType;
+use half::{bf16, f16};
+use std::borrow::Cow;
+use std::sync::Arc;
+
+/// Row-major elements of a dense tensor, in the narrowest buffer that holds its type.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Dense {
+    /// `f64`, `int` (exact to 2⁵³) and dense Booleans.
+    F64(Arc<Vec<f64>>),
+    /// `f32`.
+    F32(Arc<Vec<f32>>),
+    /// `bf16`.
+    BF16(Arc<Vec<bf16>>),
+    /// `f16`.
+    F16(Arc<Vec<f16>>),
+    /// `fp8` (E4M3FN bit patterns).
+    FP8(Arc<Vec<u8>>),
+    /// `i8`.
+    I8(Arc<Vec<i8>>),
+}
+
+/// Applies `$body` to the buffer of whichever variant `$d` is, bound as `$v`.
+macro_rules! each {
+    ($d:expr, $v:ident => $body:expr) => {
+        match $d {
+            Dense::F64($v) => $body,
+            Dense::F32($v) => $body,
+            Dense::BF16($v) => $body,
+            Dense::F16($v) => $body,
+            Dense::FP8($v) => $body,
+            Dense::I8($v) => $body,
+        }
+    };
+}
+
+impl Dense {
+    /// `n` zeros of type `elem`.
+    pub fn zeros(elem: ElemType, n: usize) -> Dense {
+        match elem {
+            ElemType::F32 => Dense::F32(Arc::new(vec![0.0; n])),
+            ElemType::BF16 => Dense::BF16(Arc::new(vec![bf16::ZERO; n])),
+            ElemType::F16 => Dense::F16(Arc::new(vec![f16::ZERO; n])),
+            ElemType::FP8 => Dense::FP8(Arc::new(vec![0; n])),
+            ElemType::I8 => Dense::I8(Arc::new(vec![0; n])),
+            ElemType::F64 | ElemType::Int | ElemType::Bool => Dense::F64(Arc::new(vec![0.0; n])),
+        }
+    }
+
+    /// `values` rounded to `elem` and stored in its buffer.
+    pub fn from_f64(elem: ElemType, mut values: Vec<f64>) -> Dense {
+        match elem {
+            ElemType::F32 => Dense::F32(Arc::new(values.iter().map(|&v| v as f32).collect())),
+            ElemType::BF16 => Dense::BF16(Arc::new(values.iter().map(|&v| bf16::from_f64(v)).collect())),
+            ElemType::F16 => Dense::F16(Arc::new(values.iter().map(|&v| f16::from_f64(v)).collect())),
+            ElemType::FP8 => Dense::FP8(Arc::new(values.iter().map(|&v| fp8_encode(v)).collect())),
+            ElemType::I8 => Dense::I8(Arc::new(
+                values.iter().map(|&v| ElemType::I8.round(v) as i8).collect(),
+            )),
+            ElemType::F64 | ElemType::Int | ElemType::Bool => {
+                elem.round_all(&mut values);
+                Dense::F64(Arc::new(values))
+            }
+        }
+    }
+
+    /// f32 values kept as they are (they are exact as f32).
+    pub fn from_f32(values: Vec<f32>) -> Dense {
+        Dense::F32(Arc::new(values))
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        each!(self, v => v.len())
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The element at offset `i`, exactly, as f64.
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<f64> {
+        match self {
+            Dense::F64(v) => v.get(i).copied(),
+            Dense::F32(v) => v.get(i).map(|&x| f64::from(x)),
+            Dense::BF16(v) => v.get(i).map(|x| x.to_f64()),
+            Dense::F16(v) => v.get(i).map(|x| x.to_f64()),
+            Dense::FP8(v) => v.get(i).map(|&x| fp8_decode(x)),
+            Dense::I8(v) => v.get(i).map(|&x| f64::from(x)),
+        }
+    }
+
+    /// Stores `v` (already rounded to the type, or rounded by the conversion) at offset `i`;
+    /// a shared buffer is copied first.
+    #[inline]
+    pub fn set(&mut self, i: usize, v: f64) {
+        match self {
+            Dense::F64(d) => set_in(d, i, v),
+            Dense::F32(d) => set_in(d, i, v as f32),
+            Dense::BF16(d) => set_in(d, i, bf16::from_f64(v)),
+            Dense::F16(d) => set_in(d, i, f16::from_f64(v)),
+            Dense::FP8(d) => set_in(d, i, fp8_encode(v)),
+            Dense::I8(d) => set_in(d, i, ElemType::I8.round(v) as i8),
+        }
+    }
+
+    /// Every element as f64: borrowed from an f64 buffer, converted from the others.
+    pub fn to_f64(&self) -> Cow<'_, [f64]> {
+        match self {
+            Dense::F64(v) => Cow::Borrowed(v.as_slice()),
+            Dense::F32(v) => Cow::Owned(v.iter().map(|&x| f64::from(x)).collect()),
+            other => Cow::Owned((0..other.len()).filter_map(|i| other.get(i)).collect()),
+        }
+    }
+
+    /// Every element as f32: borrowed from an f32 buffer, rounded from the others.
+    pub fn to_f32(&self) -> Cow<'_, [f32]> {
+        match self {
+            Dense::F32(v) => Cow::Borrowed(v.as_slice()),
+            Dense::F64(v) => Cow::Owned(v.iter().map(|&x| x as f32).collect()),
+            other => Cow::Owned((0..other.len()).filter_map(|i| other.get(i)).map(|x| x as f32).collect()),
+        }
+    }
+}
+
+/// Writes one element, copying the buffer first if another tensor shares it.
+#[inline]
+fn set_in<T: Clone>(d: &mut Arc<Vec<T>>, i: usize, v: T) {
+    if let Some(slot) = Arc::make_mut(d).get_mut(i) {
+        *slot = v;
+    }
+}
+
+/// The value of an E4M3FN bit pattern: 4 exponent bits (bias 7), 3 mantissa bits, no
+/// infinities, NaN only at S.1111.111.
+pub fn fp8_decode(b: u8) -> f64 {
+    let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
+    let exp = i32::from((b >> 3) & 0x0f);
+    let man = f64::from(b & 0x07);
+    if exp == 0x0f && b & 0x07 == 0x07 {
+        return f64::NAN;
+    }
+    let magnitude = if exp == 0 {
+        man / 8.0 * 2f64.powi(-6)
+    } else {
+        (1.0 + man / 8.0) * 2f64.powi(exp - 7)
+    };
+    sign * magnitude
+}
+
+/// The E4M3FN bit pattern nearest `v` (ties to even), saturating at ±448.
+pub fn fp8_encode(v: f64) -> u8 {
+    let r = ElemType::FP8.round(v);
+    if r.is_nan() {
+        return 0x7f;
+    }
+    let sign = if r.is_sign_negative() { 0x80 } else { 0 };
+    let a = r.abs();
+    if a == 0.0 {
+        return sign;
+    }
+    // The rounded value is exact in the format: a subnormal is a multiple of 2⁻⁹, a normal
+    // number (1 + m/8)·2^e.
+    if a < 2f64.powi(-6) {
+        return sign | (a / 2f64.powi(-9)) as u8;
+    }
+    let e = a.log2().floor() as i32;
+    let man = ((a / 2f64.powi(e) - 1.0) * 8.0) as u8;
+    sign | (((e + 7) as u8) << 3) | man
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every finite E4M3FN value survives encode(decode(b)), and the largest is 448.
+    #[test]
+    fn fp8_bit_patterns_round_trip() {
+        for b in 0..=255u8 {
+            let v = fp8_decode(b);
+            if v.is_nan() {
+                assert!(b & 0x7f == 0x7f, "{b:#x}");
+                continue;
+            }
+            assert_eq!(ElemType::FP8.round(v), v, "{b:#x} decodes to {v}, not representable");
+            if v != 0.0 {
+                assert_eq!(fp8_encode(v), b, "{b:#x} = {v}");
+            }
+        }
+        assert_eq!(fp8_decode(0x7e), 448.0);
+        assert_eq!(fp8_decode(0x01), 2f64.powi(-9));
+        assert_eq!(fp8_encode(1e9), 0x7e);
+        assert_eq!(fp8_encode(-1e9), 0xfe);
+    }
+
+    /// Each buffer holds its type: values read back are the rounded ones.
+    #[test]
+    fn buffers_round_to_their_type() {
+        let values = vec![1.0 / 3.0, -2.5, 1000.0, 0.0, 1e-7];
+        for elem in [
+            ElemType::F64,
+            ElemType::F32,
+            ElemType::BF16,
+            ElemType::F16,
+            ElemType::FP8,
+            ElemType::I8,
+            ElemType::Int,
+        ] {
+            let d = Dense::from_f64(elem, values.clone());
+            let expected: Vec<f64> = values.iter().map(|&v| elem.round(v)).collect();
+            assert_eq!(d.to_f64().to_vec(), expected, "{elem:?}");
+            let mut e = d.clone();
+            e.set(1, 7.25);
+            assert_eq!(e.get(1), Some(elem.round(7.25)), "{elem:?}");
+            assert_eq!(d.get(1), Some(elem.round(-2.5)), "a shared buffer is copied on write");
+        }
+    }
+}
