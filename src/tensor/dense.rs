@@ -56,11 +56,18 @@ impl Dense {
     pub fn from_f64(elem: ElemType, mut values: Vec<f64>) -> Dense {
         match elem {
             ElemType::F32 => Dense::F32(Arc::new(values.iter().map(|&v| v as f32).collect())),
-            ElemType::BF16 => Dense::BF16(Arc::new(values.iter().map(|&v| bf16::from_f64(v)).collect())),
-            ElemType::F16 => Dense::F16(Arc::new(values.iter().map(|&v| f16::from_f64(v)).collect())),
+            ElemType::BF16 => Dense::BF16(Arc::new(
+                values.iter().map(|&v| bf16::from_f64(v)).collect(),
+            )),
+            ElemType::F16 => {
+                Dense::F16(Arc::new(values.iter().map(|&v| f16::from_f64(v)).collect()))
+            }
             ElemType::FP8 => Dense::FP8(Arc::new(values.iter().map(|&v| fp8_encode(v)).collect())),
             ElemType::I8 => Dense::I8(Arc::new(
-                values.iter().map(|&v| ElemType::I8.round(v) as i8).collect(),
+                values
+                    .iter()
+                    .map(|&v| ElemType::I8.round(v) as i8)
+                    .collect(),
             )),
             ElemType::F64 | ElemType::Int | ElemType::Bool => {
                 elem.round_all(&mut values);
@@ -125,7 +132,12 @@ impl Dense {
         match self {
             Dense::F32(v) => Cow::Borrowed(v.as_slice()),
             Dense::F64(v) => Cow::Owned(v.iter().map(|&x| x as f32).collect()),
-            other => Cow::Owned((0..other.len()).filter_map(|i| other.get(i)).map(|x| x as f32).collect()),
+            other => Cow::Owned(
+                (0..other.len())
+                    .filter_map(|i| other.get(i))
+                    .map(|x| x as f32)
+                    .collect(),
+            ),
         }
     }
 }
@@ -189,7 +201,11 @@ mod tests {
                 assert!(b & 0x7f == 0x7f, "{b:#x}");
                 continue;
             }
-            assert_eq!(ElemType::FP8.round(v), v, "{b:#x} decodes to {v}, not representable");
+            assert_eq!(
+                ElemType::FP8.round(v),
+                v,
+                "{b:#x} decodes to {v}, not representable"
+            );
             if v != 0.0 {
                 assert_eq!(fp8_encode(v), b, "{b:#x} = {v}");
             }
@@ -219,7 +235,11 @@ mod tests {
             let mut e = d.clone();
             e.set(1, 7.25);
             assert_eq!(e.get(1), Some(elem.round(7.25)), "{elem:?}");
-            assert_eq!(d.get(1), Some(elem.round(-2.5)), "a shared buffer is copied on write");
+            assert_eq!(
+                d.get(1),
+                Some(elem.round(-2.5)),
+                "a shared buffer is copied on write"
+            );
         }
     }
 }

@@ -167,7 +167,9 @@ fn stored_as_computed(
         return None;
     };
     let run = || {
-        let mut data = contracted::<f32>(c, path, values, threads).data.into_owned();
+        let mut data = contracted::<f32>(c, path, values, threads)
+            .data
+            .into_owned();
         if c.scale != 1.0 {
             // In f64, as the general path scales, then rounded once.
             data.iter_mut()
