@@ -245,7 +245,7 @@ fn lift_normalize(
         let mut value = input.clone();
         let axis = d.out.iter().position(|v| *v == var);
         if let Some(axis) = axis {
-            normalize(&mut value, &dims, axis, kind);
+            normalize(&mut value, &dims, axis, kind, 1.0);
         }
         terms.push(Operand {
             vars: d.out.clone(),

@@ -8,6 +8,7 @@
 //! is summed in the same order for every thread count.
 
 mod backward;
+mod fast_rows;
 mod rows;
 
 pub(crate) use backward::backward_dense;
@@ -37,6 +38,8 @@ trait Num: Copy + Default + Send + Sync + 'static + Into<f64> {
     fn elements(d: &Dense) -> Cow<'_, [Self]>;
     /// f64 values in this type: borrowed when it is f64.
     fn cast(v: &[f64]) -> Cow<'_, [Self]>;
+    /// Softmax or layer normalisation of a row whose results are stored in this type.
+    fn normalize_row(kind: Structural, row: &mut [f64]);
 }
 
 impl Num for f64 {
@@ -50,6 +53,9 @@ impl Num for f64 {
     fn cast(v: &[f64]) -> Cow<'_, [f64]> {
         Cow::Borrowed(v)
     }
+    fn normalize_row(kind: Structural, row: &mut [f64]) {
+        exact_row(kind, row);
+    }
 }
 
 impl Num for f32 {
@@ -62,6 +68,9 @@ impl Num for f32 {
     }
     fn cast(v: &[f64]) -> Cow<'_, [f32]> {
         Cow::Owned(v.iter().map(|&x| x as f32).collect())
+    }
+    fn normalize_row(kind: Structural, row: &mut [f64]) {
+        fast_rows::normalize_row(kind, row);
     }
 }
 
@@ -139,9 +148,11 @@ pub(super) fn evaluate_dense(
     true
 }
 
-/// The value of an f32 tensor defined by one bare f32 contraction (`C[i, k] = A[i, j]
-/// B[j, k]`), with no data of its own: the product's f32 result becomes its storage, with no
-/// pass in f64. `None` for any other equation.
+/// The value of an f32 tensor defined by one f32 contraction, bare or under a softmax/lnorm
+/// (`C[i, k] = A[i, j] B[j, k]`, `S[p, q.] = softmax(Q[p, d] K[q, d] / 8)`), with no data of
+/// its own: the product's f32 result becomes its storage, normalised a row at a time in f64
+/// (the reference's operations, in its order), with no whole pass in f64. `None` for any
+/// other equation.
 fn stored_as_computed(
     p: &Checked,
     t: usize,
@@ -154,8 +165,14 @@ fn stored_as_computed(
     let (d, None) = (defining.next()?, defining.next()) else {
         return None;
     };
-    let (Expr::Term(0), [c], true, true, ElemType::F32) = (
-        &d.expr,
+    let along = match &d.expr {
+        Expr::Term(0) => None,
+        Expr::Normalize(kind, var, arg) if matches!(**arg, Expr::Term(0)) => {
+            Some((*kind, d.out.iter().position(|v| v == var)?))
+        }
+        _ => return None,
+    };
+    let ([c], true, true, ElemType::F32) = (
         d.terms.as_slice(),
         d.summed.is_empty(),
         p.data[t].is_none(),
@@ -170,7 +187,10 @@ fn stored_as_computed(
         let mut data = contracted::<f32>(c, path, values, threads)
             .data
             .into_owned();
-        if c.scale != 1.0 {
+        if let Some((kind, axis)) = along {
+            let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+            normalize(&mut data, &dims, axis, kind, c.scale);
+        } else if c.scale != 1.0 {
             // In f64, as the general path scales, then rounded once.
             data.iter_mut()
                 .for_each(|x| *x = (f64::from(*x) * c.scale) as f32);
@@ -308,7 +328,7 @@ fn materialize<'a>(
             _ => rows::values(&rows::Program::compile(&inner, o)?, d, terms),
         };
         if let Some(axis) = d.out.iter().position(|v| *v == var) {
-            normalize(&mut buf, &dims, axis, kind);
+            normalize(&mut buf, &dims, axis, kind, 1.0);
         }
         terms.push(Operand {
             vars: d.out.clone(),
@@ -318,9 +338,9 @@ fn materialize<'a>(
     })
 }
 
-/// Softmax or layer normalisation of every row along `axis`, as the reference computes them
-/// (statistics summed in index order).
-fn normalize(buf: &mut [f64], dims: &[usize], axis: usize, kind: Structural) {
+/// Softmax or layer normalisation of every row along `axis` of `scale · buf`, in f64, stored
+/// back in `T` (by [`exact_row`] for f64, by vectorised rows for f32).
+fn normalize<T: Num>(buf: &mut [T], dims: &[usize], axis: usize, kind: Structural, scale: f64) {
     let n = dims[axis];
     let stride: usize = dims[axis + 1..].iter().product();
     let outer: usize = dims[..axis].iter().product();
@@ -329,33 +349,41 @@ fn normalize(buf: &mut [f64], dims: &[usize], axis: usize, kind: Structural) {
         for inner in 0..stride {
             let base = o * n * stride + inner;
             for (q, r) in row.iter_mut().enumerate() {
-                *r = buf[base + q * stride];
+                *r = buf[base + q * stride].into();
             }
-            // The same operations as the reference, in its order; each exponential is
-            // computed once and reused (the same value the reference computes twice).
-            match kind {
-                Structural::Softmax => {
-                    let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    for r in row.iter_mut() {
-                        *r = (*r - m).exp();
-                    }
-                    let s: f64 = row.iter().sum();
-                    for r in row.iter_mut() {
-                        *r /= s;
-                    }
-                }
-                _ => {
-                    let len = n as f64;
-                    let mean = row.iter().sum::<f64>() / len;
-                    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / len;
-                    let sd = (var + 1e-5).sqrt();
-                    for r in row.iter_mut() {
-                        *r = (*r - mean) / sd;
-                    }
-                }
+            if scale != 1.0 {
+                row.iter_mut().for_each(|r| *r *= scale);
             }
+            T::normalize_row(kind, &mut row);
             for (q, &v) in row.iter().enumerate() {
-                buf[base + q * stride] = v;
+                buf[base + q * stride] = T::from_f64(v);
+            }
+        }
+    }
+}
+
+/// Softmax or layer normalisation of one row with the same operations as the reference, in
+/// its order (statistics summed in index order); each exponential is computed once and
+/// reused (the same value the reference computes twice).
+fn exact_row(kind: Structural, row: &mut [f64]) {
+    match kind {
+        Structural::Softmax => {
+            let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            for r in row.iter_mut() {
+                *r = (*r - m).exp();
+            }
+            let s: f64 = row.iter().sum();
+            for r in row.iter_mut() {
+                *r /= s;
+            }
+        }
+        _ => {
+            let len = row.len() as f64;
+            let mean = row.iter().sum::<f64>() / len;
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / len;
+            let sd = (var + 1e-5).sqrt();
+            for r in row.iter_mut() {
+                *r = (*r - mean) / sd;
             }
         }
     }
