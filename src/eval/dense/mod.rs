@@ -110,7 +110,10 @@ pub(super) fn evaluate_dense(
                 continue;
             }
         }
-        let mut acc = start.to_f64().into_owned();
+        // A tensor without data starts from zeros: its first equation's values are taken as
+        // they are rather than added to a buffer of zeros.
+        let elements = start.len();
+        let mut acc = p.data[t].as_ref().map(|_| start.to_f64().into_owned());
         for d in plans.iter().filter(|d| d.target == t) {
             let mut run = || {
                 let mut terms: Vec<Operand> =
@@ -142,7 +145,10 @@ pub(super) fn evaluate_dense(
         values[t] = Tensor {
             elem: info.elem,
             shape: info.shape.clone(),
-            storage: Storage::Dense(Dense::from_f64(info.elem, acc)),
+            storage: Storage::Dense(Dense::from_f64(
+                info.elem,
+                acc.unwrap_or_else(|| vec![0.0; elements]),
+            )),
         };
     }
     true
@@ -248,20 +254,27 @@ fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory: u64) -> b
     shaped && relations && out_ok && grid_ok && 8.0 * (elements + grid) <= max_memory as f64
 }
 
-/// Adds the equation's value at every output element to `acc` (row-major over `d.out`);
-/// `false` when the expression calls a function that is not registered.
+/// Adds the equation's value at every output element to `acc` (row-major over `d.out`; when
+/// `acc` is `None`, the values become it); `false` when the expression calls a function that
+/// is not registered.
 fn fused<'a>(
     d: &DenseEquation,
     terms: &mut Vec<Operand<'a>>,
     o: &EvalOptions,
-    acc: &mut [f64],
+    acc: &mut Option<Vec<f64>>,
 ) -> bool {
     // A bare contraction laid out like the output: one vectorised pass.
     if let (Expr::Term(k), true) = (&d.expr, d.summed.is_empty()) {
         let k = *k;
-        if terms[k].vars == d.out && terms[k].data.len() == acc.len() {
-            for (a, &x) in acc.iter_mut().zip(terms[k].data.iter()) {
-                *a += x;
+        if terms[k].vars == d.out {
+            match acc {
+                None => *acc = Some(terms[k].data.to_vec()),
+                Some(acc) if terms[k].data.len() == acc.len() => {
+                    for (a, &x) in acc.iter_mut().zip(terms[k].data.iter()) {
+                        *a += x;
+                    }
+                }
+                Some(_) => return false,
             }
             return true;
         }
@@ -279,8 +292,14 @@ fn fused<'a>(
     if block == 0 {
         return true;
     }
-    for (a, b) in acc.iter_mut().zip(values.chunks_exact(block)) {
-        *a += b.iter().sum::<f64>();
+    match acc {
+        None if block == 1 => *acc = Some(values),
+        _ => {
+            let acc = acc.get_or_insert_with(|| vec![0.0; values.len() / block]);
+            for (a, b) in acc.iter_mut().zip(values.chunks_exact(block)) {
+                *a += b.iter().sum::<f64>();
+            }
+        }
     }
     true
 }
@@ -637,7 +656,7 @@ fn subtree_from<'a, T: Num>(
             let keep = kept(c, path.factors());
             let x = subtree_from(c, a, leaf, threads);
             let y = subtree_from(c, b, leaf, threads);
-            contract(x, y, &keep, &c.extents, threads)
+            contract(x, y, (&keep, &c.out), &c.extents, threads)
         }
     }
 }
@@ -718,14 +737,30 @@ fn reduce<'a, T: Num>(op: Operand<'a, T>, keep: &[VarId], extents: &[usize]) -> 
     }
 }
 
-/// The contraction of two operands over their shared variables not in `keep`.
+/// The contraction of two operands over their shared variables not in `keep`. The result's
+/// rows come from the operand whose own variables come first in `order` (the term's output
+/// order), so that a product like `W[h, i] X[b, i]` onto `[b, h]` is computed as `X Wᵀ`
+/// and needs no permutation afterwards.
 fn contract<'a, T: Num>(
     x: Operand<'a, T>,
     y: Operand<'a, T>,
-    keep: &[VarId],
+    (keep, order): (&[VarId], &[VarId]),
     extents: &[usize],
     threads: usize,
 ) -> Operand<'a, T> {
+    let rank = |v: &VarId| order.iter().position(|o| o == v).unwrap_or(usize::MAX);
+    let first_own = |a: &Operand<T>, b: &Operand<T>| {
+        a.vars
+            .iter()
+            .filter(|v| keep.contains(v) && !b.vars.contains(v))
+            .map(rank)
+            .min()
+    };
+    if let (Some(rows), Some(cols)) = (first_own(&x, &y), first_own(&y, &x)) {
+        if cols < rows {
+            return contract(y, x, (keep, order), extents, threads);
+        }
+    }
     let with = |other: &Operand<T>| -> Vec<VarId> {
         keep.iter()
             .chain(&other.vars)
