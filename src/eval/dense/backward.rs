@@ -85,7 +85,7 @@ pub(crate) fn backward_dense(
                 let crate::tensor::Storage::Relation(rel) = &values[r.tensor].storage else {
                     continue;
                 };
-                let parts = sparse_operands(c, values, threads);
+                let parts = sparse_operands::<f64>(c, values, threads);
                 let gparts = scatter_back(c, &r.vars, rel, &parts, &gk);
                 if parts.len() == c.factors.len() {
                     // One operand per factor, each the factor summed over what only it

@@ -32,6 +32,8 @@ struct Operand<'a, T: Clone = f64> {
 trait Num: Copy + Default + Send + Sync + 'static + Into<f64> {
     /// The type's 1.
     const ONE: Self;
+    /// The sum, rounded to the type.
+    fn add(self, other: Self) -> Self;
     /// The value nearest `v`.
     fn from_f64(v: f64) -> Self;
     /// A dense tensor's elements in this type: borrowed when it is stored in it.
@@ -44,6 +46,9 @@ trait Num: Copy + Default + Send + Sync + 'static + Into<f64> {
 
 impl Num for f64 {
     const ONE: f64 = 1.0;
+    fn add(self, other: f64) -> f64 {
+        self + other
+    }
     fn from_f64(v: f64) -> f64 {
         v
     }
@@ -60,6 +65,9 @@ impl Num for f64 {
 
 impl Num for f32 {
     const ONE: f32 = 1.0;
+    fn add(self, other: f32) -> f32 {
+        self + other
+    }
     fn from_f64(v: f64) -> f32 {
         v as f32
     }
@@ -186,13 +194,11 @@ fn stored_as_computed(
     ) else {
         return None;
     };
-    let (Some(path), None, true) = (&c.path, &c.sparse, c.single) else {
+    if !c.single || (c.path.is_none() && c.sparse.is_none()) {
         return None;
-    };
+    }
     let run = || {
-        let mut data = contracted::<f32>(c, path, values, threads)
-            .data
-            .into_owned();
+        let mut data = unscaled::<f32>(c, values, threads).data.into_owned();
         if let Some((kind, axis)) = along {
             let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
             normalize(&mut data, &dims, axis, kind, c.scale);
@@ -421,22 +427,13 @@ fn intermediates(c: &Contraction, path: &Path) -> f64 {
 
 /// A term's value over its free variables (in left-hand-side order), scaled.
 fn term<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) -> Operand<'a> {
-    let mut root = match &c.sparse {
-        Some(f) => match &values[f.tensor].storage {
-            Storage::Relation(r) => scatter(c, &f.vars, r, &sparse_operands(c, values, threads)),
-            _ => Operand {
-                vars: c.out.clone(),
-                data: Cow::Owned(vec![0.0; c.out.iter().map(|&v| c.extents[v]).product()]),
-            },
+    let mut root = match (c.single, &c.path) {
+        (_, None) if c.sparse.is_none() => Operand {
+            vars: Vec::new(),
+            data: Cow::Owned(vec![1.0]),
         },
-        None => match &c.path {
-            Some(path) if c.single => widen(contracted::<f32>(c, path, values, threads)),
-            Some(path) => contracted::<f64>(c, path, values, threads),
-            None => Operand {
-                vars: Vec::new(),
-                data: Cow::Owned(vec![1.0]),
-            },
-        },
+        (true, _) => widen(unscaled::<f32>(c, values, threads)),
+        (false, _) => unscaled::<f64>(c, values, threads),
     };
     if c.scale != 1.0 {
         for x in root.data.to_mut().iter_mut() {
@@ -444,6 +441,27 @@ fn term<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) -> Operand<'a
         }
     }
     root
+}
+
+/// A term with factors, over its free variables in left-hand-side order, unscaled, in `T`.
+fn unscaled<'a, T: Num>(c: &Contraction, values: &'a [Tensor], threads: usize) -> Operand<'a, T> {
+    match (&c.sparse, &c.path) {
+        (Some(f), _) => match &values[f.tensor].storage {
+            Storage::Relation(r) => scatter(c, &f.vars, r, &sparse_operands(c, values, threads)),
+            _ => Operand {
+                vars: c.out.clone(),
+                data: Cow::Owned(vec![
+                    T::default();
+                    c.out.iter().map(|&v| c.extents[v]).product()
+                ]),
+            },
+        },
+        (None, Some(path)) => contracted(c, path, values, threads),
+        (None, None) => Operand {
+            vars: Vec::new(),
+            data: Cow::Owned(vec![T::ONE]),
+        },
+    }
 }
 
 /// A term without a relation, over its free variables in left-hand-side order, unscaled.
@@ -461,15 +479,15 @@ fn contracted<'a, T: Num>(
 /// tuple, the product of the operands' values at the tuple's positions is added to the
 /// result there (variables the tuple does not fix run over their extents). Time is linear in
 /// the tuples times that slice; the relation is never made dense.
-fn scatter<'a>(
+fn scatter<'a, T: Num>(
     c: &Contraction,
     rel_vars: &[VarId],
     rel: &crate::tensor::Relation,
-    parts: &[Operand],
-) -> Operand<'a> {
+    parts: &[Operand<T>],
+) -> Operand<'a, T> {
     let walk = TupleWalk::new(c, rel_vars, parts);
     let total: usize = c.out.iter().map(|&v| c.extents[v]).product();
-    let mut data = vec![0.0; total];
+    let mut data = vec![T::default(); total];
     let row = match (parts, walk.free.as_slice()) {
         ([part], [(n, 1, steps)]) if steps[0] == 1 => Some((part, *n)),
         _ => None,
@@ -480,17 +498,18 @@ fn scatter<'a>(
         (Some((part, n)), true) => {
             let (src, dst) = (&part.data[at[0]..at[0] + n], &mut data[at_out..at_out + n]);
             for (d, &x) in dst.iter_mut().zip(src) {
-                *d += x;
+                *d = d.add(x);
             }
             true
         }
         (None, true) => false,
         (_, false) => {
-            data[at_out] += parts
+            let product = parts
                 .iter()
                 .zip(at)
-                .map(|(o, &k)| o.data[k])
+                .map(|(o, &k)| o.data[k].into())
                 .product::<f64>();
+            data[at_out] = T::from_f64(data[at_out].into() + product);
             true
         }
     });
@@ -514,7 +533,7 @@ struct TupleWalk {
 }
 
 impl TupleWalk {
-    fn new(c: &Contraction, rel_vars: &[VarId], parts: &[Operand]) -> TupleWalk {
+    fn new<T: Num>(c: &Contraction, rel_vars: &[VarId], parts: &[Operand<T>]) -> TupleWalk {
         let out_strides = strides(&c.out, &c.extents);
         let part_strides: Vec<Vec<usize>> =
             parts.iter().map(|o| strides(&o.vars, &c.extents)).collect();
@@ -593,7 +612,11 @@ impl TupleWalk {
 /// The dense operands a relation multiplies: each factor alone, summed over the variables
 /// only it has, when no two factors share a summed variable (then each tuple needs only a
 /// product of slices, as in `R(x, y) Emb[x, i] Emb[y, j]`); otherwise their planned product.
-fn sparse_operands<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) -> Vec<Operand<'a>> {
+fn sparse_operands<'a, T: Num>(
+    c: &Contraction,
+    values: &'a [Tensor],
+    threads: usize,
+) -> Vec<Operand<'a, T>> {
     let shared = c.factors.iter().enumerate().any(|(i, f)| {
         f.vars.iter().any(|v| {
             !c.keep.contains(v)
@@ -605,14 +628,14 @@ fn sparse_operands<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) ->
     });
     match &c.path {
         Some(path) if shared => vec![reduce(
-            subtree::<f64>(c, path, values, threads),
+            subtree(c, path, values, threads),
             &c.keep,
             &c.extents,
         )],
         Some(_) => (0..c.factors.len())
             .map(|k| {
                 reduce(
-                    subtree::<f64>(c, &Path::Leaf(k), values, threads),
+                    subtree(c, &Path::Leaf(k), values, threads),
                     &c.keep,
                     &c.extents,
                 )
