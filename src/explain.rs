@@ -214,7 +214,15 @@ fn rule_plan(out: &mut String, p: &Checked, st: &Stratum, r: &Rule, source: &str
 /// A contraction tree as nested products of the factors' names: `(A · (B · X))`.
 fn order(p: &Checked, c: &Contraction, path: &Path) -> String {
     match path {
-        Path::Leaf(k) => p.tensors[c.factors[*k].tensor].name.clone(),
+        Path::Leaf(k) => {
+            let f = &c.factors[*k];
+            let name = &p.tensors[f.tensor].name;
+            match &f.window {
+                // Index arithmetic: the window is gathered (im2col) before the product.
+                Some(_) => format!("{name}[window gathered]"),
+                None => name.clone(),
+            }
+        }
         Path::Pair(a, b) => format!("({} · {})", order(p, c, a), order(p, c, b)),
     }
 }
@@ -319,8 +327,11 @@ mod tests {
             text.contains("the rest in one pass over the output, then summed over j"),
             "{text}"
         );
+        let src = "X = [1, 2, 3]\nY : real[3]\nY[i] = X[i + 1]\n";
+        let text = explain(&checked(src), src);
+        assert!(text.contains("iteration space: i 3 = 3 points"), "{text}");
         let src = "X = [1, 2, 3]\nY[i] = X[i + 1]\n";
         let text = explain(&checked(src), src);
-        assert!(text.contains("iteration space: i 2 = 2 points"), "{text}");
+        assert!(text.contains("term 1: X[window gathered]"), "{text}");
     }
 }

@@ -302,3 +302,91 @@ proptest! {
         }
     }
 }
+
+/// A convolution over `In : real[C, N]` (and `M` columns when `two_d`) through index
+/// arithmetic: stride `s`, kernel `k`, reversed reads when `rev`, an output wider than the
+/// valid positions when `wide` (those reads can leave the input, so the reference loops run).
+fn convolution(
+    (c, o, n, k, s): (usize, usize, usize, usize, usize),
+    two_d: bool,
+    rev: bool,
+    wide: bool,
+    func: usize,
+) -> String {
+    let x = (n - k) / s + 1 + usize::from(wide);
+    let pos = |v: &str, d: &str| {
+        if rev {
+            format!("{} - {s} * {v} - {d}", n - 1)
+        } else {
+            format!("{s} * {v} + {d}")
+        }
+    };
+    let (in_shape, w_shape, y_shape, read, kernel, lhs) = if two_d {
+        (
+            "C, N, N".to_string(),
+            "O, C, K, K",
+            "O, X, X",
+            format!("In[q, {}, {}]", pos("x", "d"), pos("y", "e")),
+            "W[p, q, d, e]",
+            "Y[p, x, y]",
+        )
+    } else {
+        (
+            "C, N".to_string(),
+            "O, C, K",
+            "O, X",
+            format!("In[q, {}]", pos("x", "d")),
+            "W[p, q, d]",
+            "Y[p, x]",
+        )
+    };
+    let body = format!("{kernel} {read}");
+    let rhs = if FUNCS[func].is_empty() {
+        body
+    } else {
+        format!("{}({body})", FUNCS[func])
+    };
+    format!(
+        "C : {c}\nO : {o}\nN : {n}\nK : {k}\nX : {x}\nIn : real[{in_shape}]\nW : real[{w_shape}]\n\
+         Y : real[{y_shape}]\n{lhs} = {rhs}\n"
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(120))]
+
+    /// Reads through index arithmetic (gathered windows on the dense path) match the
+    /// reference: strided, reversed, one and two dimensions, with functions around.
+    #[test]
+    fn windowed_reads_match_the_reference(
+        (c, o, n) in (1usize..4, 1usize..4, 3usize..10),
+        k in 1usize..4,
+        s in 1usize..3,
+        two_d in any::<bool>(),
+        rev in any::<bool>(),
+        wide in any::<bool>(),
+        func in 0usize..4,
+    ) {
+        let k = k.min(n);
+        let src = convolution((c, o, n, k, s), two_d, rev, wide, func);
+        let (a, b) = (values(&src, &Reference, 1), values(&src, &Standard, 1));
+        prop_assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(&b) {
+            prop_assert!((x - y).abs() <= 1e-5 * (1.0 + x.abs()), "{} vs {} in\n{}", x, y, src);
+        }
+    }
+}
+
+/// A valid convolution is planned as a gathered window and a GEMM, not the reference loops;
+/// one whose reads could leave the input is not.
+#[test]
+fn valid_convolutions_take_the_dense_path() {
+    for (wide, dense) in [(false, true), (true, false)] {
+        let src = convolution((2, 3, 8, 3, 1), true, false, wide, 3);
+        let mut s = Session::new();
+        s.load_source("c.tl", &src, Path::new(".")).unwrap();
+        let checked = s.check(&RunOptions::default().settings).unwrap();
+        let plan = tensor_logic::explain::explain(checked, &src);
+        assert_eq!(plan.contains("In[window gathered]"), dense, "{plan}");
+    }
+}

@@ -159,6 +159,14 @@ fn dense_kernel_gradients_match_the_reference_loops() {
          S[p, p'.] = softmax(Q[d, i] X[p, i] K[d, j] X[p', j] / 2)\nN[p, d.] = lnorm(S[p, q] X[q, d] * 3 + X[p, d])\n\
          Loss = -T[p, q] log(S[p, q]) + N[p, d] N[p, d] N[p, 0]\n",
     );
+    // A strided convolution over an image that takes no gradient (a gathered window), and
+    // one whose windowed input is itself a parameter (the reference loops scatter it back).
+    assert_fast_matches_reference(
+        "Img = [[0.1, 0.9, 0.3, 0.4, 0.2], [0.5, 0.7, 0.8, 0.1, 0.6], [0.3, 0.2, 0.9, 0.4, 0.5], [0.7, 0.1, 0.2, 0.8, 0.3], [0.6, 0.4, 0.5, 0.2, 0.9]]\n\
+         F ~ normal(0, 1)\nF : real[3, 2, 2]\nB : real[3]\nG : real[3, 3]\n\
+         Feat[c, x, y] = tanh(F[c, dx, dy] Img[2 * x + dx, 2 * y + dy] + B[c])\n\
+         Back[c, x, y] = G[c, d] Feat[d, 1 - x, y]\nLoss = Feat[c, x, y] Feat[c, x, y] + Back[c, x, y]^2\n",
+    );
 }
 
 const VARS: [&str; 4] = ["i", "j", "k", "l"];

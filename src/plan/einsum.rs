@@ -8,15 +8,32 @@
 
 use crate::functions::Structural;
 use crate::semantics::{Checked, Family, Func, IndexFn, Kind, Node, Stratum, TensorId, VarId};
-use crate::syntax::ast::{BinOp, CmpOp};
+use crate::syntax::ast::{ArithOp, BinOp, CmpOp};
 
-/// One factor: a dense tensor read at plain, distinct variables.
+/// One factor: a dense tensor read at plain, distinct variables, or through a window.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Factor {
     /// The tensor read.
     pub tensor: TensorId,
-    /// One variable per axis.
+    /// One variable per axis; for a window, its variables in order of first appearance.
     pub vars: Vec<VarId>,
+    /// How positions that are index arithmetic (`Image[x + dx, y + dy]`) read the tensor.
+    pub window: Option<Window>,
+}
+
+/// A read whose positions are affine in the variables (`[x + dx]`, `[2 x + 1, N - 1 - i]`)
+/// and stay inside the tensor for every value of them: the factor is the tensor seen through
+/// strides, gathered into a dense operand over its variables (im2col) before it is
+/// contracted. Reads that could leave the tensor are not windows: the reference skips those
+/// points, which a gathered operand cannot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Window {
+    /// The tensor's shape, which its value must have.
+    pub shape: Vec<usize>,
+    /// Row-major offset of the element read when every variable is 0.
+    pub offset: usize,
+    /// Change of that offset per unit of each variable (in `Factor::vars` order).
+    pub strides: Vec<i64>,
 }
 
 /// The order of pairwise contractions: a binary tree over the factors.
@@ -334,11 +351,24 @@ fn collect(p: &Checked, n: &Node, c: &mut Contraction) -> Option<()> {
             index,
             slice: false,
         } => {
-            let f = Factor {
-                tensor: *tensor,
-                vars: distinct_vars(index)?,
+            let bool = p.tensors[*tensor].kind == Kind::Bool;
+            let f = match distinct_vars(index) {
+                Some(vars) => Factor {
+                    tensor: *tensor,
+                    vars,
+                    window: None,
+                },
+                None if !bool => {
+                    let (vars, w) = window(index, &p.tensors[*tensor].shape, &c.extents)?;
+                    Factor {
+                        tensor: *tensor,
+                        vars,
+                        window: Some(w),
+                    }
+                }
+                None => return None,
             };
-            if p.tensors[*tensor].kind == Kind::Bool {
+            if bool {
                 if c.sparse.is_some() {
                     return None;
                 }
@@ -350,6 +380,92 @@ fn collect(p: &Checked, n: &Node, c: &mut Contraction) -> Option<()> {
         }
         _ => None,
     }
+}
+
+/// The window of a read at affine positions that stay inside `shape` for every value of the
+/// variables (each ranging over its extent), with its variables; `None` otherwise.
+fn window(index: &[IndexFn], shape: &[usize], extents: &[usize]) -> Option<(Vec<VarId>, Window)> {
+    if index.len() != shape.len() {
+        return None;
+    }
+    let mut vars: Vec<VarId> = Vec::new();
+    let mut strides: Vec<i64> = Vec::new();
+    let mut offset = 0i64;
+    let mut step = 1i64;
+    for (f, &n) in index.iter().zip(shape).rev() {
+        let (coefs, constant) = affine(f)?;
+        let (mut low, mut high) = (constant, constant);
+        for &(v, k) in &coefs {
+            let last = i64::try_from(*extents.get(v)?).ok()?.checked_sub(1)?;
+            let reach = k.checked_mul(last)?;
+            if reach < 0 {
+                low = low.checked_add(reach)?;
+            } else {
+                high = high.checked_add(reach)?;
+            }
+            let at = match vars.iter().position(|&x| x == v) {
+                Some(at) => at,
+                None => {
+                    vars.push(v);
+                    strides.push(0);
+                    vars.len() - 1
+                }
+            };
+            strides[at] = strides[at].checked_add(k.checked_mul(step)?)?;
+        }
+        if low < 0 || high >= i64::try_from(n).ok()? {
+            return None;
+        }
+        offset = offset.checked_add(constant.checked_mul(step)?)?;
+        step = step.checked_mul(i64::try_from(n).ok()?)?;
+    }
+    // Variables were met from the last axis to the first; put them in reading order.
+    vars.reverse();
+    strides.reverse();
+    Some((
+        vars,
+        Window {
+            shape: shape.to_vec(),
+            offset: usize::try_from(offset).ok()?,
+            strides,
+        },
+    ))
+}
+
+/// A position as integer coefficients of variables plus a constant; `None` for one that is
+/// not affine (a division, a product of variables).
+fn affine(f: &IndexFn) -> Option<(Vec<(VarId, i64)>, i64)> {
+    Some(match f {
+        IndexFn::Var(v) => (vec![(*v, 1)], 0),
+        IndexFn::Const(k) => (Vec::new(), *k),
+        IndexFn::Arith(a, op, b) => {
+            let ((ca, ka), (cb, kb)) = (affine(a)?, affine(b)?);
+            let scaled = |cs: Vec<(VarId, i64)>, k: i64, by: i64| -> Option<_> {
+                let cs = cs
+                    .into_iter()
+                    .map(|(v, c)| Some((v, c.checked_mul(by)?)))
+                    .collect::<Option<Vec<_>>>()?;
+                Some((cs, k.checked_mul(by)?))
+            };
+            match op {
+                ArithOp::Add | ArithOp::Sub => {
+                    let sign = if *op == ArithOp::Add { 1 } else { -1 };
+                    let (cb, kb) = scaled(cb, kb, sign)?;
+                    let mut cs = ca;
+                    for (v, c) in cb {
+                        match cs.iter_mut().find(|(x, _)| *x == v) {
+                            Some((_, d)) => *d = d.checked_add(c)?,
+                            None => cs.push((v, c)),
+                        }
+                    }
+                    (cs, ka.checked_add(kb)?)
+                }
+                ArithOp::Mul if ca.is_empty() => scaled(cb, kb, ka)?,
+                ArithOp::Mul if cb.is_empty() => scaled(ca, ka, kb)?,
+                _ => return None,
+            }
+        }
+    })
 }
 
 /// Variables of a set of factors (a bitmask) still needed after contracting them: those of
@@ -383,6 +499,7 @@ pub fn gradient_term(c: &Contraction, j: usize, adjoint: &[VarId]) -> Contractio
     let mut factors = vec![Factor {
         tensor: usize::MAX,
         vars: adjoint.to_vec(),
+        window: None,
     }];
     factors.extend(
         c.factors
@@ -567,8 +684,16 @@ mod tests {
             assert!(d.terms.iter().all(|c| c.factors.len() <= MAX_FACTORS));
             assert_eq!(d.summed.len(), 1);
         }
+        // A read that stays inside its tensor is a window; one that can leave it is not (the
+        // reference skips those points).
+        let inside = plans("X : real[3]\nY[i] = X[i + 1]\n");
+        let window = inside[0]
+            .as_ref()
+            .and_then(|d| d[0].terms[0].factors[0].window.clone());
+        assert_eq!(window.map(|w| (w.offset, w.strides)), Some((1, vec![1])));
         for src in [
-            "X : real[3]\nY[i] = X[i + 1]\n",
+            "X : real[3]\nY : real[3]\nY[i] = X[i + 1]\n",
+            "X : real[4]\nY[i] = X[i / 2]\n",
             "E(0, 1).\nY[i] = E(i, j) E(j, k)\n",
             "S : real[3, 4]\nP[k] = concat(S[i, j])\n",
         ] {

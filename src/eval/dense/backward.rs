@@ -7,8 +7,8 @@
 
 use super::rows::{self, Program};
 use super::{
-    fits, normalize, permute, reduce, replace_normalize, sparse_operands, subtree_from, term,
-    widen, KeptTerm, Num, Operand, TupleWalk,
+    factor_values, fits, normalize, permute, reduce, replace_normalize, sparse_operands,
+    subtree_from, term, widen, KeptTerm, Num, Operand, TupleWalk,
 };
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
@@ -31,7 +31,14 @@ pub(crate) fn backward_dense(
     adj: &mut [Option<Vec<f64>>],
     kept: Option<&[Option<KeptTerm>]>,
 ) -> bool {
-    if nested_normalize(&d.expr, false) || !fits(p, d, values, o.max_memory) {
+    // A window's gradient would scatter back through it (col2im): those go to the
+    // reference loops; windows over tensors that take no gradient (images) are fine.
+    let windowed = d
+        .terms
+        .iter()
+        .flat_map(|c| &c.factors)
+        .any(|f| f.window.is_some() && adj.get(f.tensor).is_some_and(Option::is_some));
+    if windowed || nested_normalize(&d.expr, false) || !fits(p, d, values, o.max_memory) {
         return false;
     }
     let threads = o.threads.max(1);
@@ -144,20 +151,14 @@ fn gradient<'a, T: Num>(
     threads: usize,
 ) -> Operand<'a, T> {
     let leaf = |k: usize| {
-        let data: Cow<[T]> = match (
-            k,
-            grad.factors
-                .get(k)
-                .and_then(|f| values.get(f.tensor))
-                .map(|t| &t.storage),
-        ) {
-            (0, _) => T::cast(g),
-            (_, Some(crate::tensor::Storage::Dense(v))) => T::elements(v),
-            _ => Cow::Owned(Vec::new()),
-        };
+        let f = &grad.factors[k];
         Operand {
-            vars: grad.factors[k].vars.clone(),
-            data,
+            vars: f.vars.clone(),
+            data: if k == 0 {
+                T::cast(g)
+            } else {
+                factor_values(f, values, &grad.extents)
+            },
         }
     };
     let acc = subtree_from(grad, path, &leaf, threads);

@@ -15,7 +15,7 @@ pub(crate) use backward::backward_dense;
 
 use super::EvalOptions;
 use crate::functions::Structural;
-use crate::plan::einsum::{kept, Contraction, DenseEquation, Expr, Path};
+use crate::plan::einsum::{kept, Contraction, DenseEquation, Expr, Factor, Path, Window};
 use crate::semantics::{Checked, Stratum, VarId};
 use crate::tensor::{Dense, ElemType, Storage, Tensor};
 use std::borrow::Cow;
@@ -228,6 +228,9 @@ pub type KeptTerms = std::collections::BTreeMap<usize, Vec<Option<KeptTerm>>>;
 fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory: u64) -> bool {
     let shaped = d.terms.iter().flat_map(|c| &c.factors).all(|f| {
         let v = &values[f.tensor];
+        if let Some(w) = &f.window {
+            return matches!(v.storage, Storage::Dense(_)) && v.shape == w.shape;
+        }
         matches!(v.storage, Storage::Dense(_))
             && v.shape.len() == f.vars.len()
             && v.shape
@@ -654,16 +657,59 @@ fn subtree<'a, T: Num>(
 ) -> Operand<'a, T> {
     let leaf = |k: usize| {
         let f = &c.factors[k];
-        let data: Cow<[T]> = match &values[f.tensor].storage {
-            Storage::Dense(d) => T::elements(d),
-            _ => Cow::Owned(Vec::new()),
-        };
         Operand {
             vars: f.vars.clone(),
-            data,
+            data: factor_values(f, values, &c.extents),
         }
     };
     subtree_from(c, path, &leaf, threads)
+}
+
+/// A factor's values over its variables: the tensor as stored, or its window gathered.
+fn factor_values<'a, T: Num>(f: &Factor, values: &'a [Tensor], extents: &[usize]) -> Cow<'a, [T]> {
+    let Some(Storage::Dense(d)) = values.get(f.tensor).map(|t| &t.storage) else {
+        return Cow::Owned(Vec::new());
+    };
+    let all = T::elements(d);
+    match &f.window {
+        None => all,
+        Some(w) => Cow::Owned(gather(&all, w, &f.vars, extents)),
+    }
+}
+
+/// The elements a window reads, row-major over its variables (im2col): the innermost
+/// variable in a tight loop, an odometer over the others.
+fn gather<T: Num>(data: &[T], w: &Window, vars: &[VarId], extents: &[usize]) -> Vec<T> {
+    let dims: Vec<usize> = vars.iter().map(|&v| extents[v]).collect();
+    let total: usize = dims.iter().product();
+    let mut out = Vec::with_capacity(total);
+    let (inner, step) = match (dims.last(), w.strides.last()) {
+        (Some(&n), Some(&s)) => (n, s),
+        _ => (1, 0),
+    };
+    let outer = dims.len().saturating_sub(1);
+    let mut idx = vec![0usize; outer];
+    let mut at = w.offset as i64;
+    let read = |p: i64| {
+        usize::try_from(p)
+            .ok()
+            .and_then(|p| data.get(p))
+            .copied()
+            .unwrap_or_default()
+    };
+    for _ in 0..total.checked_div(inner).unwrap_or(0) {
+        out.extend((0..inner as i64).map(|i| read(at + i * step)));
+        for ax in (0..outer).rev() {
+            idx[ax] += 1;
+            at += w.strides[ax];
+            if idx[ax] < dims[ax] {
+                break;
+            }
+            at -= w.strides[ax] * dims[ax] as i64;
+            idx[ax] = 0;
+        }
+    }
+    out
 }
 
 /// Evaluates a subtree whose leaves `leaf` supplies.
