@@ -50,6 +50,13 @@ WORKLOADS = {
         "Z : real[Nodes, D]\nAgg[n, d] = Neig(n, m) Z[m, d]\n",
         "e = np.loadtxt(DATA + '/gnn_edges.tsv', dtype=np.int64); z = rnd((20000, 64))",
         "out = np.zeros((20000, 64), np.float32); np.add.at(out, e[:, 0], z[e[:, 1]])", None),
+    "conv 3x3, 32->64 channels, 32x32 output, batch 8": (
+        "B : 8\nC : 32\nO : 64\nX : 32\nIn : real[B, C, 34, 34]\nW : real[O, C, 3, 3]\n"
+        "Out[b, o, x, y] = W[o, c, dx, dy] In[b, c, x + dx, y + dy]\n",
+        "x = rnd((8, 32, 34, 34)); w = rnd((64, 32, 3, 3)); "
+        "from numpy.lib.stride_tricks import sliding_window_view as win",
+        "np.einsum('ocij,bcxyij->boxy', w, win(x, (3, 3), axis=(2, 3)), optimize=True)",
+        2 * 8 * 64 * 32 * 32 * 32 * 9),
     "1,000 tiny equations (4-element vectors)": (
         "X0 = [1, 2, 3, 4]\n" + "".join("X%d[i] = 0.5 X%d[i] + 1\n" % (k + 1, k) for k in range(1000)),
         "x = rnd(4)",
@@ -76,6 +83,9 @@ TORCH = {
         "a = torch.sparse_coo_tensor(e.T, torch.ones(len(e)), (20000, 20000)).coalesce(); "
         "z = trnd((20000, 64))",
         "torch.sparse.mm(a, z)"),
+    "conv 3x3, 32->64 channels, 32x32 output, batch 8": (
+        "x = trnd((8, 32, 34, 34)); w = trnd((64, 32, 3, 3))",
+        "torch.nn.functional.conv2d(x, w)"),
     "1,000 tiny equations (4-element vectors)": (
         "x = trnd(4)", "y = x\nfor _ in range(1000): y = 0.5 * y + 1"),
 }

@@ -268,6 +268,9 @@ fn expr(
             }
             c.out = out.iter().copied().filter(|&v| read(v)).collect();
             c.keep = c.out.clone();
+            for k in 0..c.factors.len() {
+                order_window(&mut c, k);
+            }
             for &v in c.sparse.iter().flat_map(|f| &f.vars) {
                 if !c.keep.contains(&v) {
                     c.keep.push(v);
@@ -430,6 +433,41 @@ fn window(index: &[IndexFn], shape: &[usize], extents: &[usize]) -> Option<(Vec<
             strides,
         },
     ))
+}
+
+/// Orders a window's variables as its gathered operand is best laid out for the product:
+/// the summed ones first, in the order another factor holds them, then the output's, in
+/// output order. The product then reads the operand in place as a (transposed) matrix, and
+/// the gather copies the output's last variable in runs (`In[b, c, x + dx, y + dy]` against
+/// `W[o, c, dx, dy]` is gathered as `[c, dx, dy, b, x, y]`).
+fn order_window(c: &mut Contraction, k: usize) {
+    let Some(w) = &c.factors[k].window else {
+        return;
+    };
+    let vars = &c.factors[k].vars;
+    let rank = |v: VarId| -> (usize, usize) {
+        if let Some(at) = c.out.iter().position(|&o| o == v) {
+            return (2, at);
+        }
+        let held = c
+            .factors
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != k)
+            .find_map(|(_, f)| f.vars.iter().position(|&x| x == v));
+        match held {
+            Some(at) => (0, at),
+            None => (1, vars.iter().position(|&x| x == v).unwrap_or(0)),
+        }
+    };
+    let mut order: Vec<usize> = (0..vars.len()).collect();
+    order.sort_by_key(|&i| rank(vars[i]));
+    let (vars, strides) = order.iter().map(|&i| (vars[i], w.strides[i])).unzip();
+    let f = &mut c.factors[k];
+    f.vars = vars;
+    if let Some(w) = &mut f.window {
+        w.strides = strides;
+    }
 }
 
 /// A position as integer coefficients of variables plus a constant; `None` for one that is
