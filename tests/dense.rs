@@ -390,3 +390,31 @@ fn valid_convolutions_take_the_dense_path() {
         assert_eq!(plan.contains("In[window gathered]"), dense, "{plan}");
     }
 }
+
+/// `concat` on the dense path (its flattened variables stand in the grid for the one they
+/// make) matches the reference: parts before, between and after the other variables, with a
+/// product and functions in the argument, and a made variable the parts do not fill (which
+/// keeps the reference loops).
+#[test]
+fn concat_matches_the_reference() {
+    for (decl, eq) in [
+        ("", "Y[p, m] = concat(Z[h, p, v])"),
+        ("", "Y[m, p] = concat(sig(Z[h, p, v]) + 1)"),
+        ("", "Y[h, m] = concat(Z[h, p, v])"),
+        (
+            "W : real[2, 4]\n",
+            "Y[p, m] = concat(W[j, q] Z[h, p, j] + Z[h, p, 0])",
+        ),
+        ("Y : real[3, 9]\n", "Y[p, m] = concat(Z[h, p, v])"),
+    ] {
+        let src = format!("Z : real[3, 3, 2]\n{decl}{eq}\n");
+        let (a, b) = (values(&src, &Reference, 1), values(&src, &Standard, 1));
+        assert_eq!(a.len(), b.len(), "{src}");
+        for (x, y) in a.iter().zip(&b) {
+            assert!(
+                (x - y).abs() <= 1e-5 * (1.0 + x.abs()),
+                "{x} vs {y} in\n{src}"
+            );
+        }
+    }
+}

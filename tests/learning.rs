@@ -167,6 +167,11 @@ fn dense_kernel_gradients_match_the_reference_loops() {
          Feat[c, x, y] = tanh(F[c, dx, dy] Img[2 * x + dx, 2 * y + dy] + B[c])\n\
          Back[c, x, y] = G[c, d] Feat[d, 1 - x, y]\nLoss = Feat[c, x, y] Feat[c, x, y] + Back[c, x, y]^2\n",
     );
+    // `concat` (dense: the flattened variables stand in the grid for the one they make).
+    assert_fast_matches_reference(
+        "Z ~ normal(0, 1)\nZ : real[2, 3, 2]\nW ~ normal(0, 1)\nW : real[4, 5]\n\
+         M[p, m] = concat(tanh(Z[h, p, v]))\nY[p, o] = W[m, o] M[p, m]\nLoss = Y[p, o]^2 + M[p, m] M[p, 3]\n",
+    );
 }
 
 const VARS: [&str; 4] = ["i", "j", "k", "l"];

@@ -126,6 +126,11 @@ pub struct DenseEquation {
     pub extents: Vec<usize>,
     /// The terms' FLOPs plus one per output element and operator.
     pub flops: f64,
+    /// The target's shape. It is the extents of the grid's left-hand-side variables, except
+    /// under `concat`, whose flattened variables stand in the grid for the one they make
+    /// (`M[s, p, m] = concat(O[s, h, p, k])` runs over `[s, p, h, k]`, laid out in memory
+    /// exactly as `[s, p, m]`).
+    pub target_shape: Vec<usize>,
 }
 
 /// The dense equations of a stratum when every equation of it is one: not recursive, and
@@ -164,15 +169,17 @@ fn dense_equation(p: &Checked, e: usize) -> Option<DenseEquation> {
     if eq.family != Family::Sum || eq.virtual_var.is_some() {
         return None;
     }
-    let lhs = distinct_vars(&eq.lhs)?;
+    let written = distinct_vars(&eq.lhs)?;
     let extents: Vec<usize> = eq.vars.iter().map(|v| v.range).collect();
+    let target_shape: Vec<usize> = written.iter().map(|&v| extents[v]).collect();
+    let (lhs, rhs) = flatten_concat(&written, &eq.rhs, &extents);
     let mut terms = Vec::new();
     let mut out = lhs.clone();
     let mut summed = Vec::new();
-    let mut planned = expr(p, &eq.rhs, &out, &extents, &mut terms);
+    let mut planned = expr(p, rhs, &out, &extents, &mut terms);
     // A sum over an elementwise expression (a loss): the expression over the whole grid,
     // then the sum, in the reference's row-major order.
-    let mut root = &eq.rhs;
+    let mut root = rhs;
     while let Node::Sum { vars, body } = root {
         if !vars.is_empty() {
             break;
@@ -213,7 +220,32 @@ fn dense_equation(p: &Checked, e: usize) -> Option<DenseEquation> {
         expr,
         extents,
         flops,
+        target_shape,
     })
+}
+
+/// For a right-hand side that is a `concat` whose flattened variables exactly fill the one
+/// they make, the left-hand-side variables with that one replaced by them (outermost first,
+/// as §6.4 numbers them) and the argument; otherwise the left-hand side and right-hand side
+/// as they are.
+fn flatten_concat<'a>(lhs: &[VarId], rhs: &'a Node, extents: &[usize]) -> (Vec<VarId>, &'a Node) {
+    let mut root = rhs;
+    while let Node::Sum { vars, body } = root {
+        if !vars.is_empty() {
+            break;
+        }
+        root = body;
+    }
+    if let Node::Concat { out, parts, arg } = root {
+        let filled = parts.iter().map(|&v| extents[v]).product::<usize>() == extents[*out];
+        if let (true, Some(at)) = (filled, lhs.iter().position(|v| v == out)) {
+            let mut grid = lhs[..at].to_vec();
+            grid.extend(parts);
+            grid.extend(&lhs[at + 1..]);
+            return (grid, arg);
+        }
+    }
+    (lhs.to_vec(), rhs)
 }
 
 /// Operators in an expression.

@@ -247,10 +247,7 @@ fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory: u64) -> b
                 .zip(&f.vars)
                 .all(|(&n, &x)| n == d.extents[x])
     });
-    let target = &p.tensors[d.target].shape;
-    let lhs = &d.out[..d.out.len() - d.summed.len()];
-    let out_ok =
-        target.len() == lhs.len() && target.iter().zip(lhs).all(|(&n, &x)| n == d.extents[x]);
+    let out_ok = p.tensors[d.target].shape == d.target_shape;
     let grid: f64 = d.out.iter().map(|&v| d.extents[v] as f64).product();
     let elements: f64 = d
         .terms
