@@ -746,7 +746,7 @@ mod tests {
     }
 
     #[test]
-    fn recursion_two_relations_index_arithmetic_and_concat_are_not() {
+    fn recursion_two_relations_and_reads_that_can_leave_a_tensor_are_not() {
         // One summed term of 33 factors is more than a u32 set of factors holds: it runs as
         // an elementwise product of 33 one-factor terms, then the sum.
         let many = format!("X : real[3]\nY = {}\n", vec!["X[j]"; 33].join(" "));
@@ -756,6 +756,12 @@ mod tests {
         }
         // A read that stays inside its tensor is a window; one that can leave it is not (the
         // reference skips those points).
+        // A `concat` whose parts fill the variable they make runs over them.
+        let filled = plans("S : real[3, 4]\nP[k] = concat(S[i, j])\n");
+        let grid = filled[0]
+            .as_ref()
+            .map(|d| (d[0].out.len(), d[0].target_shape.clone()));
+        assert_eq!(grid, Some((2, vec![12])));
         let inside = plans("X : real[3]\nY[i] = X[i + 1]\n");
         let window = inside[0]
             .as_ref()
@@ -765,7 +771,7 @@ mod tests {
             "X : real[3]\nY : real[3]\nY[i] = X[i + 1]\n",
             "X : real[4]\nY[i] = X[i / 2]\n",
             "E(0, 1).\nY[i] = E(i, j) E(j, k)\n",
-            "S : real[3, 4]\nP[k] = concat(S[i, j])\n",
+            "S : real[3, 4]\nP : real[13]\nP[k] = concat(S[i, j])\n",
         ] {
             assert!(plans(src).iter().all(Option::is_none), "{src}");
         }
