@@ -121,6 +121,9 @@ pub fn explain(p: &Checked, source: &str) -> String {
                             d.summed.iter().map(|&v| eq.vars[v].name.as_str()).collect();
                         fused.push_str(&format!(", then summed over {}", names.join(", ")));
                     }
+                    if d.scatter.is_some() {
+                        fused.push_str(", each element added at its left-hand-side position");
+                    }
                     let _ = writeln!(out, "    {:.3e} FLOPs{fused}", d.flops);
                 }
             }
@@ -333,5 +336,11 @@ mod tests {
         let src = "X = [1, 2, 3]\nY[i] = X[i + 1]\n";
         let text = explain(&checked(src), src);
         assert!(text.contains("term 1: X[window gathered]"), "{text}");
+        let src = "X = [1, 2, 3, 4]\nY[i / 2] = X[i]\n";
+        let text = explain(&checked(src), src);
+        assert!(
+            text.contains("added at its left-hand-side position"),
+            "{text}"
+        );
     }
 }

@@ -418,3 +418,26 @@ fn concat_matches_the_reference() {
         }
     }
 }
+
+/// Left-hand sides with index arithmetic (sum pooling, strided and shifted writes) on the
+/// dense path match the reference.
+#[test]
+fn pooling_and_shifted_writes_match_the_reference() {
+    for (decl, eq) in [
+        ("", "Y[x / 2, y / 3] = F[x, y]"),
+        ("", "Y[x / 2, y / 2] = relu(F[x, y] - 0.1) + G[x]"),
+        ("Y : real[6, 3]\n", "Y[x + 1, y / 2] = F[x, y] G[x]"),
+        ("Y : real[3, 12]\n", "Y[x / 2, 2 * y + 1] = F[x, y]"),
+        ("", "Y[x / 2] = F[x, y] H[y]"),
+    ] {
+        let src = format!("F : real[5, 6]\nG : real[5]\nH : real[6]\n{decl}{eq}\n");
+        let (a, b) = (values(&src, &Reference, 1), values(&src, &Standard, 1));
+        assert_eq!(a.len(), b.len(), "{src}");
+        for (x, y) in a.iter().zip(&b) {
+            assert!(
+                (x - y).abs() <= 1e-5 * (1.0 + x.abs()),
+                "{x} vs {y} in\n{src}"
+            );
+        }
+    }
+}

@@ -172,6 +172,11 @@ fn dense_kernel_gradients_match_the_reference_loops() {
         "Z ~ normal(0, 1)\nZ : real[2, 3, 2]\nW ~ normal(0, 1)\nW : real[4, 5]\n\
          M[p, m] = concat(tanh(Z[h, p, v]))\nY[p, o] = W[m, o] M[p, m]\nLoss = Y[p, o]^2 + M[p, m] M[p, 3]\n",
     );
+    // Sum pooling (left-hand-side index arithmetic): each grid element gets its position's
+    // adjoint.
+    assert_fast_matches_reference(
+        "F ~ normal(0, 1)\nF : real[5, 4]\nP[x / 2, y / 2] = sig(F[x, y]) F[x, 0]\nLoss = P[i, j] P[i, j]\n",
+    );
 }
 
 const VARS: [&str; 4] = ["i", "j", "k", "l"];

@@ -131,6 +131,11 @@ pub struct DenseEquation {
     /// (`M[s, p, m] = concat(O[s, h, p, k])` runs over `[s, p, h, k]`, laid out in memory
     /// exactly as `[s, p, m]`).
     pub target_shape: Vec<usize>,
+    /// Where each grid element is added when left-hand-side positions are index arithmetic
+    /// (`SumPool[x / 2, y / 2] = F[x, y]`): the positions, evaluated at every element of the
+    /// grid (`out`, the variables they use); elements whose position falls outside the
+    /// target are skipped, as the reference skips those points.
+    pub scatter: Option<Vec<IndexFn>>,
 }
 
 /// The dense equations of a stratum when every equation of it is one: not recursive, and
@@ -169,10 +174,20 @@ fn dense_equation(p: &Checked, e: usize) -> Option<DenseEquation> {
     if eq.family != Family::Sum || eq.virtual_var.is_some() {
         return None;
     }
-    let written = distinct_vars(&eq.lhs)?;
     let extents: Vec<usize> = eq.vars.iter().map(|v| v.range).collect();
-    let target_shape: Vec<usize> = written.iter().map(|&v| extents[v]).collect();
-    let (lhs, rhs) = flatten_concat(&written, &eq.rhs, &extents);
+    let (lhs, rhs, target_shape, scatter) = match distinct_vars(&eq.lhs) {
+        Some(written) => {
+            let shape = written.iter().map(|&v| extents[v]).collect();
+            let (lhs, rhs) = flatten_concat(&written, &eq.rhs, &extents);
+            (lhs, rhs, shape, None)
+        }
+        None => {
+            let mut grid = Vec::new();
+            eq.lhs.iter().for_each(|f| index_vars(f, &mut grid));
+            let shape = p.tensors[eq.target].shape.clone();
+            (grid, &eq.rhs, shape, Some(eq.lhs.clone()))
+        }
+    };
     let mut terms = Vec::new();
     let mut out = lhs.clone();
     let mut summed = Vec::new();
@@ -186,7 +201,7 @@ fn dense_equation(p: &Checked, e: usize) -> Option<DenseEquation> {
         }
         root = body;
     }
-    if let (None, Node::Sum { vars, body }) = (&planned, root) {
+    if let (None, Node::Sum { vars, body }, None) = (&planned, root, &scatter) {
         if vars.iter().all(|v| !lhs.contains(v)) {
             terms.clear();
             out.extend(vars);
@@ -221,7 +236,20 @@ fn dense_equation(p: &Checked, e: usize) -> Option<DenseEquation> {
         extents,
         flops,
         target_shape,
+        scatter,
     })
+}
+
+/// The variables of an index position, in order of first appearance, added to `vars`.
+fn index_vars(f: &IndexFn, vars: &mut Vec<VarId>) {
+    match f {
+        IndexFn::Var(v) if !vars.contains(v) => vars.push(*v),
+        IndexFn::Var(_) | IndexFn::Const(_) => {}
+        IndexFn::Arith(a, _, b) => {
+            index_vars(a, vars);
+            index_vars(b, vars);
+        }
+    }
 }
 
 /// For a right-hand side that is a `concat` whose flattened variables exactly fill the one

@@ -8,7 +8,7 @@
 use super::rows::{self, Program};
 use super::{
     factor_values, fits, normalize, permute, reduce, replace_normalize, sparse_operands,
-    subtree_from, term, widen, KeptTerm, Num, Operand, TupleWalk,
+    subtree_from, targets, term, widen, KeptTerm, Num, Operand, TupleWalk,
 };
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
@@ -70,7 +70,15 @@ pub(crate) fn backward_dense(
     // Variables summed after the expression: every element of a block gets its sum's adjoint.
     let block: usize = d.summed.iter().map(|&v| d.extents[v]).product();
     let spread: Vec<f64>;
-    let upstream = if block == 1 {
+    let upstream = if d.scatter.is_some() {
+        // Each grid element was added at its left-hand-side position: it gets that
+        // position's adjoint (none where it was skipped).
+        spread = targets(d)
+            .into_iter()
+            .map(|at| at.and_then(|at| upstream.get(at)).copied().unwrap_or(0.0))
+            .collect();
+        &spread
+    } else if block == 1 {
         upstream
     } else {
         spread = upstream

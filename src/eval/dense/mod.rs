@@ -186,11 +186,12 @@ fn stored_as_computed(
         }
         _ => return None,
     };
-    let ([c], true, true, ElemType::F32) = (
+    let ([c], true, true, ElemType::F32, None) = (
         d.terms.as_slice(),
         d.summed.is_empty(),
         p.data[t].is_none(),
         p.tensors[t].elem,
+        &d.scatter,
     ) else {
         return None;
     };
@@ -269,6 +270,19 @@ fn fused<'a>(
     o: &EvalOptions,
     acc: &mut Option<Vec<f64>>,
 ) -> bool {
+    if d.scatter.is_some() {
+        let Some(values) = grid_values(d, terms, o) else {
+            return false;
+        };
+        let elements = d.target_shape.iter().product();
+        let acc = acc.get_or_insert_with(|| vec![0.0; elements]);
+        for (at, v) in targets(d).into_iter().zip(values) {
+            if let Some(slot) = at.and_then(|at| acc.get_mut(at)) {
+                *slot += v;
+            }
+        }
+        return true;
+    }
     // A bare contraction laid out like the output: one vectorised pass.
     if let (Expr::Term(k), true) = (&d.expr, d.summed.is_empty()) {
         let k = *k;
@@ -308,6 +322,48 @@ fn fused<'a>(
         }
     }
     true
+}
+
+/// The expression's value at every element of the grid; `None` when it calls a function that
+/// is not registered.
+fn grid_values(d: &DenseEquation, terms: &mut Vec<Operand>, o: &EvalOptions) -> Option<Vec<f64>> {
+    let expr = materialize(&d.expr, d, terms, o)?;
+    let program = rows::Program::compile(&expr, o)?;
+    Some(rows::values(&program, d, terms))
+}
+
+/// For each element of the grid (row-major over `d.out`), the target offset its left-hand-side
+/// positions name (`d.scatter`), or `None` where one falls outside the target.
+fn targets(d: &DenseEquation) -> Vec<Option<usize>> {
+    let Some(at) = &d.scatter else {
+        return Vec::new();
+    };
+    let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+    let total: usize = dims.iter().product();
+    let mut env = vec![0i64; d.extents.len()];
+    let mut idx = vec![0usize; dims.len()];
+    let mut out = Vec::with_capacity(total);
+    for _ in 0..total {
+        for (&v, &i) in d.out.iter().zip(&idx) {
+            env[v] = i as i64;
+        }
+        let mut offset = Some(0usize);
+        for (f, &n) in at.iter().zip(&d.target_shape) {
+            offset = match (offset, f.eval(&env)) {
+                (Some(o), Some(p)) if (0..n as i64).contains(&p) => Some(o * n + p as usize),
+                _ => None,
+            };
+        }
+        out.push(offset);
+        for ax in (0..dims.len()).rev() {
+            idx[ax] += 1;
+            if idx[ax] < dims[ax] {
+                break;
+            }
+            idx[ax] = 0;
+        }
+    }
+    out
 }
 
 /// `e` with every `softmax`/`lnorm` node replaced by what `f` makes of it (its kind,
