@@ -191,7 +191,7 @@ fn scatter_back(
     g: &[f64],
 ) -> Vec<Vec<f64>> {
     let mut grads: Vec<Vec<f64>> = parts.iter().map(|p| vec![0.0; p.data.len()]).collect();
-    TupleWalk::new(c, rel_vars, parts).run(rel, &mut |at_out, at, whole| {
+    TupleWalk::new(c, rel_vars, parts).run(rel, 0..rel.len(), &mut |at_out, at, whole| {
         if whole {
             return false;
         }
@@ -254,7 +254,7 @@ fn lift_normalize(
         let mut value = input.clone();
         let axis = d.out.iter().position(|v| *v == var);
         if let Some(axis) = axis {
-            normalize(&mut value, &dims, axis, kind, 1.0);
+            normalize(&mut value, &dims, axis, kind, (1.0, false));
         }
         terms.push(Operand {
             vars: d.out.clone(),

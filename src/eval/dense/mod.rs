@@ -123,9 +123,14 @@ pub(super) fn evaluate_dense(
         let elements = start.len();
         let mut acc = p.data[t].as_ref().map(|_| start.to_f64().into_owned());
         for d in plans.iter().filter(|d| d.target == t) {
+            // Small equations stay on the calling thread: moving them to the pool costs more
+            // than their work (and scatters their allocations across threads). Work is split
+            // only inside the pool of `--threads` workers, never on rayon's global one.
+            let big = pool.is_some() && work(d, values) >= (1u64 << 25) as f64;
+            let workers = if big { threads } else { 1 };
             let mut run = || {
                 let mut terms: Vec<Operand> =
-                    d.terms.iter().map(|c| term(c, values, threads)).collect();
+                    d.terms.iter().map(|c| term(c, values, workers)).collect();
                 let done = fused(d, &mut terms, o, &mut acc);
                 terms.truncate(d.terms.len());
                 let owned = terms
@@ -137,10 +142,8 @@ pub(super) fn evaluate_dense(
                     .collect::<Vec<_>>();
                 (done, owned)
             };
-            // Small equations stay on the calling thread: moving them to the pool costs more
-            // than their work (and scatters their allocations across threads).
             let (done, owned) = match pool {
-                Some(pool) if d.flops >= (1u64 << 25) as f64 => pool.install(run),
+                Some(pool) if big => pool.install(run),
                 _ => run(),
             };
             if !done {
@@ -198,11 +201,14 @@ fn stored_as_computed(
     if !c.single || (c.path.is_none() && c.sparse.is_none()) {
         return None;
     }
+    let split = pool.is_some() && work(d, values) >= (1u64 << 25) as f64;
+    // Work is split only inside the pool of `--threads` workers, never on rayon's global one.
+    let workers = if split { threads } else { 1 };
     let run = || {
-        let mut data = unscaled::<f32>(c, values, threads).data.into_owned();
+        let mut data = unscaled::<f32>(c, values, workers).data.into_owned();
         if let Some((kind, axis)) = along {
             let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
-            normalize(&mut data, &dims, axis, kind, c.scale);
+            normalize(&mut data, &dims, axis, kind, (c.scale, split));
         } else if c.scale != 1.0 {
             // In f64, as the general path scales, then rounded once.
             data.iter_mut()
@@ -211,10 +217,34 @@ fn stored_as_computed(
         data
     };
     let data = match pool {
-        Some(pool) if d.flops >= (1u64 << 25) as f64 => pool.install(run),
+        Some(pool) if split => pool.install(run),
         _ => run(),
     };
     Some(Dense::from_f32(data))
+}
+
+/// An equation's work, in FLOPs: its plan's estimate plus, for each term a relation
+/// multiplies, its tuples times the slice each adds (weighted 16: a scatter is bound by
+/// memory, not arithmetic). Equations of less than 2²⁵ stay on the calling thread.
+fn work(d: &DenseEquation, values: &[Tensor]) -> f64 {
+    let scatters: f64 = d
+        .terms
+        .iter()
+        .filter_map(|c| {
+            let f = c.sparse.as_ref()?;
+            let Storage::Relation(r) = &values.get(f.tensor)?.storage else {
+                return None;
+            };
+            let slice: f64 = c
+                .out
+                .iter()
+                .filter(|v| !f.vars.contains(v))
+                .map(|&v| c.extents[v] as f64)
+                .product();
+            Some(16.0 * r.len() as f64 * slice)
+        })
+        .sum();
+    d.flops + scatters
 }
 
 /// A term a dense evaluation computed: its variables and values.
@@ -409,7 +439,7 @@ fn materialize<'a>(
             _ => rows::values(&rows::Program::compile(&inner, o)?, d, terms),
         };
         if let Some(axis) = d.out.iter().position(|v| *v == var) {
-            normalize(&mut buf, &dims, axis, kind, 1.0);
+            normalize(&mut buf, &dims, axis, kind, (1.0, false));
         }
         terms.push(Operand {
             vars: d.out.clone(),
@@ -420,10 +450,25 @@ fn materialize<'a>(
 }
 
 /// Softmax or layer normalisation of every row along `axis` of `scale · buf`, in f64, stored
-/// back in `T` (by [`exact_row`] for f64, by vectorised rows for f32).
-fn normalize<T: Num>(buf: &mut [T], dims: &[usize], axis: usize, kind: Structural, scale: f64) {
+/// back in `T` (by [`exact_row`] for f64, by vectorised rows for f32). With `split`, rows
+/// along the last axis are shared among the current rayon pool's workers, each row whole
+/// (so results do not depend on the thread count).
+fn normalize<T: Num>(
+    buf: &mut [T],
+    dims: &[usize],
+    axis: usize,
+    kind: Structural,
+    (scale, split): (f64, bool),
+) {
     let n = dims[axis];
     let stride: usize = dims[axis + 1..].iter().product();
+    if split && stride == 1 && n > 0 {
+        use rayon::prelude::*;
+        buf.par_chunks_mut(n * 64).for_each(|rows| {
+            normalize(rows, &[rows.len() / n, n], 1, kind, (scale, false));
+        });
+        return;
+    }
     let outer: usize = dims[..axis].iter().product();
     let mut row = vec![0.0; n];
     for o in 0..outer {
@@ -503,7 +548,12 @@ fn term<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) -> Operand<'a
 fn unscaled<'a, T: Num>(c: &Contraction, values: &'a [Tensor], threads: usize) -> Operand<'a, T> {
     match (&c.sparse, &c.path) {
         (Some(f), _) => match &values[f.tensor].storage {
-            Storage::Relation(r) => scatter(c, &f.vars, r, &sparse_operands(c, values, threads)),
+            Storage::Relation(r) => scatter(
+                c,
+                (&f.vars, r),
+                &sparse_operands(c, values, threads),
+                threads,
+            ),
             _ => Operand {
                 vars: c.out.clone(),
                 data: Cow::Owned(vec![
@@ -537,42 +587,100 @@ fn contracted<'a, T: Num>(
 /// the tuples times that slice; the relation is never made dense.
 fn scatter<'a, T: Num>(
     c: &Contraction,
-    rel_vars: &[VarId],
-    rel: &crate::tensor::Relation,
+    (rel_vars, rel): (&[VarId], &crate::tensor::Relation),
     parts: &[Operand<T>],
+    threads: usize,
 ) -> Operand<'a, T> {
     let walk = TupleWalk::new(c, rel_vars, parts);
     let total: usize = c.out.iter().map(|&v| c.extents[v]).product();
     let mut data = vec![T::default(); total];
-    let row = match (parts, walk.free.as_slice()) {
-        ([part], [(n, 1, steps)]) if steps[0] == 1 => Some((part, *n)),
-        _ => None,
-    };
-    walk.run(rel, &mut |at_out, at, whole| match (row, whole) {
-        // The common case, one operand whose free slice is contiguous like the result's
-        // (`Neig(n, m) Z[m, d]`): add a row to a row.
-        (Some((part, n)), true) => {
-            let (src, dst) = (&part.data[at[0]..at[0] + n], &mut data[at_out..at_out + n]);
-            for (d, &x) in dst.iter_mut().zip(src) {
-                *d = d.add(x);
+    // Tuples are sorted, so when the relation's first variable is the result's first axis,
+    // runs of tuples write disjoint slabs of rows: workers take whole slabs, and each
+    // element is summed in tuple order whatever the thread count.
+    let rows = c.out.first().map_or(0, |&v| c.extents[v]);
+    if threads > 1 && rows > 0 && rel.len() >= 1 << 12 && c.out.first() == rel_vars.first() {
+        use rayon::prelude::*;
+        let row = total / rows;
+        let first = |i: usize| (rel.tuple(i)[0] as usize).min(rows);
+        let step = rel.len().div_ceil(threads * 8);
+        let mut cuts = vec![0usize];
+        let mut i = step;
+        while i < rel.len() {
+            while i < rel.len() && first(i) == first(i - 1) {
+                i += 1;
             }
-            true
+            if i < rel.len() {
+                cuts.push(i);
+            }
+            i += step;
         }
-        (None, true) => false,
-        (_, false) => {
-            let product = parts
-                .iter()
-                .zip(at)
-                .map(|(o, &k)| o.data[k].into())
-                .product::<f64>();
-            data[at_out] = T::from_f64(data[at_out].into() + product);
-            true
+        cuts.push(rel.len());
+        let mut slabs = Vec::new();
+        let mut rest = data.as_mut_slice();
+        for (k, w) in cuts.windows(2).enumerate() {
+            let end = if k + 2 == cuts.len() {
+                rows
+            } else {
+                first(w[1])
+            };
+            let start = if k == 0 { 0 } else { first(w[0]) };
+            let (slab, tail) = rest.split_at_mut((end - start) * row);
+            rest = tail;
+            slabs.push((w[0]..w[1], start * row, slab));
         }
-    });
+        slabs.into_par_iter().for_each(|(tuples, base, slab)| {
+            add_tuples(&walk, (rel, tuples), parts, (slab, base));
+        });
+    } else {
+        add_tuples(&walk, (rel, 0..rel.len()), parts, (&mut data, 0));
+    }
     Operand {
         vars: c.out.clone(),
         data: data.into(),
     }
+}
+
+/// Adds the products of `tuples` into `out`, which holds the result from offset `base` on.
+fn add_tuples<T: Num>(
+    walk: &TupleWalk,
+    (rel, tuples): (&crate::tensor::Relation, std::ops::Range<usize>),
+    parts: &[Operand<T>],
+    (out, base): (&mut [T], usize),
+) {
+    let row = match (parts, walk.free.as_slice()) {
+        ([part], [(n, 1, steps)]) if steps[0] == 1 => Some((part, *n)),
+        _ => None,
+    };
+    walk.run(rel, tuples, &mut |at_out, at, whole| {
+        let at_out = at_out.wrapping_sub(base);
+        match (row, whole) {
+            // The common case, one operand whose free slice is contiguous like the result's
+            // (`Neig(n, m) Z[m, d]`): add a row to a row.
+            (Some((part, n)), true) => {
+                if let (Some(src), Some(dst)) = (
+                    part.data.get(at[0]..at[0] + n),
+                    out.get_mut(at_out..at_out.wrapping_add(n)),
+                ) {
+                    for (d, &x) in dst.iter_mut().zip(src) {
+                        *d = d.add(x);
+                    }
+                }
+                true
+            }
+            (None, true) => false,
+            (_, false) => {
+                let product = parts
+                    .iter()
+                    .zip(at)
+                    .map(|(o, &k)| o.data[k].into())
+                    .product::<f64>();
+                if let Some(slot) = out.get_mut(at_out) {
+                    *slot = T::from_f64((*slot).into() + product);
+                }
+                true
+            }
+        }
+    });
 }
 
 /// One axis of a relation-times-operands term: its extent, its stride in the result, and
@@ -619,11 +727,16 @@ impl TupleWalk {
     /// For each tuple inside the extents, calls `f(result offset, operand offsets, true)` at
     /// the start of its slice; unless that returns `true` (it handled the whole slice), then
     /// `f(…, false)` at every point of the slice, in row-major order of the free variables.
-    fn run(&self, rel: &crate::tensor::Relation, f: &mut dyn FnMut(usize, &[usize], bool) -> bool) {
+    fn run(
+        &self,
+        rel: &crate::tensor::Relation,
+        tuples: std::ops::Range<usize>,
+        f: &mut dyn FnMut(usize, &[usize], bool) -> bool,
+    ) {
         let slice: usize = self.free.iter().map(|a| a.0).product();
         let mut idx = vec![0usize; self.free.len()];
         let mut at = vec![0usize; self.operands];
-        for tuple in rel.iter() {
+        for tuple in tuples.map(|i| rel.tuple(i)) {
             if tuple
                 .iter()
                 .zip(&self.fixed)
