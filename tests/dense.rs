@@ -440,6 +440,18 @@ fn valid_convolutions_take_the_dense_path() {
     }
 }
 
+/// `Y` by the standard engine is the reference's within 1e-5 relative.
+fn assert_engines_agree(src: &str) {
+    let (a, b) = (values(src, &Reference, 1), values(src, &Standard, 1));
+    assert_eq!(a.len(), b.len(), "{src}");
+    for (x, y) in a.iter().zip(&b) {
+        assert!(
+            (x - y).abs() <= 1e-5 * (1.0 + x.abs()),
+            "{x} vs {y} in\n{src}"
+        );
+    }
+}
+
 /// `concat` on the dense path (its flattened variables stand in the grid for the one they
 /// make) matches the reference: parts before, between and after the other variables, with a
 /// product and functions in the argument, and a made variable the parts do not fill (which
@@ -457,14 +469,7 @@ fn concat_matches_the_reference() {
         ("Y : real[3, 9]\n", "Y[p, m] = concat(Z[h, p, v])"),
     ] {
         let src = format!("Z : real[3, 3, 2]\n{decl}{eq}\n");
-        let (a, b) = (values(&src, &Reference, 1), values(&src, &Standard, 1));
-        assert_eq!(a.len(), b.len(), "{src}");
-        for (x, y) in a.iter().zip(&b) {
-            assert!(
-                (x - y).abs() <= 1e-5 * (1.0 + x.abs()),
-                "{x} vs {y} in\n{src}"
-            );
-        }
+        assert_engines_agree(&src);
     }
 }
 
@@ -480,13 +485,6 @@ fn pooling_and_shifted_writes_match_the_reference() {
         ("", "Y[x / 2] = F[x, y] H[y]"),
     ] {
         let src = format!("F : real[5, 6]\nG : real[5]\nH : real[6]\n{decl}{eq}\n");
-        let (a, b) = (values(&src, &Reference, 1), values(&src, &Standard, 1));
-        assert_eq!(a.len(), b.len(), "{src}");
-        for (x, y) in a.iter().zip(&b) {
-            assert!(
-                (x - y).abs() <= 1e-5 * (1.0 + x.abs()),
-                "{x} vs {y} in\n{src}"
-            );
-        }
+        assert_engines_agree(&src);
     }
 }
