@@ -318,15 +318,19 @@ fn fused<'a>(
         let k = *k;
         if terms[k].vars == d.out {
             match acc {
-                None => *acc = Some(terms[k].data.to_vec()),
+                None => {
+                    *acc = Some(terms[k].data.to_vec());
+                    return true;
+                }
                 Some(acc) if terms[k].data.len() == acc.len() => {
                     for (a, &x) in acc.iter_mut().zip(terms[k].data.iter()) {
                         *a += x;
                     }
+                    return true;
                 }
-                Some(_) => return false,
+                // Otherwise the general pass below lays the term out.
+                Some(_) => {}
             }
-            return true;
         }
     }
     let Some(expr) = materialize(&d.expr, d, terms, o) else {
