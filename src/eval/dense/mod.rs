@@ -15,7 +15,7 @@ pub(crate) use backward::backward_dense;
 
 use super::EvalOptions;
 use crate::functions::Structural;
-use crate::plan::einsum::{kept, Contraction, DenseEquation, Expr, Factor, Path, Window};
+use crate::plan::einsum::{kept, Contraction, DenseEquation, Expr, Factor, Path};
 use crate::semantics::{Checked, Stratum, VarId};
 use crate::tensor::{Dense, ElemType, Storage, Tensor};
 use std::borrow::Cow;
@@ -843,23 +843,27 @@ fn factor_values<'a, T: Num>(f: &Factor, values: &'a [Tensor], extents: &[usize]
     let all = T::elements(d);
     match &f.window {
         None => all,
-        Some(w) => Cow::Owned(gather(&all, w, &f.vars, extents)),
+        Some(w) => {
+            let dims: Vec<usize> = f.vars.iter().map(|&v| extents[v]).collect();
+            Cow::Owned(strided_copy(&all, w.offset as i64, &w.strides, &dims))
+        }
     }
 }
 
-/// The elements a window reads, row-major over its variables (im2col): the innermost
-/// variable in a tight loop, an odometer over the others.
-fn gather<T: Num>(data: &[T], w: &Window, vars: &[VarId], extents: &[usize]) -> Vec<T> {
-    let dims: Vec<usize> = vars.iter().map(|&v| extents[v]).collect();
+/// Copies the elements at `offset + Σ strides[a] · idx[a]` for every index of `dims`, in
+/// row-major order (a window's gather, and a permutation): the innermost axis in a tight
+/// loop (a slice copy when it is contiguous), an odometer over the others. Positions outside
+/// `data` read as the type's zero (planning keeps them from occurring).
+fn strided_copy<T: Num>(data: &[T], offset: i64, strides: &[i64], dims: &[usize]) -> Vec<T> {
     let total: usize = dims.iter().product();
     let mut out = Vec::with_capacity(total);
-    let (inner, step) = match (dims.last(), w.strides.last()) {
+    let (inner, step) = match (dims.last(), strides.last()) {
         (Some(&n), Some(&s)) => (n, s),
         _ => (1, 0),
     };
     let outer = dims.len().saturating_sub(1);
     let mut idx = vec![0usize; outer];
-    let mut at = w.offset as i64;
+    let mut at = offset;
     let read = |p: i64| {
         usize::try_from(p)
             .ok()
@@ -868,14 +872,20 @@ fn gather<T: Num>(data: &[T], w: &Window, vars: &[VarId], extents: &[usize]) -> 
             .unwrap_or_default()
     };
     for _ in 0..total.checked_div(inner).unwrap_or(0) {
-        out.extend((0..inner as i64).map(|i| read(at + i * step)));
+        let run = usize::try_from(at)
+            .ok()
+            .and_then(|a| data.get(a..a + inner));
+        match run {
+            Some(run) if step == 1 => out.extend_from_slice(run),
+            _ => out.extend((0..inner as i64).map(|i| read(at + i * step))),
+        }
         for ax in (0..outer).rev() {
             idx[ax] += 1;
-            at += w.strides[ax];
+            at += strides[ax];
             if idx[ax] < dims[ax] {
                 break;
             }
-            at -= w.strides[ax] * dims[ax] as i64;
+            at -= strides[ax] * dims[ax] as i64;
             idx[ax] = 0;
         }
     }
@@ -915,37 +925,17 @@ fn permute<'a, T: Num>(op: Operand<'a, T>, order: &[VarId], extents: &[usize]) -
         return op;
     }
     let src = strides(&op.vars, extents);
-    let from: Vec<usize> = order
+    let from: Vec<i64> = order
         .iter()
-        .map(|v| op.vars.iter().position(|x| x == v).map_or(0, |k| src[k]))
+        .map(|v| {
+            op.vars
+                .iter()
+                .position(|x| x == v)
+                .map_or(0, |k| src[k] as i64)
+        })
         .collect();
     let dims: Vec<usize> = order.iter().map(|&v| extents[v]).collect();
-    let total: usize = dims.iter().product();
-    let mut data = Vec::with_capacity(total);
-    // The innermost axis is copied in a tight loop; an odometer walks the outer ones.
-    let (inner, inner_stride) = match (dims.last(), from.last()) {
-        (Some(&n), Some(&s)) => (n, s),
-        _ => (1, 0),
-    };
-    let outer = dims.len().saturating_sub(1);
-    let mut idx = vec![0usize; outer];
-    let mut offset = 0usize;
-    for _ in 0..total.checked_div(inner).unwrap_or(0) {
-        if inner_stride == 1 {
-            data.extend_from_slice(&op.data[offset..offset + inner]);
-        } else {
-            data.extend((0..inner).map(|i| op.data[offset + i * inner_stride]));
-        }
-        for ax in (0..outer).rev() {
-            idx[ax] += 1;
-            offset += from[ax];
-            if idx[ax] < dims[ax] {
-                break;
-            }
-            offset -= from[ax] * dims[ax];
-            idx[ax] = 0;
-        }
-    }
+    let data = strided_copy(&op.data, 0, &from, &dims);
     Operand {
         vars: order.to_vec(),
         data: data.into(),
