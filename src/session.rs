@@ -298,6 +298,9 @@ impl Session {
         let plan = crate::plan::plan(checked);
         let mut times = Vec::with_capacity(repeat);
         for _ in 0..repeat.max(1) {
+            // The last run's values are dropped first, as a caller that keeps only the newest
+            // would: their memory is then free for this run to reuse.
+            self.values = None;
             let start = std::time::Instant::now();
             let values = engine.evaluate_planned(checked, &plan, &eval)?;
             times.push(start.elapsed());

@@ -68,10 +68,11 @@ impl Engine for Standard {
         plan: &Plan,
         o: &EvalOptions,
     ) -> Result<Vec<Tensor>, Diagnostics> {
-        let mut values = reference::initial_values(p, o)?;
+        let mut pending = pending(p, plan);
+        let mut values = reference::initial_values_pending(p, o, &pending)?;
         let pool = thread_pool(o);
         for (st, sp) in p.strata.iter().zip(&plan.strata) {
-            standard_stratum(p, st, sp, &mut values, o, pool.as_deref())?;
+            standard_stratum(p, st, sp, (&mut values, &mut pending), o, pool.as_deref())?;
         }
         Ok(values)
     }
@@ -86,25 +87,35 @@ impl Engine for Standard {
     ) -> Result<Vec<Tensor>, Diagnostics> {
         use crate::plan::demand::{closure, plan_demand};
         let plan = crate::plan::plan(p);
-        let mut values = reference::initial_values(p, o)?;
+        let mut pending = pending(p, &plan);
+        let mut values = reference::initial_values_pending(p, o, &pending)?;
         let pool = thread_pool(o);
         let mut done = vec![false; p.strata.len()];
-        let mut run_for = |values: &mut [Tensor], needed: std::collections::BTreeSet<usize>| {
+        let mut run_for = |values: &mut [Tensor],
+                           pending: &mut [bool],
+                           needed: std::collections::BTreeSet<usize>| {
             for ((st, sp), done) in p.strata.iter().zip(&plan.strata).zip(done.iter_mut()) {
                 if !*done && st.tensors.iter().any(|t| needed.contains(t)) {
-                    standard_stratum(p, st, sp, values, o, pool.as_deref())?;
+                    standard_stratum(p, st, sp, (values, pending), o, pool.as_deref())?;
                     *done = true;
                 }
             }
             Ok::<(), Diagnostics>(())
         };
+        let all: Vec<usize> = (0..p.tensors.len()).collect();
         if let Some(plan) = plan_demand(p, q) {
-            run_for(&mut values, closure(p, plan.full.iter().copied()))?;
+            run_for(
+                &mut values,
+                &mut pending,
+                closure(p, plan.full.iter().copied()),
+            )?;
             if relational::evaluate_demand(p, &plan, q.tensor, &mut values, o, pool.as_deref()) {
+                reference::fill_pending(p, &all, &mut values, &mut pending);
                 return Ok(values);
             }
         }
-        run_for(&mut values, closure(p, [q.tensor]))?;
+        run_for(&mut values, &mut pending, closure(p, [q.tensor]))?;
+        reference::fill_pending(p, &all, &mut values, &mut pending);
         Ok(values)
     }
 }
@@ -119,11 +130,13 @@ pub fn evaluate_recorded(
     needed: &[bool],
     record: &[bool],
 ) -> Result<(Vec<Tensor>, Vec<Option<Record>>), Diagnostics> {
-    let mut values = reference::initial_values(p, o)?;
+    let mut pending = pending(p, plan);
+    let mut values = reference::initial_values_pending(p, o, &pending)?;
     let pool = thread_pool(o);
     let mut records = Vec::with_capacity(p.strata.len());
     for (i, (st, sp)) in p.strata.iter().zip(&plan.strata).enumerate() {
         if !needed.get(i).copied().unwrap_or(true) {
+            reference::fill_pending(p, &st.tensors, &mut values, &mut pending);
             records.push(None);
         } else if let (false, StratumPlan::Dense(plans)) =
             (record.get(i).copied().unwrap_or(false), sp)
@@ -140,20 +153,26 @@ pub fn evaluate_recorded(
                 pool.as_deref(),
                 Some(&mut r.terms),
             ) {
+                st.tensors.iter().for_each(|&t| pending[t] = false);
                 records.push(Some(r));
             } else {
+                reference::fill_pending(p, &st.tensors, &mut values, &mut pending);
                 reference::evaluate_stratum(p, st, &mut values, o)?;
                 records.push(None);
             }
         } else if record.get(i).copied().unwrap_or(false) {
+            reference::fill_pending(p, &st.tensors, &mut values, &mut pending);
             let mut r = Record::default();
             reference::evaluate_stratum_recorded(p, st, &mut values, o, Some(&mut r))?;
             records.push(Some(r));
         } else {
-            standard_stratum(p, st, sp, &mut values, o, pool.as_deref())?;
+            let state = (values.as_mut_slice(), pending.as_mut_slice());
+            standard_stratum(p, st, sp, state, o, pool.as_deref())?;
             records.push(None);
         }
     }
+    let all: Vec<usize> = (0..p.tensors.len()).collect();
+    reference::fill_pending(p, &all, &mut values, &mut pending);
     Ok((values, records))
 }
 
@@ -181,15 +200,37 @@ fn thread_pool(o: &EvalOptions) -> Option<std::sync::Arc<rayon::ThreadPool>> {
     Some(pool)
 }
 
-/// Evaluates one stratum as planned.
+/// The tensors whose zeros need not be made before evaluation: those without data that a
+/// dense stratum defines (it replaces them whole, unless it declines at run time).
+fn pending(p: &Checked, plan: &Plan) -> Vec<bool> {
+    let mut pending = vec![false; p.tensors.len()];
+    for (st, sp) in p.strata.iter().zip(&plan.strata) {
+        if let StratumPlan::Dense(_) = sp {
+            for &t in &st.tensors {
+                pending[t] = p.data[t].is_none();
+            }
+        }
+    }
+    pending
+}
+
+/// Evaluates one stratum as planned, giving its pending tensors (see [`pending`]) their
+/// zeros unless the dense path defines them.
 fn standard_stratum(
     p: &Checked,
     st: &Stratum,
     plan: &StratumPlan,
-    values: &mut [Tensor],
+    (values, pending): (&mut [Tensor], &mut [bool]),
     o: &EvalOptions,
     pool: Option<&rayon::ThreadPool>,
 ) -> Result<(), Diagnostics> {
+    if let StratumPlan::Dense(plans) = plan {
+        if dense::evaluate_dense(p, st, plans, values, o, pool, None) {
+            st.tensors.iter().for_each(|&t| pending[t] = false);
+            return Ok(());
+        }
+    }
+    reference::fill_pending(p, &st.tensors, values, pending);
     match plan {
         StratumPlan::Datalog(rules) => {
             return relational::evaluate_stratum(p, st, rules, values, o, pool)
@@ -205,12 +246,7 @@ fn standard_stratum(
                 return Ok(());
             }
         }
-        StratumPlan::Dense(plans) => {
-            if dense::evaluate_dense(p, st, plans, values, o, pool, None) {
-                return Ok(());
-            }
-        }
-        StratumPlan::Loops => {}
+        StratumPlan::Dense(_) | StratumPlan::Loops => {}
     }
     reference::evaluate_stratum(p, st, values, o)
 }

@@ -10,7 +10,7 @@ use crate::diagnostics::{codes, Diagnostic, Diagnostics};
 use crate::functions::Structural;
 use crate::semantics::{Checked, Equation, Family, Func, Kind, Node, Stratum, TensorInfo};
 use crate::syntax::ast::BinOp;
-use crate::tensor::{Storage, Tensor};
+use crate::tensor::{Dense, Storage, Tensor};
 use std::collections::BTreeMap;
 
 /// Reads of tensors up to this rank build their index on the stack.
@@ -36,14 +36,50 @@ impl Engine for Reference {
 
 /// Every tensor's value before evaluation: its data, or empty.
 pub(super) fn initial_values(p: &Checked, o: &EvalOptions) -> Result<Vec<Tensor>, Diagnostics> {
+    initial_values_pending(p, o, &[])
+}
+
+/// As [`initial_values`], except that the dense tensors without data that `pending` marks
+/// hold no elements yet: the dense path replaces them whole without reading them, and
+/// [`fill_pending`] makes their zeros only where another evaluator needs them. Making zeros
+/// that are never read cost a large buffer's clearing on every evaluation.
+pub(super) fn initial_values_pending(
+    p: &Checked,
+    o: &EvalOptions,
+    pending: &[bool],
+) -> Result<Vec<Tensor>, Diagnostics> {
     let mut values = Vec::with_capacity(p.tensors.len());
     for (t, info) in p.tensors.iter().enumerate() {
         values.push(match &p.data[t] {
             Some(d) => d.clone(),
+            None if pending.get(t) == Some(&true) && !is_sparse(info) => {
+                fits_dense(info, o)?;
+                Tensor {
+                    elem: info.elem,
+                    shape: info.shape.clone(),
+                    storage: Storage::Dense(Dense::zeros(info.elem, 0)),
+                }
+            }
             None => empty(info, o)?,
         });
     }
     Ok(values)
+}
+
+/// Gives the tensors of `tensors` still pending (see [`initial_values_pending`]) their zeros.
+pub(super) fn fill_pending(
+    p: &Checked,
+    tensors: &[usize],
+    values: &mut [Tensor],
+    pending: &mut [bool],
+) {
+    for &t in tensors {
+        if let Some(flag @ true) = pending.get_mut(t) {
+            *flag = false;
+            let info = &p.tensors[t];
+            values[t] = Tensor::zeros(info.elem, info.shape.clone());
+        }
+    }
 }
 
 /// Evaluates one stratum in place: once, or to its fixpoint when it is recursive.
@@ -91,9 +127,20 @@ pub(super) fn evaluate_stratum_recorded(
 
 /// A tensor with no elements yet: zeros, or no defined elements.
 fn empty(info: &TensorInfo, o: &EvalOptions) -> Result<Tensor, Diagnostics> {
-    if info.kind == Kind::Bool || info.sparse_values {
+    if is_sparse(info) {
         return Ok(Tensor::sparse(info.elem, info.shape.clone()));
     }
+    fits_dense(info, o)?;
+    Ok(Tensor::zeros(info.elem, info.shape.clone()))
+}
+
+/// Whether the tensor holds only its defined elements (relations, `max=`-style tensors).
+fn is_sparse(info: &TensorInfo) -> bool {
+    info.kind == Kind::Bool || info.sparse_values
+}
+
+/// An error when the tensor would not fit `--max-memory` as a dense array.
+fn fits_dense(info: &TensorInfo, o: &EvalOptions) -> Result<(), Diagnostics> {
     let n: u128 = info.shape.iter().map(|&d| d as u128).product();
     if n * 8 > o.max_memory as u128 {
         return Err(Diagnostic::error(
@@ -104,7 +151,7 @@ fn empty(info: &TensorInfo, o: &EvalOptions) -> Result<Tensor, Diagnostics> {
         .with_note("use a sparse formulation: a Boolean relation written with parentheses, or `max=`/`min=` over defined elements")
         .into());
     }
-    Ok(Tensor::zeros(info.elem, info.shape.clone()))
+    Ok(())
 }
 
 /// Iterates X ← F(X) from the data (or zeros) until nothing changes (§9).

@@ -40,8 +40,8 @@ trait Num: Copy + Default + Send + Sync + 'static + Into<f64> {
     fn elements(d: &Dense) -> Cow<'_, [Self]>;
     /// f64 values in this type: borrowed when it is f64.
     fn cast(v: &[f64]) -> Cow<'_, [Self]>;
-    /// Softmax or layer normalisation of a row whose results are stored in this type.
-    fn normalize_row(kind: Structural, row: &mut [f64]);
+    /// Softmax or layer normalisation of `scale ·` a row, in place.
+    fn normalize_row(kind: Structural, row: &mut [Self], scale: f64);
 }
 
 impl Num for f64 {
@@ -58,7 +58,10 @@ impl Num for f64 {
     fn cast(v: &[f64]) -> Cow<'_, [f64]> {
         Cow::Borrowed(v)
     }
-    fn normalize_row(kind: Structural, row: &mut [f64]) {
+    fn normalize_row(kind: Structural, row: &mut [f64], scale: f64) {
+        if scale != 1.0 {
+            row.iter_mut().for_each(|r| *r *= scale);
+        }
         exact_row(kind, row);
     }
 }
@@ -77,8 +80,8 @@ impl Num for f32 {
     fn cast(v: &[f64]) -> Cow<'_, [f32]> {
         Cow::Owned(v.iter().map(|&x| x as f32).collect())
     }
-    fn normalize_row(kind: Structural, row: &mut [f64]) {
-        fast_rows::normalize_row(kind, row);
+    fn normalize_row(kind: Structural, row: &mut [f32], scale: f64) {
+        fast_rows::normalize_row(kind, row, scale);
     }
 }
 
@@ -120,7 +123,7 @@ pub(super) fn evaluate_dense(
         }
         // A tensor without data starts from zeros: its first equation's values are taken as
         // they are rather than added to a buffer of zeros.
-        let elements = start.len();
+        let elements = info.shape.iter().product();
         let mut acc = p.data[t].as_ref().map(|_| start.to_f64().into_owned());
         for d in plans.iter().filter(|d| d.target == t) {
             // Small equations stay on the calling thread: moving them to the pool costs more
@@ -453,10 +456,10 @@ fn materialize<'a>(
     })
 }
 
-/// Softmax or layer normalisation of every row along `axis` of `scale · buf`, in f64, stored
-/// back in `T` (by [`exact_row`] for f64, by vectorised rows for f32). With `split`, rows
-/// along the last axis are shared among the current rayon pool's workers, each row whole
-/// (so results do not depend on the thread count).
+/// Softmax or layer normalisation of every row along `axis` of `scale · buf`, in place
+/// (by [`exact_row`] for f64, by vectorised rows for f32). With `split`, rows along the last
+/// axis are shared among the current rayon pool's workers, each row whole (so results do
+/// not depend on the thread count).
 fn normalize<T: Num>(
     buf: &mut [T],
     dims: &[usize],
@@ -466,27 +469,34 @@ fn normalize<T: Num>(
 ) {
     let n = dims[axis];
     let stride: usize = dims[axis + 1..].iter().product();
-    if split && stride == 1 && n > 0 {
-        use rayon::prelude::*;
-        buf.par_chunks_mut(n * 64).for_each(|rows| {
-            normalize(rows, &[rows.len() / n, n], 1, kind, (scale, false));
-        });
+    if n == 0 {
+        return;
+    }
+    if stride == 1 {
+        let rows = |chunk: &mut [T]| {
+            chunk
+                .chunks_exact_mut(n)
+                .for_each(|row| T::normalize_row(kind, row, scale))
+        };
+        if split {
+            use rayon::prelude::*;
+            buf.par_chunks_mut(n * 64).for_each(rows);
+        } else {
+            rows(buf);
+        }
         return;
     }
     let outer: usize = dims[..axis].iter().product();
-    let mut row = vec![0.0; n];
+    let mut row = vec![T::default(); n];
     for o in 0..outer {
         for inner in 0..stride {
             let base = o * n * stride + inner;
             for (q, r) in row.iter_mut().enumerate() {
-                *r = buf[base + q * stride].into();
+                *r = buf[base + q * stride];
             }
-            if scale != 1.0 {
-                row.iter_mut().for_each(|r| *r *= scale);
-            }
-            T::normalize_row(kind, &mut row);
+            T::normalize_row(kind, &mut row, scale);
             for (q, &v) in row.iter().enumerate() {
-                buf[base + q * stride] = T::from_f64(v);
+                buf[base + q * stride] = v;
             }
         }
     }
