@@ -116,7 +116,7 @@ pub(super) fn evaluate_dense(
             return false;
         };
         if keep.is_none() {
-            if let Some(direct) = stored_as_computed(p, t, plans, values, threads, pool) {
+            if let Some(direct) = stored_as_computed(p, t, plans, values, o, pool) {
                 values[t].storage = Storage::Dense(direct);
                 continue;
             }
@@ -168,32 +168,34 @@ pub(super) fn evaluate_dense(
     true
 }
 
-/// The value of an f32 tensor defined by one f32 contraction, bare or under a softmax/lnorm
-/// (`C[i, k] = A[i, j] B[j, k]`, `S[p, q.] = softmax(Q[p, d] K[q, d] / 8)`), with no data of
-/// its own: the product's f32 result becomes its storage, normalised a row at a time in f64
-/// (the reference's operations, in its order), with no whole pass in f64. `None` for any
-/// other equation.
+/// What an f32 product's buffer becomes when it is stored as computed.
+enum Epilogue {
+    /// The product itself, scaled.
+    Bare,
+    /// Softmax or layer normalisation along an output axis.
+    Normalize(Structural, usize),
+    /// The equation's elementwise expression, evaluated over the buffer a row at a time.
+    Rows(rows::Program),
+}
+
+/// The value of an f32 tensor with no data of its own, defined by one equation over an f32
+/// contraction laid out like the output (`C[i, k] = A[i, j] B[j, k]`,
+/// `S[p, q.] = softmax(Q[p, d] K[q, d] / 8)`, `H[b, h] = relu(W[h, i] X[b, i] + B[h])`):
+/// the product's f32 result becomes its storage, and the rest of the equation is applied to
+/// it in place, a row at a time, with no whole pass in f64. `None` for any other equation.
 fn stored_as_computed(
     p: &Checked,
     t: usize,
     plans: &[DenseEquation],
     values: &[Tensor],
-    threads: usize,
+    o: &EvalOptions,
     pool: Option<&rayon::ThreadPool>,
 ) -> Option<Dense> {
     let mut defining = plans.iter().filter(|d| d.target == t);
     let (d, None) = (defining.next()?, defining.next()) else {
         return None;
     };
-    let along = match &d.expr {
-        Expr::Term(0) => None,
-        Expr::Normalize(kind, var, arg) if matches!(**arg, Expr::Term(0)) => {
-            Some((*kind, d.out.iter().position(|v| v == var)?))
-        }
-        _ => return None,
-    };
-    let ([c], true, true, ElemType::F32, None) = (
-        d.terms.as_slice(),
+    let (true, true, ElemType::F32, None) = (
         d.summed.is_empty(),
         p.data[t].is_none(),
         p.tensors[t].elem,
@@ -201,21 +203,52 @@ fn stored_as_computed(
     ) else {
         return None;
     };
-    if !c.single || (c.path.is_none() && c.sparse.is_none()) {
-        return None;
-    }
+    // The product laid out like the output that does the most work.
+    let (main, c) = d
+        .terms
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.single && c.out == d.out && (c.path.is_some() || c.sparse.is_some()))
+        .max_by(|a, b| a.1.flops.total_cmp(&b.1.flops))?;
+    let epilogue = match &d.expr {
+        Expr::Term(k) if *k == main => Epilogue::Bare,
+        Expr::Normalize(kind, var, arg) if matches!(**arg, Expr::Term(k) if k == main) => {
+            Epilogue::Normalize(*kind, d.out.iter().position(|v| v == var)?)
+        }
+        e if !has_normalize(e) => Epilogue::Rows(rows::Program::compile(e, o)?),
+        _ => return None,
+    };
     let split = pool.is_some() && work(d, values) >= (1u64 << 25) as f64;
     // Work is split only inside the pool of `--threads` workers, never on rayon's global one.
-    let workers = if split { threads } else { 1 };
+    let workers = if split { o.threads.max(1) } else { 1 };
     let run = || {
         let mut data = unscaled::<f32>(c, values, workers).data.into_owned();
-        if let Some((kind, axis)) = along {
-            let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
-            normalize(&mut data, &dims, axis, kind, (c.scale, split));
-        } else if c.scale != 1.0 {
-            // In f64, as the general path scales, then rounded once.
-            data.iter_mut()
-                .for_each(|x| *x = (f64::from(*x) * c.scale) as f32);
+        let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+        match &epilogue {
+            Epilogue::Bare if c.scale != 1.0 => {
+                // In f64, as the general path scales, then rounded once.
+                data.iter_mut()
+                    .for_each(|x| *x = (f64::from(*x) * c.scale) as f32);
+            }
+            Epilogue::Bare => {}
+            Epilogue::Normalize(kind, axis) => {
+                normalize(&mut data, &dims, *axis, *kind, (c.scale, split));
+            }
+            Epilogue::Rows(program) => {
+                let terms: Vec<Operand> = d
+                    .terms
+                    .iter()
+                    .enumerate()
+                    .map(|(k, c)| match k == main {
+                        true => Operand {
+                            vars: c.out.clone(),
+                            data: Cow::Owned(Vec::new()),
+                        },
+                        false => term(c, values, 1),
+                    })
+                    .collect();
+                rows::in_place(program, d, &terms, (main, c.scale), &mut data, split);
+            }
         }
         data
     };
@@ -224,6 +257,16 @@ fn stored_as_computed(
         _ => run(),
     };
     Some(Dense::from_f32(data))
+}
+
+/// Whether the expression holds a `softmax` or `lnorm`.
+fn has_normalize(e: &Expr) -> bool {
+    let mut found = false;
+    replace_normalize(e, &mut |_, _, _| {
+        found = true;
+        None
+    });
+    found
 }
 
 /// An equation's work, in FLOPs: its plan's estimate plus, for each term a relation
@@ -1076,6 +1119,14 @@ fn batched<T: 'static + Copy>(
     unit: (T, T),
     threads: usize,
 ) -> Vec<T> {
+    let padded;
+    let rhs = match unaliased(rhs, (b, k, n)) {
+        Some(copy) => {
+            padded = copy;
+            (padded.0.as_slice(), padded.1)
+        }
+        None => rhs,
+    };
     let mut out = vec![unit.0; b * m * n];
     for i in 0..b {
         matmul(
@@ -1088,6 +1139,34 @@ fn batched<T: 'static + Copy>(
         );
     }
     out
+}
+
+/// A right-hand matrix stored transposed (`W[h, i]` read as `[i, h]`: contiguous down its
+/// columns) whose column stride is a multiple of 2 KiB, copied with its columns 64 bytes
+/// apart further: gemm packs such a matrix by reading many columns at once, and columns a
+/// power of two apart fall into the same cache sets (a 512×512 f32 product took 1.4× as
+/// long). `None` for any other layout.
+fn unaliased<T: Copy>(
+    (data, [sb, sr, sc]): Strided<T>,
+    (b, k, n): (usize, usize, usize),
+) -> Option<(Vec<T>, [usize; 3])> {
+    let size = std::mem::size_of::<T>();
+    if sr != 1 || k < 2 || n < 2 || !(sc * size).is_multiple_of(2048) {
+        return None;
+    }
+    let mut ld = k + 64 / size;
+    if (ld * size).is_multiple_of(2048) {
+        ld += 64 / size;
+    }
+    let mut out = Vec::with_capacity(b * n * ld);
+    for i in 0..b {
+        for j in 0..n {
+            let at = i * sb + j * sc;
+            out.extend_from_slice(data.get(at..at + k)?);
+            out.extend(std::iter::repeat_n(data[at], ld - k));
+        }
+    }
+    Some((out, [n * ld, 1, ld]))
 }
 
 /// `dst = lhs · rhs` for an `m×k` and a `k×n` matrix of f32 or f64, each given as its

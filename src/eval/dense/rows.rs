@@ -9,7 +9,7 @@
 
 use super::{strides, Operand};
 use crate::eval::EvalOptions;
-use crate::functions::UserFunction;
+use crate::functions::{Builtin, UserFunction};
 use crate::plan::einsum::{DenseEquation, Expr};
 use crate::semantics::Func;
 use crate::syntax::ast::{BinOp, CmpOp};
@@ -150,14 +150,23 @@ impl Rows {
         }
     }
 
-    /// Calls `f` for each row with its index, each term's offset at its start, and the
-    /// positions of the output variables there.
-    fn each(&self, d: &DenseEquation, f: &mut RowVisitor) {
+    /// Calls `f` for each row of `range` with its index, each term's offset at its start,
+    /// and the positions of the output variables there.
+    fn each(&self, d: &DenseEquation, range: std::ops::Range<usize>, f: &mut RowVisitor) {
         let outer = self.dims.len().saturating_sub(1);
         let mut idx = vec![0usize; outer];
-        let mut at = vec![0usize; self.steps.len()];
+        let mut rest = range.start;
+        for ax in (0..outer).rev() {
+            idx[ax] = rest % self.dims[ax].max(1);
+            rest /= self.dims[ax].max(1);
+        }
+        let mut at: Vec<usize> = self
+            .steps
+            .iter()
+            .map(|s| idx.iter().zip(s).map(|(i, s)| i * s).sum())
+            .collect();
         let mut env = vec![0usize; d.extents.len()];
-        for row in 0..self.count {
+        for row in range.start..range.end.min(self.count) {
             for (&v, &x) in d.out.iter().zip(&idx) {
                 env[v] = x;
             }
@@ -184,14 +193,21 @@ impl Rows {
     }
 }
 
+/// A term read from an f32 row rather than from its operand: the row of a product the
+/// equation's value is written over ([`in_place`]), and the term's scale.
+struct Main<'r> {
+    term: usize,
+    row: &'r [f32],
+    scale: f64,
+}
+
 /// Computes every operation's row into `vals` (operation i at `i·len..(i+1)·len`).
 fn forward_row(
     p: &Program,
-    d: &DenseEquation,
-    rows: &Rows,
-    terms: &[Operand],
+    (d, rows, terms): (&DenseEquation, &Rows, &[Operand]),
     at: &[usize],
     env: &[usize],
+    main: Option<Main>,
     vals: &mut [f64],
 ) {
     let n = rows.len;
@@ -200,17 +216,18 @@ fn forward_row(
         let (done, rest) = vals.split_at_mut(i * n);
         let out = &mut rest[..n];
         let row = |a: usize| &done[a * n..(a + 1) * n];
-        let un = |a: usize, out: &mut [f64], f: &dyn Fn(f64) -> f64| {
-            for (o, &x) in out.iter_mut().zip(row(a)) {
-                *o = f(x);
-            }
-        };
-        let bin = |a: usize, b: usize, out: &mut [f64], f: &dyn Fn(f64, f64) -> f64| {
-            for ((o, &x), &y) in out.iter_mut().zip(row(a)).zip(row(b)) {
-                *o = f(x, y);
-            }
+        let un = |a: usize, out: &mut [f64], f: fn(f64) -> f64| map1(row(a), out, f);
+        let bin = |a: usize, b: usize, out: &mut [f64], f: fn(f64, f64) -> f64| {
+            map2((row(a), row(b)), out, f)
         };
         match op {
+            Op::Term(k) if main.as_ref().is_some_and(|m| m.term == *k) => {
+                if let Some(m) = &main {
+                    for (o, &x) in out.iter_mut().zip(m.row) {
+                        *o = f64::from(x) * m.scale;
+                    }
+                }
+            }
             Op::Term(k) => {
                 let (base, step, data) = (at[*k], rows.inner_step(*k), &terms[*k].data);
                 if step == 1 {
@@ -231,27 +248,44 @@ fn forward_row(
                     out.fill(env[*v] as f64);
                 }
             }
-            Op::Neg(a) => un(*a, out, &|x| -x),
-            Op::Not(a) => un(*a, out, &|x| 1.0 - x),
-            Op::Mul(a, b) => bin(*a, *b, out, &|x, y| x * y),
-            Op::Div(a, b) => bin(*a, *b, out, &|x, y| x / y),
-            Op::Add(a, b) => bin(*a, *b, out, &|x, y| x + y),
-            Op::Sub(a, b) => bin(*a, *b, out, &|x, y| x - y),
-            Op::Pow(a, b) => bin(*a, *b, out, &|x, y| x.powf(y)),
-            Op::Compare(c, a, b) => bin(*a, *b, out, &|x, y| {
+            Op::Neg(a) => un(*a, out, |x| -x),
+            Op::Not(a) => un(*a, out, |x| 1.0 - x),
+            Op::Mul(a, b) => bin(*a, *b, out, |x, y| x * y),
+            Op::Div(a, b) => bin(*a, *b, out, |x, y| x / y),
+            Op::Add(a, b) => bin(*a, *b, out, |x, y| x + y),
+            Op::Sub(a, b) => bin(*a, *b, out, |x, y| x - y),
+            Op::Pow(a, b) => bin(*a, *b, out, f64::powf),
+            Op::Compare(c, a, b) => map2((row(*a), row(*b)), out, |x, y| {
                 if c.holds(x, y) {
                     1.0
                 } else {
                     0.0
                 }
             }),
+            Op::Builtin(Builtin::Relu, args) if args.len() == 1 => un(args[0], out, |x| x.max(0.0)),
             Op::Builtin(f, args) => match args.as_slice() {
-                [a] => un(*a, out, &|x| f.apply(&[x])),
-                [a, b] => bin(*a, *b, out, &|x, y| f.apply(&[x, y])),
+                [a] => map1(row(*a), out, |x| f.apply(&[x])),
+                [a, b] => map2((row(*a), row(*b)), out, |x, y| f.apply(&[x, y])),
                 _ => out.fill(f64::NAN),
             },
-            Op::User(uf, a) => un(*a, out, &|x| (uf.f)(x)),
+            Op::User(uf, a) => map1(row(*a), out, |x| (uf.f)(x)),
         }
+    }
+}
+
+/// `out[j] = f(src[j])`, monomorphised so that simple functions vectorise.
+#[inline(always)]
+fn map1(src: &[f64], out: &mut [f64], f: impl Fn(f64) -> f64) {
+    for (o, &x) in out.iter_mut().zip(src) {
+        *o = f(x);
+    }
+}
+
+/// `out[j] = f(a[j], b[j])`, monomorphised so that simple functions vectorise.
+#[inline(always)]
+fn map2((a, b): (&[f64], &[f64]), out: &mut [f64], f: impl Fn(f64, f64) -> f64) {
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        *o = f(x, y);
     }
 }
 
@@ -264,11 +298,59 @@ pub(super) fn values(p: &Program, d: &DenseEquation, terms: &[Operand]) -> Vec<f
     let Some(root) = p.ops.len().checked_sub(1) else {
         return out;
     };
-    rows.each(d, &mut |row, at, env| {
-        forward_row(p, d, &rows, terms, at, env, &mut vals);
+    rows.each(d, 0..rows.count, &mut |row, at, env| {
+        forward_row(p, (d, &rows, terms), at, env, None, &mut vals);
         out[row * n..(row + 1) * n].copy_from_slice(&vals[root * n..(root + 1) * n]);
     });
     out
+}
+
+/// The expression's value at every output element, written over `buf`, which holds term
+/// `main` (laid out like the output) unscaled in f32: each row is read, evaluated in f64 as
+/// [`values`] would, and rounded back in place, so an f32 product and the functions and
+/// sums around it (`relu(W X + B)`) make one pass over memory. With `split`, blocks of rows
+/// go to the current rayon pool's workers; each element's operations are the same.
+pub(super) fn in_place(
+    p: &Program,
+    d: &DenseEquation,
+    terms: &[Operand],
+    (main, scale): (usize, f64),
+    buf: &mut [f32],
+    split: bool,
+) {
+    let rows = Rows::new(d, terms);
+    let n = rows.len;
+    let Some(root) = p.ops.len().checked_sub(1) else {
+        return;
+    };
+    if n == 0 || buf.len() != n * rows.count {
+        return;
+    }
+    let block = |first: usize, chunk: &mut [f32]| {
+        let mut vals = vec![0.0; n * p.ops.len()];
+        let range = first..first + chunk.len() / n;
+        rows.each(d, range, &mut |row, at, env| {
+            let mine = &mut chunk[(row - first) * n..(row - first + 1) * n];
+            let main = Main {
+                term: main,
+                row: mine,
+                scale,
+            };
+            forward_row(p, (d, &rows, terms), at, env, Some(main), &mut vals);
+            for (o, &v) in mine.iter_mut().zip(&vals[root * n..(root + 1) * n]) {
+                *o = v as f32;
+            }
+        });
+    };
+    let per = n * 64;
+    if split {
+        use rayon::prelude::*;
+        buf.par_chunks_mut(per)
+            .enumerate()
+            .for_each(|(i, chunk)| block(i * 64, chunk));
+    } else {
+        block(0, buf);
+    }
 }
 
 /// Adds to `g[k]` (laid out like term `k`) the adjoint of each term, given the adjoint of
@@ -287,12 +369,12 @@ pub(super) fn backward(
     let Some(root) = p.ops.len().checked_sub(1) else {
         return;
     };
-    rows.each(d, &mut |row, at, env| {
+    rows.each(d, 0..rows.count, &mut |row, at, env| {
         let up = &upstream[row * n..(row + 1) * n];
         if up.iter().all(|&a| a == 0.0) {
             return;
         }
-        forward_row(p, d, &rows, terms, at, env, &mut vals);
+        forward_row(p, (d, &rows, terms), at, env, None, &mut vals);
         for a in adj.iter_mut() {
             a.fill(0.0);
         }
