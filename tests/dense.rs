@@ -235,6 +235,7 @@ proptest! {
         }
         src.push_str(
             "Agg[n, d] = Neig(n, m) Z[m, d]\n\
+             AggT[n, d] = Neig(m, n) Z[m, d]\n\
              Mix[n, d] = relu(Neig(n, m) Z[m, d] + Z[n, d])\n\
              EmbR[i, j] = Neig(x, y) Emb[x, i] Emb[y, j]\n\
              Deg[n] = 1.5 Neig(n, m)\n\
@@ -242,7 +243,7 @@ proptest! {
              Chain[n, d] = Neig(n, m) Z[m, e] W[e, d]\n\
              Y = Agg[n, d] Agg[n, d] + Mix[n, d] + EmbR[i, j] + Deg[n]\n",
         );
-        for name in ["Agg", "Mix", "EmbR", "Deg", "Gate", "Chain"] {
+        for name in ["Agg", "AggT", "Mix", "EmbR", "Deg", "Gate", "Chain"] {
             let a = tensor(&src, &Reference, 1, name);
             let b = tensor(&src, &Standard, 1, name);
             for (x, y) in a.iter().zip(&b) {

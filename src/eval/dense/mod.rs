@@ -708,6 +708,11 @@ fn add_tuples<T: Num>(
         ([part], [(n, 1, steps)]) if steps[0] == 1 => Some((part, *n)),
         _ => None,
     };
+    if let Some((part, n)) = row {
+        if walk.runs() {
+            return sum_rows(walk, (rel, tuples), (&part.data, n), (out, base));
+        }
+    }
     walk.run(rel, tuples, &mut |at_out, at, whole| {
         let at_out = at_out.wrapping_sub(base);
         match (row, whole) {
@@ -738,6 +743,51 @@ fn add_tuples<T: Num>(
             }
         }
     });
+}
+
+/// [`add_tuples`] for one operand whose rows are added whole (`Neig(n, m) Z[m, d]`) when
+/// only the tuple's first position moves the result ([`TupleWalk::runs`]): the sorted
+/// tuples of one result row are consecutive, so their operand rows are summed in a local
+/// row, in tuple order from zero, and stored once. The sums are the same as adding each
+/// into the zeroed result.
+fn sum_rows<T: Num>(
+    walk: &TupleWalk,
+    (rel, tuples): (&crate::tensor::Relation, std::ops::Range<usize>),
+    (part, n): (&[T], usize),
+    (out, base): (&mut [T], usize),
+) {
+    let mut acc = vec![T::default(); n];
+    let mut current: Option<usize> = None;
+    let mut flush = |at: Option<usize>, acc: &mut [T]| {
+        let dst = at.and_then(|at| out.get_mut(at.wrapping_sub(base)..at.wrapping_sub(base) + n));
+        if let Some(dst) = dst {
+            for (d, a) in dst.iter_mut().zip(acc.iter_mut()) {
+                *d = d.add(*a);
+                *a = T::default();
+            }
+        }
+    };
+    for tuple in tuples.map(|i| rel.tuple(i)) {
+        let mut at_out = 0usize;
+        let mut at = 0usize;
+        let mut inside = true;
+        for (&x, (extent, so, sp)) in tuple.iter().zip(&walk.fixed) {
+            inside &= (x as usize) < *extent;
+            at_out += x as usize * so;
+            at += x as usize * sp[0];
+        }
+        let Some(src) = part.get(at..at + n).filter(|_| inside) else {
+            continue;
+        };
+        if current != Some(at_out) {
+            flush(current, &mut acc);
+            current = Some(at_out);
+        }
+        for (a, &x) in acc.iter_mut().zip(src) {
+            *a = a.add(x);
+        }
+    }
+    flush(current, &mut acc);
 }
 
 /// One axis of a relation-times-operands term: its extent, its stride in the result, and
@@ -779,6 +829,12 @@ impl TupleWalk {
             free: free_vars.into_iter().map(axis).collect(),
             operands: parts.len(),
         }
+    }
+
+    /// Whether only the tuple's first position moves the result: then the (sorted) tuples
+    /// that add to one result element are consecutive.
+    fn runs(&self) -> bool {
+        self.fixed.first().is_some_and(|a| a.1 > 0) && self.fixed[1..].iter().all(|a| a.1 == 0)
     }
 
     /// For each tuple inside the extents, calls `f(result offset, operand offsets, true)` at
