@@ -965,6 +965,9 @@ fn factor_values<'a, T: Num>(f: &Factor, values: &'a [Tensor], extents: &[usize]
 /// `data` read as the type's zero (planning keeps them from occurring).
 fn strided_copy<T: Num>(data: &[T], offset: i64, strides: &[i64], dims: &[usize]) -> Vec<T> {
     let total: usize = dims.iter().product();
+    if let Some(out) = transposed_copy(data, offset, strides, dims) {
+        return out;
+    }
     let mut out = Vec::with_capacity(total);
     let (inner, step) = match (dims.last(), strides.last()) {
         (Some(&n), Some(&s)) => (n, s),
@@ -1001,6 +1004,74 @@ fn strided_copy<T: Num>(data: &[T], offset: i64, strides: &[i64], dims: &[usize]
     out
 }
 
+/// [`strided_copy`] when the innermost axis is strided and another axis is contiguous in
+/// `data` (a transposition, as in `[r, s, p, q]` to `[p, q, r, s]`): 16×16 tiles of those
+/// two axes are copied at a time, so each cache line read is used whole. `None` for other
+/// layouts, or when a position would fall outside `data`.
+fn transposed_copy<T: Num>(
+    data: &[T],
+    offset: i64,
+    strides: &[i64],
+    dims: &[usize],
+) -> Option<Vec<T>> {
+    const TILE: usize = 16;
+    let last = dims.len().checked_sub(1)?;
+    let a = strides[..last].iter().position(|&s| s == 1)?;
+    let (na, nl, step) = (dims[a], dims[last], usize::try_from(strides[last]).ok()?);
+    if step <= 1 || na < TILE || nl < TILE || offset < 0 || strides.iter().any(|&s| s < 0) {
+        return None;
+    }
+    let reach: i64 = offset
+        + strides
+            .iter()
+            .zip(dims)
+            .map(|(&s, &n)| s * (n as i64 - 1))
+            .sum::<i64>();
+    if reach as usize >= data.len() || dims.contains(&0) {
+        return None;
+    }
+    let total: usize = dims.iter().product();
+    let out_strides = {
+        let mut s = vec![1usize; dims.len()];
+        for k in (0..last).rev() {
+            s[k] = s[k + 1] * dims[k + 1];
+        }
+        s
+    };
+    let da = out_strides[a];
+    let mut out = vec![T::default(); total];
+    // An odometer over every axis but `a` and the last.
+    let others: Vec<usize> = (0..last).filter(|&k| k != a).collect();
+    let mut idx = vec![0usize; others.len()];
+    let planes = total / (na * nl);
+    let (mut src, mut dst) = (offset as usize, 0usize);
+    for _ in 0..planes {
+        for a0 in (0..na).step_by(TILE) {
+            for l0 in (0..nl).step_by(TILE) {
+                for ia in a0..(a0 + TILE).min(na) {
+                    let row = dst + ia * da;
+                    let from = src + ia;
+                    for il in l0..(l0 + TILE).min(nl) {
+                        out[row + il] = data[from + il * step];
+                    }
+                }
+            }
+        }
+        for (k, &ax) in others.iter().enumerate().rev() {
+            idx[k] += 1;
+            src += strides[ax] as usize;
+            dst += out_strides[ax];
+            if idx[k] < dims[ax] {
+                break;
+            }
+            src -= strides[ax] as usize * dims[ax];
+            dst -= out_strides[ax] * dims[ax];
+            idx[k] = 0;
+        }
+    }
+    Some(out)
+}
+
 /// Evaluates a subtree whose leaves `leaf` supplies.
 fn subtree_from<'a, T: Num>(
     c: &Contraction,
@@ -1008,13 +1079,30 @@ fn subtree_from<'a, T: Num>(
     leaf: &dyn Fn(usize) -> Operand<'a, T>,
     threads: usize,
 ) -> Operand<'a, T> {
+    node(c, path, leaf, threads, &[])
+}
+
+/// [`subtree_from`] for a node whose parent sums `next` out of its result.
+fn node<'a, T: Num>(
+    c: &Contraction,
+    path: &Path,
+    leaf: &dyn Fn(usize) -> Operand<'a, T>,
+    threads: usize,
+    next: &[VarId],
+) -> Operand<'a, T> {
     match path {
         Path::Leaf(k) => leaf(*k),
         Path::Pair(a, b) => {
             let keep = kept(c, path.factors());
-            let x = subtree_from(c, a, leaf, threads);
-            let y = subtree_from(c, b, leaf, threads);
-            contract(x, y, (&keep, &c.out), &c.extents, threads)
+            let (in_a, in_b) = (kept(c, a.factors()), kept(c, b.factors()));
+            let summed: Vec<VarId> = in_a
+                .iter()
+                .filter(|v| in_b.contains(v) && !keep.contains(v))
+                .copied()
+                .collect();
+            let x = node(c, a, leaf, threads, &summed);
+            let y = node(c, b, leaf, threads, &summed);
+            contract(x, y, (&keep, &c.out, next), &c.extents, threads)
         }
     }
 }
@@ -1082,7 +1170,7 @@ fn reduce<'a, T: Num>(op: Operand<'a, T>, keep: &[VarId], extents: &[usize]) -> 
 fn contract<'a, T: Num>(
     x: Operand<'a, T>,
     y: Operand<'a, T>,
-    (keep, order): (&[VarId], &[VarId]),
+    (keep, order, next): (&[VarId], &[VarId], &[VarId]),
     extents: &[usize],
     threads: usize,
 ) -> Operand<'a, T> {
@@ -1094,11 +1182,34 @@ fn contract<'a, T: Num>(
             .map(rank)
             .min()
     };
-    if let (Some(rows), Some(cols)) = (first_own(&x, &y), first_own(&y, &x)) {
-        if cols < rows {
-            return contract(y, x, (keep, order), extents, threads);
-        }
-    }
+    // The result is laid out [batch, rows, columns]. When the parent contraction sums
+    // `next` out of it, the orientation that puts those variables at one end lets the
+    // parent read it in place (a chain `C[p, i] I[i, j, k, l] C[q, j] …` then never
+    // permutes); otherwise the output order decides.
+    let ends = |a: &Operand<T>, b: &Operand<T>| {
+        let layout: Vec<VarId> = a
+            .vars
+            .iter()
+            .filter(|v| keep.contains(v))
+            .chain(
+                b.vars
+                    .iter()
+                    .filter(|v| keep.contains(v) && !a.vars.contains(v)),
+            )
+            .copied()
+            .collect();
+        let n = next.len();
+        n > 0
+            && layout.len() >= n
+            && (layout[..n].iter().all(|v| next.contains(v))
+                || layout[layout.len() - n..].iter().all(|v| next.contains(v)))
+    };
+    let swap = match (ends(&x, &y), ends(&y, &x)) {
+        (false, true) => true,
+        (true, false) => false,
+        _ => matches!((first_own(&x, &y), first_own(&y, &x)), (Some(r), Some(c)) if c < r),
+    };
+    let (x, y) = if swap { (y, x) } else { (x, y) };
     let with = |other: &Operand<T>| -> Vec<VarId> {
         keep.iter()
             .chain(&other.vars)
@@ -1116,83 +1227,159 @@ fn contract<'a, T: Num>(
     let rows = pick(&x.vars, &|v| !y.vars.contains(v));
     let cols = pick(&y.vars, &|v| !x.vars.contains(v));
     let size = |vs: &[VarId]| -> usize { vs.iter().map(|&v| extents[v]).product() };
-    let (b, m, k, n) = (size(&batch), size(&rows), size(&inner), size(&cols));
-    // Operands whose layout already is a (batched) matrix, transposed or not, are read in
-    // place through strides; the others are permuted first.
-    let (x, sx) = match strided(&x.vars, [&batch, &rows, &inner], extents) {
-        Some(st) => (x, st),
-        None => {
-            let order = [batch.clone(), rows.clone(), inner.clone()].concat();
-            (permute(x, &order, extents), [m * k, k, 1])
-        }
+    let (m, k, n) = (size(&rows), size(&inner), size(&cols));
+    // Operands are read in place through strides: the summed variables must lie together,
+    // in the same order, in both; of each side's own variables, the largest run that lies
+    // together gives the matrix's rows (or columns), and the rest are looped over with the
+    // batch variables, each GEMM writing its block of the result. Where that fails, or would
+    // make GEMMs so small that calls cost more than copying, operands are permuted into
+    // `[batch, rows, inner]` and `[batch, inner, columns]` first.
+    let (tail_x, tail_y) = (
+        widest_run(&x.vars, &rows, extents),
+        widest_run(&y.vars, &cols, extents),
+    );
+    let in_place = run_at(&x.vars, &inner).is_some()
+        && run_at(&y.vars, &inner).is_some()
+        && (size(&tail_x) == m && size(&tail_y) == n
+            || size(&tail_x) * size(&tail_y) * k >= 1 << 13);
+    let (x, y, tail_x, tail_y) = if in_place {
+        (x, y, tail_x, tail_y)
+    } else {
+        let x = permute(
+            x,
+            &[batch.clone(), rows.clone(), inner.clone()].concat(),
+            extents,
+        );
+        let y = permute(
+            y,
+            &[batch.clone(), inner.clone(), cols.clone()].concat(),
+            extents,
+        );
+        (x, y, rows.clone(), cols.clone())
     };
-    let (y, sy) = match strided(&y.vars, [&batch, &inner, &cols], extents) {
-        Some(st) => (y, st),
-        None => {
-            let order = [batch.clone(), inner, cols.clone()].concat();
-            (permute(y, &order, extents), [k * n, n, 1])
-        }
+    let (own_x, own_y) = (strides(&x.vars, extents), strides(&y.vars, extents));
+    let stride = |vars: &[VarId], own: &[usize], v: Option<&VarId>| {
+        v.and_then(|v| vars.iter().position(|x| x == v))
+            .map_or(0, |p| own[p])
     };
-    let data = batched(
-        (b, m, n, k),
-        (&x.data, sx),
-        (&y.data, sy),
+    let loops: Vec<Loop> = batch
+        .iter()
+        .chain(rows.iter().filter(|v| !tail_x.contains(v)))
+        .chain(cols.iter().filter(|v| !tail_y.contains(v)))
+        .map(|v| {
+            let (sx, sy) = (
+                stride(&x.vars, &own_x, Some(v)),
+                stride(&y.vars, &own_y, Some(v)),
+            );
+            (extents[*v], sx, sy)
+        })
+        .collect();
+    let lhs = [
+        stride(&x.vars, &own_x, tail_x.last()),
+        stride(&x.vars, &own_x, inner.last()),
+    ];
+    let rhs = [
+        stride(&y.vars, &own_y, inner.last()),
+        stride(&y.vars, &own_y, tail_y.last()),
+    ];
+    let data = looped(
+        &loops,
+        (size(&tail_x), size(&tail_y), k),
+        (&x.data, lhs),
+        (&y.data, rhs),
         (T::default(), T::ONE),
         threads,
     );
+    let looped_vars = batch
+        .iter()
+        .chain(rows.iter().filter(|v| !tail_x.contains(v)))
+        .chain(cols.iter().filter(|v| !tail_y.contains(v)));
     Operand {
-        vars: [batch, rows, cols].concat(),
+        vars: looped_vars.chain(&tail_x).chain(&tail_y).copied().collect(),
         data: data.into(),
     }
 }
 
-/// Element strides of three groups of variables (batch, rows, columns of a matrix) in an
-/// operand laid out over `vars`, when each group lies contiguous in it, in order.
-fn strided(vars: &[VarId], groups: [&[VarId]; 3], extents: &[usize]) -> Option<[usize; 3]> {
-    let own = strides(vars, extents);
-    let mut out = [0usize; 3];
-    for (o, g) in out.iter_mut().zip(groups) {
-        let Some(&first) = g.first() else {
-            continue;
-        };
-        let start = vars.iter().position(|&v| v == first)?;
-        if vars.get(start..start + g.len()) != Some(g) {
-            return None;
-        }
-        *o = own[start + g.len() - 1];
+/// Where `group` lies in `vars` as consecutive axes in its own order (`Some(0)` for an
+/// empty group).
+fn run_at(vars: &[VarId], group: &[VarId]) -> Option<usize> {
+    if group.is_empty() {
+        return Some(0);
     }
-    Some(out)
+    vars.windows(group.len()).position(|w| w == group)
 }
 
-/// A matrix operand: its elements and the strides of its batch, row and column axes.
-type Strided<'s, T> = (&'s [T], [usize; 3]);
+/// Of the maximal runs of consecutive axes of `vars` that belong to `group`, the one with
+/// the most elements (the later one on a tie), in `vars` order.
+fn widest_run(vars: &[VarId], group: &[VarId], extents: &[usize]) -> Vec<VarId> {
+    let mut best: Vec<VarId> = Vec::new();
+    let mut best_size = 0usize;
+    let mut run: Vec<VarId> = Vec::new();
+    for v in vars.iter().map(Some).chain([None]) {
+        match v {
+            Some(v) if group.contains(v) => run.push(*v),
+            _ => {
+                let size: usize = run.iter().map(|&v| extents[v]).product();
+                if !run.is_empty() && size >= best_size {
+                    best_size = size;
+                    best = std::mem::take(&mut run);
+                }
+                run.clear();
+            }
+        }
+    }
+    best
+}
 
-/// `b` products of `m×k` and `k×n` matrices, stacked row-major in the result.
-fn batched<T: 'static + Copy>(
-    (b, m, n, k): (usize, usize, usize, usize),
+/// One loop around a contraction's matrix products: its extent and its stride in each
+/// operand (0 where the operand does not vary along it).
+type Loop = (usize, usize, usize);
+
+/// A matrix operand: its elements and the strides of its row and column axes.
+type Strided<'s, T> = (&'s [T], [usize; 2]);
+
+/// An `m×k` times `k×n` product for every index of `loops` (row-major), stacked row-major
+/// in the result: the loops move each operand's first element by its strides.
+fn looped<T: 'static + Copy>(
+    loops: &[Loop],
+    (m, n, k): (usize, usize, usize),
     lhs: Strided<T>,
     rhs: Strided<T>,
     unit: (T, T),
     threads: usize,
 ) -> Vec<T> {
     let padded;
-    let rhs = match unaliased(rhs, (b, k, n)) {
-        Some(copy) => {
-            padded = copy;
-            (padded.0.as_slice(), padded.1)
+    let (rhs, loops) = match unaliased(rhs, loops, (k, n)) {
+        Some((copy, strides, moved)) => {
+            padded = (copy, moved);
+            ((padded.0.as_slice(), strides), padded.1.as_slice())
         }
-        None => rhs,
+        None => (rhs, loops),
     };
-    let mut out = vec![unit.0; b * m * n];
-    for i in 0..b {
+    let count: usize = loops.iter().map(|l| l.0).product();
+    let mut out = vec![unit.0; count * m * n];
+    let mut idx = vec![0usize; loops.len()];
+    let (mut ox, mut oy) = (0usize, 0usize);
+    for block in out.chunks_exact_mut((m * n).max(1)).take(count) {
         matmul(
             (m, n, k),
-            (lhs.0, i * lhs.1[0], [lhs.1[1], lhs.1[2]]),
-            (rhs.0, i * rhs.1[0], [rhs.1[1], rhs.1[2]]),
-            &mut out[i * m * n..(i + 1) * m * n],
+            (lhs.0, ox, lhs.1),
+            (rhs.0, oy, rhs.1),
+            block,
             unit,
             threads,
         );
+        for (ax, &(extent, sx, sy)) in loops.iter().enumerate().rev() {
+            idx[ax] += 1;
+            ox += sx;
+            oy += sy;
+            if idx[ax] < extent {
+                break;
+            }
+            ox -= sx * extent;
+            oy -= sy * extent;
+            idx[ax] = 0;
+        }
     }
     out
 }
@@ -1201,15 +1388,19 @@ fn batched<T: 'static + Copy>(
 /// columns) whose column stride is a multiple of 2 KiB, copied with its columns 64 bytes
 /// apart further: gemm packs such a matrix by reading many columns at once, and columns a
 /// power of two apart fall into the same cache sets (a 512×512 f32 product took 1.4× as
-/// long). `None` for any other layout.
+/// long). Only when at most one loop moves it; the copy's strides and the loops with its
+/// new stride, or `None` for any other layout.
 fn unaliased<T: Copy>(
-    (data, [sb, sr, sc]): Strided<T>,
-    (b, k, n): (usize, usize, usize),
-) -> Option<(Vec<T>, [usize; 3])> {
+    (data, [sr, sc]): Strided<T>,
+    loops: &[Loop],
+    (k, n): (usize, usize),
+) -> Option<(Vec<T>, [usize; 2], Vec<Loop>)> {
     let size = std::mem::size_of::<T>();
-    if sr != 1 || k < 2 || n < 2 || !(sc * size).is_multiple_of(2048) {
+    let moving: Vec<usize> = (0..loops.len()).filter(|&i| loops[i].2 != 0).collect();
+    if sr != 1 || k < 2 || n < 2 || !(sc * size).is_multiple_of(2048) || moving.len() > 1 {
         return None;
     }
+    let (b, sb) = moving.first().map_or((1, 0), |&i| (loops[i].0, loops[i].2));
     let mut ld = k + 64 / size;
     if (ld * size).is_multiple_of(2048) {
         ld += 64 / size;
@@ -1222,7 +1413,11 @@ fn unaliased<T: Copy>(
             out.extend(std::iter::repeat_n(data[at], ld - k));
         }
     }
-    Some((out, [n * ld, 1, ld]))
+    let mut loops = loops.to_vec();
+    if let Some(&i) = moving.first() {
+        loops[i].2 = n * ld;
+    }
+    Some((out, [1, ld], loops))
 }
 
 /// `dst = lhs · rhs` for an `m×k` and a `k×n` matrix of f32 or f64, each given as its
@@ -1316,6 +1511,55 @@ fn matmul<T: 'static + Copy>(
                 false,
                 parallelism,
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every ordering of `n` axes.
+    fn orders(n: usize) -> Vec<Vec<usize>> {
+        if n == 0 {
+            return vec![Vec::new()];
+        }
+        let mut out = Vec::new();
+        for rest in orders(n - 1) {
+            for at in 0..=rest.len() {
+                let mut o = rest.clone();
+                o.insert(at, n - 1);
+                out.push(o);
+            }
+        }
+        out
+    }
+
+    /// Every permutation copies the element each position names, whether or not it takes
+    /// the tiled path (extents below, at and above the tile, uneven ones).
+    #[test]
+    fn permutations_copy_each_element() {
+        for dims in [vec![17usize, 33, 20], vec![5, 16, 3, 18], vec![40, 2, 16]] {
+            let total: usize = dims.iter().product();
+            let data: Vec<f32> = (0..total).map(|i| i as f32).collect();
+            let own: Vec<usize> = (0..dims.len())
+                .map(|a| dims[a + 1..].iter().product())
+                .collect();
+            for order in orders(dims.len()) {
+                let d: Vec<usize> = order.iter().map(|&a| dims[a]).collect();
+                let s: Vec<i64> = order.iter().map(|&a| own[a] as i64).collect();
+                let got = strided_copy(&data, 0, &s, &d);
+                let mut idx = vec![0usize; d.len()];
+                for (at, &x) in got.iter().enumerate() {
+                    let mut rest = at;
+                    for ax in (0..d.len()).rev() {
+                        idx[ax] = rest % d[ax];
+                        rest /= d[ax];
+                    }
+                    let want: i64 = idx.iter().zip(&s).map(|(&i, &s)| i as i64 * s).sum();
+                    assert_eq!(x, want as f32, "{dims:?} as {order:?} at {at}");
+                }
+            }
         }
     }
 }
