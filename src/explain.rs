@@ -121,8 +121,15 @@ pub fn explain(p: &Checked, source: &str) -> String {
                             d.summed.iter().map(|&v| eq.vars[v].name.as_str()).collect();
                         fused.push_str(&format!(", then summed over {}", names.join(", ")));
                     }
-                    if d.scatter.is_some() {
-                        fused.push_str(", each element added at its left-hand-side position");
+                    let combined = match p.tensors[d.target].family {
+                        Family::Max => Some("kept where largest"),
+                        Family::Min => Some("kept where smallest"),
+                        _ => d.scatter.as_ref().map(|_| "added"),
+                    };
+                    if let Some(how) = combined {
+                        fused.push_str(&format!(
+                            ", each element {how} at its left-hand-side position"
+                        ));
                     }
                     let _ = writeln!(out, "    {:.3e} FLOPs{fused}", d.flops);
                 }

@@ -529,3 +529,49 @@ fn looped_and_chained_contractions_match_the_reference() {
         assert_eq!(bits(1), bits(2), "{src}");
     }
 }
+
+/// `max=`/`min=` equations without summation points (max pooling, pointwise extremes of
+/// several equations) take the dense path and match the reference element for element:
+/// stored dense when every element is written, as their defined elements otherwise.
+#[test]
+fn max_and_min_pooling_match_the_reference() {
+    for (decl, eqs, all_written) in [
+        ("", "Y[x / 2, y / 3] max= F[x, y]", true),
+        ("", "Y[x / 2, y / 2] min= relu(F[x, y] - 0.1) + G[x]", true),
+        (
+            "Y : real[6, 3]\n",
+            "Y[x + 1, y / 2] max= F[x, y] G[x]",
+            false,
+        ),
+        ("", "Y[x, y] max= F[x, y] G[x]\nY[x, y] max= -F[x, y]", true),
+        (
+            "",
+            "Y[x / 2, y / 2] max= F[x, y]\nZ[i] = Y[i, j] H[j]",
+            true,
+        ),
+    ] {
+        let src = format!("F : real[5, 6]\nG : real[5]\nH : real[3]\n{decl}{eqs}\n");
+        let entries = |engine: &dyn Engine| {
+            let mut s = Session::new();
+            s.load_source("d.tl", &src, Path::new(".")).unwrap();
+            s.run_with(engine, &RunOptions::default()).unwrap();
+            let y = s.tensor("Y").unwrap();
+            (y.entries(), matches!(y.storage, Storage::Dense(_)))
+        };
+        let ((a, _), (b, dense)) = (entries(&Reference), entries(&Standard));
+        assert_eq!(dense, all_written, "{src}");
+        assert_eq!(a.len(), b.len(), "{src}");
+        for ((i, x), (j, y)) in a.iter().zip(&b) {
+            assert_eq!(i, j, "{src}");
+            assert!(
+                (x - y).abs() <= 1e-6 * (1.0 + x.abs()),
+                "{x} vs {y} in\n{src}"
+            );
+        }
+        let mut s = Session::new();
+        s.load_source("d.tl", &src, Path::new(".")).unwrap();
+        let checked = s.check(&RunOptions::default().settings).unwrap();
+        let plan = tensor_logic::explain::explain(checked, &src);
+        assert!(plan.contains("Y (not recursive), dense"), "{plan}");
+    }
+}

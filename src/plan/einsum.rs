@@ -139,19 +139,23 @@ pub struct DenseEquation {
 }
 
 /// The dense equations of a stratum when every equation of it is one: not recursive, and
-/// every tensor dense, real or integer, and accumulated with `=`/`+=`.
+/// every tensor dense, real or integer, and accumulated with `=`/`+=`, or with `max=`/`min=`
+/// by equations without summation points.
 pub fn plan_dense(p: &Checked, st: &Stratum) -> Option<Vec<DenseEquation>> {
     if st.recursive {
         return None;
     }
+    // `max=`/`min=` tensors hold only their defined elements; the dense path reads one only
+    // when every element is defined (stored dense, checked at run time).
     let dense = |t: TensorId| {
         let info = &p.tensors[t];
-        info.kind != Kind::Bool && !info.sparse_values
+        info.kind != Kind::Bool
+            && (!info.sparse_values || matches!(info.family, Family::Max | Family::Min))
     };
     if !st
         .tensors
         .iter()
-        .all(|&t| dense(t) && p.tensors[t].family == Family::Sum)
+        .all(|&t| dense(t) && p.tensors[t].family != Family::Avg)
     {
         return None;
     }
@@ -171,7 +175,7 @@ pub fn plan_dense(p: &Checked, st: &Stratum) -> Option<Vec<DenseEquation>> {
 
 fn dense_equation(p: &Checked, e: usize) -> Option<DenseEquation> {
     let eq = &p.equations[e];
-    if eq.family != Family::Sum || eq.virtual_var.is_some() {
+    if eq.family == Family::Avg || eq.virtual_var.is_some() {
         return None;
     }
     let extents: Vec<usize> = eq.vars.iter().map(|v| v.range).collect();
@@ -223,6 +227,20 @@ fn dense_equation(p: &Checked, e: usize) -> Option<DenseEquation> {
     };
     for c in &mut terms {
         c.single = narrow(eq.target) && c.factors.iter().all(|f| narrow(f.tensor));
+    }
+    // Under `max=`/`min=` the extreme replaces the sum at every summation point (§7): only
+    // equations without any (`Pool[x / 2, y / 2] max= F[x, y]`) are dense, each grid
+    // element then combined at its left-hand-side position.
+    let pointwise = summed.is_empty()
+        && terms.iter().all(|c| {
+            c.sparse.is_none()
+                && c.factors
+                    .iter()
+                    .flat_map(|f| &f.vars)
+                    .all(|v| c.out.contains(v))
+        });
+    if eq.family != Family::Sum && !pointwise {
+        return None;
     }
     let elements: f64 = out.iter().map(|&v| extents[v] as f64).product();
     let flops = terms.iter().map(|c| c.flops).sum::<f64>() + elements * size(&expr) as f64;

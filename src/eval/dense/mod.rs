@@ -16,7 +16,7 @@ pub(crate) use backward::backward_dense;
 use super::EvalOptions;
 use crate::functions::Structural;
 use crate::plan::einsum::{kept, Contraction, DenseEquation, Expr, Factor, Path};
-use crate::semantics::{Checked, Stratum, VarId};
+use crate::semantics::{Checked, Family, Stratum, VarId};
 use crate::tensor::{Dense, ElemType, Storage, Tensor};
 use std::borrow::Cow;
 
@@ -112,6 +112,18 @@ pub(super) fn evaluate_dense(
     let threads = o.threads.max(1);
     for &t in &st.tensors {
         let info = &p.tensors[t];
+        if matches!(info.family, Family::Max | Family::Min) {
+            // Backpropagation through an extreme follows the reference's recorded points.
+            match keep
+                .is_none()
+                .then(|| extreme(p, t, plans, values, o))
+                .flatten()
+            {
+                Some(v) => values[t] = v,
+                None => return false,
+            }
+            continue;
+        }
         let Storage::Dense(start) = &values[t].storage else {
             return false;
         };
@@ -166,6 +178,65 @@ pub(super) fn evaluate_dense(
         };
     }
     true
+}
+
+/// The value of a `max=`/`min=` tensor without data whose equations have no summation
+/// points (`Pool[x / 2, y / 2] max= F[x, y]`): each equation's expression over its grid,
+/// each element combined at its left-hand-side position, equations and grid elements in the
+/// reference's order. Stored dense when every element was written, otherwise as its defined
+/// elements. `None` when the tensor has data or a function is not registered.
+fn extreme(
+    p: &Checked,
+    t: usize,
+    plans: &[DenseEquation],
+    values: &[Tensor],
+    o: &EvalOptions,
+) -> Option<Tensor> {
+    let info = &p.tensors[t];
+    if p.data[t].is_some() {
+        return None;
+    }
+    let max = info.family == Family::Max;
+    let n: usize = info.shape.iter().product();
+    let mut acc = vec![0.0; n];
+    let mut hit = vec![false; n];
+    for d in plans.iter().filter(|d| d.target == t) {
+        let mut terms: Vec<Operand> = d.terms.iter().map(|c| term(c, values, 1)).collect();
+        let grid = grid_values(d, &mut terms, o)?;
+        let at = match d.scatter {
+            Some(_) => targets(d),
+            None => (0..grid.len()).map(Some).collect(),
+        };
+        for (v, at) in grid.into_iter().zip(at) {
+            let Some(i) = at.filter(|&i| i < n) else {
+                continue;
+            };
+            acc[i] = match (hit[i], max) {
+                (false, _) => v,
+                (true, true) => acc[i].max(v),
+                (true, false) => acc[i].min(v),
+            };
+            hit[i] = true;
+        }
+    }
+    if hit.iter().all(|&h| h) {
+        return Some(Tensor {
+            elem: info.elem,
+            shape: info.shape.clone(),
+            storage: Storage::Dense(Dense::from_f64(info.elem, acc)),
+        });
+    }
+    let mut out = Tensor::sparse(info.elem, info.shape.clone());
+    let mut idx = vec![0usize; info.shape.len()];
+    for (i, v) in acc.into_iter().enumerate().filter(|&(i, _)| hit[i]) {
+        let mut rest = i;
+        for (slot, &extent) in idx.iter_mut().zip(&info.shape).rev() {
+            *slot = rest % extent;
+            rest /= extent;
+        }
+        out.set(&idx, v);
+    }
+    Some(out)
 }
 
 /// What an f32 product's buffer becomes when it is stored as computed.
