@@ -170,6 +170,18 @@ fn large_contractions_do_not_depend_on_the_thread_count() {
     }
 }
 
+/// A product large enough that blocks of its rows go to workers (uneven blocks, with a
+/// k that spans two fixed blocks of the inner dimension) gives the same bits for 1, 2 and 3
+/// threads.
+#[test]
+fn products_split_by_rows_do_not_depend_on_the_thread_count() {
+    let src = "A : real[300, 700]\nB : real[700, 260]\nY[i, k] = relu(A[i, j] B[j, k])\n";
+    let one = values(src, &Standard, 1);
+    assert!(one.iter().filter(|&&x| x > 0.0).count() > one.len() / 4);
+    assert_eq!(one, values(src, &Standard, 2));
+    assert_eq!(one, values(src, &Standard, 3));
+}
+
 /// A relation of 20,000 tuples times dense tensors (split among workers by slabs of output
 /// rows, and an attention softmax split by rows) gives the same bits for 1 and 2 threads, and
 /// the aggregation is the direct sum.

@@ -1411,7 +1411,7 @@ type Strided<'s, T> = (&'s [T], [usize; 2]);
 
 /// An `m×k` times `k×n` product for every index of `loops` (row-major), stacked row-major
 /// in the result: the loops move each operand's first element by its strides.
-fn looped<T: 'static + Copy>(
+fn looped<T: Copy + Send + Sync + 'static>(
     loops: &[Loop],
     (m, n, k): (usize, usize, usize),
     lhs: Strided<T>,
@@ -1494,7 +1494,7 @@ fn unaliased<T: Copy>(
 /// `dst = lhs · rhs` for an `m×k` and a `k×n` matrix of f32 or f64, each given as its
 /// elements, the offset of its first one and its row and column strides (`unit` is the type's
 /// 0 and 1); `dst` is row-major.
-fn matmul<T: 'static + Copy>(
+fn matmul<T: Copy + Send + Sync + 'static>(
     (m, n, k): (usize, usize, usize),
     (lhs, lo, [lr, lc]): (&[T], usize, [usize; 2]),
     (rhs, ro, [rr, rc]): (&[T], usize, [usize; 2]),
@@ -1541,6 +1541,22 @@ fn matmul<T: 'static + Copy>(
         for i in 0..m {
             dst[i * n..(i + 1) * n].copy_from_slice(&out[i * n2..i * n2 + n]);
         }
+        return;
+    }
+    // With threads, blocks of rows go to workers, each a whole product on one thread: a
+    // row's sums never depend on the other rows (§9), so the result is the same, and one
+    // fork per product beats gemm's own splitting on the moderate shapes of layers.
+    if threads > 1 && m * n * k >= 1 << 24 && m >= 64 * threads {
+        use rayon::prelude::*;
+        let per = m.div_ceil(threads).next_multiple_of(16);
+        dst[..m * n]
+            .par_chunks_mut(per * n)
+            .enumerate()
+            .for_each(|(i, block)| {
+                let lhs = (lhs, lo + i * per * lr, [lr, lc]);
+                let rhs = (rhs, ro, [rr, rc]);
+                matmul((block.len() / n, n, k), lhs, rhs, block, (zero, one), 1);
+            });
         return;
     }
     // Below ~16M multiply-adds splitting costs more than it saves (thread wake-ups and
