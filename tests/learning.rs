@@ -160,12 +160,20 @@ fn dense_kernel_gradients_match_the_reference_loops() {
          Loss = -T[p, q] log(S[p, q]) + N[p, d] N[p, d] N[p, 0]\n",
     );
     // A strided convolution over an image that takes no gradient (a gathered window), and
-    // one whose windowed input is itself a parameter (the reference loops scatter it back).
+    // a reversed read of a tensor that takes one (its gradient scattered back, col2im).
     assert_fast_matches_reference(
         "Img = [[0.1, 0.9, 0.3, 0.4, 0.2], [0.5, 0.7, 0.8, 0.1, 0.6], [0.3, 0.2, 0.9, 0.4, 0.5], [0.7, 0.1, 0.2, 0.8, 0.3], [0.6, 0.4, 0.5, 0.2, 0.9]]\n\
          F ~ normal(0, 1)\nF : real[3, 2, 2]\nB : real[3]\nG : real[3, 3]\n\
          Feat[c, x, y] = tanh(F[c, dx, dy] Img[2 * x + dx, 2 * y + dy] + B[c])\n\
          Back[c, x, y] = G[c, d] Feat[d, 1 - x, y]\nLoss = Feat[c, x, y] Feat[c, x, y] + Back[c, x, y]^2\n",
+    );
+    // Two stacked convolutions: the second's overlapping windows over the first's output
+    // add up in its gradient.
+    assert_fast_matches_reference(
+        "Img ~ normal(0, 1)\nImg : real[2, 7, 6]\nF ~ normal(0, 1)\nF : real[3, 2, 2, 2]\n\
+         G ~ normal(0, 1)\nG : real[2, 3, 3, 2]\n\
+         A[c, x, y] = relu(F[c, i, dx, dy] Img[i, x + dx, y + dy])\n\
+         B[o, x, y] = G[o, c, dx, dy] A[c, x + dx, 2 * y + dy]\nLoss = B[o, x, y] B[o, x, y]\n",
     );
     // `concat` (dense: the flattened variables stand in the grid for the one they make).
     assert_fast_matches_reference(

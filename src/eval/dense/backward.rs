@@ -12,7 +12,7 @@ use super::{
 };
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
-use crate::plan::einsum::{gradient_term, Contraction, DenseEquation, Expr, Path};
+use crate::plan::einsum::{gradient_term, Contraction, DenseEquation, Expr, Factor, Path};
 use crate::semantics::{Checked, VarId};
 use crate::tensor::Tensor;
 use std::borrow::Cow;
@@ -31,14 +31,7 @@ pub(crate) fn backward_dense(
     adj: &mut [Option<Vec<f64>>],
     kept: Option<&[Option<KeptTerm>]>,
 ) -> bool {
-    // A window's gradient would scatter back through it (col2im): those go to the
-    // reference loops; windows over tensors that take no gradient (images) are fine.
-    let windowed = d
-        .terms
-        .iter()
-        .flat_map(|c| &c.factors)
-        .any(|f| f.window.is_some() && adj.get(f.tensor).is_some_and(Option::is_some));
-    if windowed || nested_normalize(&d.expr, false) || !fits(p, d, values, o.max_memory) {
+    if nested_normalize(&d.expr, false) || !fits(p, d, values, o.max_memory) {
         return false;
     }
     let threads = o.threads.max(1);
@@ -110,7 +103,8 @@ pub(crate) fn backward_dense(
                             vars: part.vars.clone(),
                             data: gp.into(),
                         };
-                        add_to(adj, f.tensor, &permute(grad, &f.vars, &c.extents).data);
+                        let grad = permute(grad, &f.vars, &c.extents);
+                        add_factor(adj, f, &c.extents, &grad.data);
                     }
                 } else if let (Some(part), Some(gp)) = (parts.first(), gparts.into_iter().next()) {
                     factor_gradients(c, &part.vars, &gp, values, threads, adj);
@@ -144,7 +138,36 @@ fn factor_gradients(
         } else {
             gradient::<f64>(&grad, path, &f.vars, g, values, threads)
         };
-        add_to(adj, f.tensor, &acc.data);
+        add_factor(adj, f, &c.extents, &acc.data);
+    }
+}
+
+/// Adds a factor's gradient (over its variables) to its tensor's adjoint: element for
+/// element, or for a window each element at the position it was read from, overlapping
+/// windows adding up (col2im), in row-major order of the factor's variables.
+fn add_factor(adj: &mut [Option<Vec<f64>>], f: &Factor, extents: &[usize], g: &[f64]) {
+    let Some(w) = &f.window else {
+        return add_to(adj, f.tensor, g);
+    };
+    let Some(buf) = adj.get_mut(f.tensor).and_then(Option::as_mut) else {
+        return;
+    };
+    let dims: Vec<usize> = f.vars.iter().map(|&v| extents[v]).collect();
+    let mut idx = vec![0usize; dims.len()];
+    let mut at = w.offset as i64;
+    for &x in g {
+        if let Some(slot) = usize::try_from(at).ok().and_then(|a| buf.get_mut(a)) {
+            *slot += x;
+        }
+        for ax in (0..dims.len()).rev() {
+            idx[ax] += 1;
+            at += w.strides[ax];
+            if idx[ax] < dims[ax] {
+                break;
+            }
+            at -= w.strides[ax] * dims[ax] as i64;
+            idx[ax] = 0;
+        }
     }
 }
 
