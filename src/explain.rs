@@ -339,7 +339,10 @@ mod tests {
         );
         let src = "X = [1, 2, 3]\nY : real[3]\nY[i] = X[i + 1]\n";
         let text = explain(&checked(src), src);
-        assert!(text.contains("iteration space: i 3 = 3 points"), "{text}");
+        assert!(
+            text.contains("added at its left-hand-side position"),
+            "{text}"
+        );
         let src = "X = [1, 2, 3]\nY[i] = X[i + 1]\n";
         let text = explain(&checked(src), src);
         assert!(text.contains("term 1: X[window gathered]"), "{text}");

@@ -587,3 +587,26 @@ fn max_and_min_pooling_match_the_reference() {
         assert!(plan.contains("Y (not recursive), dense"), "{plan}");
     }
 }
+
+/// Reads shifted by a variable's value (`X[i - 1]`, `A[2 * i + 1]`, `A[10 - i]`) that would
+/// leave their tensor at some values take the dense path over the variable's valid interval
+/// (the other points contribute nothing, §5.1) and match the reference.
+#[test]
+fn shifted_reads_take_the_dense_path_and_match_the_reference() {
+    for eq in [
+        "Y[i, j] = X[i - 1, j] + 0.5 X[i, j]",
+        "Y[i] = A[i + 1] - A[i]",
+        "Y[i] = A[2 * i + 1] A[10 - i]",
+        "Y[i, j] = sig(X[i, k] X[j - 2, k])",
+        "Y[i] = X[i - 1, j] W[j] + i",
+        "Y[i, j] = X[i - 1, j] X[i + 1, j] (i > 2)",
+    ] {
+        let src = format!("X : real[10, 4]\nA : real[12]\nW : real[4]\n{eq}\n");
+        assert_engines_agree(&src);
+        let mut s = Session::new();
+        s.load_source("d.tl", &src, Path::new(".")).unwrap();
+        let checked = s.check(&RunOptions::default().settings).unwrap();
+        let plan = tensor_logic::explain::explain(checked, &src);
+        assert!(plan.contains("Y (not recursive), dense"), "{plan}");
+    }
+}

@@ -174,7 +174,8 @@ pub fn plan_dense(p: &Checked, st: &Stratum) -> Option<Vec<DenseEquation>> {
 }
 
 fn dense_equation(p: &Checked, e: usize) -> Option<DenseEquation> {
-    let eq = &p.equations[e];
+    let eq = super::valid::restricted(p, &p.equations[e])?;
+    let eq = eq.as_ref();
     if eq.family == Family::Avg || eq.virtual_var.is_some() {
         return None;
     }
@@ -792,7 +793,7 @@ mod tests {
     }
 
     #[test]
-    fn recursion_two_relations_and_reads_that_can_leave_a_tensor_are_not() {
+    fn recursion_two_relations_divided_reads_and_unfilled_concats_are_not() {
         // One summed term of 33 factors is more than a u32 set of factors holds: it runs as
         // an elementwise product of 33 one-factor terms, then the sum.
         let many = format!("X : real[3]\nY = {}\n", vec!["X[j]"; 33].join(" "));
@@ -800,21 +801,26 @@ mod tests {
             assert!(d.terms.iter().all(|c| c.factors.len() <= MAX_FACTORS));
             assert_eq!(d.summed.len(), 1);
         }
-        // A read that stays inside its tensor is a window; one that can leave it is not (the
-        // reference skips those points).
         // A `concat` whose parts fill the variable they make runs over them.
         let filled = plans("S : real[3, 4]\nP[k] = concat(S[i, j])\n");
         let grid = filled[0]
             .as_ref()
             .map(|d| (d[0].out.len(), d[0].target_shape.clone()));
         assert_eq!(grid, Some((2, vec![12])));
+        // A read that stays inside its tensor is a window.
         let inside = plans("X : real[3]\nY[i] = X[i + 1]\n");
         let window = inside[0]
             .as_ref()
             .and_then(|d| d[0].terms[0].factors[0].window.clone());
         assert_eq!(window.map(|w| (w.offset, w.strides)), Some((1, vec![1])));
+        // One that can leave it runs over the interval where it stays inside (`plan::valid`),
+        // writing each element at its shifted position.
+        let shifted = plans("X : real[3]\nY : real[3]\nY[i] = X[i + 1]\n");
+        let grid = shifted[0]
+            .as_ref()
+            .map(|d| (d[0].extents.clone(), d[0].scatter.is_some()));
+        assert_eq!(grid, Some((vec![2], true)));
         for src in [
-            "X : real[3]\nY : real[3]\nY[i] = X[i + 1]\n",
             "X : real[4]\nY[i] = X[i / 2]\n",
             "E(0, 1).\nY[i] = E(i, j) E(j, k)\n",
             "S : real[3, 4]\nP : real[13]\nP[k] = concat(S[i, j])\n",

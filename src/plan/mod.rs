@@ -9,6 +9,7 @@ pub mod chains;
 pub mod datalog;
 pub mod demand;
 pub mod einsum;
+pub mod valid;
 
 use crate::semantics::Checked;
 

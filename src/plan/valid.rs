@@ -1,0 +1,179 @@
+//! Valid ranges: an iteration point at which a read leaves its tensor contributes nothing
+//! (§5.1), so a variable that a read shifts (`X[i - 1, k]`, `A[2 * i + 1]`) takes part
+//! only over the interval that keeps every such read in bounds. Rewriting the equation over
+//! that interval (`i = i' + 1`, `i'` over one fewer values) leaves reads that stay inside
+//! their tensors, which the dense path gathers as windows, and a left-hand side that is
+//! index arithmetic, which it scatters. `X[i, j] = sig(W[i, j, k] X[i - 1, k])` becomes
+//! `X[i' + 1, j] = sig(W[i' + 1, j, k] X[i', k])`.
+
+use crate::semantics::{Checked, Equation, IndexFn, Node, VarId};
+use crate::syntax::ast::{ArithOp, BinOp};
+use std::borrow::Cow;
+
+/// The equation over the valid interval of each variable that reads shift; the equation
+/// itself when every variable's whole range is valid, or when a variable this would
+/// restrict is also normalised or concatenated over (a row would lose elements), or its
+/// interval is empty.
+pub fn restricted<'e>(p: &Checked, eq: &'e Equation) -> Option<Cow<'e, Equation>> {
+    let mut bounds: Vec<(i64, i64)> = eq.vars.iter().map(|v| (0, v.range as i64 - 1)).collect();
+    reads(&eq.rhs, &mut |tensor, index| {
+        for (f, &n) in index.iter().zip(&p.tensors[tensor].shape) {
+            if let Some((v, k, c)) = single(f) {
+                let (lo, hi) = &mut bounds[v];
+                // 0 ≤ k·v + c ≤ n - 1.
+                let (a, b) = (-c, n as i64 - 1 - c);
+                let (from, to) = if k > 0 {
+                    (
+                        a.div_euclid(k) + i64::from(a.rem_euclid(k) != 0),
+                        b.div_euclid(k),
+                    )
+                } else {
+                    let k = -k;
+                    (
+                        (-b).div_euclid(k) + i64::from((-b).rem_euclid(k) != 0),
+                        (-a).div_euclid(k),
+                    )
+                };
+                *lo = (*lo).max(from);
+                *hi = (*hi).min(to);
+            }
+        }
+    });
+    let shifts: Vec<(VarId, i64, usize)> = bounds
+        .iter()
+        .enumerate()
+        .filter(|&(v, &(lo, hi))| lo > 0 || hi < eq.vars[v].range as i64 - 1)
+        .map(|(v, &(lo, hi))| (v, lo, (hi - lo + 1).max(0) as usize))
+        .collect();
+    if shifts.is_empty() {
+        return Some(Cow::Borrowed(eq));
+    }
+    let structural = |v: VarId| grouped(&eq.rhs, v) || eq.virtual_var == Some(v);
+    if shifts.iter().any(|&(v, _, n)| n == 0 || structural(v)) {
+        return None;
+    }
+    let mut out = eq.clone();
+    for &(v, lo, n) in &shifts {
+        out.vars[v].range = n;
+        out.lhs = out.lhs.iter().map(|f| shift_index(f, v, lo)).collect();
+        out.rhs = shift_node(&out.rhs, v, lo);
+    }
+    Some(Cow::Owned(out))
+}
+
+/// Calls `f` with every read's tensor and index, except under `not` (whose operand is
+/// read totally).
+fn reads(n: &Node, f: &mut dyn FnMut(usize, &[IndexFn])) {
+    match n {
+        Node::Read { tensor, index, .. } => f(*tensor, index),
+        Node::Not(_) => {}
+        _ => n.children().into_iter().for_each(|c| reads(c, f)),
+    }
+}
+
+/// `k · v + c` when the position is affine in one variable only.
+fn single(f: &IndexFn) -> Option<(VarId, i64, i64)> {
+    match f {
+        IndexFn::Var(v) => Some((*v, 1, 0)),
+        IndexFn::Const(_) => None,
+        IndexFn::Arith(a, op, b) => {
+            let constant = |x: &IndexFn| match x {
+                IndexFn::Const(c) => Some(*c),
+                _ => None,
+            };
+            match (op, constant(a), constant(b)) {
+                (ArithOp::Add, None, Some(c)) => {
+                    single(a).and_then(|(v, k, d)| Some((v, k, d.checked_add(c)?)))
+                }
+                (ArithOp::Add, Some(c), None) => {
+                    single(b).and_then(|(v, k, d)| Some((v, k, d.checked_add(c)?)))
+                }
+                (ArithOp::Sub, None, Some(c)) => {
+                    single(a).and_then(|(v, k, d)| Some((v, k, d.checked_sub(c)?)))
+                }
+                (ArithOp::Sub, Some(c), None) => {
+                    single(b).and_then(|(v, k, d)| Some((v, k.checked_neg()?, c.checked_sub(d)?)))
+                }
+                (ArithOp::Mul, None, Some(c)) if c != 0 => {
+                    single(a).and_then(|(v, k, d)| Some((v, k.checked_mul(c)?, d.checked_mul(c)?)))
+                }
+                (ArithOp::Mul, Some(c), None) if c != 0 => {
+                    single(b).and_then(|(v, k, d)| Some((v, k.checked_mul(c)?, d.checked_mul(c)?)))
+                }
+                _ => None,
+            }
+        }
+    }
+}
+
+/// Whether `v` is a `softmax`/`lnorm` axis or a `concat`'s variable in `n`.
+fn grouped(n: &Node, v: VarId) -> bool {
+    match n {
+        Node::Normalize(_, x, _) if *x == v => true,
+        Node::Concat { out, parts, .. } if *out == v || parts.contains(&v) => true,
+        _ => n.children().into_iter().any(|c| grouped(c, v)),
+    }
+}
+
+/// `f` with `v` replaced by `v + lo`.
+fn shift_index(f: &IndexFn, v: VarId, lo: i64) -> IndexFn {
+    match f {
+        IndexFn::Var(x) if *x == v => IndexFn::Arith(
+            Box::new(IndexFn::Var(v)),
+            ArithOp::Add,
+            Box::new(IndexFn::Const(lo)),
+        ),
+        IndexFn::Var(_) | IndexFn::Const(_) => f.clone(),
+        IndexFn::Arith(a, op, b) => IndexFn::Arith(
+            Box::new(shift_index(a, v, lo)),
+            *op,
+            Box::new(shift_index(b, v, lo)),
+        ),
+    }
+}
+
+/// `n` with `v` replaced by `v + lo` in every index and value.
+fn shift_node(n: &Node, v: VarId, lo: i64) -> Node {
+    let sub = |x: &Node| Box::new(shift_node(x, v, lo));
+    match n {
+        Node::Const(_) => n.clone(),
+        Node::Var(x) if *x == v => Node::Binary(
+            BinOp::Add,
+            Box::new(Node::Var(v)),
+            Box::new(Node::Const(lo as f64)),
+        ),
+        Node::Var(_) => n.clone(),
+        Node::Read {
+            tensor,
+            index,
+            slice,
+        } => Node::Read {
+            tensor: *tensor,
+            index: index.iter().map(|f| shift_index(f, v, lo)).collect(),
+            slice: *slice,
+        },
+        Node::Sum { vars, body } => Node::Sum {
+            vars: vars.clone(),
+            body: sub(body),
+        },
+        Node::Product(fs) => Node::Product(
+            fs.iter()
+                .map(|(div, f)| (*div, shift_node(f, v, lo)))
+                .collect(),
+        ),
+        Node::Neg(x) => Node::Neg(sub(x)),
+        Node::Not(x) => Node::Not(sub(x)),
+        Node::Binary(op, a, b) => Node::Binary(*op, sub(a), sub(b)),
+        Node::Compare(op, a, b) => Node::Compare(*op, sub(a), sub(b)),
+        Node::Call(f, args) => Node::Call(
+            f.clone(),
+            args.iter().map(|a| shift_node(a, v, lo)).collect(),
+        ),
+        Node::Normalize(kind, x, body) => Node::Normalize(*kind, *x, sub(body)),
+        Node::Concat { out, parts, arg } => Node::Concat {
+            out: *out,
+            parts: parts.clone(),
+            arg: sub(arg),
+        },
+    }
+}
