@@ -610,3 +610,39 @@ fn shifted_reads_take_the_dense_path_and_match_the_reference() {
         assert!(plan.contains("Y (not recursive), dense"), "{plan}");
     }
 }
+
+/// Recursive strata of one tensor iterate their dense equations to the reference's fixpoint:
+/// index recursion (a deep network written `Y[i, j] = sig(W[i, j, k] Y[i - 1, k])`, batched
+/// or not), a damped contraction like PageRank's, an integer recursion. A recursion that
+/// blows up or does not settle gets the reference's diagnostic.
+#[test]
+fn recursions_iterate_dense_equations_to_the_reference_fixpoint() {
+    for src in [
+        "W : real[6, 8, 8]\nIn : real[8]\nY[0, j] = In[j]\nY[i, j] = sig(W[i, j, k] Y[i - 1, k])\n",
+        "W : real[5, 16, 16]\nIn : real[4, 16]\nY[0, b, j] = In[b, j]\n\
+         Y[i, b, j] = tanh(W[i, j, k] Y[i - 1, b, k] + 0.1)\n",
+        "A : real[6, 6]\nM[x, y] = 0.1 sig(A[x, y])\nY[x] = 0.15 + 0.85 M[x, y] Y[y]\n",
+        "Y : int[10]\nY[0] = 1\nY[i] = 2 Y[i - 1] + i\n",
+    ] {
+        assert_engines_agree(src);
+        let mut s = Session::new();
+        s.load_source("d.tl", src, Path::new(".")).unwrap();
+        let checked = s.check(&RunOptions::default().settings).unwrap();
+        let plan = tensor_logic::explain::explain(checked, src);
+        assert!(plan.contains("Y (recursive), dense"), "{plan}");
+    }
+    for src in [
+        "Y : real[3]\nY[x] = 1 + 2 Y[x]\n",
+        "Y : real[3]\nY[x] = 1 + 0.9999999 Y[x]\n",
+    ] {
+        let error = |engine: &dyn Engine| {
+            let mut s = Session::new();
+            s.load_source("d.tl", src, Path::new(".")).unwrap();
+            match s.run_with(engine, &RunOptions::default()) {
+                Ok(_) => panic!("{src} should fail"),
+                Err(d) => d.render("d.tl", src),
+            }
+        };
+        assert_eq!(error(&Reference), error(&Standard), "{src}");
+    }
+}

@@ -201,11 +201,12 @@ fn thread_pool(o: &EvalOptions) -> Option<std::sync::Arc<rayon::ThreadPool>> {
 }
 
 /// The tensors whose zeros need not be made before evaluation: those without data that a
-/// dense stratum defines (it replaces them whole, unless it declines at run time).
+/// non-recursive dense stratum defines (it replaces them whole, unless it declines at run
+/// time).
 fn pending(p: &Checked, plan: &Plan) -> Vec<bool> {
     let mut pending = vec![false; p.tensors.len()];
     for (st, sp) in p.strata.iter().zip(&plan.strata) {
-        if let StratumPlan::Dense(_) = sp {
+        if let (StratumPlan::Dense(_), false) = (sp, st.recursive) {
             for &t in &st.tensors {
                 pending[t] = p.data[t].is_none();
             }

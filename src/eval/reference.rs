@@ -222,7 +222,7 @@ fn fixpoint(
 }
 
 /// A non-finite value that appeared where the previous iterate was finite.
-fn blew_up(old: &Tensor, new: &Tensor) -> Option<f64> {
+pub(super) fn blew_up(old: &Tensor, new: &Tensor) -> Option<f64> {
     let (Storage::Dense(a), Storage::Dense(b)) = (&old.storage, &new.storage) else {
         let bad = new
             .entries()
@@ -244,7 +244,7 @@ fn blew_up(old: &Tensor, new: &Tensor) -> Option<f64> {
 
 /// Largest absolute change between two values of one tensor; `None` if the defined elements
 /// differ.
-fn change(old: &Tensor, new: &Tensor) -> Option<f64> {
+pub(super) fn change(old: &Tensor, new: &Tensor) -> Option<f64> {
     if old.shape != new.shape {
         return None;
     }

@@ -138,11 +138,13 @@ pub struct DenseEquation {
     pub scatter: Option<Vec<IndexFn>>,
 }
 
-/// The dense equations of a stratum when every equation of it is one: not recursive, and
-/// every tensor dense, real or integer, and accumulated with `=`/`+=`, or with `max=`/`min=`
+/// The dense equations of a stratum when every equation of it is one: not recursive (or
+/// recursive in one sum tensor), and every tensor dense, real or integer, and accumulated with `=`/`+=`, or with `max=`/`min=`
 /// by equations without summation points.
 pub fn plan_dense(p: &Checked, st: &Stratum) -> Option<Vec<DenseEquation>> {
-    if st.recursive {
+    // A recursive stratum of one sum tensor iterates its dense equations to the fixpoint
+    // (`eval::dense`); others keep the reference loops.
+    if st.recursive && (st.tensors.len() != 1 || p.tensors[st.tensors[0]].family != Family::Sum) {
         return None;
     }
     // `max=`/`min=` tensors hold only their defined elements; the dense path reads one only

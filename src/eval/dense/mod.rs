@@ -104,6 +104,61 @@ pub(super) fn evaluate_dense(
     values: &mut [Tensor],
     o: &EvalOptions,
     pool: Option<&rayon::ThreadPool>,
+    keep: Option<&mut KeptTerms>,
+) -> bool {
+    match (st.recursive, keep) {
+        (false, keep) => evaluate_once(p, st, plans, values, o, pool, keep),
+        // Backpropagation through a recursion follows the reference's recorded iterates.
+        (true, Some(_)) => false,
+        (true, None) => fixpoint(p, st, plans, values, o, pool),
+    }
+}
+
+/// A recursive stratum of one tensor (`X[i, j] = sig(W[i, j, k] X[i - 1, k])`,
+/// `R[i] = 0.15 + 0.85 M[i, j] R[j]`) iterated to its fixpoint as the reference does: each
+/// iteration computes the tensor afresh from the last one, until no element changes by more
+/// than `--tol` (exactly, for integers). `false`, with `values` as they were, when an
+/// iteration declines, an element blows up or `--max-iters` runs out: the reference loops
+/// then run and report what they find.
+fn fixpoint(
+    p: &Checked,
+    st: &Stratum,
+    plans: &[DenseEquation],
+    values: &mut [Tensor],
+    o: &EvalOptions,
+    pool: Option<&rayon::ThreadPool>,
+) -> bool {
+    let [t] = st.tensors[..] else {
+        return false;
+    };
+    let initial = values[t].clone();
+    let tol = match p.tensors[t].kind {
+        crate::semantics::Kind::Real => o.tol,
+        _ => 0.0,
+    };
+    for _ in 0..o.max_iters {
+        let last = values[t].clone();
+        if !evaluate_once(p, st, plans, values, o, pool, None)
+            || super::reference::blew_up(&last, &values[t]).is_some()
+        {
+            break;
+        }
+        if super::reference::change(&last, &values[t]).is_some_and(|c| c <= tol) {
+            return true;
+        }
+    }
+    values[t] = initial;
+    false
+}
+
+/// One evaluation of a stratum's dense equations from the current values.
+fn evaluate_once(
+    p: &Checked,
+    st: &Stratum,
+    plans: &[DenseEquation],
+    values: &mut [Tensor],
+    o: &EvalOptions,
+    pool: Option<&rayon::ThreadPool>,
     mut keep: Option<&mut KeptTerms>,
 ) -> bool {
     if !plans.iter().all(|d| fits(p, d, values, o.max_memory)) {
