@@ -445,12 +445,17 @@ proptest! {
 fn valid_convolutions_take_the_dense_path() {
     for (wide, dense) in [(false, true), (true, false)] {
         let src = convolution((2, 3, 8, 3, 1), true, false, wide, 3);
-        let mut s = Session::new();
-        s.load_source("c.tl", &src, Path::new(".")).unwrap();
-        let checked = s.check(&RunOptions::default().settings).unwrap();
-        let plan = tensor_logic::explain::explain(checked, &src);
+        let plan = explained(&src);
         assert_eq!(plan.contains("In[window gathered]"), dense, "{plan}");
     }
+}
+
+/// What `tl explain` prints for `src`.
+fn explained(src: &str) -> String {
+    let mut s = Session::new();
+    s.load_source("d.tl", src, Path::new(".")).unwrap();
+    let checked = s.check(&RunOptions::default().settings).unwrap();
+    tensor_logic::explain::explain(checked, src)
 }
 
 /// `Y` by the standard engine is the reference's within 1e-5 relative.
@@ -580,10 +585,7 @@ fn max_and_min_pooling_match_the_reference() {
                 "{x} vs {y} in\n{src}"
             );
         }
-        let mut s = Session::new();
-        s.load_source("d.tl", &src, Path::new(".")).unwrap();
-        let checked = s.check(&RunOptions::default().settings).unwrap();
-        let plan = tensor_logic::explain::explain(checked, &src);
+        let plan = explained(&src);
         assert!(plan.contains("Y (not recursive), dense"), "{plan}");
     }
 }
@@ -603,10 +605,7 @@ fn shifted_reads_take_the_dense_path_and_match_the_reference() {
     ] {
         let src = format!("X : real[10, 4]\nA : real[12]\nW : real[4]\n{eq}\n");
         assert_engines_agree(&src);
-        let mut s = Session::new();
-        s.load_source("d.tl", &src, Path::new(".")).unwrap();
-        let checked = s.check(&RunOptions::default().settings).unwrap();
-        let plan = tensor_logic::explain::explain(checked, &src);
+        let plan = explained(&src);
         assert!(plan.contains("Y (not recursive), dense"), "{plan}");
     }
 }
@@ -625,10 +624,7 @@ fn recursions_iterate_dense_equations_to_the_reference_fixpoint() {
         "Y : int[10]\nY[0] = 1\nY[i] = 2 Y[i - 1] + i\n",
     ] {
         assert_engines_agree(src);
-        let mut s = Session::new();
-        s.load_source("d.tl", src, Path::new(".")).unwrap();
-        let checked = s.check(&RunOptions::default().settings).unwrap();
-        let plan = tensor_logic::explain::explain(checked, src);
+        let plan = explained(src);
         assert!(plan.contains("Y (recursive), dense"), "{plan}");
     }
     for src in [

@@ -1,11 +1,14 @@
-//! Dense equations (`plan::einsum`): each term's contraction tree runs as batched matrix
-//! products by the `gemm` crate (after reducing the variables only one side sums and permuting
-//! both sides to `[batch, rows, inner]` and `[batch, inner, columns]`); then one pass over the
-//! output evaluates the equation's elementwise expression, reading each term in place.
+//! Dense equations (`plan::einsum`): each term's contraction tree runs as matrix products
+//! by the `gemm` crate, operands read in place through strides (loops around the products
+//! where an operand's own variables are split) or permuted where they cannot be; then one
+//! pass over the output evaluates the equation's elementwise expression, reading each term
+//! in place, or, for an f32 tensor over one f32 product, over the product's own buffer.
 //!
-//! Arithmetic is f64 throughout, as in the reference evaluator; results are rounded to the
-//! target's type when stored. `gemm` splits only output tiles among threads, so each element
-//! is summed in the same order for every thread count.
+//! Products of f32 tensors run in f32, others in f64; elementwise expressions run in f64 as
+//! in the reference evaluator, and results are rounded to the target's type when stored
+//! (f32 softmax rows excepted: `fast_rows`). Threads split output rows or tiles only, so
+//! each element is summed in the same order for every thread count. Recursive strata of one
+//! tensor iterate to their fixpoint as the reference does.
 
 mod backward;
 mod fast_rows;
