@@ -314,9 +314,13 @@ fn batched(
 #[test]
 fn rows_do_not_depend_on_the_batch() {
     let (k, n) = (300, 70);
+    // Products whose softmax, lnorm, bias and activation run over their own f32 rows, and
+    // the same functions of a stored product.
     let equations =
-        "Y[b, n] = X[b, k] W[k, n]\nS[b, n] = softmax(Y[b, n])\nL[b, n] = lnorm(Y[b, n])\n";
-    let names = ["Y", "S", "L"];
+        "Y[b, n] = X[b, k] W[k, n]\nS[b, n] = softmax(Y[b, n])\nL[b, n] = lnorm(Y[b, n])\n\
+                     A[b, n.] = softmax(X[b, k] W[k, n] / 4)\nG[b, n.] = lnorm(X[b, k] W[k, n])\n\
+                     R[b, n] = relu(X[b, k] W[k, n] + W[0, n])\n";
+    let names = ["Y", "S", "L", "A", "G", "R"];
     let batch: Vec<usize> = (0..37).collect();
     let all = batched(&batch, (k, n), equations, &names, 1);
     for r in [0, 5, 36] {
