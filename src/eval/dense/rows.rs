@@ -273,6 +273,15 @@ fn forward_row(
     }
 }
 
+/// `dst[j] += a[j] · f(j)`: an adjoint passed back through a local derivative,
+/// monomorphised so that simple derivatives vectorise.
+#[inline(always)]
+fn add_scaled(dst: &mut [f64], a: &[f64], f: impl Fn(usize) -> f64) {
+    for (j, (t, &aj)) in dst.iter_mut().zip(a).enumerate() {
+        *t += aj * f(j);
+    }
+}
+
 /// `out[j] = f(src[j])`, monomorphised so that simple functions vectorise.
 #[inline(always)]
 fn map1(src: &[f64], out: &mut [f64], f: impl Fn(f64) -> f64) {
@@ -382,11 +391,6 @@ pub(super) fn backward(
         for (i, op) in p.ops.iter().enumerate().rev() {
             let (before, rest) = adj.split_at_mut(i);
             let a = &rest[0];
-            let mut to = |x: usize, f: &dyn Fn(usize) -> f64| {
-                for (j, t) in before[x][..n].iter_mut().enumerate() {
-                    *t += a[j] * f(j);
-                }
-            };
             let v = |x: usize| &vals[x * n..(x + 1) * n];
             match op {
                 Op::Term(k) => {
@@ -396,29 +400,29 @@ pub(super) fn backward(
                     }
                 }
                 Op::Const(_) | Op::Var(_) | Op::Compare(..) => {}
-                Op::Neg(x) | Op::Not(x) => to(*x, &|_| -1.0),
+                Op::Neg(x) | Op::Not(x) => add_scaled(&mut before[*x][..n], a, |_| -1.0),
                 Op::Add(x, y) => {
-                    to(*x, &|_| 1.0);
-                    to(*y, &|_| 1.0);
+                    add_scaled(&mut before[*x][..n], a, |_| 1.0);
+                    add_scaled(&mut before[*y][..n], a, |_| 1.0);
                 }
                 Op::Sub(x, y) => {
-                    to(*x, &|_| 1.0);
-                    to(*y, &|_| -1.0);
+                    add_scaled(&mut before[*x][..n], a, |_| 1.0);
+                    add_scaled(&mut before[*y][..n], a, |_| -1.0);
                 }
                 Op::Mul(x, y) => {
                     let (vx, vy) = (v(*x), v(*y));
-                    to(*x, &|j| vy[j]);
-                    to(*y, &|j| vx[j]);
+                    add_scaled(&mut before[*x][..n], a, |j| vy[j]);
+                    add_scaled(&mut before[*y][..n], a, |j| vx[j]);
                 }
                 Op::Div(x, y) => {
                     let (vx, vy) = (v(*x), v(*y));
-                    to(*x, &|j| 1.0 / vy[j]);
-                    to(*y, &|j| -vx[j] / (vy[j] * vy[j]));
+                    add_scaled(&mut before[*x][..n], a, |j| 1.0 / vy[j]);
+                    add_scaled(&mut before[*y][..n], a, |j| -vx[j] / (vy[j] * vy[j]));
                 }
                 Op::Pow(x, y) => {
                     let (vx, vy) = (v(*x), v(*y));
-                    to(*x, &|j| vy[j] * vx[j].powf(vy[j] - 1.0));
-                    to(*y, &|j| {
+                    add_scaled(&mut before[*x][..n], a, |j| vy[j] * vx[j].powf(vy[j] - 1.0));
+                    add_scaled(&mut before[*y][..n], a, |j| {
                         if vx[j] > 0.0 {
                             vx[j].powf(vy[j]) * vx[j].ln()
                         } else {
@@ -426,21 +430,27 @@ pub(super) fn backward(
                         }
                     });
                 }
+                Op::Builtin(Builtin::Relu, args) if args.len() == 1 => {
+                    let vx = v(args[0]);
+                    add_scaled(&mut before[args[0]][..n], a, |j| {
+                        crate::functions::step(vx[j])
+                    });
+                }
                 Op::Builtin(f, args) => match args.as_slice() {
                     [x] => {
                         let vx = v(*x);
-                        to(*x, &|j| f.partial(&[vx[j]], 0));
+                        add_scaled(&mut before[*x][..n], a, |j| f.partial(&[vx[j]], 0));
                     }
                     [x, y] => {
                         let (vx, vy) = (v(*x), v(*y));
-                        to(*x, &|j| f.partial(&[vx[j], vy[j]], 0));
-                        to(*y, &|j| f.partial(&[vx[j], vy[j]], 1));
+                        add_scaled(&mut before[*x][..n], a, |j| f.partial(&[vx[j], vy[j]], 0));
+                        add_scaled(&mut before[*y][..n], a, |j| f.partial(&[vx[j], vy[j]], 1));
                     }
                     _ => {}
                 },
                 Op::User(uf, x) => {
                     let vx = v(*x);
-                    to(*x, &|j| (uf.df)(vx[j]));
+                    add_scaled(&mut before[*x][..n], a, |j| (uf.df)(vx[j]));
                 }
             }
         }
