@@ -104,9 +104,15 @@ pub fn explain(p: &Checked, source: &str) -> String {
                                 if n == 1 { "" } else { "s" }
                             ),
                         };
+                        let chunk = match (c.chunk, c.out.first()) {
+                            (Some(rows), Some(&v)) => {
+                                format!(", in blocks of {rows} {}", eq.vars[v].name)
+                            }
+                            _ => String::new(),
+                        };
                         let _ = writeln!(
                             out,
-                            "    term {}: {} [{kernel}]",
+                            "    term {}: {} [{kernel}{chunk}]",
                             k + 1,
                             what.join(" for each of the ")
                         );

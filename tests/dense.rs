@@ -646,3 +646,48 @@ fn recursions_iterate_dense_equations_to_the_reference_fixpoint() {
         assert_eq!(error(&Reference), error(&Standard), "{src}");
     }
 }
+
+/// A convolution whose gathered window (im2col) would exceed `CHUNK_ELEMENTS` runs in
+/// blocks of batch rows; each example's output is bit for bit what a smaller batch, gathered
+/// whole, gives for it.
+#[test]
+fn large_windows_are_gathered_in_blocks_of_rows() {
+    let run = |examples: std::ops::Range<usize>| -> (Vec<f64>, String) {
+        let b = examples.len();
+        let src = format!(
+            "In : real[{b}, 16, 50, 50]\nW : real[4, 16, 3, 3]\n\
+             Y[b, o, x, y] = relu(W[o, c, dx, dy] In[b, c, x + dx, y + dy])\n"
+        );
+        let value = |i: usize| ((i * 7919) % 1000) as f64 / 500.0 - 1.0;
+        let per = 16 * 50 * 50;
+        let x: Vec<f64> = examples
+            .flat_map(|e| (0..per).map(move |j| value(e * per + j) as f32 as f64))
+            .collect();
+        let w: Vec<f64> = (0..4 * 16 * 9)
+            .map(|i| value(i + 3) as f32 as f64)
+            .collect();
+        let f32 = tensor_logic::ElemType::F32;
+        let mut s = Session::new();
+        s.load_source("c.tl", &src, Path::new(".")).unwrap();
+        s.bind(
+            "In",
+            &tensor_logic::Tensor::dense(f32, vec![b, 16, 50, 50], x).unwrap(),
+        );
+        s.bind(
+            "W",
+            &tensor_logic::Tensor::dense(f32, vec![4, 16, 3, 3], w).unwrap(),
+        );
+        s.run(&RunOptions::default()).unwrap();
+        let y = match &s.tensor("Y").unwrap().storage {
+            Storage::Dense(v) => v.to_f64().into_owned(),
+            other => panic!("{other:?}"),
+        };
+        (y, explained(&src))
+    };
+    let (all, plan) = run(0..16);
+    assert!(plan.contains("in blocks of"), "{plan}");
+    let (first, plan) = run(0..8);
+    assert!(!plan.contains("in blocks of"), "{plan}");
+    let (second, _) = run(8..16);
+    assert_eq!(all, [first, second].concat());
+}

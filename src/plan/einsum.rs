@@ -78,6 +78,30 @@ pub struct Contraction {
     pub sparse: Option<Factor>,
     /// What the dense factors' product keeps: `out`, then the relation's other variables.
     pub keep: Vec<VarId>,
+    /// Rows of the first output variable evaluated at a time, when a gathered window
+    /// (im2col) would otherwise exceed [`CHUNK_ELEMENTS`]: each block of rows gathers only
+    /// its part of the window. Rows never depend on each other (§9), so results are the
+    /// same.
+    pub chunk: Option<usize>,
+}
+
+/// The most elements a gathered window may hold before its term is evaluated in blocks of
+/// rows (16 MiB of f32).
+pub const CHUNK_ELEMENTS: usize = 1 << 22;
+
+/// Rows of `c.out[0]` per block when one of its windows would gather more than
+/// [`CHUNK_ELEMENTS`] and the first output variable divides it.
+fn chunk_rows(c: &Contraction) -> Option<usize> {
+    let first = *c.out.first()?;
+    let gathered = c
+        .factors
+        .iter()
+        .filter(|f| f.window.is_some() && f.vars.contains(&first))
+        .map(|f| f.vars.iter().map(|&v| c.extents[v]).product::<usize>())
+        .max()?;
+    let per_row = gathered / c.extents[first].max(1);
+    let rows = (CHUNK_ELEMENTS / per_row.max(1)).max(1);
+    (c.sparse.is_none() && gathered > CHUNK_ELEMENTS && rows < c.extents[first]).then_some(rows)
 }
 
 /// The elementwise expression over the terms, evaluated in f64 as the reference does.
@@ -332,6 +356,7 @@ fn expr(
                 single: false,
                 sparse: None,
                 keep: Vec::new(),
+                chunk: None,
             };
             collect(p, n, &mut c)?;
             // Free variables must all be on the left-hand side; summed ones must be read (a
@@ -362,6 +387,7 @@ fn expr(
                 c.path = Some(path);
                 c.flops = flops;
             }
+            c.chunk = chunk_rows(&c);
             terms.push(c);
             Expr::Term(terms.len() - 1)
         }
@@ -638,6 +664,7 @@ pub fn gradient_term(c: &Contraction, j: usize, adjoint: &[VarId]) -> Contractio
         single: c.single,
         sparse: None,
         keep: target,
+        chunk: None,
     };
     let (path, flops) = best_path(&g);
     g.path = Some(path);

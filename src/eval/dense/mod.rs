@@ -458,7 +458,19 @@ fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory: u64) -> b
     let elements: f64 = d
         .terms
         .iter()
-        .filter_map(|c| Some(intermediates(c, c.path.as_ref()?)))
+        .filter_map(|c| {
+            let path = c.path.as_ref()?;
+            Some(match (c.chunk, c.out.first()) {
+                // A block's intermediates, and the whole result.
+                (Some(rows), Some(&first)) => {
+                    let mut block = c.clone();
+                    block.extents[first] = rows;
+                    let out: f64 = c.out.iter().map(|&v| c.extents[v] as f64).product();
+                    intermediates(&block, path) + out
+                }
+                _ => intermediates(c, path),
+            })
+        })
         .sum();
     // A grid summed after the expression is held whole: beyond 2²⁶ elements (512 MiB) the
     // reference loops, which hold one element at a time, are the better choice.
@@ -756,15 +768,78 @@ fn unscaled<'a, T: Num>(c: &Contraction, values: &'a [Tensor], threads: usize) -
     }
 }
 
-/// A term without a relation, over its free variables in left-hand-side order, unscaled.
+/// A term without a relation, over its free variables in left-hand-side order, unscaled;
+/// in blocks of rows of its first variable when the plan says so (`Contraction::chunk`).
 fn contracted<'a, T: Num>(
     c: &Contraction,
     path: &Path,
     values: &'a [Tensor],
     threads: usize,
 ) -> Operand<'a, T> {
-    let dense = reduce(subtree(c, path, values, threads), &c.keep, &c.extents);
-    permute(dense, &c.out, &c.extents)
+    let (Some(rows), Some(&first)) = (c.chunk, c.out.first()) else {
+        let dense = reduce(subtree(c, path, values, threads), &c.keep, &c.extents);
+        return permute(dense, &c.out, &c.extents);
+    };
+    let total: usize = c.out.iter().map(|&v| c.extents[v]).product();
+    let mut data = Vec::with_capacity(total);
+    for start in (0..c.extents[first]).step_by(rows.max(1)) {
+        let block = rows_block(
+            c,
+            first,
+            start..(start + rows).min(c.extents[first]),
+            values,
+        );
+        let dense = reduce(
+            subtree(&block, path, values, threads),
+            &block.keep,
+            &block.extents,
+        );
+        data.extend_from_slice(&permute(dense, &block.out, &block.extents).data);
+    }
+    data.resize(total, T::default());
+    Operand {
+        vars: c.out.clone(),
+        data: data.into(),
+    }
+}
+
+/// The term restricted to rows `range` of the variable `first`: every factor that reads
+/// it becomes a window starting at the block's first row.
+fn rows_block(
+    c: &Contraction,
+    first: VarId,
+    range: std::ops::Range<usize>,
+    values: &[Tensor],
+) -> Contraction {
+    let mut block = c.clone();
+    block.chunk = None;
+    block.extents[first] = range.len();
+    for f in block.factors.iter_mut() {
+        let Some(at) = f.vars.iter().position(|&v| v == first) else {
+            continue;
+        };
+        let window = match f.window.take() {
+            Some(w) => w,
+            None => {
+                let shape = values
+                    .get(f.tensor)
+                    .map(|t| t.shape.clone())
+                    .unwrap_or_default();
+                let own = strides(&f.vars, &c.extents);
+                crate::plan::einsum::Window {
+                    shape,
+                    offset: 0,
+                    strides: own.iter().map(|&s| s as i64).collect(),
+                }
+            }
+        };
+        let step = window.strides[at];
+        f.window = Some(crate::plan::einsum::Window {
+            offset: (window.offset as i64 + step * range.start as i64) as usize,
+            ..window
+        });
+    }
+    block
 }
 
 /// The term's value over `c.out` when a relation multiplies dense operands: for every
