@@ -266,7 +266,10 @@ impl Ctx<'_> {
             let StmtKind::Declaration { dims, .. } = &program.statements[si].kind else {
                 continue;
             };
-            for (ax, dim) in dims.iter().enumerate() {
+            // Axes beyond the tensor's rank (a declaration of another rank, already
+            // reported) have no slot.
+            let rank = self.tensors[t].rank();
+            for (ax, dim) in dims.iter().enumerate().take(rank) {
                 let Dim::Named(n) = dim else {
                     continue;
                 };

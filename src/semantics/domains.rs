@@ -167,7 +167,10 @@ impl Ctx<'_> {
                 StmtKind::Fact(a) => self.unify_access(si, a, &mut placements),
                 StmtKind::Declaration { name, dims, .. } => {
                     let t = self.by_name[&name.text];
-                    for (ax, d) in dims.iter().enumerate() {
+                    // A declaration whose rank differs from the tensor's (already reported)
+                    // names no slots beyond it.
+                    let rank = self.tensors[t].rank();
+                    for (ax, d) in dims.iter().enumerate().take(rank) {
                         if let Dim::Named(n) = d {
                             match self.named_domains.get(&n.text) {
                                 Some(nd) => {
