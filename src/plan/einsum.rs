@@ -160,6 +160,9 @@ pub struct DenseEquation {
     /// grid (`out`, the variables they use); elements whose position falls outside the
     /// target are skipped, as the reference skips those points.
     pub scatter: Option<Vec<IndexFn>>,
+    /// Whether the target holds f32 (or narrower) values: its `softmax` rows are then
+    /// computed in f32, as they are stored.
+    pub narrow: bool,
 }
 
 /// The dense equations of a stratum when every equation of it is one: not recursive (or
@@ -282,6 +285,7 @@ fn dense_equation(p: &Checked, e: usize) -> Option<DenseEquation> {
         flops,
         target_shape,
         scatter,
+        narrow: narrow(eq.target),
     })
 }
 

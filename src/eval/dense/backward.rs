@@ -7,7 +7,7 @@
 
 use super::rows::{self, Program};
 use super::{
-    factor_values, fits, normalize, permute, reduce, replace_normalize, sparse_operands,
+    factor_values, fits, normalize_for, permute, reduce, replace_normalize, sparse_operands,
     subtree_from, targets, term, widen, KeptTerm, Num, Operand, TupleWalk,
 };
 use crate::eval::EvalOptions;
@@ -277,7 +277,7 @@ fn lift_normalize(
         let mut value = input.clone();
         let axis = d.out.iter().position(|v| *v == var);
         if let Some(axis) = axis {
-            normalize(&mut value, &dims, axis, kind, (1.0, false));
+            normalize_for(d, &mut value, (&dims, axis), kind);
         }
         terms.push(Operand {
             vars: d.out.clone(),

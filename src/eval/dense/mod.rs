@@ -630,7 +630,7 @@ fn materialize<'a>(
             _ => rows::values(&rows::Program::compile(&inner, o)?, d, terms),
         };
         if let Some(axis) = d.out.iter().position(|v| *v == var) {
-            normalize(&mut buf, &dims, axis, kind, (1.0, false));
+            normalize_for(d, &mut buf, (&dims, axis), kind);
         }
         terms.push(Operand {
             vars: d.out.clone(),
@@ -683,6 +683,25 @@ fn normalize<T: Num>(
                 buf[base + q * stride] = v;
             }
         }
+    }
+}
+
+/// [`normalize`] of f64 values that `d` stores: for an f32 (or narrower) target, on the
+/// values rounded to f32, by the f32 rows (the same results as a product normalised in its
+/// own f32 buffer); otherwise by the reference's operations.
+fn normalize_for(
+    d: &DenseEquation,
+    buf: &mut [f64],
+    (dims, axis): (&[usize], usize),
+    kind: Structural,
+) {
+    if !d.narrow {
+        return normalize(buf, dims, axis, kind, (1.0, false));
+    }
+    let mut narrow: Vec<f32> = buf.iter().map(|&x| x as f32).collect();
+    normalize(&mut narrow, dims, axis, kind, (1.0, false));
+    for (b, x) in buf.iter_mut().zip(narrow) {
+        *b = f64::from(x);
     }
 }
 
