@@ -177,3 +177,61 @@ fn shift_node(n: &Node, v: VarId, lo: i64) -> Node {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::semantics::tests::checked;
+
+    /// The ranges of the last equation's variables after restriction (`None`: not dense).
+    fn ranges(src: &str) -> Option<Vec<(String, usize)>> {
+        let p = checked(src);
+        let eq = p.equations.last()?;
+        let r = restricted(&p, eq)?;
+        Some(r.vars.iter().map(|v| (v.name.clone(), v.range)).collect())
+    }
+
+    #[test]
+    fn shifted_reads_restrict_their_variable_to_the_valid_interval() {
+        let named = |v: &[(&str, usize)]| {
+            Some(
+                v.iter()
+                    .map(|&(n, r)| (n.to_string(), r))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        // i - 1 ≥ 0: i from 1, one value fewer.
+        assert_eq!(
+            ranges("X : real[5]\nY : real[5]\nY[i] = X[i - 1]\n"),
+            named(&[("i", 4)])
+        );
+        // 2 i + 1 ≤ 11 and 10 - i ≥ 0 over i in 0..6: no restriction needed.
+        assert_eq!(
+            ranges("A : real[12]\nY : real[6]\nY[i] = A[2 * i + 1] A[10 - i]\n"),
+            named(&[("i", 6)])
+        );
+        // A summed variable: j - 1 ≥ 0.
+        assert_eq!(
+            ranges("X : real[6]\nA : real[4, 6]\nY[i] = X[j - 1] A[i, j]\n"),
+            named(&[("i", 4), ("j", 5)])
+        );
+        // No valid value: left to the reference loops.
+        assert_eq!(ranges("X : real[6]\nY : real[2]\nY[i] = X[i + 7]\n"), None);
+        // A softmax axis would lose elements of its rows.
+        assert_eq!(
+            ranges("X : real[5]\nY : real[5]\nY[i.] = softmax(X[i - 1])\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn the_rewritten_equation_reads_and_writes_shifted_positions() {
+        let p = checked("X : real[5]\nY[i] = X[i - 1] + i\n");
+        let r = restricted(&p, &p.equations[0]).unwrap();
+        let at = |f: &IndexFn| f.eval(&[0]);
+        assert_eq!(r.lhs.iter().map(at).collect::<Vec<_>>(), vec![Some(1)]);
+        let mut read = Vec::new();
+        reads(&r.rhs, &mut |_, index| read.extend(index.iter().map(at)));
+        assert_eq!(read, vec![Some(0)]);
+    }
+}
