@@ -71,38 +71,12 @@ fn reads(n: &Node, f: &mut dyn FnMut(usize, &[IndexFn])) {
     }
 }
 
-/// `k · v + c` when the position is affine in one variable only.
+/// `k · v + c` when the position is affine in one variable only (`k ≠ 0`).
 fn single(f: &IndexFn) -> Option<(VarId, i64, i64)> {
-    match f {
-        IndexFn::Var(v) => Some((*v, 1, 0)),
-        IndexFn::Const(_) => None,
-        IndexFn::Arith(a, op, b) => {
-            let constant = |x: &IndexFn| match x {
-                IndexFn::Const(c) => Some(*c),
-                _ => None,
-            };
-            match (op, constant(a), constant(b)) {
-                (ArithOp::Add, None, Some(c)) => {
-                    single(a).and_then(|(v, k, d)| Some((v, k, d.checked_add(c)?)))
-                }
-                (ArithOp::Add, Some(c), None) => {
-                    single(b).and_then(|(v, k, d)| Some((v, k, d.checked_add(c)?)))
-                }
-                (ArithOp::Sub, None, Some(c)) => {
-                    single(a).and_then(|(v, k, d)| Some((v, k, d.checked_sub(c)?)))
-                }
-                (ArithOp::Sub, Some(c), None) => {
-                    single(b).and_then(|(v, k, d)| Some((v, k.checked_neg()?, c.checked_sub(d)?)))
-                }
-                (ArithOp::Mul, None, Some(c)) if c != 0 => {
-                    single(a).and_then(|(v, k, d)| Some((v, k.checked_mul(c)?, d.checked_mul(c)?)))
-                }
-                (ArithOp::Mul, Some(c), None) if c != 0 => {
-                    single(b).and_then(|(v, k, d)| Some((v, k.checked_mul(c)?, d.checked_mul(c)?)))
-                }
-                _ => None,
-            }
-        }
+    let (coefs, c) = super::einsum::affine(f)?;
+    match coefs.as_slice() {
+        [(v, k)] if *k != 0 => Some((*v, *k, c)),
+        _ => None,
     }
 }
 
