@@ -1254,13 +1254,7 @@ fn transposed_copy<T: Num>(
         return None;
     }
     let total: usize = dims.iter().product();
-    let out_strides = {
-        let mut s = vec![1usize; dims.len()];
-        for k in (0..last).rev() {
-            s[k] = s[k + 1] * dims[k + 1];
-        }
-        s
-    };
+    let out_strides = row_major(dims);
     let da = out_strides[a];
     let mut out = vec![T::default(); total];
     // An odometer over every axis but `a` and the last.
@@ -1332,9 +1326,14 @@ fn node<'a, T: Num>(
 
 /// Row-major strides of `vars`.
 fn strides(vars: &[VarId], extents: &[usize]) -> Vec<usize> {
-    let mut s = vec![1usize; vars.len()];
-    for k in (0..vars.len().saturating_sub(1)).rev() {
-        s[k] = s[k + 1] * extents[vars[k + 1]];
+    row_major(&vars.iter().map(|&v| extents[v]).collect::<Vec<_>>())
+}
+
+/// Row-major strides of an array of extents `dims`.
+fn row_major(dims: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; dims.len()];
+    for k in (0..dims.len().saturating_sub(1)).rev() {
+        s[k] = s[k + 1] * dims[k + 1];
     }
     s
 }
