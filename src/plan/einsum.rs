@@ -346,6 +346,9 @@ fn expr(
     extents: &[usize],
     terms: &mut Vec<Contraction>,
 ) -> Option<Expr> {
+    if let Some(k) = super::constants::value(p, n) {
+        return Some(Expr::Const(k));
+    }
     let mut sub = |x: &Node| expr(p, x, out, extents, terms);
     Some(match n {
         Node::Sum { vars, body } if vars.is_empty() => return sub(body),
@@ -444,22 +447,22 @@ fn summed(n: &Node) -> Vec<VarId> {
 }
 
 /// Gathers factors and constants from sums (any variables) and products (dividing only by
-/// constants, as in `Q[p, d] K[q, d] / 8`), and at most one Boolean relation.
+/// constants, as in `Q[p, d] K[q, d] / 8` or `/ sqrt(Dk)`), and at most one Boolean
+/// relation. Constants (`plan::constants`) fold into the term's scale.
 fn collect(p: &Checked, n: &Node, c: &mut Contraction) -> Option<()> {
+    if let Some(k) = super::constants::value(p, n) {
+        c.scale *= k;
+        return Some(());
+    }
     match n {
         Node::Sum { body, .. } => collect(p, body, c),
         Node::Product(fs) => fs.iter().try_for_each(|(div, f)| match (div, f) {
-            (true, Node::Const(k)) => {
-                c.scale /= k;
+            (true, f) => {
+                c.scale /= super::constants::value(p, f)?;
                 Some(())
             }
-            (true, _) => None,
             (false, f) => collect(p, f, c),
         }),
-        Node::Const(k) => {
-            c.scale *= k;
-            Some(())
-        }
         Node::Read {
             tensor,
             index,

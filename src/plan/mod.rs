@@ -6,6 +6,7 @@
 //! stratum goes to the reference evaluator's loops.
 
 pub mod chains;
+pub mod constants;
 pub mod datalog;
 pub mod demand;
 pub mod einsum;
