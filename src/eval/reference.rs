@@ -265,11 +265,12 @@ pub(super) fn change(old: &Tensor, new: &Tensor) -> Option<f64> {
         ),
         (Storage::Relation(a), Storage::Relation(b)) => (a == b).then_some(0.0),
         (Storage::Sparse(a), Storage::Sparse(b)) => {
-            if a.len() != b.len() || a.keys().zip(b.keys()).any(|(x, y)| x != y) {
+            if a.positions() != b.positions() {
                 return None;
             }
             Some(
                 a.values()
+                    .iter()
                     .zip(b.values())
                     .map(|(&x, &y)| diff(x, y))
                     .fold(0.0, f64::max),

@@ -91,10 +91,7 @@ mod tests {
     fn scalars_and_functions_of_them_fold() {
         assert_eq!(rhs_value("Dk = 16\nY = 1 / sqrt(Dk)\n", "Y"), Some(0.25));
         // Stored in f32 (`real`), as the reference reads it.
-        assert_eq!(
-            rhs_value("T = 0.1\nY = -T\n", "Y"),
-            Some(-(0.1f32 as f64))
-        );
+        assert_eq!(rhs_value("T = 0.1\nY = -T\n", "Y"), Some(-(0.1f32 as f64)));
     }
 
     #[test]

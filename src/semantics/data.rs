@@ -6,7 +6,7 @@ use super::{Ctx, Kind, TensorInfo};
 use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::io::RawData;
 use crate::syntax::ast::*;
-use crate::tensor::{ElemType, Tensor};
+use crate::tensor::{ElemType, Sparse, Storage, Tensor};
 use std::collections::HashMap;
 
 /// Shape and row-major values of a nested list literal; ragged lists are an error.
@@ -598,6 +598,7 @@ fn dim_span(d: &Dim) -> Span {
 struct Gather {
     tensor: Tensor,
     tuples: Vec<u32>,
+    values: Vec<f64>,
     count: usize,
 }
 
@@ -606,28 +607,49 @@ impl Gather {
         Gather {
             tensor,
             tuples: Vec::new(),
+            values: Vec::new(),
             count: 0,
         }
     }
 
-    /// Adds `v` at `pos` (for relations, any non-zero value makes the tuple true).
+    /// Adds `v` at `pos` (for relations, any non-zero value makes the tuple true); values
+    /// at one position of a tensor of defined elements add up in the order given.
     fn add(&mut self, pos: &[usize], v: f64) {
-        if self.tensor.elem == ElemType::Bool {
-            if v != 0.0 {
+        match &self.tensor.storage {
+            Storage::Relation(_) if v != 0.0 => {
                 self.tuples.extend(pos.iter().map(|&p| p as u32));
                 self.count += 1;
             }
-            return;
+            Storage::Relation(_) => {}
+            Storage::Sparse(_) => {
+                self.tuples.extend(pos.iter().map(|&p| p as u32));
+                self.values.push(v);
+            }
+            Storage::Dense(_) => {
+                let old = self.tensor.get(pos).unwrap_or(0.0);
+                self.tensor.set(pos, old + v);
+            }
         }
-        let old = self.tensor.get(pos).unwrap_or(0.0);
-        self.tensor.set(pos, old + v);
     }
 
     fn finish(self) -> Tensor {
-        if self.tensor.elem == ElemType::Bool {
-            Tensor::relation_flat(self.tensor.shape, self.tuples, self.count)
-        } else {
-            self.tensor
+        let Gather {
+            mut tensor,
+            tuples,
+            values,
+            count,
+        } = self;
+        match &tensor.storage {
+            Storage::Relation(_) => Tensor::relation_flat(tensor.shape, tuples, count),
+            Storage::Sparse(_) => {
+                let elem = tensor.elem;
+                let s = Sparse::from_entries(tensor.shape.len(), tuples, values);
+                let rounded: Vec<f64> = s.values().iter().map(|&v| elem.round(v)).collect();
+                tensor.storage =
+                    Storage::Sparse(Sparse::from_sorted(s.positions().clone(), rounded));
+                tensor
+            }
+            Storage::Dense(_) => tensor,
         }
     }
 }

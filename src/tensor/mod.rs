@@ -5,9 +5,10 @@
 //! pass through the API as f64 and are rounded to the element type on every store.
 
 mod dense;
+mod sparse;
 
 pub use dense::{fp8_decode, fp8_encode, Dense};
-use std::collections::BTreeMap;
+pub use sparse::Sparse;
 
 /// Largest extent of an axis: positions are stored as `u32` in sparse tensors.
 pub const MAX_EXTENT: usize = u32::MAX as usize;
@@ -112,8 +113,8 @@ fn round_e4m3fn(v: f64) -> f64 {
 pub enum Storage {
     /// Row-major, every element present, in the element type's buffer.
     Dense(Dense),
-    /// Only the defined elements of a real or integer tensor, keyed by index.
-    Sparse(BTreeMap<Vec<u32>, f64>),
+    /// Only the defined elements of a real or integer tensor.
+    Sparse(Sparse),
     /// The true tuples of a Boolean tensor.
     Relation(Relation),
 }
@@ -219,6 +220,31 @@ impl Relation {
         t.len() == self.arity && self.search(t).is_ok()
     }
 
+    /// The index of tuple `t` in ascending order, if it is true.
+    pub fn find(&self, t: &[u32]) -> Option<usize> {
+        (t.len() == self.arity)
+            .then(|| self.search(t).ok())
+            .flatten()
+    }
+
+    /// Makes `t` true, returning its index (where it is or now lies). Linear in the size.
+    fn insert(&mut self, t: &[u32]) -> usize {
+        match self.search(t) {
+            Ok(i) => i,
+            Err(i) => {
+                let at = i * self.arity;
+                self.data.splice(at..at, t.iter().copied());
+                self.len += 1;
+                i
+            }
+        }
+    }
+
+    /// The number of positions per tuple.
+    pub fn arity(&self) -> usize {
+        self.arity
+    }
+
     /// Makes one tuple true or false. Linear in the size; build large relations with
     /// [`Relation::from_flat`].
     pub fn set(&mut self, t: &[u32], value: bool) {
@@ -226,10 +252,8 @@ impl Relation {
             return;
         }
         match (self.search(t), value) {
-            (Err(i), true) => {
-                let at = i * self.arity;
-                self.data.splice(at..at, t.iter().copied());
-                self.len += 1;
+            (Err(_), true) => {
+                self.insert(t);
             }
             (Ok(i), false) => {
                 let at = i * self.arity;
@@ -284,7 +308,7 @@ impl Tensor {
         let storage = if elem == ElemType::Bool {
             Storage::Relation(Relation::from_flat(shape.len(), Vec::new(), 0))
         } else {
-            Storage::Sparse(BTreeMap::new())
+            Storage::Sparse(Sparse::new(shape.len()))
         };
         Tensor {
             elem,
@@ -339,7 +363,7 @@ impl Tensor {
             Storage::Dense(v) => self.offset(index).and_then(|o| v.get(o)),
             Storage::Sparse(m) => {
                 let key: Vec<u32> = index.iter().map(|&i| i as u32).collect();
-                m.get(&key).copied()
+                m.get(&key)
             }
             Storage::Relation(r) => {
                 let key: Vec<u32> = index.iter().map(|&i| i as u32).collect();
@@ -359,7 +383,7 @@ impl Tensor {
                 }
                 v.get(off)
             }
-            Storage::Sparse(m) => m.get(index).copied(),
+            Storage::Sparse(m) => m.get(index),
             Storage::Relation(r) => r.contains(index).then_some(1.0),
         }
     }
@@ -376,7 +400,8 @@ impl Tensor {
             match &mut self.storage {
                 Storage::Dense(d) => d.set(off, v),
                 Storage::Sparse(m) => {
-                    m.insert(index.iter().map(|&i| i as u32).collect(), v);
+                    let key: Vec<u32> = index.iter().map(|&i| i as u32).collect();
+                    m.set(&key, v);
                 }
                 Storage::Relation(r) => {
                     let key: Vec<u32> = index.iter().map(|&i| i as u32).collect();
@@ -407,7 +432,7 @@ impl Tensor {
             }
             Storage::Sparse(m) => m
                 .iter()
-                .map(|(k, &x)| (k.iter().map(|&i| i as usize).collect(), x))
+                .map(|(k, x)| (k.iter().map(|&i| i as usize).collect(), x))
                 .collect(),
             Storage::Relation(r) => r
                 .iter()

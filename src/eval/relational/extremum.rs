@@ -14,7 +14,7 @@ use super::{prepare, Derived, Join, Store};
 use crate::eval::EvalOptions;
 use crate::plan::datalog::ValuedRule;
 use crate::semantics::{Checked, Family, Kind, Stratum, TensorId};
-use crate::tensor::Tensor;
+use crate::tensor::{Sparse, Storage, Tensor};
 use rustc_hash::FxHashMap as HashMap;
 
 /// Head tuples derived in one round with their candidate values.
@@ -121,18 +121,14 @@ pub(in crate::eval) fn evaluate_extremum(
             continue;
         };
         let info = &p.tensors[t];
-        let mut out = Tensor::sparse(info.elem, info.shape.clone());
-        let mut idx = vec![0usize; store.arity];
-        for r in 0..store.count {
-            for (slot, &v) in idx
-                .iter_mut()
-                .zip(super::store::row(&store.data, store.arity, r))
-            {
-                *slot = v as usize;
-            }
-            out.set(&idx, store.values[r as usize]);
-        }
-        values[t] = out;
+        let values_of: Vec<f64> = (0..store.count)
+            .map(|r| info.elem.round(store.values[r as usize]))
+            .collect();
+        values[t] = Tensor {
+            elem: info.elem,
+            shape: info.shape.clone(),
+            storage: Storage::Sparse(Sparse::from_entries(store.arity, store.data, values_of)),
+        };
     }
     true
 }

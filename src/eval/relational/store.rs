@@ -117,7 +117,7 @@ impl Store {
             return Store::from_tensor(t);
         };
         let mut s = Store::new(t.rank());
-        for (k, &v) in m {
+        for (k, v) in m.iter() {
             s.insert(k);
             s.values.push(v);
         }
