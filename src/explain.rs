@@ -9,15 +9,15 @@ use crate::output::label;
 use crate::plan::chains::chains;
 use crate::plan::datalog::{cyclic, join_order, variable_order, Atom, JoinStep, Rule, Term};
 use crate::plan::einsum::{Contraction, Expr, Path};
-use crate::plan::StratumPlan;
+use crate::plan::nest::{Level, Position, Scope, Value};
+use crate::plan::{Kernel, Plan};
 use crate::semantics::{Checked, Equation, Family, Stratum};
 use crate::tensor::Storage;
 use std::fmt::Write;
 
-/// The plan of every stratum, in evaluation order.
-pub fn explain(p: &Checked, source: &str) -> String {
+/// The plan of every stratum, in evaluation order: `plan` is the value evaluation executes.
+pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
     let mut out = String::new();
-    let plan = crate::plan::plan(p);
     for (k, (st, sp)) in p.strata.iter().zip(&plan.strata).enumerate() {
         let names: Vec<&str> = st
             .tensors
@@ -34,8 +34,9 @@ pub fn explain(p: &Checked, source: &str) -> String {
         } else {
             "not recursive"
         };
-        match sp {
-            StratumPlan::Datalog(rules) => {
+        match &sp.kernel {
+            Kernel::Data => {}
+            Kernel::Datalog(rules) => {
                 let _ = writeln!(out, "stratum {}: {names} ({kind}), semi-naive joins", k + 1);
                 if st.recursive && chains(rules).is_some() {
                     let _ = writeln!(
@@ -47,7 +48,7 @@ pub fn explain(p: &Checked, source: &str) -> String {
                     rule_plan(&mut out, p, st, r, source);
                 }
             }
-            StratumPlan::Extremum(rules) => {
+            Kernel::Extremum(rules) => {
                 let family = if p.tensors[st.tensors[0]].family == Family::Min {
                     "min="
                 } else {
@@ -62,7 +63,7 @@ pub fn explain(p: &Checked, source: &str) -> String {
                     rule_plan(&mut out, p, st, &vr.rule, source);
                 }
             }
-            StratumPlan::Counts(rules) => {
+            Kernel::Counts(rules) => {
                 let _ = writeln!(
                     out,
                     "stratum {}: {names} ({kind}), counting by joins",
@@ -79,7 +80,7 @@ pub fn explain(p: &Checked, source: &str) -> String {
                     );
                 }
             }
-            StratumPlan::Dense(plans) => {
+            Kernel::Dense(plans) => {
                 let _ = writeln!(
                     out,
                     "stratum {}: {names} ({kind}), dense contractions (matrix products)",
@@ -140,34 +141,122 @@ pub fn explain(p: &Checked, source: &str) -> String {
                     let _ = writeln!(out, "    {:.3e} FLOPs{fused}", d.flops);
                 }
             }
-            StratumPlan::Loops => {
-                let _ = writeln!(out, "stratum {}: {names} ({kind}), reference loops", k + 1);
+            Kernel::Nest => {
+                let _ = writeln!(out, "stratum {}: {names} ({kind}), loop nests", k + 1);
+                for n in sp.nests.iter().flatten() {
+                    let eq = &p.equations[n.equation];
+                    let _ = writeln!(out, "  {}", statement(eq, source));
+                    nest_plan(&mut out, p, eq, &n.root, 4);
+                }
+            }
+            Kernel::Reference => {
+                let why = sp.reason.as_deref().unwrap_or("no kernel evaluates it");
+                let _ = writeln!(
+                    out,
+                    "stratum {}: {names} ({kind}), reference loops: {why}",
+                    k + 1
+                );
                 for &e in &st.equations {
                     let eq = &p.equations[e];
                     let _ = writeln!(out, "  {}", statement(eq, source));
-                    let dims: Vec<String> = eq
-                        .vars
-                        .iter()
-                        .map(|v| format!("{} {}", v.name, v.range))
-                        .collect();
-                    let points = eq
-                        .vars
-                        .iter()
-                        .fold(1u128, |a, v| a.saturating_mul(v.range as u128));
-                    if dims.is_empty() {
-                        let _ = writeln!(out, "    one point");
-                    } else {
-                        let _ = writeln!(
-                            out,
-                            "    iteration space: {} = {points} points",
-                            dims.join(" × ")
-                        );
-                    }
+                    let _ = writeln!(out, "    {}", iteration_space(eq));
                 }
             }
         }
     }
     out
+}
+
+/// The size of an equation's iteration space, as the reference loops visit it.
+pub fn iteration_space(eq: &Equation) -> String {
+    let dims: Vec<String> = eq
+        .vars
+        .iter()
+        .map(|v| format!("{} {}", v.name, v.range))
+        .collect();
+    let points = eq
+        .vars
+        .iter()
+        .fold(1u128, |a, v| a.saturating_mul(v.range as u128));
+    if dims.is_empty() {
+        "one point".to_string()
+    } else {
+        format!("iteration space: {} = {points} points", dims.join(" × "))
+    }
+}
+
+/// A scope's loops, one per line, indented by `indent`, with the scopes nested in its body.
+fn nest_plan(out: &mut String, p: &Checked, eq: &Equation, scope: &Scope, indent: usize) {
+    let pad = " ".repeat(indent);
+    let var = |v: usize| eq.vars[v].name.as_str();
+    for level in &scope.levels {
+        let _ = match level {
+            Level::Scan(s) => {
+                let positions: Vec<String> = s
+                    .positions
+                    .iter()
+                    .enumerate()
+                    .map(|(ax, pos)| match pos {
+                        Position::Var(v) => var(*v).to_string(),
+                        Position::Const(c) => label(p, s.tensor, ax, *c as usize, true),
+                    })
+                    .collect();
+                let how = if s.key.is_empty() {
+                    "every tuple".to_string()
+                } else {
+                    let at: Vec<String> = s.key.iter().map(|a| (a + 1).to_string()).collect();
+                    format!("looked up by position {}", at.join(", "))
+                };
+                writeln!(
+                    out,
+                    "{pad}scan {}({}) [{how}]",
+                    p.tensors[s.tensor].name,
+                    positions.join(", ")
+                )
+            }
+            Level::Range { var: v, extent } => writeln!(out, "{pad}for {} in 0..{extent}", var(*v)),
+            Level::Filter(_) => writeln!(out, "{pad}filter: a comparison, skipped where false"),
+        };
+    }
+    let _ = writeln!(out, "{pad}value: the expression at each point");
+    nested(out, p, eq, &scope.body, indent + 2);
+}
+
+/// The scopes nested in a value, each under a heading.
+fn nested(out: &mut String, p: &Checked, eq: &Equation, v: &Value, indent: usize) {
+    match v {
+        Value::Sum(s) => {
+            let summed: Vec<&str> = s
+                .levels
+                .iter()
+                .filter_map(|l| match l {
+                    Level::Range { var, .. } => Some(eq.vars[*var].name.as_str()),
+                    _ => None,
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "{}nested summation{}:",
+                " ".repeat(indent),
+                if summed.is_empty() {
+                    String::new()
+                } else {
+                    format!(" over {}", summed.join(", "))
+                }
+            );
+            nest_plan(out, p, eq, s, indent + 2);
+        }
+        Value::Neg(x) | Value::Not(x) | Value::Normalize(_, _, _, x) | Value::Concat(_, _, x) => {
+            nested(out, p, eq, x, indent)
+        }
+        Value::Product(fs) => fs.iter().for_each(|(_, f)| nested(out, p, eq, f, indent)),
+        Value::Binary(_, a, b) | Value::Compare(_, a, b) => {
+            nested(out, p, eq, a, indent);
+            nested(out, p, eq, b, indent);
+        }
+        Value::Call(_, args) => args.iter().for_each(|a| nested(out, p, eq, a, indent)),
+        Value::Const(_) | Value::Var(_) | Value::Read { .. } | Value::Scanned(_) => {}
+    }
 }
 
 /// A join rule's statement and join orders: one for the first round and, in a recursive
@@ -303,10 +392,15 @@ mod tests {
     use super::*;
     use crate::semantics::tests::checked;
 
+    fn explain_source(src: &str) -> String {
+        let c = checked(src);
+        explain(&c, &crate::plan::plan(&c), src)
+    }
+
     #[test]
     fn datalog_strata_show_join_orders_and_others_show_iteration_spaces() {
         let src = "E(A, B). E(B, C).\nP(x, y) :- E(x, y).\nP(x, z) :- P(x, y), E(y, z).\nN[x] = P(x, y)\n";
-        let text = explain(&checked(src), src);
+        let text = explain_source(src);
         assert!(text.contains("P (recursive), semi-naive joins"), "{text}");
         assert!(
             text.contains("new P tuples: P(x, y) [scan] → E(y, z) [index on column 1]"),
@@ -317,20 +411,20 @@ mod tests {
             "{text}"
         );
         let src = "E(A, B).\nT(x, y, z) :- E(x, y), E(y, z), E(z, x).\n";
-        let text = explain(&checked(src), src);
+        let text = explain_source(src);
         assert!(
             text.contains("worst-case-optimal join binding x → y → z"),
             "{text}"
         );
         let src = "W[A, B] = 2\nD[x, y] min= W[x, y]\nD[x, z] min= D[x, y] + W[y, z]\n";
-        let text = explain(&checked(src), src);
+        let text = explain_source(src);
         assert!(
             text.contains("D (recursive), semi-naive min= joins over improved elements"),
             "{text}"
         );
         let src =
             "A : real[50, 50]\nB : real[50, 50]\nX : real[50]\nY[i] = sig(A[i, j] B[j, k] X[k])\n";
-        let text = explain(&checked(src), src);
+        let text = explain_source(src);
         assert!(
             text.contains(
                 "term 1: (A · (B · X)) [2 f32 GEMMs]\n    1.510e4 FLOPs, the rest in one pass"
@@ -338,22 +432,22 @@ mod tests {
             "{text}"
         );
         let src = "X = [1, 2, 3]\nY[i] = X[i] X[j] (i != j)\n";
-        let text = explain(&checked(src), src);
+        let text = explain_source(src);
         assert!(
             text.contains("the rest in one pass over the output, then summed over j"),
             "{text}"
         );
         let src = "X = [1, 2, 3]\nY : real[3]\nY[i] = X[i + 1]\n";
-        let text = explain(&checked(src), src);
+        let text = explain_source(src);
         assert!(
             text.contains("added at its left-hand-side position"),
             "{text}"
         );
         let src = "X = [1, 2, 3]\nY[i] = X[i + 1]\n";
-        let text = explain(&checked(src), src);
+        let text = explain_source(src);
         assert!(text.contains("term 1: X[window gathered]"), "{text}");
         let src = "X = [1, 2, 3, 4]\nY[i / 2] = X[i]\n";
-        let text = explain(&checked(src), src);
+        let text = explain_source(src);
         assert!(
             text.contains("added at its left-hand-side position"),
             "{text}"

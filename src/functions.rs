@@ -2,6 +2,9 @@
 
 use std::sync::Arc;
 
+/// The ε of `lnorm` (§6.4): `(x − mean) / sqrt(var + ε)`.
+pub const LNORM_EPSILON: f64 = 1e-5;
+
 /// Built-in scalar functions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Builtin {

@@ -38,7 +38,9 @@ pub struct Session {
     parameters: BTreeMap<String, Tensor>,
     functions: BTreeMap<String, UserFunction>,
     checked: Option<Checked>,
+    plan: Option<crate::plan::Plan>,
     values: Option<Vec<Tensor>>,
+    log: Vec<crate::eval::Decision>,
 }
 
 impl Session {
@@ -75,6 +77,7 @@ impl Session {
         self.source = source.to_string();
         self.base_dir = base_dir.to_path_buf();
         self.checked = None;
+        self.plan = None;
         self.values = None;
         let funcs: Vec<String> = self.functions.keys().cloned().collect();
         let is_function = |n: &str| crate::functions::is_builtin(n) || funcs.iter().any(|f| f == n);
@@ -216,7 +219,53 @@ impl Session {
             parameters: &self.parameters,
         };
         let checked = semantics::check(&input)?;
+        self.plan = Some(crate::plan::plan(&checked));
         Ok(self.checked.insert(checked))
+    }
+
+    /// The plan of the last check: what evaluation executes and `tl explain` prints.
+    pub fn plan(&self) -> Option<&crate::plan::Plan> {
+        self.plan.as_ref()
+    }
+
+    /// How the last run evaluated each stratum: the kernel that ran, and why the reference
+    /// loops did where they did.
+    pub fn decisions(&self) -> &[crate::eval::Decision] {
+        &self.log
+    }
+
+    /// One warning per equation the last run evaluated with the reference loops although the
+    /// engine was not asked for them: the equation, the reason and its iteration space.
+    pub fn warnings(&self) -> Vec<String> {
+        let Some(checked) = &self.checked else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for d in &self.log {
+            if d.ran != crate::eval::Ran::Reference {
+                continue;
+            }
+            let Some(reason) = &d.reason else {
+                continue;
+            };
+            for &e in &checked.strata[d.stratum].equations {
+                let eq = &checked.equations[e];
+                let line = 1 + self.source[..eq.span.start.min(self.source.len())]
+                    .matches('\n')
+                    .count();
+                let text = self
+                    .source
+                    .get(eq.span.start..eq.span.end)
+                    .unwrap_or("")
+                    .trim();
+                out.push(format!(
+                    "warning: {}:{line}: `{text}` runs on the reference loops ({reason}); {}",
+                    self.file_name,
+                    crate::explain::iteration_space(eq)
+                ));
+            }
+        }
+        out
     }
 
     /// Checks, evaluates with the standard engine, writes files and answers the program's
@@ -236,7 +285,10 @@ impl Session {
             .checked
             .as_ref()
             .ok_or_else(|| Diagnostics::from(Diagnostic::global(codes::FORM, "no program")))?;
-        let values = engine.evaluate(checked, &eval_options(options, &self.functions))?;
+        let plan = self.plan.as_ref().ok_or_else(not_checked)?;
+        let run = engine.run(checked, plan, &eval_options(options, &self.functions))?;
+        self.log = run.log;
+        let values = run.values;
         let mut lines = Vec::new();
         let mut writes = Vec::new();
         for out in &checked.outputs {
@@ -295,14 +347,14 @@ impl Session {
         self.check(&options.settings)?;
         let checked = self.checked.as_ref().ok_or_else(not_checked)?;
         let eval = eval_options(options, &self.functions);
-        let plan = crate::plan::plan(checked);
+        let plan = self.plan.as_ref().ok_or_else(not_checked)?;
         let mut times = Vec::with_capacity(repeat);
         for _ in 0..repeat.max(1) {
             // The last run's values are dropped first, as a caller that keeps only the newest
             // would: their memory is then free for this run to reuse.
             self.values = None;
             let start = std::time::Instant::now();
-            let values = engine.evaluate_planned(checked, &plan, &eval)?;
+            let values = engine.evaluate_planned(checked, plan, &eval)?;
             times.push(start.elapsed());
             self.values = Some(values);
         }

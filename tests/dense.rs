@@ -458,8 +458,11 @@ fn valid_convolutions_take_the_dense_path() {
 fn explained(src: &str) -> String {
     let mut s = Session::new();
     s.load_source("d.tl", src, Path::new(".")).unwrap();
-    let checked = s.check(&RunOptions::default().settings).unwrap();
-    tensor_logic::explain::explain(checked, src)
+    s.check(&RunOptions::default().settings).unwrap();
+    let (Some(checked), Some(plan)) = (s.checked(), s.plan()) else {
+        panic!("checked")
+    };
+    tensor_logic::explain::explain(checked, plan, src)
 }
 
 /// `Y` by the standard engine is the reference's within 1e-5 relative.

@@ -5,12 +5,14 @@
 //! agree with it; keep it obviously correct rather than fast.
 
 use super::accumulate::Accumulator;
-use super::{Engine, EvalOptions};
-use crate::diagnostics::{codes, Diagnostic, Diagnostics};
+use super::fixpoint;
+use super::initial::empty;
+use super::{Decision, Engine, EvalOptions, Evaluation, Ran};
+use crate::diagnostics::Diagnostics;
 use crate::functions::Structural;
-use crate::semantics::{Checked, Equation, Family, Func, Kind, Node, Stratum, TensorInfo};
+use crate::semantics::{Checked, Equation, Family, Func, Node, Stratum};
 use crate::syntax::ast::BinOp;
-use crate::tensor::{Dense, Storage, Tensor};
+use crate::tensor::Tensor;
 use std::collections::BTreeMap;
 
 /// Reads of tensors up to this rank build their index on the stack.
@@ -25,6 +27,25 @@ impl Engine for Reference {
         "reference"
     }
 
+    fn run(
+        &self,
+        p: &Checked,
+        _plan: &crate::plan::Plan,
+        o: &EvalOptions,
+    ) -> Result<Evaluation, Diagnostics> {
+        let mut values = initial_values(p, o)?;
+        let mut log = Vec::with_capacity(p.strata.len());
+        for (stratum, st) in p.strata.iter().enumerate() {
+            evaluate_stratum(p, st, &mut values, o)?;
+            log.push(Decision {
+                stratum,
+                ran: Ran::Reference,
+                reason: None,
+            });
+        }
+        Ok(Evaluation { values, log })
+    }
+
     fn evaluate(&self, p: &Checked, o: &EvalOptions) -> Result<Vec<Tensor>, Diagnostics> {
         let mut values = initial_values(p, o)?;
         for st in &p.strata {
@@ -36,50 +57,14 @@ impl Engine for Reference {
 
 /// Every tensor's value before evaluation: its data, or empty.
 pub(super) fn initial_values(p: &Checked, o: &EvalOptions) -> Result<Vec<Tensor>, Diagnostics> {
-    initial_values_pending(p, o, &[])
-}
-
-/// As [`initial_values`], except that the dense tensors without data that `pending` marks
-/// hold no elements yet: the dense path replaces them whole without reading them, and
-/// [`fill_pending`] makes their zeros only where another evaluator needs them. Making zeros
-/// that are never read cost a large buffer's clearing on every evaluation.
-pub(super) fn initial_values_pending(
-    p: &Checked,
-    o: &EvalOptions,
-    pending: &[bool],
-) -> Result<Vec<Tensor>, Diagnostics> {
-    let mut values = Vec::with_capacity(p.tensors.len());
-    for (t, info) in p.tensors.iter().enumerate() {
-        values.push(match &p.data[t] {
-            Some(d) => d.clone(),
-            None if pending.get(t) == Some(&true) && !is_sparse(info) => {
-                fits_dense(info, o)?;
-                Tensor {
-                    elem: info.elem,
-                    shape: info.shape.clone(),
-                    storage: Storage::Dense(Dense::zeros(info.elem, 0)),
-                }
-            }
-            None => empty(info, o)?,
-        });
-    }
-    Ok(values)
-}
-
-/// Gives the tensors of `tensors` still pending (see [`initial_values_pending`]) their zeros.
-pub(super) fn fill_pending(
-    p: &Checked,
-    tensors: &[usize],
-    values: &mut [Tensor],
-    pending: &mut [bool],
-) {
-    for &t in tensors {
-        if let Some(flag @ true) = pending.get_mut(t) {
-            *flag = false;
-            let info = &p.tensors[t];
-            values[t] = Tensor::zeros(info.elem, info.shape.clone());
-        }
-    }
+    p.tensors
+        .iter()
+        .enumerate()
+        .map(|(t, info)| match &p.data[t] {
+            Some(d) => Ok(d.clone()),
+            None => empty(info, o),
+        })
+        .collect()
 }
 
 /// Evaluates one stratum in place: once, or to its fixpoint when it is recursive.
@@ -101,8 +86,6 @@ pub struct Record {
     /// Per (fixpoint iteration, equation index): the slice before each virtual step, then
     /// the final slice.
     pub slices: BTreeMap<(usize, usize), Vec<Tensor>>,
-    /// Per equation of a dense stratum: the terms it computed (`eval::dense`).
-    pub terms: super::dense::KeptTerms,
 }
 
 /// As [`evaluate_stratum`], keeping in `rec` what backpropagation through it needs.
@@ -121,35 +104,6 @@ pub(super) fn evaluate_stratum_recorded(
     }
     for &t in &st.tensors {
         values[t] = compute(p, t, values, o, rec.as_deref_mut().map(|r| (0, r)))?;
-    }
-    Ok(())
-}
-
-/// A tensor with no elements yet: zeros, or no defined elements.
-fn empty(info: &TensorInfo, o: &EvalOptions) -> Result<Tensor, Diagnostics> {
-    if is_sparse(info) {
-        return Ok(Tensor::sparse(info.elem, info.shape.clone()));
-    }
-    fits_dense(info, o)?;
-    Ok(Tensor::zeros(info.elem, info.shape.clone()))
-}
-
-/// Whether the tensor holds only its defined elements (relations, `max=`-style tensors).
-fn is_sparse(info: &TensorInfo) -> bool {
-    info.kind == Kind::Bool || info.sparse_values
-}
-
-/// An error when the tensor would not fit `--max-memory` as a dense array.
-fn fits_dense(info: &TensorInfo, o: &EvalOptions) -> Result<(), Diagnostics> {
-    let n: u128 = info.shape.iter().map(|&d| d as u128).product();
-    if n * 8 > o.max_memory as u128 {
-        return Err(Diagnostic::error(
-            codes::MEMORY,
-            info.span,
-            format!("`{}` would need {} bytes as a dense {:?} tensor, over --max-memory ({} bytes)", info.name, n * 8, info.shape, o.max_memory),
-        )
-        .with_note("use a sparse formulation: a Boolean relation written with parentheses, or `max=`/`min=` over defined elements")
-        .into());
     }
     Ok(())
 }
@@ -181,23 +135,11 @@ fn fixpoint(
         let mut converged = true;
         last_change = 0.0f64;
         for (&t, new) in st.tensors.iter().zip(next) {
-            if let Some(d) = blew_up(&values[t], &new) {
-                return Err(Diagnostic::error(
-                    codes::DIVERGED,
-                    p.equations[st.equations[0]].span,
-                    format!("`{}` diverged: an element became {d} during fixpoint iteration", p.tensors[t].name),
-                )
-                .with_label("in this recursive equation")
-                .with_note("the recursion grows without bound; check that it is a contraction (e.g. damped by a factor below 1)")
-                .into());
+            if let Some(bad) = fixpoint::blew_up(&values[t], &new) {
+                return Err(fixpoint::diverged(p, st, t, bad).into());
             }
-            let tol = if p.tensors[t].kind == Kind::Real {
-                o.tol
-            } else {
-                0.0
-            };
-            match change(&values[t], &new) {
-                Some(c) if c <= tol => {}
+            match fixpoint::change(&values[t], &new) {
+                Some(c) if c <= fixpoint::tolerance(p, t, o) => {}
                 Some(c) => {
                     converged = false;
                     last_change = last_change.max(c);
@@ -213,71 +155,7 @@ fn fixpoint(
             return Ok(());
         }
     }
-    let d = super::not_converged(p, st, o.max_iters)
-        .with_note(format!(
-            "the largest change in the last iteration was {last_change}"
-        ))
-        .with_note("raise --max-iters or --tol, or check that the recursion is bounded");
-    Err(d.into())
-}
-
-/// A non-finite value that appeared where the previous iterate was finite.
-pub(super) fn blew_up(old: &Tensor, new: &Tensor) -> Option<f64> {
-    let (Storage::Dense(a), Storage::Dense(b)) = (&old.storage, &new.storage) else {
-        let bad = new
-            .entries()
-            .into_iter()
-            .map(|(_, v)| v)
-            .find(|v| !v.is_finite())?;
-        return old
-            .entries()
-            .iter()
-            .all(|(_, v)| v.is_finite())
-            .then_some(bad);
-    };
-    a.to_f64()
-        .iter()
-        .zip(b.to_f64().iter())
-        .find(|(x, y)| x.is_finite() && !y.is_finite())
-        .map(|(_, y)| *y)
-}
-
-/// Largest absolute change between two values of one tensor; `None` if the defined elements
-/// differ.
-pub(super) fn change(old: &Tensor, new: &Tensor) -> Option<f64> {
-    if old.shape != new.shape {
-        return None;
-    }
-    let diff = |a: f64, b: f64| {
-        if a == b || (a.is_nan() && b.is_nan()) {
-            0.0
-        } else {
-            (a - b).abs()
-        }
-    };
-    match (&old.storage, &new.storage) {
-        (Storage::Dense(a), Storage::Dense(b)) => Some(
-            a.to_f64()
-                .iter()
-                .zip(b.to_f64().iter())
-                .map(|(&x, &y)| diff(x, y))
-                .fold(0.0, f64::max),
-        ),
-        (Storage::Relation(a), Storage::Relation(b)) => (a == b).then_some(0.0),
-        (Storage::Sparse(a), Storage::Sparse(b)) => {
-            if a.positions() != b.positions() {
-                return None;
-            }
-            Some(
-                a.values()
-                    .iter()
-                    .zip(b.values())
-                    .map(|(&x, &y)| diff(x, y))
-                    .fold(0.0, f64::max),
-            )
-        }
-        _ => None,
-    }
+    Err(fixpoint::not_converged(p, st, o.max_iters, last_change).into())
 }
 
 /// One tensor's value: its data combined with every equation's contributions.
@@ -562,7 +440,7 @@ impl<'a> Cx<'a> {
                         let n = defined.len() as f64;
                         let mean = defined.iter().sum::<f64>() / n;
                         let var = defined.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
-                        (x - mean) / (var + 1e-5).sqrt()
+                        (x - mean) / (var + crate::functions::LNORM_EPSILON).sqrt()
                     }
                 })
             }

@@ -355,7 +355,7 @@ impl Back<'_, '_, '_> {
             _ => {
                 let mean = defined.iter().sum::<f64>() / n;
                 let var_ = defined.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
-                let sd = (var_ + 1e-5).sqrt();
+                let sd = (var_ + crate::functions::LNORM_EPSILON).sqrt();
                 let y = (x - mean) / sd;
                 row.iter()
                     .enumerate()

@@ -7,9 +7,9 @@
 //! time). Boolean and integer tensors carry no gradient: `step` has derivative 0.
 
 use super::backprop::{self, Head, Sink};
-use crate::eval::{backward_dense, EvalOptions, KeptTerms, Record};
+use crate::eval::{backward_dense, EvalOptions, KeptTerms, Record, StratumRecord};
 use crate::plan::einsum::DenseEquation;
-use crate::plan::{Plan, StratumPlan};
+use crate::plan::{Kernel, Plan};
 use crate::semantics::{Checked, Family, Kind, Node, TensorId};
 use crate::tensor::Tensor;
 
@@ -94,7 +94,7 @@ pub(crate) fn backward(
     p: &Checked,
     plan: Option<&Plan>,
     values: &mut [Tensor],
-    records: &[Option<Record>],
+    records: &[Option<StratumRecord>],
     o: &EvalOptions,
     loss: TensorId,
     active: &[bool],
@@ -117,20 +117,24 @@ pub(crate) fn backward(
             .map(|&t| adj[t].take().unwrap_or_default())
             .collect();
         let record = records.get(i).and_then(Option::as_ref);
+        let reference = match record {
+            Some(StratumRecord::Reference(r)) => Some(r),
+            _ => None,
+        };
         match record {
-            Some(r) if st.recursive => {
+            Some(StratumRecord::Reference(r)) if st.recursive => {
                 through_iterations(p, st, values, r, o, upstream, &mut adj);
             }
-            Some(r) if r.slices.is_empty() => {
-                let dense = match plan.map(|pl| &pl.strata[i]) {
-                    Some(StratumPlan::Dense(plans)) => plans.as_slice(),
+            Some(StratumRecord::Dense(terms)) => {
+                let dense = match plan.map(|pl| &pl.strata[i].kernel) {
+                    Some(Kernel::Dense(plans)) => plans.as_slice(),
                     _ => &[],
                 };
                 let mut sink = Sink {
                     adj: &mut adj,
                     slice: None,
                 };
-                one_pass(p, st, values, (dense, &r.terms), o, &upstream, &mut sink);
+                one_pass(p, st, values, (dense, terms), o, &upstream, &mut sink);
             }
             None => {
                 let mut sink = Sink {
@@ -147,7 +151,7 @@ pub(crate) fn backward(
                     &mut sink,
                 );
             }
-            Some(_) => {
+            Some(StratumRecord::Reference(_)) => {
                 let mut sink = Sink {
                     adj: &mut adj,
                     slice: None,
@@ -157,7 +161,7 @@ pub(crate) fn backward(
                     p,
                     st,
                     values,
-                    record,
+                    reference,
                     0,
                     o,
                     &upstream,

@@ -98,10 +98,7 @@ fn differentiate(
         }
         None => {
             let all = vec![true; p.strata.len()];
-            let reference = crate::plan::Plan {
-                strata: vec![crate::plan::StratumPlan::Loops; p.strata.len()],
-            };
-            evaluate_recorded(p, &reference, o, &needed, &all)?
+            evaluate_recorded(p, &Plan::reference(p), o, &needed, &all)?
         }
     };
     let loss_value = values[loss].get(&[]).unwrap_or(0.0);

@@ -1,32 +1,60 @@
-//! Planning: how each stratum will be evaluated, decided once per checked program.
-//! `datalog` recognises Datalog-shaped strata (run semi-naively by joins), counting strata
-//! and `min=`/`max=` path problems; `chains` finds the Datalog rules that are products of
-//! binary relations (which may run on bit matrices); `einsum` plans dense equations as
-//! contraction trees; `demand` rewrites rules for one bound query (magic sets). Every other
-//! stratum goes to the reference evaluator's loops.
+//! Planning: how each stratum will be evaluated, decided once per checked program and
+//! stored as the [`Plan`] that evaluation executes and `tl explain` prints.
+//!
+//! The passes, in the order a stratum tries them:
+//! - `datalog`: Datalog-shaped strata (run semi-naively by joins), counting strata and
+//!   `min=`/`max=` path problems; `chains` finds the rules that are products of binary
+//!   relations (which may run on bit matrices); `demand` rewrites rules for one bound
+//!   query (magic sets);
+//! - `einsum`: dense equations as contraction trees and fused elementwise passes, after
+//!   `valid` (shifted reads over their valid intervals) and `constants` (folding);
+//! - `nest`: loop nests for every other equation, driven by the tuples of the sparse
+//!   tensors they multiply; they are also what runs when a kernel above declines at run
+//!   time (its inputs are not as planned).
+//!
+//! Only what no loop nest evaluates (a virtual index) keeps the reference evaluator's
+//! loops, with the reason recorded.
 
 pub mod chains;
 pub mod constants;
 pub mod datalog;
 pub mod demand;
 pub mod einsum;
+pub mod nest;
 pub mod valid;
 
-use crate::semantics::Checked;
+use crate::semantics::{Checked, Stratum};
 
-/// How one stratum is evaluated.
+/// The kernel a stratum runs on.
 #[derive(Clone, Debug)]
-pub enum StratumPlan {
+pub enum Kernel {
+    /// No equations: the stratum is its data.
+    Data,
     /// Semi-naive joins (or bit matrices) over these rules.
     Datalog(Vec<datalog::Rule>),
     /// Counts over relations, by enumerating these joins.
     Counts(Vec<datalog::Rule>),
-    /// Semi-naive `min=`/`max=` over improved elements (the reference decides error cases).
+    /// Semi-naive `min=`/`max=` over improved elements (declines for the cases whose outcome
+    /// the reference defines).
     Extremum(Vec<datalog::ValuedRule>),
-    /// Contraction trees and fused expressions (the reference runs if inputs differ).
+    /// Contraction trees and fused expressions (declines if inputs differ from the plan).
     Dense(Vec<einsum::DenseEquation>),
-    /// The reference evaluator's loops (also data-only strata).
-    Loops,
+    /// Loop nests ([`StratumPlan::nests`]).
+    Nest,
+    /// The reference evaluator's loops ([`StratumPlan::reason`] says why).
+    Reference,
+}
+
+/// How one stratum is evaluated.
+#[derive(Clone, Debug)]
+pub struct StratumPlan {
+    /// The kernel chosen.
+    pub kernel: Kernel,
+    /// Loop nests of every equation: the kernel when it is [`Kernel::Nest`], otherwise what
+    /// runs if the kernel declines at run time; `None` when some equation has none.
+    pub nests: Option<Vec<nest::NestEquation>>,
+    /// Why some equation has no loop nest (and the stratum would run the reference loops).
+    pub reason: Option<String>,
 }
 
 /// The plan of every stratum, in `Checked::strata` order: built once, evaluated any number of
@@ -37,24 +65,66 @@ pub struct Plan {
     pub strata: Vec<StratumPlan>,
 }
 
+impl Plan {
+    /// A plan that evaluates every stratum with the reference loops (for the learning code's
+    /// reference gradients).
+    pub fn reference(p: &Checked) -> Plan {
+        let strata = p
+            .strata
+            .iter()
+            .map(|_| StratumPlan {
+                kernel: Kernel::Reference,
+                nests: None,
+                reason: Some("the reference evaluator was asked for".into()),
+            })
+            .collect();
+        Plan { strata }
+    }
+}
+
 /// Plans every stratum of a checked program.
 pub fn plan(p: &Checked) -> Plan {
-    let strata = p
-        .strata
+    Plan {
+        strata: p.strata.iter().map(|st| plan_stratum(p, st)).collect(),
+    }
+}
+
+fn plan_stratum(p: &Checked, st: &Stratum) -> StratumPlan {
+    if st.equations.is_empty() {
+        return StratumPlan {
+            kernel: Kernel::Data,
+            nests: Some(Vec::new()),
+            reason: None,
+        };
+    }
+    let (nests, reason) = match nests(p, st) {
+        Ok(n) => (Some(n), None),
+        Err(r) => (None, Some(r)),
+    };
+    let kernel = if let Some(r) = datalog::plan_stratum(p, st).filter(|r| !r.is_empty()) {
+        Kernel::Datalog(r)
+    } else if let Some(r) = datalog::plan_counts(p, st).filter(|r| !r.is_empty()) {
+        Kernel::Counts(r)
+    } else if let Some(r) = datalog::plan_extremum(p, st).filter(|r| !r.is_empty()) {
+        Kernel::Extremum(r)
+    } else if let Some(d) = einsum::plan_dense(p, st).filter(|d| !d.is_empty()) {
+        Kernel::Dense(d)
+    } else if nests.is_some() {
+        Kernel::Nest
+    } else {
+        Kernel::Reference
+    };
+    StratumPlan {
+        kernel,
+        nests,
+        reason,
+    }
+}
+
+/// The loop nest of every equation of the stratum, or why one has none.
+fn nests(p: &Checked, st: &Stratum) -> Result<Vec<nest::NestEquation>, String> {
+    st.equations
         .iter()
-        .map(|st| {
-            if let Some(r) = datalog::plan_stratum(p, st).filter(|r| !r.is_empty()) {
-                StratumPlan::Datalog(r)
-            } else if let Some(r) = datalog::plan_counts(p, st).filter(|r| !r.is_empty()) {
-                StratumPlan::Counts(r)
-            } else if let Some(r) = datalog::plan_extremum(p, st).filter(|r| !r.is_empty()) {
-                StratumPlan::Extremum(r)
-            } else if let Some(d) = einsum::plan_dense(p, st).filter(|d| !d.is_empty()) {
-                StratumPlan::Dense(d)
-            } else {
-                StratumPlan::Loops
-            }
-        })
-        .collect();
-    Plan { strata }
+        .map(|&e| nest::plan_nest(p, e).map_err(str::to_string))
+        .collect()
 }

@@ -232,6 +232,11 @@ fn run(command: Command) -> Result<(), String> {
             let lines = session
                 .run_with(common.engine(), &opts)
                 .map_err(|d| render(&session, &d))?;
+            if !common.quiet {
+                for w in session.warnings() {
+                    eprintln!("{w}");
+                }
+            }
             print_lines(&lines);
             if verify {
                 let diffs = session.verify(&opts).map_err(|d| render(&session, &d))?;
@@ -256,10 +261,10 @@ fn run(command: Command) -> Result<(), String> {
         }
         Command::Explain { file, common } => {
             let session = load_checked(&file, &common)?;
-            if let Some(checked) = session.checked() {
+            if let (Some(checked), Some(plan)) = (session.checked(), session.plan()) {
                 print!(
                     "{}",
-                    tensor_logic::explain::explain(checked, session.source().1)
+                    tensor_logic::explain::explain(checked, plan, session.source().1)
                 );
             }
             Ok(())

@@ -322,7 +322,7 @@ fn row_adjoint(d: &DenseEquation, r: &Row, y: &[f64], g: &[f64]) -> Vec<f64> {
                         .map(|q| (r.input[at(q)] - mean) * (r.input[at(q)] - mean))
                         .sum::<f64>()
                         / len;
-                    let sd = (var + 1e-5).sqrt();
+                    let sd = (var + crate::functions::LNORM_EPSILON).sqrt();
                     let mean_g = (0..n).map(|q| g[at(q)]).sum::<f64>() / len;
                     let mean_gy = (0..n).map(|q| g[at(q)] * y[at(q)]).sum::<f64>() / len;
                     for q in 0..n {

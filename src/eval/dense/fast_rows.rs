@@ -78,7 +78,7 @@ fn row_loops(kind: Structural, row: &mut [f32], scale: f64) {
             let dev = |x: f32| wide(x) - mean;
             let var =
                 lanes::<f32, f64, 8>(row, 0.0, |a: f64, b| a + dev(b) * dev(b), |a, b| a + b) / len;
-            let sd = (var + 1e-5).sqrt();
+            let sd = (var + crate::functions::LNORM_EPSILON).sqrt();
             for x in row.iter_mut() {
                 *x = (dev(*x) / sd) as f32;
             }

@@ -142,11 +142,11 @@ fn fixpoint(
     for _ in 0..o.max_iters {
         let last = values[t].clone();
         if !evaluate_once(p, st, plans, values, o, pool, None)
-            || super::reference::blew_up(&last, &values[t]).is_some()
+            || super::fixpoint::blew_up(&last, &values[t]).is_some()
         {
             break;
         }
-        if super::reference::change(&last, &values[t]).is_some_and(|c| c <= tol) {
+        if super::fixpoint::change(&last, &values[t]).is_some_and(|c| c <= tol) {
             return true;
         }
     }
@@ -724,7 +724,7 @@ fn exact_row(kind: Structural, row: &mut [f64]) {
             let len = row.len() as f64;
             let mean = row.iter().sum::<f64>() / len;
             let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / len;
-            let sd = (var + 1e-5).sqrt();
+            let sd = (var + crate::functions::LNORM_EPSILON).sqrt();
             for r in row.iter_mut() {
                 *r = (*r - mean) / sd;
             }

@@ -284,7 +284,7 @@ pub(super) fn evaluate_counts(p: &Checked, st: &Stratum, rules: &[Rule], values:
 }
 
 fn diverged(p: &Checked, st: &Stratum, o: &EvalOptions) -> Diagnostics {
-    super::not_converged(p, st, o.max_iters)
+    super::fixpoint::recursion_unsettled(p, st, o.max_iters)
         .with_note("raise --max-iters: each iteration derives facts one step longer")
         .into()
 }

@@ -1,0 +1,129 @@
+//! What every evaluator's fixpoint iteration (§9) shares: how far an iterate moved, whether
+//! it blew up, and the diagnostics for a recursion that diverges or does not settle, so that
+//! the engines report the same errors.
+
+use super::EvalOptions;
+use crate::diagnostics::{codes, Diagnostic};
+use crate::semantics::{Checked, Kind, Stratum, TensorId};
+use crate::tensor::{Storage, Tensor};
+
+/// The largest change at which tensor `t` counts as settled: `--tol` for real tensors, none
+/// for Boolean and integer ones (they must stop changing exactly).
+pub(crate) fn tolerance(p: &Checked, t: TensorId, o: &EvalOptions) -> f64 {
+    if p.tensors[t].kind == Kind::Real {
+        o.tol
+    } else {
+        0.0
+    }
+}
+
+/// A non-finite value that appeared where the previous iterate was finite.
+pub(crate) fn blew_up(old: &Tensor, new: &Tensor) -> Option<f64> {
+    let (Storage::Dense(a), Storage::Dense(b)) = (&old.storage, &new.storage) else {
+        let bad = new
+            .entries()
+            .into_iter()
+            .map(|(_, v)| v)
+            .find(|v| !v.is_finite())?;
+        return old
+            .entries()
+            .iter()
+            .all(|(_, v)| v.is_finite())
+            .then_some(bad);
+    };
+    a.to_f64()
+        .iter()
+        .zip(b.to_f64().iter())
+        .find(|(x, y)| x.is_finite() && !y.is_finite())
+        .map(|(_, y)| *y)
+}
+
+/// Largest absolute change between two values of one tensor; `None` if the defined elements
+/// differ.
+pub(crate) fn change(old: &Tensor, new: &Tensor) -> Option<f64> {
+    if old.shape != new.shape {
+        return None;
+    }
+    let diff = |a: f64, b: f64| {
+        if a == b || (a.is_nan() && b.is_nan()) {
+            0.0
+        } else {
+            (a - b).abs()
+        }
+    };
+    match (&old.storage, &new.storage) {
+        (Storage::Dense(a), Storage::Dense(b)) => Some(
+            a.to_f64()
+                .iter()
+                .zip(b.to_f64().iter())
+                .map(|(&x, &y)| diff(x, y))
+                .fold(0.0, f64::max),
+        ),
+        (Storage::Relation(a), Storage::Relation(b)) => (a == b).then_some(0.0),
+        (Storage::Sparse(a), Storage::Sparse(b)) => {
+            if a.positions() != b.positions() {
+                return None;
+            }
+            Some(
+                a.values()
+                    .iter()
+                    .zip(b.values())
+                    .map(|(&x, &y)| diff(x, y))
+                    .fold(0.0, f64::max),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// The error for tensor `t` of a recursive component taking the non-finite value `bad`.
+pub(crate) fn diverged(p: &Checked, st: &Stratum, t: TensorId, bad: f64) -> Diagnostic {
+    Diagnostic::error(
+        codes::DIVERGED,
+        p.equations[st.equations[0]].span,
+        format!(
+            "`{}` diverged: an element became {bad} during fixpoint iteration",
+            p.tensors[t].name
+        ),
+    )
+    .with_label("in this recursive equation")
+    .with_note("the recursion grows without bound; check that it is a contraction (e.g. damped by a factor below 1)")
+}
+
+/// The error for a recursive component still changing after `--max-iters` iterations,
+/// pointing at its equations; `last_change` is the largest change of the last iteration.
+pub(crate) fn not_converged(
+    p: &Checked,
+    st: &Stratum,
+    max_iters: usize,
+    last_change: f64,
+) -> Diagnostic {
+    recursion_unsettled(p, st, max_iters)
+        .with_note(format!(
+            "the largest change in the last iteration was {last_change}"
+        ))
+        .with_note("raise --max-iters or --tol, or check that the recursion is bounded")
+}
+
+/// The error for a recursive component still changing after `--max-iters` iterations (§9),
+/// pointing at its equations; each evaluator adds a note on what it saw.
+pub(crate) fn recursion_unsettled(p: &Checked, st: &Stratum, max_iters: usize) -> Diagnostic {
+    let names: Vec<String> = st
+        .tensors
+        .iter()
+        .map(|&t| format!("`{}`", p.tensors[t].name))
+        .collect();
+    let mut d = Diagnostic::error(
+        codes::DIVERGED,
+        p.equations[st.equations[0]].span,
+        format!(
+            "{} did not converge after {max_iters} iterations",
+            names.join(", ")
+        ),
+    )
+    .with_label("in this recursive equation");
+    for &e in &st.equations[1..] {
+        d = d.with_secondary(p.equations[e].span, "also part of the recursion");
+    }
+    d
+}

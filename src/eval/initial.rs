@@ -1,0 +1,36 @@
+//! Every tensor's value before evaluation: its data, or no elements yet (zeros for a dense
+//! tensor, no tuples or defined elements for a sparse one), within `--max-memory` (§15).
+
+use super::EvalOptions;
+use crate::diagnostics::{codes, Diagnostic, Diagnostics};
+use crate::semantics::{Kind, TensorInfo};
+use crate::tensor::Tensor;
+
+/// A tensor with no elements yet: zeros, or no defined elements.
+pub(crate) fn empty(info: &TensorInfo, o: &EvalOptions) -> Result<Tensor, Diagnostics> {
+    if is_sparse(info) {
+        return Ok(Tensor::sparse(info.elem, info.shape.clone()));
+    }
+    fits_dense(info, o)?;
+    Ok(Tensor::zeros(info.elem, info.shape.clone()))
+}
+
+/// Whether the tensor holds only its defined elements (relations, `max=`-style tensors).
+pub(crate) fn is_sparse(info: &TensorInfo) -> bool {
+    info.kind == Kind::Bool || info.sparse_values
+}
+
+/// An error when the tensor would not fit `--max-memory` as a dense array.
+pub(crate) fn fits_dense(info: &TensorInfo, o: &EvalOptions) -> Result<(), Diagnostics> {
+    let n: u128 = info.shape.iter().map(|&d| d as u128).product();
+    if n * 8 > o.max_memory as u128 {
+        return Err(Diagnostic::error(
+            codes::MEMORY,
+            info.span,
+            format!("`{}` would need {} bytes as a dense {:?} tensor, over --max-memory ({} bytes)", info.name, n * 8, info.shape, o.max_memory),
+        )
+        .with_note("use a sparse formulation: a Boolean relation written with parentheses, or `max=`/`min=` over defined elements")
+        .into());
+    }
+    Ok(())
+}

@@ -1,0 +1,488 @@
+//! Executes loop nests (`plan::nest`): each scope's loops in order — scans over sorted
+//! tuples (a binary search when the known positions lead the tuple, a sorted index on them
+//! otherwise), ranges, filters — and the compiled expression at each point.
+//!
+//! Values at one point go through the reference evaluator's f64 operations in the same
+//! order; what differs is which points are visited (only those that can contribute) and,
+//! for sums, the order in which points are added.
+
+use super::accumulate::Accumulator;
+use super::fixpoint;
+use super::EvalOptions;
+use crate::diagnostics::Diagnostics;
+use crate::functions::Structural;
+use crate::plan::nest::{Level, NestEquation, Position, Scan, Scope, Value};
+use crate::semantics::{Checked, Family, Func, IndexFn, Stratum};
+use crate::syntax::ast::BinOp;
+use crate::tensor::{Relation, Storage, Tensor};
+
+/// Evaluates a stratum of loop-nest equations in place: once, or, when it is recursive,
+/// iterated from its current values until nothing changes (§9), as the reference does.
+pub(super) fn evaluate_stratum(
+    p: &Checked,
+    st: &Stratum,
+    plans: &[NestEquation],
+    values: &mut [Tensor],
+    o: &EvalOptions,
+) -> Result<(), Diagnostics> {
+    if !st.recursive {
+        for &t in &st.tensors {
+            values[t] = compute(p, t, plans, values, o);
+        }
+        return Ok(());
+    }
+    let mut last_change = 0.0;
+    for _ in 0..o.max_iters {
+        let next: Vec<Tensor> = st
+            .tensors
+            .iter()
+            .map(|&t| compute(p, t, plans, values, o))
+            .collect();
+        let mut converged = true;
+        last_change = 0.0f64;
+        for (&t, new) in st.tensors.iter().zip(next) {
+            if let Some(bad) = fixpoint::blew_up(&values[t], &new) {
+                return Err(fixpoint::diverged(p, st, t, bad).into());
+            }
+            match fixpoint::change(&values[t], &new) {
+                Some(c) if c <= fixpoint::tolerance(p, t, o) => {}
+                Some(c) => {
+                    converged = false;
+                    last_change = last_change.max(c);
+                }
+                None => {
+                    converged = false;
+                    last_change = f64::INFINITY;
+                }
+            }
+            values[t] = new;
+        }
+        if converged {
+            return Ok(());
+        }
+    }
+    Err(fixpoint::not_converged(p, st, o.max_iters, last_change).into())
+}
+
+/// One tensor's value: its data combined with every equation's contributions.
+fn compute(
+    p: &Checked,
+    t: usize,
+    plans: &[NestEquation],
+    values: &[Tensor],
+    o: &EvalOptions,
+) -> Tensor {
+    let info = &p.tensors[t];
+    let mut acc = Accumulator::new(info);
+    if let Some(d) = &p.data[t] {
+        acc.combine_tensor(d);
+    }
+    for n in plans.iter().filter(|n| n.target == t) {
+        run_equation(n, values, o, &mut acc);
+    }
+    acc.finish(info)
+}
+
+/// Adds every point's value of one equation to `acc` at its left-hand-side position.
+fn run_equation(n: &NestEquation, values: &[Tensor], o: &EvalOptions, acc: &mut Accumulator) {
+    let cx = Cx {
+        values,
+        o,
+        indexes: Indexes::build(n, values),
+    };
+    let mut env = vec![0i64; n.vars];
+    let mut slots = vec![0usize; n.slots];
+    let mut idx = vec![0usize; n.lhs.len()];
+    let root = &n.root;
+    cx.points(root, 0, &mut env, &mut slots, &mut |cx, env, slots| {
+        let Some(v) = cx.eval(&root.body, env, slots) else {
+            return;
+        };
+        for (slot, f) in idx.iter_mut().zip(&n.lhs) {
+            match f.eval(env) {
+                Some(i) if i >= 0 => *slot = i as usize,
+                _ => return,
+            }
+        }
+        acc.combine(&idx, v);
+    });
+}
+
+/// What a nest reads: the values, options, and per scan a way to find its tuples.
+struct Cx<'a> {
+    values: &'a [Tensor],
+    o: &'a EvalOptions,
+    indexes: Indexes,
+}
+
+/// The tuples a scan meets, as indices into the scanned tensor's ascending tuples.
+type PointFn<'f> = dyn FnMut(&Cx, &mut [i64], &mut [usize]) + 'f;
+
+impl Cx<'_> {
+    /// Calls `f` at every point of `scope` from loop `level` on.
+    fn points(
+        &self,
+        scope: &Scope,
+        level: usize,
+        env: &mut [i64],
+        slots: &mut [usize],
+        f: &mut PointFn,
+    ) {
+        let Some(l) = scope.levels.get(level) else {
+            return f(self, env, slots);
+        };
+        match l {
+            Level::Range { var, extent } => {
+                for x in 0..*extent {
+                    env[*var] = x as i64;
+                    self.points(scope, level + 1, env, slots, f);
+                }
+            }
+            Level::Filter(v) => {
+                if self.eval(v, env, slots).is_some_and(|x| x != 0.0) {
+                    self.points(scope, level + 1, env, slots, f);
+                }
+            }
+            Level::Scan(s) => {
+                let Some(tuples) = tuples(&self.values[s.tensor]) else {
+                    return;
+                };
+                let mut key = Vec::with_capacity(s.key.len());
+                for &ax in &s.key {
+                    match known(s.positions[ax], env) {
+                        Some(k) => key.push(k),
+                        None => return,
+                    }
+                }
+                let (order, lo, hi) = self.indexes.rows(s, tuples, &key);
+                for i in lo..hi {
+                    let row = order.map_or(i, |o| o[i] as usize);
+                    let tuple = tuples.tuple(row);
+                    if bind(s, tuple, env) {
+                        slots[s.slot] = row;
+                        self.points(scope, level + 1, env, slots, f);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The value at one point; `None` is nothing.
+    fn eval(&self, v: &Value, env: &mut [i64], slots: &mut [usize]) -> Option<f64> {
+        match v {
+            Value::Const(k) => Some(*k),
+            Value::Var(x) => Some(env[*x] as f64),
+            Value::Read {
+                tensor,
+                index,
+                total,
+                relational,
+            } => read(&self.values[*tensor], index, env, *total, *relational),
+            Value::Scanned(slot) => {
+                let row = slots.get(*slot).copied()?;
+                Some(row_value(self.values, self.indexes.scanned(*slot), row))
+            }
+            Value::Sum(scope) => self.sum(scope, env, slots),
+            Value::Neg(x) => self.eval(x, env, slots).map(|x| -x),
+            Value::Not(x) => self.eval(x, env, slots).map(|x| 1.0 - x),
+            Value::Product(fs) => {
+                let mut acc = 1.0;
+                let mut skip = false;
+                for (div, f) in fs {
+                    match self.eval(f, env, slots) {
+                        Some(x) if *div => acc /= x,
+                        Some(x) => acc *= x,
+                        None => skip = true,
+                    }
+                }
+                (!skip).then_some(acc)
+            }
+            Value::Binary(op, a, b) => {
+                let (a, b) = (self.eval(a, env, slots), self.eval(b, env, slots));
+                let (a, b) = (a?, b?);
+                Some(match op {
+                    BinOp::Add => a + b,
+                    BinOp::Sub => a - b,
+                    BinOp::Pow => a.powf(b),
+                })
+            }
+            Value::Compare(op, a, b) => {
+                let (a, b) = (self.eval(a, env, slots), self.eval(b, env, slots));
+                Some(if op.holds(a?, b?) { 1.0 } else { 0.0 })
+            }
+            Value::Call(f, args) => {
+                let mut xs = Vec::with_capacity(args.len());
+                let mut skip = false;
+                for a in args {
+                    match self.eval(a, env, slots) {
+                        Some(x) => xs.push(x),
+                        None => skip = true,
+                    }
+                }
+                if skip {
+                    return None;
+                }
+                match f {
+                    Func::Builtin(b) => Some(b.apply(&xs)),
+                    Func::User(name) => self
+                        .o
+                        .functions
+                        .get(name)
+                        .map(|uf| (uf.f)(xs.first().copied().unwrap_or(0.0))),
+                }
+            }
+            Value::Normalize(kind, var, range, arg) => {
+                let here = env[*var];
+                let mut row = Vec::with_capacity(*range);
+                for q in 0..*range {
+                    env[*var] = q as i64;
+                    row.push(self.eval(arg, env, slots));
+                }
+                env[*var] = here;
+                let x = row.get(usize::try_from(here).ok()?).copied().flatten()?;
+                let defined: Vec<f64> = row.into_iter().flatten().collect();
+                Some(normalized(*kind, x, &defined))
+            }
+            Value::Concat(out, parts, arg) => {
+                let mut rest = env[*out];
+                for &(part, range) in parts.iter().rev() {
+                    let r = range.max(1) as i64;
+                    env[part] = rest % r;
+                    rest /= r;
+                }
+                self.eval(arg, env, slots)
+            }
+        }
+    }
+
+    /// A nested summation point: its points' values combined by its family, in loop order.
+    fn sum(&self, scope: &Scope, env: &mut [i64], slots: &mut [usize]) -> Option<f64> {
+        let mut acc: Option<f64> = None;
+        let mut count = 0usize;
+        let family = scope.family;
+        self.points(scope, 0, env, slots, &mut |cx, env, slots| {
+            if let Some(x) = cx.eval(&scope.body, env, slots) {
+                count += 1;
+                acc = Some(match (acc, family) {
+                    (None, _) => x,
+                    (Some(a), Family::Sum | Family::Avg) => a + x,
+                    (Some(a), Family::Max) => a.max(x),
+                    (Some(a), Family::Min) => a.min(x),
+                });
+            }
+        });
+        match (acc, family) {
+            (None, _) if scope.zero_when_empty => Some(0.0),
+            (Some(a), Family::Avg) => Some(a / count as f64),
+            (acc, _) => acc,
+        }
+    }
+}
+
+/// The value of tuple `row` of `t`: its element's value, or 1 for a relation.
+fn row_value(values: &[Tensor], t: Option<usize>, row: usize) -> f64 {
+    match t.and_then(|t| values.get(t)).map(|t| &t.storage) {
+        Some(Storage::Sparse(s)) => s.values().get(row).copied().unwrap_or(0.0),
+        _ => 1.0,
+    }
+}
+
+/// Softmax or layer normalisation of `x` among the defined values of its row, as the
+/// reference computes it.
+fn normalized(kind: Structural, x: f64, defined: &[f64]) -> f64 {
+    match kind {
+        Structural::Softmax => {
+            let m = defined.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let s: f64 = defined.iter().map(|v| (v - m).exp()).sum();
+            (x - m).exp() / s
+        }
+        _ => {
+            let n = defined.len() as f64;
+            let mean = defined.iter().sum::<f64>() / n;
+            let var = defined.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+            (x - mean) / (var + crate::functions::LNORM_EPSILON).sqrt()
+        }
+    }
+}
+
+/// One element of a tensor at positions computed from the point; `None` when a position
+/// leaves the tensor (or the element is undefined under relational semantics), unless
+/// `total`, which reads both as 0.
+fn read(t: &Tensor, index: &[IndexFn], env: &[i64], total: bool, relational: bool) -> Option<f64> {
+    let outside = if total { Some(0.0) } else { None };
+    let mut key = [0u32; 8];
+    let mut heap = Vec::new();
+    let key: &mut [u32] = if index.len() <= key.len() {
+        &mut key[..index.len()]
+    } else {
+        heap.resize(index.len(), 0);
+        &mut heap
+    };
+    for ((f, &n), k) in index.iter().zip(&t.shape).zip(key.iter_mut()) {
+        match f.eval(env) {
+            Some(i) if i >= 0 && (i as u64) < n as u64 => *k = i as u32,
+            _ => return outside,
+        }
+    }
+    match t.get_at(key) {
+        Some(v) => Some(v),
+        None if relational && !total => None,
+        None => Some(0.0),
+    }
+}
+
+/// The tuples of a sparse tensor, or `None` for a dense one (nothing to scan).
+fn tuples(t: &Tensor) -> Option<&Relation> {
+    match &t.storage {
+        Storage::Relation(r) => Some(r),
+        Storage::Sparse(s) => Some(s.positions()),
+        Storage::Dense(_) => None,
+    }
+}
+
+/// A known position's value, `None` when it is negative (no tuple has it).
+fn known(pos: Position, env: &[i64]) -> Option<u32> {
+    let v = match pos {
+        Position::Var(x) => env[x],
+        Position::Const(c) => c,
+    };
+    u32::try_from(v).ok()
+}
+
+/// Binds the scan's unbound variables from `tuple`, checking repeated ones; `false` when a
+/// repeat disagrees. Key positions were matched by the lookup.
+fn bind(s: &Scan, tuple: &[u32], env: &mut [i64]) -> bool {
+    for (ax, &pos) in s.positions.iter().enumerate() {
+        if s.key.contains(&ax) {
+            continue;
+        }
+        let Position::Var(v) = pos else {
+            continue;
+        };
+        // A variable unknown when the scan starts is bound by its first axis.
+        let first = !s.positions[..ax]
+            .iter()
+            .enumerate()
+            .any(|(a, &q)| q == pos && !s.key.contains(&a));
+        if first {
+            env[v] = i64::from(tuple[ax]);
+        } else if env[v] != i64::from(tuple[ax]) {
+            return false;
+        }
+    }
+    true
+}
+
+/// For each scan whose key is not a prefix of the tuple, its tuples sorted by the key's
+/// positions (then the rest), so lookups are binary searches.
+struct Indexes {
+    /// Per slot: the scanned tensor, and the sorted order of its tuples when needed.
+    by_slot: Vec<(Option<usize>, Option<Vec<u32>>)>,
+}
+
+impl Indexes {
+    fn build(n: &NestEquation, values: &[Tensor]) -> Indexes {
+        let mut by_slot = vec![(None, None); n.slots];
+        let mut scans = Vec::new();
+        collect_scans(&n.root, &mut scans);
+        for s in scans {
+            let order = match tuples(&values[s.tensor]) {
+                Some(r) if !is_prefix(&s.key) => Some(sorted_by(r, &s.key)),
+                _ => None,
+            };
+            if let Some(slot) = by_slot.get_mut(s.slot) {
+                *slot = (Some(s.tensor), order);
+            }
+        }
+        Indexes { by_slot }
+    }
+
+    /// The tensor scan `slot` reads.
+    fn scanned(&self, slot: usize) -> Option<usize> {
+        self.by_slot.get(slot).and_then(|s| s.0)
+    }
+
+    /// The tuples of `r` whose key positions equal `key`: positions `lo..hi` of the scan's
+    /// sorted order (`None`: the tuples' own order), ascending within the key.
+    fn rows<'s>(
+        &'s self,
+        s: &Scan,
+        r: &Relation,
+        key: &[u32],
+    ) -> (Option<&'s [u32]>, usize, usize) {
+        let order = self.by_slot.get(s.slot).and_then(|x| x.1.as_deref());
+        let n = order.map_or(r.len(), <[u32]>::len);
+        let at = |i: usize| r.tuple(order.map_or(i, |o| o[i] as usize));
+        let (lo, hi) = equal_range(n, |i| compare(at(i), &s.key, key));
+        (order, lo, hi)
+    }
+}
+
+/// How a tuple's key positions compare with `key`.
+fn compare(tuple: &[u32], axes: &[usize], key: &[u32]) -> std::cmp::Ordering {
+    axes.iter().map(|&ax| tuple[ax]).cmp(key.iter().copied())
+}
+
+/// The positions `lo..hi` of `0..n` whose key equals the one `cmp` compares with, keys being
+/// ascending.
+fn equal_range(n: usize, cmp: impl Fn(usize) -> std::cmp::Ordering) -> (usize, usize) {
+    use std::cmp::Ordering::{Greater, Less};
+    let bound = |past: &dyn Fn(std::cmp::Ordering) -> bool| {
+        let (mut lo, mut hi) = (0, n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if past(cmp(mid)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    };
+    (bound(&|o| o == Less), bound(&|o| o != Greater))
+}
+
+/// Whether key axes are `0, 1, …, k - 1`: the sorted tuples are then grouped by the key.
+fn is_prefix(key: &[usize]) -> bool {
+    key.iter().enumerate().all(|(i, &ax)| i == ax)
+}
+
+/// Tuple indices of `r` sorted by the positions `key` (stable: ties keep ascending order).
+fn sorted_by(r: &Relation, key: &[usize]) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..r.len() as u32).collect();
+    order.sort_by(|&a, &b| {
+        let (ta, tb) = (r.tuple(a as usize), r.tuple(b as usize));
+        key.iter()
+            .map(|&ax| ta[ax])
+            .cmp(key.iter().map(|&ax| tb[ax]))
+    });
+    order
+}
+
+/// Every scan of a scope and of the scopes nested in it.
+fn collect_scans<'a>(scope: &'a Scope, out: &mut Vec<&'a Scan>) {
+    for l in &scope.levels {
+        match l {
+            Level::Scan(s) => out.push(s),
+            Level::Filter(v) => values_scans(v, out),
+            Level::Range { .. } => {}
+        }
+    }
+    values_scans(&scope.body, out);
+}
+
+fn values_scans<'a>(v: &'a Value, out: &mut Vec<&'a Scan>) {
+    match v {
+        Value::Sum(s) => collect_scans(s, out),
+        Value::Neg(x) | Value::Not(x) | Value::Normalize(_, _, _, x) | Value::Concat(_, _, x) => {
+            values_scans(x, out)
+        }
+        Value::Product(fs) => fs.iter().for_each(|(_, f)| values_scans(f, out)),
+        Value::Binary(_, a, b) | Value::Compare(_, a, b) => {
+            values_scans(a, out);
+            values_scans(b, out);
+        }
+        Value::Call(_, args) => args.iter().for_each(|a| values_scans(a, out)),
+        Value::Const(_) | Value::Var(_) | Value::Read { .. } | Value::Scanned(_) => {}
+    }
+}

@@ -1,0 +1,311 @@
+//! The standard engine: executes a [`Plan`] stratum by stratum, each on the kernel the plan
+//! chose, and logs which kernel ran. A kernel that declines at run time (its inputs are not
+//! as planned: a tensor stored sparse that the plan expected dense, intermediates over
+//! `--max-memory`, a recursion the dense iteration cannot settle) hands the stratum to its
+//! loop nests, which evaluate any equation; only a stratum without loop nests (a virtual
+//! index) runs the reference loops, and the log says why.
+
+use super::{dense, initial, nest, reference, relational};
+use super::{Decision, Engine, EvalOptions, Evaluation, KeptTerms, Ran, Record};
+use crate::diagnostics::Diagnostics;
+use crate::plan::{Kernel, Plan, StratumPlan};
+use crate::semantics::{Checked, Query, Stratum};
+use crate::tensor::{Dense, Storage, Tensor};
+
+/// The default engine: each stratum on the kernel its plan names — semi-naive joins for
+/// Datalog, counting joins, `min=`/`max=` path joins, dense contractions, loop nests.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Standard;
+
+impl Engine for Standard {
+    fn name(&self) -> &'static str {
+        "standard"
+    }
+
+    fn run(&self, p: &Checked, plan: &Plan, o: &EvalOptions) -> Result<Evaluation, Diagnostics> {
+        let mut state = State::new(p, plan, o)?;
+        for (i, st) in p.strata.iter().enumerate() {
+            state.stratum(i, st)?;
+        }
+        Ok(state.finish())
+    }
+
+    /// Chains backward: only the strata the query reads, and for a query that binds a
+    /// position of a relation evaluated by joins, the magic-sets rewrite (`plan::demand`).
+    fn evaluate_for(
+        &self,
+        p: &Checked,
+        o: &EvalOptions,
+        q: &Query,
+    ) -> Result<Vec<Tensor>, Diagnostics> {
+        use crate::plan::demand::{closure, plan_demand};
+        let plan = crate::plan::plan(p);
+        let mut state = State::new(p, &plan, o)?;
+        let mut done = vec![false; p.strata.len()];
+        let run_for = |state: &mut State, done: &mut [bool], needed: &[usize]| {
+            let needed: std::collections::BTreeSet<usize> = needed.iter().copied().collect();
+            for (i, st) in p.strata.iter().enumerate() {
+                if !done[i] && st.tensors.iter().any(|t| needed.contains(t)) {
+                    state.stratum(i, st)?;
+                    done[i] = true;
+                }
+            }
+            Ok::<(), Diagnostics>(())
+        };
+        if let Some(demand) = plan_demand(p, q) {
+            let full: Vec<usize> = closure(p, demand.full.iter().copied())
+                .into_iter()
+                .collect();
+            run_for(&mut state, &mut done, &full)?;
+            let pool = state.pool.clone();
+            if relational::evaluate_demand(
+                p,
+                &demand,
+                q.tensor,
+                &mut state.values,
+                o,
+                pool.as_deref(),
+            ) {
+                return Ok(state.finish().values);
+            }
+        }
+        let needed: Vec<usize> = closure(p, [q.tensor]).into_iter().collect();
+        run_for(&mut state, &mut done, &needed)?;
+        Ok(state.finish().values)
+    }
+}
+
+/// What a stratum's evaluation kept for the backward pass (§12).
+#[derive(Clone, Debug)]
+pub enum StratumRecord {
+    /// The reference loops' fixpoint iterates and virtual slices.
+    Reference(Record),
+    /// The terms a dense stratum computed, per equation.
+    Dense(KeptTerms),
+}
+
+/// Evaluates the strata marked in `needed` like [`Standard`], except that those marked in
+/// `record` run the reference loops and keep what backpropagation through them needs (their
+/// fixpoint iterates and virtual slices, §12), and dense strata keep the terms they computed,
+/// so the backward pass need not compute them again.
+pub fn evaluate_recorded(
+    p: &Checked,
+    plan: &Plan,
+    o: &EvalOptions,
+    needed: &[bool],
+    record: &[bool],
+) -> Result<(Vec<Tensor>, Vec<Option<StratumRecord>>), Diagnostics> {
+    let mut state = State::new(p, plan, o)?;
+    let mut records = Vec::with_capacity(p.strata.len());
+    for (i, st) in p.strata.iter().enumerate() {
+        let recorded = record.get(i).copied().unwrap_or(false);
+        if !needed.get(i).copied().unwrap_or(true) {
+            state.fill_pending(&st.tensors);
+            state.log(i, Ran::Skipped, None);
+            records.push(None);
+        } else if recorded {
+            state.fill_pending(&st.tensors);
+            let mut r = Record::default();
+            reference::evaluate_stratum_recorded(p, st, &mut state.values, o, Some(&mut r))?;
+            let why = "recorded by the reference loops for backpropagation";
+            state.log(i, Ran::Reference, Some(why.into()));
+            records.push(Some(StratumRecord::Reference(r)));
+        } else if let Kernel::Dense(plans) = &plan.strata[i].kernel {
+            let mut terms = KeptTerms::new();
+            let pool = state.pool.clone();
+            if dense::evaluate_dense(
+                p,
+                st,
+                plans,
+                &mut state.values,
+                o,
+                pool.as_deref(),
+                Some(&mut terms),
+            ) {
+                st.tensors.iter().for_each(|&t| state.pending[t] = false);
+                state.log(i, Ran::Dense, None);
+                records.push(Some(StratumRecord::Dense(terms)));
+            } else {
+                state.fallback(i, st)?;
+                records.push(None);
+            }
+        } else {
+            state.stratum(i, st)?;
+            records.push(None);
+        }
+    }
+    Ok((state.finish().values, records))
+}
+
+/// The values as evaluation proceeds, and the log.
+struct State<'a> {
+    p: &'a Checked,
+    plan: &'a Plan,
+    o: &'a EvalOptions,
+    values: Vec<Tensor>,
+    /// Dense tensors without data whose zeros have not been made: a dense stratum defines
+    /// them whole without reading them, so zeros are made only where another kernel needs
+    /// them (clearing a large buffer every evaluation costs as much as a layer).
+    pending: Vec<bool>,
+    pool: Option<std::sync::Arc<rayon::ThreadPool>>,
+    log: Vec<Decision>,
+}
+
+impl<'a> State<'a> {
+    fn new(p: &'a Checked, plan: &'a Plan, o: &'a EvalOptions) -> Result<State<'a>, Diagnostics> {
+        let pending = pending(p, plan);
+        let mut values = Vec::with_capacity(p.tensors.len());
+        for (t, info) in p.tensors.iter().enumerate() {
+            values.push(match &p.data[t] {
+                Some(d) => d.clone(),
+                None if pending[t] => {
+                    initial::fits_dense(info, o)?;
+                    Tensor {
+                        elem: info.elem,
+                        shape: info.shape.clone(),
+                        storage: Storage::Dense(Dense::zeros(info.elem, 0)),
+                    }
+                }
+                None => initial::empty(info, o)?,
+            });
+        }
+        Ok(State {
+            p,
+            plan,
+            o,
+            values,
+            pending,
+            pool: thread_pool(o),
+            log: Vec::with_capacity(p.strata.len()),
+        })
+    }
+
+    fn log(&mut self, stratum: usize, ran: Ran, reason: Option<String>) {
+        self.log.push(Decision {
+            stratum,
+            ran,
+            reason,
+        });
+    }
+
+    /// Gives the still pending tensors of `tensors` their zeros.
+    fn fill_pending(&mut self, tensors: &[usize]) {
+        for &t in tensors {
+            if let Some(flag @ true) = self.pending.get_mut(t) {
+                *flag = false;
+                let info = &self.p.tensors[t];
+                self.values[t] = Tensor::zeros(info.elem, info.shape.clone());
+            }
+        }
+    }
+
+    /// The values, every pending tensor given its zeros, and the log.
+    fn finish(mut self) -> Evaluation {
+        let all: Vec<usize> = (0..self.p.tensors.len()).collect();
+        self.fill_pending(&all);
+        Evaluation {
+            values: self.values,
+            log: self.log,
+        }
+    }
+
+    /// Evaluates stratum `i` on its planned kernel.
+    fn stratum(&mut self, i: usize, st: &Stratum) -> Result<(), Diagnostics> {
+        let (p, o) = (self.p, self.o);
+        let pool = self.pool.clone();
+        let pool = pool.as_deref();
+        let sp: &StratumPlan = &self.plan.strata[i];
+        match &sp.kernel {
+            Kernel::Data => {
+                self.log(i, Ran::Data, None);
+                Ok(())
+            }
+            Kernel::Dense(plans) => {
+                if dense::evaluate_dense(p, st, plans, &mut self.values, o, pool, None) {
+                    st.tensors.iter().for_each(|&t| self.pending[t] = false);
+                    self.log(i, Ran::Dense, None);
+                    return Ok(());
+                }
+                self.fallback(i, st)
+            }
+            Kernel::Datalog(rules) => {
+                self.fill_pending(&st.tensors);
+                relational::evaluate_stratum(p, st, rules, &mut self.values, o, pool)?;
+                self.log(i, Ran::Joins, None);
+                Ok(())
+            }
+            Kernel::Counts(rules) => {
+                self.fill_pending(&st.tensors);
+                relational::evaluate_counts(p, st, rules, &mut self.values);
+                self.log(i, Ran::Counts, None);
+                Ok(())
+            }
+            Kernel::Extremum(rules) => {
+                self.fill_pending(&st.tensors);
+                if relational::evaluate_extremum(p, st, rules, &mut self.values, o) {
+                    self.log(i, Ran::Extremum, None);
+                    return Ok(());
+                }
+                self.fallback(i, st)
+            }
+            Kernel::Nest | Kernel::Reference => self.fallback(i, st),
+        }
+    }
+
+    /// Evaluates stratum `i` by its loop nests, or, without them, by the reference loops.
+    fn fallback(&mut self, i: usize, st: &Stratum) -> Result<(), Diagnostics> {
+        self.fill_pending(&st.tensors);
+        let sp: &StratumPlan = &self.plan.strata[i];
+        match &sp.nests {
+            Some(nests) => {
+                nest::evaluate_stratum(self.p, st, nests, &mut self.values, self.o)?;
+                self.log(i, Ran::Nest, None);
+            }
+            None => {
+                reference::evaluate_stratum(self.p, st, &mut self.values, self.o)?;
+                let reason = sp.reason.clone();
+                self.log(i, Ran::Reference, reason);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A pool of `--threads` workers, or none for one thread. Pools are built once per thread
+/// count and reused, so repeated evaluations (`tl bench`, training steps) do not pay for
+/// starting threads.
+fn thread_pool(o: &EvalOptions) -> Option<std::sync::Arc<rayon::ThreadPool>> {
+    use std::sync::{Arc, Mutex, OnceLock};
+    type Pools = Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>>;
+    static POOLS: OnceLock<Pools> = OnceLock::new();
+    if o.threads <= 1 {
+        return None;
+    }
+    let mut pools = POOLS.get_or_init(|| Mutex::new(Vec::new())).lock().ok()?;
+    if let Some((_, p)) = pools.iter().find(|(n, _)| *n == o.threads) {
+        return Some(p.clone());
+    }
+    let pool = Arc::new(
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(o.threads)
+            .build()
+            .ok()?,
+    );
+    pools.push((o.threads, pool.clone()));
+    Some(pool)
+}
+
+/// The tensors whose zeros need not be made before evaluation: those without data that a
+/// non-recursive dense stratum defines (it replaces them whole, unless it declines at run
+/// time).
+fn pending(p: &Checked, plan: &Plan) -> Vec<bool> {
+    let mut pending = vec![false; p.tensors.len()];
+    for (st, sp) in p.strata.iter().zip(&plan.strata) {
+        if let (Kernel::Dense(_), false) = (&sp.kernel, st.recursive) {
+            for &t in &st.tensors {
+                pending[t] = p.data[t].is_none();
+            }
+        }
+    }
+    pending
+}

@@ -1,0 +1,571 @@
+//! Loop nests: the kernel for any equation the specialised kernels do not take. Each
+//! summation point (§6.2) becomes a [`Scope`]: a nest of loops binding its variables and a
+//! compiled expression evaluated at each point. Loops are driven by what can contribute:
+//!
+//! - a relation or a tensor of defined elements that multiplies the point's value is
+//!   *scanned*: its tuples bind the variables it indexes (looked up by the positions already
+//!   bound), so points where it is false or undefined are never visited;
+//! - a comparison that multiplies it is a *filter*, checked as soon as its variables are
+//!   bound;
+//! - every other variable runs over its range.
+//!
+//! Work is then proportional to the tuples joined times the ranges of the variables no tuple
+//! binds, never to the product of every domain (`E[10⁹, 10⁹] = 1` then `S = E[x, y]` visits
+//! one point). Skipping a point where a scanned factor is 0 is exact when the product's other
+//! factors are finite numbers (documented in `docs/language.md`), and when no other read of
+//! the point could be out of range (such a point would be "nothing", not 0, §5.1); scopes
+//! where that cannot be shown loop over ranges and read the factor instead. Under
+//! `max=`/`min=` undefined elements make a point nothing (§7), so scanning them is exact.
+
+use super::einsum::affine;
+use crate::functions::Structural;
+use crate::semantics::{Checked, Equation, Family, Func, IndexFn, Kind, Node, TensorId, VarId};
+use crate::syntax::ast::{BinOp, CmpOp};
+
+/// A planned loop-nest equation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NestEquation {
+    /// The equation (index into `Checked::equations`).
+    pub equation: usize,
+    /// The tensor it defines.
+    pub target: TensorId,
+    /// Left-hand-side positions, evaluated at each point.
+    pub lhs: Vec<IndexFn>,
+    /// How values landing on one element combine (§7).
+    pub family: Family,
+    /// Variables of the equation (the size of a point's environment).
+    pub vars: usize,
+    /// Scan slots used by all scopes (each scan keeps its current tuple in one).
+    pub slots: usize,
+    /// The outermost scope: the left-hand-side variables, with the right-hand side's own
+    /// summed variables where their points can be combined into the element directly (every
+    /// family but `avg=`, whose mean is taken per left-hand-side point first).
+    pub root: Scope,
+}
+
+/// One summation point: its loops, and the value at each point.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scope {
+    /// How the points' values combine.
+    pub family: Family,
+    /// Loops in nesting order.
+    pub levels: Vec<Level>,
+    /// The value at one point.
+    pub body: Value,
+    /// Whether a scope none of whose points is visited is worth 0 (its unvisited points were
+    /// zeros) rather than nothing.
+    pub zero_when_empty: bool,
+}
+
+/// One loop of a scope.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Level {
+    /// The tuples of a sparse tensor, looked up by the positions already bound.
+    Scan(Scan),
+    /// A variable over `0..extent`.
+    Range {
+        /// The variable.
+        var: VarId,
+        /// Its extent.
+        extent: usize,
+    },
+    /// Skips the point unless the value is non-zero.
+    Filter(Value),
+}
+
+/// A scan of a relation or of a tensor of defined elements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scan {
+    /// The tensor scanned.
+    pub tensor: TensorId,
+    /// Per axis: the variable it binds or checks, or a constant position.
+    pub positions: Vec<Position>,
+    /// Axes whose positions are known when the scan starts (constants, variables bound
+    /// outside): the tuples are looked up by them.
+    pub key: Vec<usize>,
+    /// The slot holding the current tuple (its value is [`Value::Scanned`]).
+    pub slot: usize,
+}
+
+/// One position of a scan.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Position {
+    /// A variable: bound by the first axis that has it, checked by the others.
+    Var(VarId),
+    /// A constant position.
+    Const(i64),
+}
+
+/// A compiled right-hand-side expression, evaluated at one point; `None` is "nothing" (§5.1).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// A number.
+    Const(f64),
+    /// A variable's position.
+    Var(VarId),
+    /// An element of a tensor; `total` reads out-of-range and undefined elements as 0
+    /// (under `not`, §6.5), otherwise out-of-range reads are nothing, and so are undefined
+    /// ones under `max=`/`min=` (`relational`).
+    Read {
+        /// The tensor.
+        tensor: TensorId,
+        /// Its positions.
+        index: Vec<IndexFn>,
+        /// Read under `not`.
+        total: bool,
+        /// Undefined elements are nothing.
+        relational: bool,
+    },
+    /// The value of the tuple a scan is at (1 for a relation).
+    Scanned(usize),
+    /// A nested summation point.
+    Sum(Box<Scope>),
+    /// `-x`.
+    Neg(Box<Value>),
+    /// `1 - x`.
+    Not(Box<Value>),
+    /// Factors, multiplied (`false`) or divided by (`true`), left to right.
+    Product(Vec<(bool, Value)>),
+    /// `+`, `-`, `^`.
+    Binary(BinOp, Box<Value>, Box<Value>),
+    /// A comparison: 1 or 0.
+    Compare(CmpOp, Box<Value>, Box<Value>),
+    /// An elementwise function.
+    Call(Func, Vec<Value>),
+    /// `softmax`/`lnorm` over a variable's range, the argument evaluated along it.
+    Normalize(Structural, VarId, usize, Box<Value>),
+    /// `concat`: `out`'s position sets the flattened `parts` (variable, extent), outermost
+    /// first (§6.4).
+    Concat(VarId, Vec<(VarId, usize)>, Box<Value>),
+}
+
+/// Plans an equation as a loop nest; `Err` (why) only for what this kernel does not
+/// evaluate: a virtual index, which the reference loops step.
+pub fn plan_nest(p: &Checked, e: usize) -> Result<NestEquation, &'static str> {
+    let original = &p.equations[e];
+    if original.virtual_var.is_some() || reads_slice(&original.rhs) {
+        return Err("a virtual index (`*t`) is stepped only by the reference loops");
+    }
+    // Over the valid intervals of shifted reads (§5.1), more reads are known to stay inside
+    // their tensors, so more points may be skipped.
+    let restricted = super::valid::restricted(p, original);
+    let eq = restricted.as_deref().unwrap_or(original);
+    let mut cx = Compiler {
+        p,
+        eq,
+        slots: 0,
+        family: eq.family,
+    };
+    let target = &p.tensors[eq.target];
+    // Points may be skipped at the root when an element nobody writes is the same as one
+    // written 0: a dense sum (it starts at 0), or a Boolean head (0 is false).
+    let skip_at_root = match eq.family {
+        Family::Sum => target.kind == Kind::Bool || !target.sparse_values,
+        Family::Max | Family::Min => true,
+        Family::Avg => false,
+    };
+    let mut vars: Vec<VarId> = eq.loop_vars.clone();
+    let body = if eq.family == Family::Avg {
+        &eq.rhs
+    } else {
+        merged(&eq.rhs, &mut vars)
+    };
+    let root = cx.scope(&vars, body, eq.family, skip_at_root, false);
+    Ok(NestEquation {
+        equation: e,
+        target: eq.target,
+        lhs: eq.lhs.clone(),
+        family: eq.family,
+        vars: eq.vars.len(),
+        slots: cx.slots,
+        root,
+    })
+}
+
+/// Whether a node reads the previous slice of a virtual index.
+fn reads_slice(n: &Node) -> bool {
+    matches!(n, Node::Read { slice: true, .. }) || n.children().into_iter().any(reads_slice)
+}
+
+struct Compiler<'a> {
+    p: &'a Checked,
+    eq: &'a Equation,
+    slots: usize,
+    family: Family,
+}
+
+impl Compiler<'_> {
+    /// A scope over `vars` (bound in it, not outside) whose points are worth `body`.
+    /// `skip` says whether points may be left out where a scanned factor or a filter is 0;
+    /// `total` whether the body is under `not`.
+    fn scope(
+        &mut self,
+        vars: &[VarId],
+        body: &Node,
+        family: Family,
+        skip: bool,
+        total: bool,
+    ) -> Scope {
+        // The factors of the point's value, in order; only multiplied ones may be scanned or
+        // filter.
+        let factors: Vec<(bool, &Node)> = match strip(body) {
+            Node::Product(fs) => fs.iter().map(|(div, f)| (*div, strip(f))).collect(),
+            other => vec![(false, other)],
+        };
+        let relational = matches!(family, Family::Max | Family::Min);
+        // Skipping is exact when no other factor can be nothing at a skipped point.
+        let whole = self.always_defined(body);
+        let may_skip = skip && !total && (relational || (family == Family::Sum && whole));
+        let mut levels = Vec::new();
+        let mut bound: Vec<VarId> = Vec::new();
+        let mut scanned: Vec<(usize, usize)> = Vec::new();
+        let mut filters: Vec<usize> = Vec::new();
+        if may_skip {
+            let mut candidates: Vec<usize> = (0..factors.len())
+                .filter(|&k| !factors[k].0 && self.scannable(factors[k].1, vars))
+                .collect();
+            while !candidates.is_empty() {
+                // The most positions known first, then the smallest, then source order.
+                let pick = candidates
+                    .iter()
+                    .copied()
+                    .min_by_key(|&k| {
+                        let Node::Read { tensor, index, .. } = factors[k].1 else {
+                            return (0, usize::MAX, k);
+                        };
+                        let known = index
+                            .iter()
+                            .filter(|f| match f {
+                                IndexFn::Var(v) => bound.contains(v) || !vars.contains(v),
+                                _ => true,
+                            })
+                            .count();
+                        (index.len() - known, self.size(*tensor), k)
+                    })
+                    .unwrap_or(candidates[0]);
+                candidates.retain(|&k| k != pick);
+                let Node::Read { tensor, index, .. } = factors[pick].1 else {
+                    continue;
+                };
+                let slot = self.slots;
+                self.slots += 1;
+                let mut scan = Scan {
+                    tensor: *tensor,
+                    positions: Vec::new(),
+                    key: Vec::new(),
+                    slot,
+                };
+                for (ax, f) in index.iter().enumerate() {
+                    let pos = match f {
+                        IndexFn::Var(v) => Position::Var(*v),
+                        IndexFn::Const(c) => Position::Const(*c),
+                        IndexFn::Arith(..) => continue,
+                    };
+                    let known = match pos {
+                        Position::Var(v) => bound.contains(&v) || !vars.contains(&v),
+                        Position::Const(_) => true,
+                    };
+                    if known {
+                        scan.key.push(ax);
+                    }
+                    scan.positions.push(pos);
+                }
+                for p in &scan.positions {
+                    if let Position::Var(v) = p {
+                        if !bound.contains(v) {
+                            bound.push(*v);
+                        }
+                    }
+                }
+                scanned.push((pick, slot));
+                levels.push(Level::Scan(scan));
+                // Filters whose variables are now all bound go right after the scan.
+                self.place_filters(&factors, vars, &bound, &mut filters, &mut levels, family);
+            }
+        }
+        for &v in vars {
+            if !bound.contains(&v) {
+                bound.push(v);
+                levels.push(Level::Range {
+                    var: v,
+                    extent: self.eq.vars[v].range,
+                });
+                if may_skip {
+                    self.place_filters(&factors, vars, &bound, &mut filters, &mut levels, family);
+                }
+            }
+        }
+        // Scanned factors read their tuple's value; filters that passed are worth 1 and drop
+        // out of the product. The others keep their order, so the arithmetic is the
+        // reference's.
+        let mut rest: Vec<(bool, Value)> = Vec::with_capacity(factors.len());
+        for (k, &(div, f)) in factors.iter().enumerate() {
+            if filters.contains(&k) {
+                continue;
+            }
+            rest.push(match scanned.iter().find(|(s, _)| *s == k) {
+                Some(&(_, slot)) => (false, Value::Scanned(slot)),
+                None => (div, self.value(f, total)),
+            });
+        }
+        let body = match rest.as_slice() {
+            [(false, _)] => rest.pop().map(|(_, v)| v).unwrap_or(Value::Const(1.0)),
+            [] => Value::Const(1.0),
+            _ => Value::Product(rest),
+        };
+        let empty_range = vars.iter().any(|&v| self.eq.vars[v].range == 0);
+        Scope {
+            family,
+            levels,
+            body,
+            zero_when_empty: family == Family::Sum && whole && !empty_range,
+        }
+    }
+
+    /// Adds as filters the comparison factors (not yet placed) whose variables are bound.
+    fn place_filters(
+        &mut self,
+        factors: &[(bool, &Node)],
+        vars: &[VarId],
+        bound: &[VarId],
+        placed: &mut Vec<usize>,
+        levels: &mut Vec<Level>,
+        family: Family,
+    ) {
+        if family != Family::Sum {
+            return;
+        }
+        for (k, &(div, f)) in factors.iter().enumerate() {
+            if div || placed.contains(&k) || !matches!(f, Node::Compare(..)) {
+                continue;
+            }
+            let mut used = Vec::new();
+            node_vars(f, &mut used);
+            if used.iter().all(|v| bound.contains(v) || !vars.contains(v)) {
+                placed.push(k);
+                levels.push(Level::Filter(self.value(f, false)));
+            }
+        }
+    }
+
+    /// Whether a factor is a read of a sparse tensor at plain positions that binds at least
+    /// one of `vars`.
+    fn scannable(&self, f: &Node, vars: &[VarId]) -> bool {
+        let Node::Read {
+            tensor,
+            index,
+            slice: false,
+        } = f
+        else {
+            return false;
+        };
+        let info = &self.p.tensors[*tensor];
+        let sparse = info.kind == Kind::Bool || info.sparse_values;
+        let plain = index
+            .iter()
+            .all(|f| matches!(f, IndexFn::Var(_) | IndexFn::Const(_)));
+        let binds = index
+            .iter()
+            .any(|f| matches!(f, IndexFn::Var(v) if vars.contains(v)));
+        sparse && plain && binds && !index.is_empty()
+    }
+
+    /// The number of tuples a scan of `t` is expected to meet: its data's, or its dense size.
+    fn size(&self, t: TensorId) -> usize {
+        use crate::tensor::Storage;
+        match self.p.data[t].as_ref().map(|d| &d.storage) {
+            Some(Storage::Relation(r)) => r.len(),
+            Some(Storage::Sparse(s)) => s.len(),
+            _ => self.p.tensors[t]
+                .shape
+                .iter()
+                .fold(1usize, |a, &n| a.saturating_mul(n)),
+        }
+    }
+
+    /// Whether no point of `n` can be nothing: every read stays inside its tensor for all
+    /// values of the variables, and under `max=`/`min=` no read is of a sparse tensor.
+    fn always_defined(&self, n: &Node) -> bool {
+        match n {
+            Node::Read { tensor, index, .. } => {
+                let info = &self.p.tensors[*tensor];
+                let sparse = info.kind == Kind::Bool || info.sparse_values;
+                let relational = matches!(self.family, Family::Max | Family::Min);
+                !(relational && sparse) && self.inside(index, &info.shape)
+            }
+            Node::Not(_) => true,
+            // A summation point over an empty range is nothing.
+            Node::Sum { vars, .. } if vars.iter().any(|&v| self.eq.vars[v].range == 0) => false,
+            _ => n.children().into_iter().all(|c| self.always_defined(c)),
+        }
+    }
+
+    /// Whether positions stay inside `shape` for every value of their variables.
+    fn inside(&self, index: &[IndexFn], shape: &[usize]) -> bool {
+        index.iter().zip(shape).all(|(f, &n)| {
+            let Some((coefs, c)) = affine(f) else {
+                return false;
+            };
+            let (mut lo, mut hi) = (c, c);
+            for (v, k) in coefs {
+                let last = self.eq.vars[v].range as i64 - 1;
+                if last < 0 {
+                    return true;
+                }
+                if k < 0 {
+                    lo += k * last;
+                } else {
+                    hi += k * last;
+                }
+            }
+            lo >= 0 && hi < n as i64
+        })
+    }
+
+    /// Compiles a node; `total` under `not`.
+    fn value(&mut self, n: &Node, total: bool) -> Value {
+        if let Some(k) = super::constants::value(self.p, n) {
+            return Value::Const(k);
+        }
+        let sub = |c: &mut Self, x: &Node| c.value(x, total);
+        match n {
+            Node::Const(k) => Value::Const(*k),
+            Node::Var(v) => Value::Var(*v),
+            Node::Read { tensor, index, .. } => Value::Read {
+                tensor: *tensor,
+                index: index.clone(),
+                total,
+                relational: matches!(self.family, Family::Max | Family::Min),
+            },
+            Node::Sum { vars, body } if vars.is_empty() => sub(self, body),
+            Node::Sum { .. } => {
+                let mut vars = Vec::new();
+                let body = match self.family {
+                    Family::Avg => match n {
+                        Node::Sum { vars: v, body } => {
+                            vars.clone_from(v);
+                            body.as_ref()
+                        }
+                        _ => n,
+                    },
+                    _ => merged(n, &mut vars),
+                };
+                Value::Sum(Box::new(self.scope(&vars, body, self.family, true, total)))
+            }
+            Node::Neg(x) => Value::Neg(Box::new(sub(self, x))),
+            Node::Not(x) => Value::Not(Box::new(self.value(x, true))),
+            Node::Product(fs) => Value::Product(
+                fs.iter()
+                    .map(|(div, f)| (*div, self.value(f, total)))
+                    .collect(),
+            ),
+            Node::Binary(op, a, b) => {
+                Value::Binary(*op, Box::new(sub(self, a)), Box::new(sub(self, b)))
+            }
+            Node::Compare(op, a, b) => {
+                Value::Compare(*op, Box::new(sub(self, a)), Box::new(sub(self, b)))
+            }
+            Node::Call(f, args) => Value::Call(
+                f.clone(),
+                args.iter().map(|a| self.value(a, total)).collect(),
+            ),
+            Node::Normalize(kind, v, x) => Value::Normalize(
+                *kind,
+                *v,
+                self.eq.vars[*v].range,
+                Box::new(self.value(x, total)),
+            ),
+            Node::Concat { out, parts, arg } => Value::Concat(
+                *out,
+                parts.iter().map(|&v| (v, self.eq.vars[v].range)).collect(),
+                Box::new(self.value(arg, total)),
+            ),
+        }
+    }
+}
+
+/// The body of a chain of directly nested summation points, their variables added to
+/// `vars`: `Σ_z (Σ_w x)` is one summation over z and w (max of maxes is the max, a sum of
+/// sums the sum). Not for `avg=`, whose mean of means differs.
+fn merged<'n>(n: &'n Node, vars: &mut Vec<VarId>) -> &'n Node {
+    match n {
+        Node::Sum { vars: summed, body } => {
+            for &v in summed {
+                if !vars.contains(&v) {
+                    vars.push(v);
+                }
+            }
+            merged(body, vars)
+        }
+        other => other,
+    }
+}
+
+/// The node inside summation points without variables.
+fn strip(n: &Node) -> &Node {
+    match n {
+        Node::Sum { vars, body } if vars.is_empty() => strip(body),
+        other => other,
+    }
+}
+
+/// Variables a node mentions (positions and values).
+fn node_vars(n: &Node, out: &mut Vec<VarId>) {
+    match n {
+        Node::Var(v) => out.push(*v),
+        Node::Read { index, .. } => index.iter().for_each(|f| f.vars(out)),
+        _ => {}
+    }
+    n.children().into_iter().for_each(|c| node_vars(c, out));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::semantics::tests::checked;
+
+    fn nest(src: &str, target: &str) -> NestEquation {
+        let c = checked(src);
+        let t = c.tensor_id(target).unwrap();
+        let e = c.equations.iter().position(|e| e.target == t).unwrap();
+        plan_nest(&c, e).unwrap()
+    }
+
+    #[test]
+    fn sparse_factors_drive_and_comparisons_filter() {
+        let n = nest(
+            "Held(A, R, B). Person(A). Person(B).\nS[r, x, y] = x + y + r\n\
+             Better[x, r, y] = Held(x, r, y) Person(z) (S[r, x, z] > S[r, x, y])\n",
+            "Better",
+        );
+        let kinds: Vec<&str> = n
+            .root
+            .levels
+            .iter()
+            .map(|l| match l {
+                Level::Scan(_) => "scan",
+                Level::Range { .. } => "range",
+                Level::Filter(_) => "filter",
+            })
+            .collect();
+        assert_eq!(kinds, vec!["scan", "scan", "filter"]);
+    }
+
+    #[test]
+    fn huge_element_facts_are_scanned() {
+        let n = nest("E[1000000000, 1000000000] = 1\nS = E[x, y]\n", "S");
+        assert!(matches!(n.root.levels.as_slice(), [Level::Scan(_)]));
+    }
+
+    #[test]
+    fn points_that_could_be_nothing_are_not_skipped() {
+        // `X[i / 2]` is not shown to stay inside X, so a zero of R cannot stand for the
+        // point's value (it could be nothing).
+        let n = nest("R(0). R(2).\nX = [1, 2, 3]\nY = R(i) X[i / 2]\n", "Y");
+        assert!(n
+            .root
+            .levels
+            .iter()
+            .all(|l| matches!(l, Level::Range { .. })));
+    }
+}
