@@ -143,19 +143,14 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
             }
             Kernel::Nest => {
                 let _ = writeln!(out, "stratum {}: {names} ({kind}), loop nests", k + 1);
-                for n in sp.nests.iter().flatten() {
+                for n in &sp.nests {
                     let eq = &p.equations[n.equation];
                     let _ = writeln!(out, "  {}", statement(eq, source));
                     nest_plan(&mut out, p, eq, &n.root, 4);
                 }
             }
             Kernel::Reference => {
-                let why = sp.reason.as_deref().unwrap_or("no kernel evaluates it");
-                let _ = writeln!(
-                    out,
-                    "stratum {}: {names} ({kind}), reference loops: {why}",
-                    k + 1
-                );
+                let _ = writeln!(out, "stratum {}: {names} ({kind}), reference loops", k + 1);
                 for &e in &st.equations {
                     let eq = &p.equations[e];
                     let _ = writeln!(out, "  {}", statement(eq, source));
@@ -255,7 +250,11 @@ fn nested(out: &mut String, p: &Checked, eq: &Equation, v: &Value, indent: usize
             nested(out, p, eq, b, indent);
         }
         Value::Call(_, args) => args.iter().for_each(|a| nested(out, p, eq, a, indent)),
-        Value::Const(_) | Value::Var(_) | Value::Read { .. } | Value::Scanned(_) => {}
+        Value::Const(_)
+        | Value::Var(_)
+        | Value::Read { .. }
+        | Value::Slice { .. }
+        | Value::Scanned(_) => {}
     }
 }
 

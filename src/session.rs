@@ -234,40 +234,6 @@ impl Session {
         &self.log
     }
 
-    /// One warning per equation the last run evaluated with the reference loops although the
-    /// engine was not asked for them: the equation, the reason and its iteration space.
-    pub fn warnings(&self) -> Vec<String> {
-        let Some(checked) = &self.checked else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for d in &self.log {
-            if d.ran != crate::eval::Ran::Reference {
-                continue;
-            }
-            let Some(reason) = &d.reason else {
-                continue;
-            };
-            for &e in &checked.strata[d.stratum].equations {
-                let eq = &checked.equations[e];
-                let line = 1 + self.source[..eq.span.start.min(self.source.len())]
-                    .matches('\n')
-                    .count();
-                let text = self
-                    .source
-                    .get(eq.span.start..eq.span.end)
-                    .unwrap_or("")
-                    .trim();
-                out.push(format!(
-                    "warning: {}:{line}: `{text}` runs on the reference loops ({reason}); {}",
-                    self.file_name,
-                    crate::explain::iteration_space(eq)
-                ));
-            }
-        }
-        out
-    }
-
     /// Checks, evaluates with the standard engine, writes files and answers the program's
     /// queries. Returns the answer lines in source order.
     pub fn run(&mut self, options: &RunOptions) -> Result<Vec<String>, Diagnostics> {

@@ -69,3 +69,44 @@ fn embedding_space_reasoning() {
 fn text_file() {
     check("text");
 }
+
+/// Every program of `examples/`, `tests/conformance/` and the fuzz regressions runs on
+/// compiled kernels: the decision log of the standard engine names no stratum on the
+/// reference loops.
+#[test]
+fn no_stratum_runs_on_the_reference_loops() {
+    use tensor_logic::eval::{Ran, Standard};
+    use tensor_logic::{RunOptions, Session};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut programs = Vec::new();
+    for dir in ["examples", "tests/fuzz_regressions"] {
+        for e in std::fs::read_dir(root.join(dir)).unwrap() {
+            programs.push(e.unwrap().path());
+        }
+    }
+    for e in std::fs::read_dir(root.join("tests/conformance")).unwrap() {
+        programs.push(e.unwrap().path().join("main.tl"));
+    }
+    programs.retain(|p| p.extension().is_some_and(|x| x == "tl") && p.exists());
+    programs.sort();
+    assert!(programs.len() > 30, "{programs:?}");
+    for path in programs {
+        let mut s = Session::new();
+        if s.load_file(&path).is_err() {
+            continue;
+        }
+        // Programs that are errors (conformance error cases, fuzz findings) have no run.
+        if s.run_with(&Standard, &RunOptions::default()).is_err() {
+            continue;
+        }
+        for d in s.decisions() {
+            assert!(
+                d.ran != Ran::Reference,
+                "{}: stratum {} ran on the reference loops ({:?})",
+                path.display(),
+                d.stratum,
+                d.reason
+            );
+        }
+    }
+}

@@ -22,7 +22,7 @@ struct Gen {
 }
 
 /// Equation templates; each reads the data above (R, S, V, D, M) or earlier results.
-const TEMPLATES: [&str; 19] = [
+const TEMPLATES: [&str; 20] = [
     "T0[x] = R(x, y) M[x, y] (D[y] > C)",
     "T1[x, y] = V[x, z] R(z, y)",
     "T2 = R(x, y) / (1 + D[x] * D[x])",
@@ -42,6 +42,7 @@ const TEMPLATES: [&str; 19] = [
     "U2 = W[x, y] D[y] + W[y, x] (x < y)",
     "U3[x] min= W[x, y] M[x, y]",
     "U4[x, y] = W[x, z] W[z, y]",
+    "Y5[x, *t + 1] = 0.5 * R(x, y) Y5[y, *t] + D[t] (t < C)",
 ];
 
 fn program(g: &Gen) -> String {

@@ -27,7 +27,7 @@ pub(super) fn evaluate_stratum(
 ) -> Result<(), Diagnostics> {
     if !st.recursive {
         for &t in &st.tensors {
-            values[t] = compute(p, t, plans, values, o);
+            values[t] = compute(p, t, plans, values, o)?;
         }
         return Ok(());
     }
@@ -37,7 +37,7 @@ pub(super) fn evaluate_stratum(
             .tensors
             .iter()
             .map(|&t| compute(p, t, plans, values, o))
-            .collect();
+            .collect::<Result<_, _>>()?;
         let mut converged = true;
         last_change = 0.0f64;
         for (&t, new) in st.tensors.iter().zip(next) {
@@ -71,54 +71,93 @@ fn compute(
     plans: &[NestEquation],
     values: &[Tensor],
     o: &EvalOptions,
-) -> Tensor {
+) -> Result<Tensor, Diagnostics> {
     let info = &p.tensors[t];
     let mut acc = Accumulator::new(info);
     if let Some(d) = &p.data[t] {
         acc.combine_tensor(d);
     }
     for n in plans.iter().filter(|n| n.target == t) {
-        run_equation(n, values, o, &mut acc);
+        run_equation(p, n, values, o, &mut acc)?;
     }
-    acc.finish(info)
+    Ok(acc.finish(info))
 }
 
-/// Adds every point's value of one equation to `acc` at its left-hand-side position.
-fn run_equation(n: &NestEquation, values: &[Tensor], o: &EvalOptions, acc: &mut Accumulator) {
-    let cx = Cx {
-        values,
-        o,
-        indexes: Indexes::build(n, values),
-    };
+/// Adds every point's value of one equation to `acc` at its left-hand-side position; with
+/// a virtual index, each step's points make the next slice from the last (starting from the
+/// data), and the final slice is added (§5.2, as the reference steps).
+fn run_equation(
+    p: &Checked,
+    n: &NestEquation,
+    values: &[Tensor],
+    o: &EvalOptions,
+    acc: &mut Accumulator,
+) -> Result<(), Diagnostics> {
+    let indexes = Indexes::build(n, values);
     let mut env = vec![0i64; n.vars];
-    let mut slots = vec![0usize; n.slots];
-    let mut idx = vec![0usize; n.lhs.len()];
-    let root = &n.root;
-    cx.points(root, 0, &mut env, &mut slots, &mut |cx, env, slots| {
-        let Some(v) = cx.eval(&root.body, env, slots) else {
-            return;
+    let Some((var, steps)) = n.steps else {
+        let cx = Cx {
+            values,
+            o,
+            indexes: &indexes,
+            slice: None,
         };
-        for (slot, f) in idx.iter_mut().zip(&n.lhs) {
-            match f.eval(env) {
-                Some(i) if i >= 0 => *slot = i as usize,
-                _ => return,
-            }
-        }
-        acc.combine(&idx, v);
-    });
+        cx.run(n, &mut env, acc);
+        return Ok(());
+    };
+    let info = &p.tensors[n.target];
+    let mut slice = match &p.data[n.target] {
+        Some(d) => d.clone(),
+        None => super::initial::empty(info, o)?,
+    };
+    for step in 0..steps {
+        env[var] = step as i64;
+        let mut next = Accumulator::new(info);
+        let cx = Cx {
+            values,
+            o,
+            indexes: &indexes,
+            slice: Some(&slice),
+        };
+        cx.run(n, &mut env, &mut next);
+        slice = next.finish(info);
+    }
+    acc.combine_tensor(&slice);
+    Ok(())
 }
 
-/// What a nest reads: the values, options, and per scan a way to find its tuples.
+/// What a nest reads: the values, options, per scan a way to find its tuples, and the
+/// previous slice of a virtual index.
 struct Cx<'a> {
     values: &'a [Tensor],
     o: &'a EvalOptions,
-    indexes: Indexes,
+    indexes: &'a Indexes,
+    slice: Option<&'a Tensor>,
 }
 
 /// The tuples a scan meets, as indices into the scanned tensor's ascending tuples.
 type PointFn<'f> = dyn FnMut(&Cx, &mut [i64], &mut [usize]) + 'f;
 
 impl Cx<'_> {
+    /// Adds the value at every point of the equation to `acc` at its left-hand side.
+    fn run(&self, n: &NestEquation, env: &mut [i64], acc: &mut Accumulator) {
+        let mut slots = vec![0usize; n.slots];
+        let mut idx = vec![0usize; n.lhs.len()];
+        let root = &n.root;
+        self.points(root, 0, env, &mut slots, &mut |cx, env, slots| {
+            let Some(v) = cx.eval(&root.body, env, slots) else {
+                return;
+            };
+            for (slot, f) in idx.iter_mut().zip(&n.lhs) {
+                match f.eval(env) {
+                    Some(i) if i >= 0 => *slot = i as usize,
+                    _ => return,
+                }
+            }
+            acc.combine(&idx, v);
+        });
+    }
+
     /// Calls `f` at every point of `scope` from loop `level` on.
     fn points(
         &self,
@@ -178,6 +217,11 @@ impl Cx<'_> {
                 total,
                 relational,
             } => read(&self.values[*tensor], index, env, *total, *relational),
+            Value::Slice {
+                index,
+                total,
+                relational,
+            } => read(self.slice?, index, env, *total, *relational),
             Value::Scanned(slot) => {
                 let row = slots.get(*slot).copied()?;
                 Some(row_value(self.values, self.indexes.scanned(*slot), row))
@@ -483,6 +527,10 @@ fn values_scans<'a>(v: &'a Value, out: &mut Vec<&'a Scan>) {
             values_scans(b, out);
         }
         Value::Call(_, args) => args.iter().for_each(|a| values_scans(a, out)),
-        Value::Const(_) | Value::Var(_) | Value::Read { .. } | Value::Scanned(_) => {}
+        Value::Const(_)
+        | Value::Var(_)
+        | Value::Read { .. }
+        | Value::Slice { .. }
+        | Value::Scanned(_) => {}
     }
 }

@@ -252,20 +252,18 @@ impl<'a> State<'a> {
         }
     }
 
-    /// Evaluates stratum `i` by its loop nests, or, without them, by the reference loops.
+    /// Evaluates stratum `i` by its loop nests; by the reference loops only under
+    /// [`Plan::reference`].
     fn fallback(&mut self, i: usize, st: &Stratum) -> Result<(), Diagnostics> {
         self.fill_pending(&st.tensors);
         let sp: &StratumPlan = &self.plan.strata[i];
-        match &sp.nests {
-            Some(nests) => {
-                nest::evaluate_stratum(self.p, st, nests, &mut self.values, self.o)?;
-                self.log(i, Ran::Nest, None);
-            }
-            None => {
-                reference::evaluate_stratum(self.p, st, &mut self.values, self.o)?;
-                let reason = sp.reason.clone();
-                self.log(i, Ran::Reference, reason);
-            }
+        if let Kernel::Reference = sp.kernel {
+            reference::evaluate_stratum(self.p, st, &mut self.values, self.o)?;
+            let why = "the reference plan was asked for";
+            self.log(i, Ran::Reference, Some(why.into()));
+        } else {
+            nest::evaluate_stratum(self.p, st, &sp.nests, &mut self.values, self.o)?;
+            self.log(i, Ran::Nest, None);
         }
         Ok(())
     }

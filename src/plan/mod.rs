@@ -12,8 +12,8 @@
 //!   tensors they multiply; they are also what runs when a kernel above declines at run
 //!   time (its inputs are not as planned).
 //!
-//! Only what no loop nest evaluates (a virtual index) keeps the reference evaluator's
-//! loops, with the reason recorded.
+//! Every equation has a loop nest, so no stratum is left to the reference evaluator's
+//! loops: they are the oracle (`--engine reference`, `--verify`, tests), not a fallback.
 
 pub mod chains;
 pub mod constants;
@@ -41,7 +41,7 @@ pub enum Kernel {
     Dense(Vec<einsum::DenseEquation>),
     /// Loop nests ([`StratumPlan::nests`]).
     Nest,
-    /// The reference evaluator's loops ([`StratumPlan::reason`] says why).
+    /// The reference evaluator's loops: only in [`Plan::reference`], the oracle's plan.
     Reference,
 }
 
@@ -51,10 +51,8 @@ pub struct StratumPlan {
     /// The kernel chosen.
     pub kernel: Kernel,
     /// Loop nests of every equation: the kernel when it is [`Kernel::Nest`], otherwise what
-    /// runs if the kernel declines at run time; `None` when some equation has none.
-    pub nests: Option<Vec<nest::NestEquation>>,
-    /// Why some equation has no loop nest (and the stratum would run the reference loops).
-    pub reason: Option<String>,
+    /// runs if the kernel declines at run time.
+    pub nests: Vec<nest::NestEquation>,
 }
 
 /// The plan of every stratum, in `Checked::strata` order: built once, evaluated any number of
@@ -74,8 +72,7 @@ impl Plan {
             .iter()
             .map(|_| StratumPlan {
                 kernel: Kernel::Reference,
-                nests: None,
-                reason: Some("the reference evaluator was asked for".into()),
+                nests: Vec::new(),
             })
             .collect();
         Plan { strata }
@@ -90,18 +87,14 @@ pub fn plan(p: &Checked) -> Plan {
 }
 
 fn plan_stratum(p: &Checked, st: &Stratum) -> StratumPlan {
-    if st.equations.is_empty() {
-        return StratumPlan {
-            kernel: Kernel::Data,
-            nests: Some(Vec::new()),
-            reason: None,
-        };
-    }
-    let (nests, reason) = match nests(p, st) {
-        Ok(n) => (Some(n), None),
-        Err(r) => (None, Some(r)),
-    };
-    let kernel = if let Some(r) = datalog::plan_stratum(p, st).filter(|r| !r.is_empty()) {
+    let nests = st
+        .equations
+        .iter()
+        .map(|&e| nest::plan_nest(p, e))
+        .collect();
+    let kernel = if st.equations.is_empty() {
+        Kernel::Data
+    } else if let Some(r) = datalog::plan_stratum(p, st).filter(|r| !r.is_empty()) {
         Kernel::Datalog(r)
     } else if let Some(r) = datalog::plan_counts(p, st).filter(|r| !r.is_empty()) {
         Kernel::Counts(r)
@@ -109,22 +102,8 @@ fn plan_stratum(p: &Checked, st: &Stratum) -> StratumPlan {
         Kernel::Extremum(r)
     } else if let Some(d) = einsum::plan_dense(p, st).filter(|d| !d.is_empty()) {
         Kernel::Dense(d)
-    } else if nests.is_some() {
-        Kernel::Nest
     } else {
-        Kernel::Reference
+        Kernel::Nest
     };
-    StratumPlan {
-        kernel,
-        nests,
-        reason,
-    }
-}
-
-/// The loop nest of every equation of the stratum, or why one has none.
-fn nests(p: &Checked, st: &Stratum) -> Result<Vec<nest::NestEquation>, String> {
-    st.equations
-        .iter()
-        .map(|&e| nest::plan_nest(p, e).map_err(str::to_string))
-        .collect()
+    StratumPlan { kernel, nests }
 }

@@ -37,6 +37,9 @@ pub struct NestEquation {
     pub vars: usize,
     /// Scan slots used by all scopes (each scan keeps its current tuple in one).
     pub slots: usize,
+    /// A virtual index (§5.2) and its number of steps: the nest runs once per step, in
+    /// increasing order, reading the previous step's slice ([`Value::Slice`]).
+    pub steps: Option<(VarId, usize)>,
     /// The outermost scope: the left-hand-side variables, with the right-hand side's own
     /// summed variables where their points can be combined into the element directly (every
     /// family but `avg=`, whose mean is taken per left-hand-side point first).
@@ -118,6 +121,15 @@ pub enum Value {
     },
     /// The value of the tuple a scan is at (1 for a relation).
     Scanned(usize),
+    /// An element of the previous step's slice of a virtual index (`X[j, *t]`).
+    Slice {
+        /// Its positions (the virtual axis left out).
+        index: Vec<IndexFn>,
+        /// Read under `not`.
+        total: bool,
+        /// Undefined elements are nothing.
+        relational: bool,
+    },
     /// A nested summation point.
     Sum(Box<Scope>),
     /// `-x`.
@@ -139,16 +151,16 @@ pub enum Value {
     Concat(VarId, Vec<(VarId, usize)>, Box<Value>),
 }
 
-/// Plans an equation as a loop nest; `Err` (why) only for what this kernel does not
-/// evaluate: a virtual index, which the reference loops step.
-pub fn plan_nest(p: &Checked, e: usize) -> Result<NestEquation, &'static str> {
+/// Plans an equation as a loop nest (every equation has one).
+pub fn plan_nest(p: &Checked, e: usize) -> NestEquation {
     let original = &p.equations[e];
-    if original.virtual_var.is_some() || reads_slice(&original.rhs) {
-        return Err("a virtual index (`*t`) is stepped only by the reference loops");
-    }
     // Over the valid intervals of shifted reads (§5.1), more reads are known to stay inside
-    // their tensors, so more points may be skipped.
-    let restricted = super::valid::restricted(p, original);
+    // their tensors, so more points may be skipped. A virtual index steps over its whole
+    // range (the reference's order), so its equations are taken as written.
+    let restricted = match original.virtual_var {
+        None => super::valid::restricted(p, original),
+        Some(_) => None,
+    };
     let eq = restricted.as_deref().unwrap_or(original);
     let mut cx = Compiler {
         p,
@@ -171,20 +183,16 @@ pub fn plan_nest(p: &Checked, e: usize) -> Result<NestEquation, &'static str> {
         merged(&eq.rhs, &mut vars)
     };
     let root = cx.scope(&vars, body, eq.family, skip_at_root, false);
-    Ok(NestEquation {
+    NestEquation {
         equation: e,
         target: eq.target,
         lhs: eq.lhs.clone(),
         family: eq.family,
         vars: eq.vars.len(),
         slots: cx.slots,
+        steps: eq.virtual_var.map(|v| (v, eq.vars[v].range)),
         root,
-    })
-}
-
-/// Whether a node reads the previous slice of a virtual index.
-fn reads_slice(n: &Node) -> bool {
-    matches!(n, Node::Read { slice: true, .. }) || n.children().into_iter().any(reads_slice)
+    }
 }
 
 struct Compiler<'a> {
@@ -387,6 +395,8 @@ impl Compiler<'_> {
     /// values of the variables, and under `max=`/`min=` no read is of a sparse tensor.
     fn always_defined(&self, n: &Node) -> bool {
         match n {
+            // A slice is the target's shape without the virtual axis, which its index leaves
+            // out too.
             Node::Read { tensor, index, .. } => {
                 let info = &self.p.tensors[*tensor];
                 let sparse = info.kind == Kind::Bool || info.sparse_values;
@@ -431,6 +441,13 @@ impl Compiler<'_> {
         match n {
             Node::Const(k) => Value::Const(*k),
             Node::Var(v) => Value::Var(*v),
+            Node::Read {
+                index, slice: true, ..
+            } => Value::Slice {
+                index: index.clone(),
+                total,
+                relational: matches!(self.family, Family::Max | Family::Min),
+            },
             Node::Read { tensor, index, .. } => Value::Read {
                 tensor: *tensor,
                 index: index.clone(),
@@ -528,7 +545,7 @@ mod tests {
         let c = checked(src);
         let t = c.tensor_id(target).unwrap();
         let e = c.equations.iter().position(|e| e.target == t).unwrap();
-        plan_nest(&c, e).unwrap()
+        plan_nest(&c, e)
     }
 
     #[test]

@@ -232,11 +232,6 @@ fn run(command: Command) -> Result<(), String> {
             let lines = session
                 .run_with(common.engine(), &opts)
                 .map_err(|d| render(&session, &d))?;
-            if !common.quiet {
-                for w in session.warnings() {
-                    eprintln!("{w}");
-                }
-            }
             print_lines(&lines);
             if verify {
                 let diffs = session.verify(&opts).map_err(|d| render(&session, &d))?;
