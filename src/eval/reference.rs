@@ -361,11 +361,12 @@ impl<'a> Cx<'a> {
                     &mut heap
                 };
                 for ((f, &n), k) in index.iter().zip(&t.shape).zip(key.iter_mut()) {
-                    let i = f.eval(env)?;
-                    if i < 0 || i as usize >= n {
-                        return None;
+                    // Out of range, the point is nothing; under `not` the atom is false.
+                    match f.eval(env) {
+                        Some(i) if i >= 0 && (i as u64) < n as u64 => *k = i as u32,
+                        _ if total => return Some(0.0),
+                        _ => return None,
                     }
-                    *k = i as u32;
                 }
                 match t.get_at(key) {
                     Some(v) => Some(v),

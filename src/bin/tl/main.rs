@@ -40,7 +40,7 @@ enum Command {
         #[arg(long, value_name = "CKPT")]
         load: Option<PathBuf>,
         /// Also run the reference evaluator and print, on stderr, the largest difference
-        /// per tensor.
+        /// per tensor; exit 1 when a tensor differs beyond 1e-4 of its largest magnitude.
         #[arg(long)]
         verify: bool,
         #[command(flatten)]
@@ -235,10 +235,11 @@ fn run(command: Command) -> Result<(), String> {
             print_lines(&lines);
             if verify {
                 let diffs = session.verify(&opts).map_err(|d| render(&session, &d))?;
-                eprint!(
-                    "{}",
-                    tensor_logic::verify::report(common.engine().name(), &diffs)
-                );
+                let report = tensor_logic::verify::report(common.engine().name(), &diffs);
+                if diffs.iter().any(|d| !d.agrees()) {
+                    return Err(report);
+                }
+                eprint!("{report}");
             }
             Ok(())
         }
