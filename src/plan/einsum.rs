@@ -73,8 +73,9 @@ pub struct Contraction {
     /// Whether its products run in f32: every factor and the target hold f32 (or narrower)
     /// values, so f32 products are exact and only the sums round, as in PyTorch.
     pub single: bool,
-    /// A Boolean relation multiplying the dense factors (`Neig(n, m) Z[m, d]`): its tuples
-    /// select what the dense product adds where, in time linear in the tuples.
+    /// A Boolean relation, or a tensor of defined elements, multiplying the dense factors
+    /// (`Neig(n, m) Z[m, d]`, `W[n, m] Z[m, d]` read from a valued file): its tuples select
+    /// what the dense product adds where (times their values), in time linear in the tuples.
     pub sparse: Option<Factor>,
     /// What the dense factors' product keeps: `out`, then the relation's other variables.
     pub keep: Vec<VarId>,
@@ -468,7 +469,11 @@ fn collect(p: &Checked, n: &Node, c: &mut Contraction) -> Option<()> {
             index,
             slice: false,
         } => {
-            let bool = p.tensors[*tensor].kind == Kind::Bool;
+            // Relations, and tensors of defined elements given as data (their undefined
+            // elements read 0 in a sum), multiply by their tuples.
+            let info = &p.tensors[*tensor];
+            let bool =
+                info.kind == Kind::Bool || (info.sparse_values && info.family == Family::Sum);
             let f = match distinct_vars(index) {
                 Some(vars) => Factor {
                     tensor: *tensor,

@@ -21,7 +21,8 @@ use std::borrow::Cow;
 /// given `upstream` = d(loss)/d(target) (row-major over `d.out`) and the terms the forward
 /// pass kept, if it did. `false`, with nothing
 /// added, for what this path does not cover (softmax/lnorm, a relation factor taking a
-/// gradient, inputs not as planned): the caller then uses the reference loops.
+/// gradient, a tensor of defined elements as a factor, inputs not as planned): the caller
+/// then uses the reference loops.
 pub(crate) fn backward_dense(
     p: &Checked,
     d: &DenseEquation,
@@ -31,7 +32,15 @@ pub(crate) fn backward_dense(
     adj: &mut [Option<Vec<f64>>],
     kept: Option<&[Option<KeptTerm>]>,
 ) -> bool {
-    if nested_normalize(&d.expr, false) || !fits(p, d, values, o.max_memory) {
+    // The tuples of a tensor of defined elements weigh by their values, which the scatter's
+    // backward pass does not apply.
+    let weighted = d.terms.iter().flat_map(|c| &c.sparse).any(|f| {
+        !matches!(
+            values[f.tensor].storage,
+            crate::tensor::Storage::Relation(_)
+        )
+    });
+    if weighted || nested_normalize(&d.expr, false) || !fits(p, d, values, o.max_memory) {
         return false;
     }
     let threads = o.threads.max(1);
@@ -214,7 +223,7 @@ fn scatter_back(
     g: &[f64],
 ) -> Vec<Vec<f64>> {
     let mut grads: Vec<Vec<f64>> = parts.iter().map(|p| vec![0.0; p.data.len()]).collect();
-    TupleWalk::new(c, rel_vars, parts).run(rel, 0..rel.len(), &mut |at_out, at, whole| {
+    TupleWalk::new(c, rel_vars, parts).run(rel, 0..rel.len(), &mut |_, at_out, at, whole| {
         if whole {
             return false;
         }

@@ -37,6 +37,8 @@ trait Num: Copy + Default + Send + Sync + 'static + Into<f64> {
     const ONE: Self;
     /// The sum, rounded to the type.
     fn add(self, other: Self) -> Self;
+    /// The product, rounded to the type.
+    fn mul(self, other: Self) -> Self;
     /// The value nearest `v`.
     fn from_f64(v: f64) -> Self;
     /// A dense tensor's elements in this type: borrowed when it is stored in it.
@@ -51,6 +53,9 @@ impl Num for f64 {
     const ONE: f64 = 1.0;
     fn add(self, other: f64) -> f64 {
         self + other
+    }
+    fn mul(self, other: f64) -> f64 {
+        self * other
     }
     fn from_f64(v: f64) -> f64 {
         v
@@ -73,6 +78,9 @@ impl Num for f32 {
     const ONE: f32 = 1.0;
     fn add(self, other: f32) -> f32 {
         self + other
+    }
+    fn mul(self, other: f32) -> f32 {
+        self * other
     }
     fn from_f64(v: f64) -> f32 {
         v as f32
@@ -407,9 +415,7 @@ fn work(d: &DenseEquation, values: &[Tensor]) -> f64 {
         .iter()
         .filter_map(|c| {
             let f = c.sparse.as_ref()?;
-            let Storage::Relation(r) = &values.get(f.tensor)?.storage else {
-                return None;
-            };
+            let (r, _) = tuples(&values.get(f.tensor)?.storage)?;
             let slice: f64 = c
                 .out
                 .iter()
@@ -446,7 +452,7 @@ fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory: u64) -> b
     });
     let relations = d.terms.iter().flat_map(|c| &c.sparse).all(|f| {
         let v = &values[f.tensor];
-        matches!(v.storage, Storage::Relation(_))
+        tuples(&v.storage).is_some()
             && v.rank() == f.vars.len()
             && v.shape
                 .iter()
@@ -764,14 +770,14 @@ fn term<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) -> Operand<'a
 /// A term with factors, over its free variables in left-hand-side order, unscaled, in `T`.
 fn unscaled<'a, T: Num>(c: &Contraction, values: &'a [Tensor], threads: usize) -> Operand<'a, T> {
     match (&c.sparse, &c.path) {
-        (Some(f), _) => match &values[f.tensor].storage {
-            Storage::Relation(r) => scatter(
+        (Some(f), _) => match tuples(&values[f.tensor].storage) {
+            Some(r) => scatter(
                 c,
                 (&f.vars, r),
                 &sparse_operands(c, values, threads),
                 threads,
             ),
-            _ => Operand {
+            None => Operand {
                 vars: c.out.clone(),
                 data: Cow::Owned(vec![
                     T::default();
@@ -861,13 +867,27 @@ fn rows_block(
     block
 }
 
+/// A relation's tuples, or a tensor of defined elements' positions with their values (each
+/// tuple's weight); `None` for a dense tensor.
+fn tuples(s: &Storage) -> Option<Tuples<'_>> {
+    match s {
+        Storage::Relation(r) => Some((r, None)),
+        Storage::Sparse(s) => Some((s.positions(), Some(s.values()))),
+        Storage::Dense(_) => None,
+    }
+}
+
+/// Tuples and, for a tensor of defined elements, the value at each (a relation's are 1).
+type Tuples<'t> = (&'t crate::tensor::Relation, Option<&'t [f64]>);
+
 /// The term's value over `c.out` when a relation multiplies dense operands: for every
-/// tuple, the product of the operands' values at the tuple's positions is added to the
-/// result there (variables the tuple does not fix run over their extents). Time is linear in
-/// the tuples times that slice; the relation is never made dense.
+/// tuple, the product of the operands' values at the tuple's positions (times the tuple's
+/// value, for a tensor of defined elements) is added to the result there (variables the
+/// tuple does not fix run over their extents). Time is linear in the tuples times that
+/// slice; the relation is never made dense.
 fn scatter<'a, T: Num>(
     c: &Contraction,
-    (rel_vars, rel): (&[VarId], &crate::tensor::Relation),
+    (rel_vars, (rel, weights)): (&[VarId], Tuples),
     parts: &[Operand<T>],
     threads: usize,
 ) -> Operand<'a, T> {
@@ -909,10 +929,10 @@ fn scatter<'a, T: Num>(
             slabs.push((w[0]..w[1], start * row, slab));
         }
         slabs.into_par_iter().for_each(|(tuples, base, slab)| {
-            add_tuples(&walk, (rel, tuples), parts, (slab, base));
+            add_tuples(&walk, (rel, weights, tuples), parts, (slab, base));
         });
     } else {
-        add_tuples(&walk, (rel, 0..rel.len()), parts, (&mut data, 0));
+        add_tuples(&walk, (rel, weights, 0..rel.len()), parts, (&mut data, 0));
     }
     Operand {
         vars: c.out.clone(),
@@ -920,10 +940,15 @@ fn scatter<'a, T: Num>(
     }
 }
 
-/// Adds the products of `tuples` into `out`, which holds the result from offset `base` on.
+/// Adds the products of `tuples` (times their `weights`, if any) into `out`, which holds the
+/// result from offset `base` on.
 fn add_tuples<T: Num>(
     walk: &TupleWalk,
-    (rel, tuples): (&crate::tensor::Relation, std::ops::Range<usize>),
+    (rel, weights, tuples): (
+        &crate::tensor::Relation,
+        Option<&[f64]>,
+        std::ops::Range<usize>,
+    ),
     parts: &[Operand<T>],
     (out, base): (&mut [T], usize),
 ) {
@@ -933,21 +958,28 @@ fn add_tuples<T: Num>(
     };
     if let Some((part, n)) = row {
         if walk.runs() {
-            return sum_rows(walk, (rel, tuples), (&part.data, n), (out, base));
+            return sum_rows(walk, (rel, weights, tuples), (&part.data, n), (out, base));
         }
     }
-    walk.run(rel, tuples, &mut |at_out, at, whole| {
+    let weight = |i: usize| weights.and_then(|w| w.get(i)).copied().unwrap_or(1.0);
+    walk.run(rel, tuples, &mut |i, at_out, at, whole| {
         let at_out = at_out.wrapping_sub(base);
         match (row, whole) {
             // The common case, one operand whose free slice is contiguous like the result's
-            // (`Neig(n, m) Z[m, d]`): add a row to a row.
+            // (`Neig(n, m) Z[m, d]`): add a row (times the tuple's value) to a row.
             (Some((part, n)), true) => {
                 if let (Some(src), Some(dst)) = (
                     part.data.get(at[0]..at[0] + n),
                     out.get_mut(at_out..at_out.wrapping_add(n)),
                 ) {
-                    for (d, &x) in dst.iter_mut().zip(src) {
-                        *d = d.add(x);
+                    match weights {
+                        None => dst.iter_mut().zip(src).for_each(|(d, &x)| *d = d.add(x)),
+                        Some(_) => {
+                            let w = T::from_f64(weight(i));
+                            dst.iter_mut()
+                                .zip(src)
+                                .for_each(|(d, &x)| *d = d.add(x.mul(w)));
+                        }
                     }
                 }
                 true
@@ -960,7 +992,7 @@ fn add_tuples<T: Num>(
                     .map(|(o, &k)| o.data[k].into())
                     .product::<f64>();
                 if let Some(slot) = out.get_mut(at_out) {
-                    *slot = T::from_f64((*slot).into() + product);
+                    *slot = T::from_f64((*slot).into() + weight(i) * product);
                 }
                 true
             }
@@ -975,7 +1007,11 @@ fn add_tuples<T: Num>(
 /// into the zeroed result.
 fn sum_rows<T: Num>(
     walk: &TupleWalk,
-    (rel, tuples): (&crate::tensor::Relation, std::ops::Range<usize>),
+    (rel, weights, tuples): (
+        &crate::tensor::Relation,
+        Option<&[f64]>,
+        std::ops::Range<usize>,
+    ),
     (part, n): (&[T], usize),
     (out, base): (&mut [T], usize),
 ) {
@@ -990,7 +1026,8 @@ fn sum_rows<T: Num>(
             }
         }
     };
-    for tuple in tuples.map(|i| rel.tuple(i)) {
+    for i in tuples {
+        let tuple = rel.tuple(i);
         let mut at_out = 0usize;
         let mut at = 0usize;
         let mut inside = true;
@@ -1006,8 +1043,14 @@ fn sum_rows<T: Num>(
             flush(current, &mut acc);
             current = Some(at_out);
         }
-        for (a, &x) in acc.iter_mut().zip(src) {
-            *a = a.add(x);
+        match weights.and_then(|w| w.get(i)) {
+            None => acc.iter_mut().zip(src).for_each(|(a, &x)| *a = a.add(x)),
+            Some(&w) => {
+                let w = T::from_f64(w);
+                acc.iter_mut()
+                    .zip(src)
+                    .for_each(|(a, &x)| *a = a.add(x.mul(w)));
+            }
         }
     }
     flush(current, &mut acc);
@@ -1060,19 +1103,21 @@ impl TupleWalk {
         self.fixed.first().is_some_and(|a| a.1 > 0) && self.fixed[1..].iter().all(|a| a.1 == 0)
     }
 
-    /// For each tuple inside the extents, calls `f(result offset, operand offsets, true)` at
-    /// the start of its slice; unless that returns `true` (it handled the whole slice), then
-    /// `f(…, false)` at every point of the slice, in row-major order of the free variables.
+    /// For each tuple `i` inside the extents, calls `f(i, result offset, operand offsets,
+    /// true)` at the start of its slice; unless that returns `true` (it handled the whole
+    /// slice), then `f(…, false)` at every point of the slice, in row-major order of the free
+    /// variables.
     fn run(
         &self,
         rel: &crate::tensor::Relation,
         tuples: std::ops::Range<usize>,
-        f: &mut dyn FnMut(usize, &[usize], bool) -> bool,
+        f: &mut dyn FnMut(usize, usize, &[usize], bool) -> bool,
     ) {
         let slice: usize = self.free.iter().map(|a| a.0).product();
         let mut idx = vec![0usize; self.free.len()];
         let mut at = vec![0usize; self.operands];
-        for tuple in tuples.map(|i| rel.tuple(i)) {
+        for i in tuples {
+            let tuple = rel.tuple(i);
             if tuple
                 .iter()
                 .zip(&self.fixed)
@@ -1088,12 +1133,12 @@ impl TupleWalk {
                     *a += x as usize * s;
                 }
             }
-            if f(at_out, &at, true) {
+            if f(i, at_out, &at, true) {
                 continue;
             }
             idx.iter_mut().for_each(|i| *i = 0);
             for _ in 0..slice {
-                f(at_out, &at, false);
+                f(i, at_out, &at, false);
                 for (ax, (n, so, sp)) in self.free.iter().enumerate().rev() {
                     idx[ax] += 1;
                     at_out += so;
