@@ -1060,6 +1060,10 @@ fn sum_rows<T: Num>(
 /// its stride in each operand.
 type Axis = (usize, usize, Vec<usize>);
 
+/// What [`TupleWalk::run`] calls: tuple index, result offset, operand offsets, and whether
+/// the call stands for the tuple's whole slice.
+type TupleVisitor<'f> = dyn FnMut(usize, usize, &[usize], bool) -> bool + 'f;
+
 /// How a relation-times-operands term is walked: the relation's variables, fixed by each
 /// tuple, and the free ones (the result's and the operands' other variables) that run over
 /// their extents at each tuple.
@@ -1111,7 +1115,7 @@ impl TupleWalk {
         &self,
         rel: &crate::tensor::Relation,
         tuples: std::ops::Range<usize>,
-        f: &mut dyn FnMut(usize, usize, &[usize], bool) -> bool,
+        f: &mut TupleVisitor,
     ) {
         let slice: usize = self.free.iter().map(|a| a.0).product();
         let mut idx = vec![0usize; self.free.len()];
