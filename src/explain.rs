@@ -69,9 +69,18 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
                     "stratum {}: {names} ({kind}), counting by joins",
                     k + 1
                 );
-                for r in rules {
+                for (r, product) in rules {
                     let eq = &p.equations[r.equation];
                     let _ = writeln!(out, "  {}", statement(eq, source));
+                    if let Some(m) = product {
+                        let _ = writeln!(
+                            out,
+                            "    sparse matrix product: each row of {} gathers the rows of {} it names",
+                            atom(p, &r.atoms[m.first], eq),
+                            atom(p, &r.atoms[m.second], eq)
+                        );
+                        continue;
+                    }
                     let size = |t: usize| data_size(p, t);
                     let _ = writeln!(
                         out,

@@ -171,3 +171,53 @@ fn huge_extents_cost_their_defined_elements() {
     assert_eq!(s.query("S").unwrap(), vec!["S = 1"]);
     assert!(s.decisions().iter().all(|d| d.ran != Ran::Reference));
 }
+
+/// A count over relations whose dense array would hold 25M elements is stored as its
+/// non-zeros, and equals the two-step paths counted directly; sums over it scan them.
+#[test]
+fn large_counts_are_stored_as_their_non_zeros() {
+    use std::collections::BTreeMap;
+    use tensor_logic::tensor::Storage;
+    let n = 5000u64;
+    let edges: Vec<(u64, u64)> = (0..20_000u64)
+        .map(|i| ((i * 7919) % n, (i * 104_729 + 13) % n))
+        .collect();
+    let mut src = format!("Nodes : {n}\nEdge : bool[Nodes, Nodes]\n");
+    for (a, b) in &edges {
+        src.push_str(&format!("Edge({a}, {b}).\n"));
+    }
+    src.push_str(
+        "Two[x, z] = Edge(x, y) Edge(y, z)\nTotal = Two[x, z]\nSquares = Two[x, z] Two[x, z]\n",
+    );
+    let s = run(&src, &Standard);
+    let mut distinct: Vec<(u64, u64)> = edges.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let mut from: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for &(a, b) in &distinct {
+        from.entry(a).or_default().push(b);
+    }
+    let mut want: BTreeMap<(u64, u64), f64> = BTreeMap::new();
+    for &(a, b) in &distinct {
+        for &d in from.get(&b).into_iter().flatten() {
+            *want.entry((a, d)).or_default() += 1.0;
+        }
+    }
+    let two = s.tensor("Two").unwrap();
+    let Storage::Sparse(stored) = &two.storage else {
+        panic!("Two is not stored sparse: {:?}", two.shape)
+    };
+    let got: BTreeMap<(u64, u64), f64> = stored
+        .iter()
+        .map(|(k, v)| ((u64::from(k[0]), u64::from(k[1])), v))
+        .collect();
+    assert_eq!(got, want);
+    let total: f64 = want.values().sum();
+    let squares: f64 = want.values().map(|v| v * v).sum();
+    assert_eq!(s.query("Total").unwrap(), vec![format!("Total = {total}")]);
+    assert_eq!(
+        s.query("Squares").unwrap(),
+        vec![format!("Squares = {squares}")]
+    );
+    assert!(s.decisions().iter().all(|d| d.ran != Ran::Reference));
+}

@@ -1,7 +1,7 @@
 //! Combining values that land on one left-hand-side element (§7), and finishing a tensor.
 
 use crate::semantics::{Family, Kind, TensorInfo};
-use crate::tensor::{Storage, Tensor};
+use crate::tensor::{Sparse, Storage, Tensor};
 use std::collections::BTreeMap;
 
 /// Running values of one tensor while its equations are evaluated.
@@ -12,6 +12,18 @@ pub(super) enum Accumulator {
         shape: Vec<usize>,
         /// Row-major sums.
         values: Vec<f64>,
+    },
+    /// A sum whose elements are mostly 0, stored as its written positions and values (flat,
+    /// combined in batches by sorting): memory follows the non-zeros, not the shape.
+    Entries {
+        /// Positions, `arity` per value, in the order written since the last batch.
+        keys: Vec<u32>,
+        /// One value per position.
+        values: Vec<f64>,
+        /// Axes.
+        arity: usize,
+        /// Values before this index are combined (sorted, distinct).
+        combined: usize,
     },
     /// Only written elements; values combine per family, with a count for `avg=`.
     Map {
@@ -38,9 +50,38 @@ impl Accumulator {
         }
     }
 
+    /// An accumulator for a sum tensor stored as its non-zero elements (the plan's choice for
+    /// a large result of sparse products, `plan::Plan::sparse`).
+    pub fn entries(info: &TensorInfo) -> Accumulator {
+        Accumulator::Entries {
+            keys: Vec::new(),
+            values: Vec::new(),
+            arity: info.shape.len(),
+            combined: 0,
+        }
+    }
+
     /// Adds one value at `index` (out-of-bounds writes are dropped: extents were checked).
     pub fn combine(&mut self, index: &[usize], v: f64) {
         match self {
+            Accumulator::Entries {
+                keys,
+                values,
+                arity,
+                combined,
+            } => {
+                keys.extend(index.iter().map(|&i| i as u32));
+                values.push(v);
+                // Most writes repeat a position: combining whenever the batch doubles keeps
+                // memory near the distinct positions.
+                if values.len() >= 2 * (*combined).max(1 << 16) {
+                    let s =
+                        Sparse::from_entries(*arity, std::mem::take(keys), std::mem::take(values));
+                    *combined = s.len();
+                    *keys = s.positions().iter().flatten().copied().collect();
+                    *values = s.values().to_vec();
+                }
+            }
             Accumulator::Dense { shape, values } => {
                 let mut off = 0usize;
                 for (&i, &n) in index.iter().zip(shape.iter()) {
@@ -80,6 +121,22 @@ impl Accumulator {
     /// The finished tensor: Boolean heads are stepped, `avg=` divided, values rounded.
     pub fn finish(self, info: &TensorInfo) -> Tensor {
         match self {
+            Accumulator::Entries {
+                keys,
+                values,
+                arity,
+                ..
+            } => {
+                let s = Sparse::from_entries(arity, keys, values);
+                let rounded = s.values().iter().map(|&v| info.elem.round(v)).collect();
+                Tensor {
+                    elem: info.elem,
+                    shape: info.shape.clone(),
+                    storage: Storage::Sparse(
+                        Sparse::from_sorted(s.positions().clone(), rounded).with_zeros(),
+                    ),
+                }
+            }
             Accumulator::Dense { shape, values } => Tensor {
                 elem: info.elem,
                 shape,

@@ -18,16 +18,23 @@ use crate::tensor::{Relation, Storage, Tensor};
 
 /// Evaluates a stratum of loop-nest equations in place: once, or, when it is recursive,
 /// iterated from its current values until nothing changes (§9), as the reference does.
+///
+/// Tensors that `sparse` marks (`plan::Plan::sparse`) are accumulated and stored as their
+/// non-zero elements.
 pub(super) fn evaluate_stratum(
     p: &Checked,
     st: &Stratum,
-    plans: &[NestEquation],
+    (plans, sparse): (&[NestEquation], &[bool]),
     values: &mut [Tensor],
     o: &EvalOptions,
 ) -> Result<(), Diagnostics> {
     if !st.recursive {
         for &t in &st.tensors {
-            values[t] = compute(p, t, plans, values, o)?;
+            let acc = match sparse.get(t) {
+                Some(true) => Accumulator::entries(&p.tensors[t]),
+                _ => Accumulator::new(&p.tensors[t]),
+            };
+            values[t] = compute(p, t, plans, values, o, acc)?;
         }
         return Ok(());
     }
@@ -36,7 +43,7 @@ pub(super) fn evaluate_stratum(
         let next: Vec<Tensor> = st
             .tensors
             .iter()
-            .map(|&t| compute(p, t, plans, values, o))
+            .map(|&t| compute(p, t, plans, values, o, Accumulator::new(&p.tensors[t])))
             .collect::<Result<_, _>>()?;
         let mut converged = true;
         last_change = 0.0f64;
@@ -64,16 +71,16 @@ pub(super) fn evaluate_stratum(
     Err(fixpoint::not_converged(p, st, o.max_iters, last_change).into())
 }
 
-/// One tensor's value: its data combined with every equation's contributions.
+/// One tensor's value: its data combined with every equation's contributions in `acc`.
 fn compute(
     p: &Checked,
     t: usize,
     plans: &[NestEquation],
     values: &[Tensor],
     o: &EvalOptions,
+    mut acc: Accumulator,
 ) -> Result<Tensor, Diagnostics> {
     let info = &p.tensors[t];
-    let mut acc = Accumulator::new(info);
     if let Some(d) = &p.data[t] {
         acc.combine_tensor(d);
     }

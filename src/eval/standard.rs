@@ -10,7 +10,7 @@ use super::{Decision, Engine, EvalOptions, Evaluation, KeptTerms, Ran, Record};
 use crate::diagnostics::Diagnostics;
 use crate::plan::{Kernel, Plan, StratumPlan};
 use crate::semantics::{Checked, Query, Stratum};
-use crate::tensor::{Dense, Storage, Tensor};
+use crate::tensor::{Dense, Sparse, Storage, Tensor};
 
 /// The default engine: each stratum on the kernel its plan names — semi-naive joins for
 /// Datalog, counting joins, `min=`/`max=` path joins, dense contractions, loop nests.
@@ -158,6 +158,11 @@ impl<'a> State<'a> {
         for (t, info) in p.tensors.iter().enumerate() {
             values.push(match &p.data[t] {
                 Some(d) => d.clone(),
+                None if plan.sparse[t] => Tensor {
+                    elem: info.elem,
+                    shape: info.shape.clone(),
+                    storage: Storage::Sparse(Sparse::new(info.shape.len()).with_zeros()),
+                },
                 None if pending[t] => {
                     initial::fits_dense(info, o)?;
                     Tensor {
@@ -236,7 +241,7 @@ impl<'a> State<'a> {
             }
             Kernel::Counts(rules) => {
                 self.fill_pending(&st.tensors);
-                relational::evaluate_counts(p, st, rules, &mut self.values);
+                relational::evaluate_counts(p, st, rules, &mut self.values, &self.plan.sparse);
                 self.log(i, Ran::Counts, None);
                 Ok(())
             }
@@ -262,7 +267,8 @@ impl<'a> State<'a> {
             let why = "the reference plan was asked for";
             self.log(i, Ran::Reference, Some(why.into()));
         } else {
-            nest::evaluate_stratum(self.p, st, &sp.nests, &mut self.values, self.o)?;
+            let sparse = &self.plan.sparse;
+            nest::evaluate_stratum(self.p, st, (&sp.nests, sparse), &mut self.values, self.o)?;
             self.log(i, Ran::Nest, None);
         }
         Ok(())

@@ -255,6 +255,46 @@ pub fn plan_counts(p: &Checked, st: &Stratum) -> Option<Vec<Rule>> {
         .collect()
 }
 
+/// A counting rule that is a product of two binary relations, `C[a, c] = A(a, b) B(b, c)`:
+/// the atoms in that order (`first` binds a and b, `second` is looked up by b). Such a count
+/// is a sparse matrix product, computed row by row of the first relation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Product {
+    /// The atom over (a, b).
+    pub first: usize,
+    /// The atom over (b, c).
+    pub second: usize,
+}
+
+/// The product form of a counting rule, if it has one: two binary atoms over distinct
+/// variables a, b and b, c, no negation or comparison, and the head (a, c).
+pub fn product(r: &Rule) -> Option<Product> {
+    let ([x, y], true, true) = (
+        r.atoms.as_slice(),
+        r.negated.is_empty(),
+        r.filters.is_empty(),
+    ) else {
+        return None;
+    };
+    let vars = |a: &Atom| match a.terms.as_slice() {
+        [Term::Var(u), Term::Var(v)] if u != v => Some((*u, *v)),
+        _ => None,
+    };
+    let ((a, b), (b2, c)) = (vars(x)?, vars(y)?);
+    let head = |h: VarId, t: VarId| r.head_terms == [Term::Var(h), Term::Var(t)];
+    if b == b2 && a != c && head(a, c) {
+        return Some(Product {
+            first: 0,
+            second: 1,
+        });
+    }
+    let ((a, b), (b2, c)) = (vars(y)?, vars(x)?);
+    (b == b2 && a != c && head(a, c)).then_some(Product {
+        first: 1,
+        second: 0,
+    })
+}
+
 /// A `min=`/`max=` rule over defined elements (`Dist[x, z] min= Dist[x, y] + Edge[y, z]`): a
 /// join of its reads, each contributing its value to a sum. Such a stratum is a shortest- or
 /// longest-path problem, evaluated semi-naively over the elements that improved.

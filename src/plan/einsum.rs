@@ -169,7 +169,9 @@ pub struct DenseEquation {
 /// The dense equations of a stratum when every equation of it is one: not recursive (or
 /// recursive in one sum tensor), and every tensor dense, real or integer, and accumulated with `=`/`+=`, or with `max=`/`min=`
 /// by equations without summation points.
-pub fn plan_dense(p: &Checked, st: &Stratum) -> Option<Vec<DenseEquation>> {
+/// `sparse` marks the tensors stored as their non-zeros (`Plan::sparse`): a sum multiplies
+/// by their tuples.
+pub fn plan_dense(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Vec<DenseEquation>> {
     // A recursive stratum of one sum tensor iterates its dense equations to the fixpoint
     // (`eval::dense`); others keep the reference loops.
     if st.recursive && (st.tensors.len() != 1 || p.tensors[st.tensors[0]].family != Family::Sum) {
@@ -192,7 +194,7 @@ pub fn plan_dense(p: &Checked, st: &Stratum) -> Option<Vec<DenseEquation>> {
     st.equations
         .iter()
         .map(|&e| {
-            let d = dense_equation(p, e)?;
+            let d = dense_equation(p, e, sparse)?;
             let reads_dense = d
                 .terms
                 .iter()
@@ -203,7 +205,7 @@ pub fn plan_dense(p: &Checked, st: &Stratum) -> Option<Vec<DenseEquation>> {
         .collect()
 }
 
-fn dense_equation(p: &Checked, e: usize) -> Option<DenseEquation> {
+fn dense_equation(p: &Checked, e: usize, sparse: &[bool]) -> Option<DenseEquation> {
     let eq = super::valid::restricted(p, &p.equations[e])?;
     let eq = eq.as_ref();
     if eq.family == Family::Avg || eq.virtual_var.is_some() {
@@ -226,7 +228,7 @@ fn dense_equation(p: &Checked, e: usize) -> Option<DenseEquation> {
     let mut terms = Vec::new();
     let mut out = lhs.clone();
     let mut summed = Vec::new();
-    let mut planned = expr(p, rhs, &out, &extents, &mut terms);
+    let mut planned = expr((p, sparse), rhs, &out, &extents, &mut terms);
     // A sum over an elementwise expression (a loss): the expression over the whole grid,
     // then the sum, in the reference's row-major order.
     let mut root = rhs;
@@ -241,7 +243,7 @@ fn dense_equation(p: &Checked, e: usize) -> Option<DenseEquation> {
             terms.clear();
             out.extend(vars);
             summed = vars.clone();
-            planned = expr(p, body, &out, &extents, &mut terms);
+            planned = expr((p, sparse), body, &out, &extents, &mut terms);
             // Relations alone are counting's business (`plan_counts`), by joins.
             if terms.iter().all(|c| c.factors.is_empty()) {
                 return None;
@@ -341,7 +343,7 @@ fn size(e: &Expr) -> usize {
 /// The elementwise expression of a node outside every summation with variables; summations
 /// with variables, and reads, become terms.
 fn expr(
-    p: &Checked,
+    (p, sparse): (&Checked, &[bool]),
     n: &Node,
     out: &[VarId],
     extents: &[usize],
@@ -350,7 +352,7 @@ fn expr(
     if let Some(k) = super::constants::value(p, n) {
         return Some(Expr::Const(k));
     }
-    let mut sub = |x: &Node| expr(p, x, out, extents, terms);
+    let mut sub = |x: &Node| expr((p, sparse), x, out, extents, terms);
     Some(match n {
         Node::Sum { vars, body } if vars.is_empty() => return sub(body),
         Node::Sum { .. } | Node::Read { .. } => {
@@ -366,7 +368,7 @@ fn expr(
                 keep: Vec::new(),
                 chunk: None,
             };
-            collect(p, n, &mut c)?;
+            collect((p, sparse), n, &mut c)?;
             // Free variables must all be on the left-hand side; summed ones must be read (a
             // summed variable no factor reads would multiply the term by its extent).
             let read = |v: VarId| {
@@ -450,19 +452,19 @@ fn summed(n: &Node) -> Vec<VarId> {
 /// Gathers factors and constants from sums (any variables) and products (dividing only by
 /// constants, as in `Q[p, d] K[q, d] / 8` or `/ sqrt(Dk)`), and at most one Boolean
 /// relation. Constants (`plan::constants`) fold into the term's scale.
-fn collect(p: &Checked, n: &Node, c: &mut Contraction) -> Option<()> {
+fn collect((p, sparse): (&Checked, &[bool]), n: &Node, c: &mut Contraction) -> Option<()> {
     if let Some(k) = super::constants::value(p, n) {
         c.scale *= k;
         return Some(());
     }
     match n {
-        Node::Sum { body, .. } => collect(p, body, c),
+        Node::Sum { body, .. } => collect((p, sparse), body, c),
         Node::Product(fs) => fs.iter().try_for_each(|(div, f)| match (div, f) {
             (true, f) => {
                 c.scale /= super::constants::value(p, f)?;
                 Some(())
             }
-            (false, f) => collect(p, f, c),
+            (false, f) => collect((p, sparse), f, c),
         }),
         Node::Read {
             tensor,
@@ -472,8 +474,10 @@ fn collect(p: &Checked, n: &Node, c: &mut Contraction) -> Option<()> {
             // Relations, and tensors of defined elements given as data (their undefined
             // elements read 0 in a sum), multiply by their tuples.
             let info = &p.tensors[*tensor];
-            let bool =
-                info.kind == Kind::Bool || (info.sparse_values && info.family == Family::Sum);
+            let stored_sparse = sparse.get(*tensor) == Some(&true);
+            let bool = info.kind == Kind::Bool
+                || (info.sparse_values && info.family == Family::Sum)
+                || stored_sparse;
             let f = match distinct_vars(index) {
                 Some(vars) => Factor {
                     tensor: *tensor,
@@ -787,7 +791,7 @@ mod tests {
         c.strata
             .iter()
             .filter(|s| !s.equations.is_empty())
-            .map(|s| plan_dense(&c, s))
+            .map(|s| plan_dense(&c, s, &[]))
             .collect()
     }
 

@@ -32,8 +32,9 @@ pub enum Kernel {
     Data,
     /// Semi-naive joins (or bit matrices) over these rules.
     Datalog(Vec<datalog::Rule>),
-    /// Counts over relations, by enumerating these joins.
-    Counts(Vec<datalog::Rule>),
+    /// Counts over relations, by enumerating these joins, or as sparse matrix products where
+    /// a rule is one ([`datalog::product`]).
+    Counts(Vec<(datalog::Rule, Option<datalog::Product>)>),
     /// Semi-naive `min=`/`max=` over improved elements (declines for the cases whose outcome
     /// the reference defines).
     Extremum(Vec<datalog::ValuedRule>),
@@ -61,7 +62,16 @@ pub struct StratumPlan {
 pub struct Plan {
     /// One entry per stratum.
     pub strata: Vec<StratumPlan>,
+    /// Per tensor: stored as its non-zero elements (every other element 0) rather than as a
+    /// dense array. Chosen for a large sum computed from sparse products (a count over
+    /// relations, a loop nest whose outer loop scans tuples), whose non-zeros are bounded by
+    /// the tuples joined: memory then follows the non-zeros.
+    pub sparse: Vec<bool>,
 }
+
+/// A sum of sparse products with at least this many elements as a dense array (128 MiB of
+/// f64) is stored as its non-zero elements.
+pub const SPARSE_RESULT_ELEMENTS: u128 = 1 << 24;
 
 impl Plan {
     /// A plan that evaluates every stratum with the reference loops (for the learning code's
@@ -75,32 +85,76 @@ impl Plan {
                 nests: Vec::new(),
             })
             .collect();
-        Plan { strata }
+        Plan {
+            strata,
+            sparse: vec![false; p.tensors.len()],
+        }
     }
 }
 
 /// Plans every stratum of a checked program.
 pub fn plan(p: &Checked) -> Plan {
-    Plan {
-        strata: p.strata.iter().map(|st| plan_stratum(p, st)).collect(),
+    let mut sparse = vec![false; p.tensors.len()];
+    let mut strata = Vec::with_capacity(p.strata.len());
+    for st in &p.strata {
+        let sp = plan_stratum(p, st, &sparse);
+        for &t in &st.tensors {
+            sparse[t] = stored_sparse(p, st, &sp, t);
+        }
+        strata.push(sp);
     }
+    Plan { strata, sparse }
 }
 
-fn plan_stratum(p: &Checked, st: &Stratum) -> StratumPlan {
+/// Whether tensor `t` of a planned stratum is best stored as its non-zeros: a large sum
+/// without data, not recursive, every equation of it a count over relations or a loop nest
+/// driven by tuples.
+fn stored_sparse(p: &Checked, st: &Stratum, sp: &StratumPlan, t: usize) -> bool {
+    use crate::semantics::{Family, Kind};
+    let info = &p.tensors[t];
+    let elements: u128 = info.shape.iter().map(|&n| n as u128).product();
+    let candidate = info.kind != Kind::Bool
+        && info.family == Family::Sum
+        && !info.sparse_values
+        && p.data[t].is_none()
+        && !st.recursive
+        && elements >= SPARSE_RESULT_ELEMENTS;
+    let driven = match &sp.kernel {
+        Kernel::Counts(_) => true,
+        Kernel::Nest => sp
+            .nests
+            .iter()
+            .filter(|n| n.target == t)
+            .all(|n| n.driven()),
+        _ => false,
+    };
+    candidate && driven
+}
+
+fn plan_stratum(p: &Checked, st: &Stratum, sparse: &[bool]) -> StratumPlan {
     let nests = st
         .equations
         .iter()
-        .map(|&e| nest::plan_nest(p, e))
+        .map(|&e| nest::plan_nest(p, e, sparse))
         .collect();
     let kernel = if st.equations.is_empty() {
         Kernel::Data
     } else if let Some(r) = datalog::plan_stratum(p, st).filter(|r| !r.is_empty()) {
         Kernel::Datalog(r)
     } else if let Some(r) = datalog::plan_counts(p, st).filter(|r| !r.is_empty()) {
+        // With data of its own, the count adds to it element by element.
+        let products = p.data[st.tensors[0]].is_none();
+        let r = r
+            .into_iter()
+            .map(|r| {
+                let product = datalog::product(&r).filter(|_| products);
+                (r, product)
+            })
+            .collect();
         Kernel::Counts(r)
     } else if let Some(r) = datalog::plan_extremum(p, st).filter(|r| !r.is_empty()) {
         Kernel::Extremum(r)
-    } else if let Some(d) = einsum::plan_dense(p, st).filter(|d| !d.is_empty()) {
+    } else if let Some(d) = einsum::plan_dense(p, st, sparse).filter(|d| !d.is_empty()) {
         Kernel::Dense(d)
     } else {
         Kernel::Nest

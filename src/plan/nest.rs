@@ -151,8 +151,9 @@ pub enum Value {
     Concat(VarId, Vec<(VarId, usize)>, Box<Value>),
 }
 
-/// Plans an equation as a loop nest (every equation has one).
-pub fn plan_nest(p: &Checked, e: usize) -> NestEquation {
+/// Plans an equation as a loop nest (every equation has one). `sparse` marks the tensors
+/// stored as their non-zero elements ([`super::Plan::sparse`]), which a sum may scan.
+pub fn plan_nest(p: &Checked, e: usize, sparse: &[bool]) -> NestEquation {
     let original = &p.equations[e];
     // Over the valid intervals of shifted reads (§5.1), more reads are known to stay inside
     // their tensors, so more points may be skipped. A virtual index steps over its whole
@@ -167,6 +168,7 @@ pub fn plan_nest(p: &Checked, e: usize) -> NestEquation {
         eq,
         slots: 0,
         family: eq.family,
+        sparse,
     };
     let target = &p.tensors[eq.target];
     // Points may be skipped at the root when an element nobody writes is the same as one
@@ -200,6 +202,7 @@ struct Compiler<'a> {
     eq: &'a Equation,
     slots: usize,
     family: Family,
+    sparse: &'a [bool],
 }
 
 impl Compiler<'_> {
@@ -368,7 +371,10 @@ impl Compiler<'_> {
             return false;
         };
         let info = &self.p.tensors[*tensor];
-        let sparse = info.kind == Kind::Bool || info.sparse_values;
+        // A tensor stored as its non-zeros has defined zeros elsewhere: skipping them is
+        // exact in a sum only.
+        let stored_sparse = self.sparse.get(*tensor) == Some(&true) && self.family == Family::Sum;
+        let sparse = info.kind == Kind::Bool || info.sparse_values || stored_sparse;
         let plain = index
             .iter()
             .all(|f| matches!(f, IndexFn::Var(_) | IndexFn::Const(_)));
@@ -501,6 +507,14 @@ impl Compiler<'_> {
     }
 }
 
+impl NestEquation {
+    /// Whether the outermost loop scans tuples: the points visited follow the tuples of a
+    /// sparse tensor, so the result has at most as many non-zero elements as they allow.
+    pub fn driven(&self) -> bool {
+        matches!(self.root.levels.first(), Some(Level::Scan(_)))
+    }
+}
+
 /// The body of a chain of directly nested summation points, their variables added to
 /// `vars`: `Σ_z (Σ_w x)` is one summation over z and w (max of maxes is the max, a sum of
 /// sums the sum). Not for `avg=`, whose mean of means differs.
@@ -545,7 +559,7 @@ mod tests {
         let c = checked(src);
         let t = c.tensor_id(target).unwrap();
         let e = c.equations.iter().position(|e| e.target == t).unwrap();
-        plan_nest(&c, e)
+        plan_nest(&c, e, &[])
     }
 
     #[test]

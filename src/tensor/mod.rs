@@ -197,6 +197,11 @@ impl Relation {
         &self.data[i * self.arity..(i + 1) * self.arity]
     }
 
+    /// Every tuple's positions, one after another in ascending order.
+    pub fn flat(&self) -> &[u32] {
+        &self.data
+    }
+
     /// The tuples in ascending order.
     pub fn iter(&self) -> impl Iterator<Item = &[u32]> + '_ {
         (0..self.len).map(|i| self.tuple(i))
@@ -411,8 +416,8 @@ impl Tensor {
         }
     }
 
-    /// Defined elements in ascending index order (every element of a dense tensor; the true
-    /// elements of a relation).
+    /// Defined elements in ascending index order (every element of a dense tensor or of a
+    /// sparse one whose other elements are 0; the true elements of a relation).
     pub fn entries(&self) -> Vec<(Vec<usize>, f64)> {
         match &self.storage {
             Storage::Dense(v) => {
@@ -420,6 +425,26 @@ impl Tensor {
                 let mut idx = vec![0usize; self.shape.len()];
                 for &x in v.to_f64().iter() {
                     out.push((idx.clone(), x));
+                    for ax in (0..idx.len()).rev() {
+                        idx[ax] += 1;
+                        if idx[ax] < self.shape[ax] {
+                            break;
+                        }
+                        idx[ax] = 0;
+                    }
+                }
+                out
+            }
+            // Every element, the stored ones in their places.
+            Storage::Sparse(m) if m.zeros() => {
+                let mut out = Vec::new();
+                let mut stored = m.iter().peekable();
+                let total: usize = self.shape.iter().product();
+                let mut idx = vec![0usize; self.shape.len()];
+                for _ in 0..total {
+                    let here =
+                        stored.next_if(|(k, _)| k.iter().zip(&idx).all(|(&a, &b)| a as usize == b));
+                    out.push((idx.clone(), here.map_or(0.0, |(_, v)| v)));
                     for ax in (0..idx.len()).rev() {
                         idx[ax] += 1;
                         if idx[ax] < self.shape[ax] {

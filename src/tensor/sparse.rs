@@ -2,7 +2,8 @@
 //! `max=`/`min=` results): their positions as a [`Relation`] (sorted, distinct, flat) and
 //! one value per position beside it. Memory is 4 bytes per position plus 8 per value, with
 //! no allocation per element, and the positions can be walked by every kernel that walks a
-//! relation's tuples.
+//! relation's tuples. The same layout holds a result of `=` equations that is mostly zeros
+//! (a count over relations): every element is then defined, and those not stored are 0.
 
 use super::Relation;
 
@@ -11,6 +12,8 @@ use super::Relation;
 pub struct Sparse {
     positions: Relation,
     values: Vec<f64>,
+    /// Elements not stored are 0 (every element is defined) rather than undefined.
+    zeros: bool,
 }
 
 impl Sparse {
@@ -19,6 +22,7 @@ impl Sparse {
         Sparse {
             positions: Relation::from_sorted(arity, Vec::new()),
             values: Vec::new(),
+            zeros: false,
         }
     }
 
@@ -31,6 +35,7 @@ impl Sparse {
             return Sparse {
                 positions: Relation::from_flat(0, Vec::new(), usize::from(total.is_some())),
                 values: total.into_iter().collect(),
+                zeros: false,
             };
         }
         let key = |i: usize| &keys[i * arity..(i + 1) * arity];
@@ -57,13 +62,31 @@ impl Sparse {
         Sparse {
             positions: Relation::from_sorted(arity, flat),
             values: vals,
+            zeros: false,
         }
     }
 
     /// Elements already sorted by position, without repeats.
     pub fn from_sorted(positions: Relation, values: Vec<f64>) -> Sparse {
         debug_assert_eq!(positions.len(), values.len());
-        Sparse { positions, values }
+        Sparse {
+            positions,
+            values,
+            zeros: false,
+        }
+    }
+
+    /// The same elements, the others 0 (defined) rather than undefined.
+    pub fn with_zeros(self) -> Sparse {
+        Sparse {
+            zeros: true,
+            ..self
+        }
+    }
+
+    /// Whether the elements not stored are 0 rather than undefined.
+    pub fn zeros(&self) -> bool {
+        self.zeros
     }
 
     /// The defined positions, as a relation.
@@ -86,9 +109,12 @@ impl Sparse {
         self.values.is_empty()
     }
 
-    /// The value at `key`, if it is defined.
+    /// The value at `key`, if it is defined (0 where not stored, [`Sparse::zeros`]).
     pub fn get(&self, key: &[u32]) -> Option<f64> {
-        self.positions.find(key).map(|i| self.values[i])
+        match self.positions.find(key) {
+            Some(i) => Some(self.values[i]),
+            None => self.zeros.then_some(0.0),
+        }
     }
 
     /// Defines (or redefines) one element. Linear in the size; build large tensors with
@@ -103,7 +129,7 @@ impl Sparse {
         }
     }
 
-    /// The defined elements in ascending position order.
+    /// The stored elements in ascending position order.
     pub fn iter(&self) -> impl Iterator<Item = (&[u32], f64)> + '_ {
         self.positions.iter().zip(self.values.iter().copied())
     }

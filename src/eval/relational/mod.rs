@@ -9,7 +9,7 @@
 use super::accumulate::Accumulator;
 use super::EvalOptions;
 use crate::diagnostics::Diagnostics;
-use crate::plan::datalog::Rule;
+use crate::plan::datalog::{Product, Rule};
 use crate::plan::demand::DemandPlan;
 use crate::semantics::{Checked, Stratum, TensorId};
 use crate::tensor::Tensor;
@@ -19,6 +19,7 @@ use rustc_hash::FxHashMap as HashMap;
 mod bitset;
 mod extremum;
 mod join;
+mod product;
 mod store;
 mod wcoj;
 
@@ -253,17 +254,51 @@ fn load_atoms(rules: &[Rule], values: &[Tensor], full: &mut HashMap<TensorId, St
 /// Evaluates a counting stratum (`plan::datalog::plan_counts`): its data plus one for every
 /// assignment that satisfies a body, accumulated as the join enumerates them, so the join is
 /// never stored.
-pub(super) fn evaluate_counts(p: &Checked, st: &Stratum, rules: &[Rule], values: &mut [Tensor]) {
+/// A tensor that `sparse` marks (`plan::Plan::sparse`) is accumulated and stored as its
+/// non-zero elements.
+pub(super) fn evaluate_counts(
+    p: &Checked,
+    st: &Stratum,
+    rules: &[(Rule, Option<Product>)],
+    values: &mut [Tensor],
+    sparse: &[bool],
+) {
     let t = st.tensors[0];
     let info = &p.tensors[t];
+    // One sparse product, the whole count: its sorted result is the tensor as it comes.
+    if let ([(r, Some(m))], Some(true)) = (rules, sparse.get(t)) {
+        if let Some((keys, counts)) = product_of(p, r, *m, values) {
+            let positions = crate::tensor::Relation::from_sorted(2, keys);
+            let counts = counts.into_iter().map(|n| info.elem.round(n)).collect();
+            values[t] = Tensor {
+                elem: info.elem,
+                shape: info.shape.clone(),
+                storage: crate::tensor::Storage::Sparse(
+                    crate::tensor::Sparse::from_sorted(positions, counts).with_zeros(),
+                ),
+            };
+            return;
+        }
+    }
     let mut full: HashMap<TensorId, Store> = HashMap::default();
-    load_atoms(rules, values, &mut full);
-    let mut acc = Accumulator::new(info);
+    let plain: Vec<Rule> = rules.iter().map(|(r, _)| r.clone()).collect();
+    load_atoms(&plain, values, &mut full);
+    let mut acc = if sparse.get(t) == Some(&true) {
+        Accumulator::entries(info)
+    } else {
+        Accumulator::new(info)
+    };
     if let Some(d) = &p.data[t] {
         acc.combine_tensor(d);
     }
     let delta = HashMap::default();
-    for r in rules {
+    for (r, product) in rules {
+        if let Some((keys, counts)) = product.and_then(|m| product_of(p, r, m, values)) {
+            for (k, n) in keys.chunks_exact(2).zip(counts) {
+                acc.combine(&[k[0] as usize, k[1] as usize], n);
+            }
+            continue;
+        }
         let steps = prepare(r, None, &mut full, &mut HashMap::default());
         let cx = Join {
             rule: r,
@@ -281,6 +316,23 @@ pub(super) fn evaluate_counts(p: &Checked, st: &Stratum, rules: &[Rule], values:
         });
     }
     values[t] = acc.finish(info);
+}
+
+/// The counts of a rule planned as a sparse matrix product, when both of its relations are
+/// stored as tuples.
+fn product_of(
+    p: &Checked,
+    r: &Rule,
+    m: Product,
+    values: &[Tensor],
+) -> Option<(Vec<u32>, Vec<f64>)> {
+    let relation = |k: usize| match &values[r.atoms[k].tensor].storage {
+        crate::tensor::Storage::Relation(rel) => Some(rel),
+        _ => None,
+    };
+    let (a, b) = (relation(m.first)?, relation(m.second)?);
+    let c_extent = *p.tensors[r.atoms[m.second].tensor].shape.get(1)?;
+    Some(product::product(a, b, c_extent))
 }
 
 fn diverged(p: &Checked, st: &Stratum, o: &EvalOptions) -> Diagnostics {
