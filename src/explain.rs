@@ -150,6 +150,37 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
                     let _ = writeln!(out, "    {:.3e} FLOPs{fused}", d.flops);
                 }
             }
+            Kernel::Steps(plan) => {
+                let axes: Vec<String> = plan
+                    .axes
+                    .iter()
+                    .map(|&(t, a)| format!("{} axis {}", p.tensors[t].name, a + 1))
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "stratum {}: {names} ({kind}), in index order: {} steps along {}",
+                    k + 1,
+                    plan.count,
+                    axes.join(", ")
+                );
+                for s in &plan.equations {
+                    let eq = &p.equations[s.equation];
+                    let _ = writeln!(out, "  {}", statement(eq, source));
+                    match &s.dense {
+                        Some(d) => {
+                            let _ = writeln!(
+                                out,
+                                "    each step: dense, {:.3e} FLOPs, its windows moved to the step",
+                                d.flops
+                            );
+                        }
+                        None => {
+                            let _ = writeln!(out, "    each step: a loop nest");
+                            nest_plan(&mut out, p, eq, &s.nest.root, 6);
+                        }
+                    }
+                }
+            }
             Kernel::Nest => {
                 let _ = writeln!(out, "stratum {}: {names} ({kind}), loop nests", k + 1);
                 for n in &sp.nests {

@@ -22,7 +22,7 @@ struct Gen {
 }
 
 /// Equation templates; each reads the data above (R, S, V, D, M) or earlier results.
-const TEMPLATES: [&str; 20] = [
+const TEMPLATES: [&str; 22] = [
     "T0[x] = R(x, y) M[x, y] (D[y] > C)",
     "T1[x, y] = V[x, z] R(z, y)",
     "T2 = R(x, y) / (1 + D[x] * D[x])",
@@ -43,6 +43,9 @@ const TEMPLATES: [&str; 20] = [
     "U3[x] min= W[x, y] M[x, y]",
     "U4[x, y] = W[x, z] W[z, y]",
     "Y5[x, *t + 1] = 0.5 * R(x, y) Y5[y, *t] + D[t] (t < C)",
+    "A6[i, 0] = D[i]\nA6[i, t + 1] = 0.5 * M[i, j] A6[j, t] + D[t]",
+    "L7 = [1, -2, 0.5]\nB7[i, 0] = D[i]\nC7[i, t] = relu(M[i, j] B7[j, t]) * L7[t]\n\
+     B7[i, t + 1] = R(i, j) C7[j, t] - 0.5 * B7[i, t] + t",
 ];
 
 fn program(g: &Gen) -> String {

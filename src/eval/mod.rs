@@ -10,6 +10,7 @@ mod nest;
 mod reference;
 mod relational;
 mod standard;
+mod steps;
 
 use crate::diagnostics::Diagnostics;
 use crate::functions::UserFunction;
@@ -65,6 +66,8 @@ pub enum Ran {
     Extremum,
     /// Dense contractions and fused passes.
     Dense,
+    /// Recursion along an index, step by step.
+    Steps,
     /// Loop nests driven by sparse tensors.
     Nest,
     /// The reference evaluator's loops.

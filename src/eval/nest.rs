@@ -109,7 +109,7 @@ fn run_equation(
             indexes: &indexes,
             slice: None,
         };
-        cx.run(n, &mut env, acc);
+        cx.run(n, &mut env, &mut |idx, v| acc.combine(idx, v));
         return Ok(());
     };
     let info = &p.tensors[n.target];
@@ -126,11 +126,35 @@ fn run_equation(
             indexes: &indexes,
             slice: Some(&slice),
         };
-        cx.run(n, &mut env, &mut next);
+        cx.run(n, &mut env, &mut |idx, v| next.combine(idx, v));
         slice = next.finish(info);
     }
     acc.combine_tensor(&slice);
     Ok(())
+}
+
+/// Calls `f` with the left-hand-side position and value of every point of an equation
+/// without a virtual index, the variable `bound` set outside the nest (one step of an index
+/// recursion, `eval::steps`).
+pub(super) fn contributions(
+    n: &NestEquation,
+    values: &[Tensor],
+    o: &EvalOptions,
+    bound: Option<(usize, i64)>,
+    f: &mut dyn FnMut(&[usize], f64),
+) {
+    let indexes = Indexes::build(n, values);
+    let cx = Cx {
+        values,
+        o,
+        indexes: &indexes,
+        slice: None,
+    };
+    let mut env = vec![0i64; n.vars];
+    if let Some((v, x)) = bound {
+        env[v] = x;
+    }
+    cx.run(n, &mut env, f);
 }
 
 /// What a nest reads: the values, options, per scan a way to find its tuples, and the
@@ -146,8 +170,8 @@ struct Cx<'a> {
 type PointFn<'f> = dyn FnMut(&Cx, &mut [i64], &mut [usize]) + 'f;
 
 impl Cx<'_> {
-    /// Adds the value at every point of the equation to `acc` at its left-hand side.
-    fn run(&self, n: &NestEquation, env: &mut [i64], acc: &mut Accumulator) {
+    /// Calls `f` with the left-hand-side position and value of every point of the equation.
+    fn run(&self, n: &NestEquation, env: &mut [i64], f: &mut dyn FnMut(&[usize], f64)) {
         let mut slots = vec![0usize; n.slots];
         let mut idx = vec![0usize; n.lhs.len()];
         let root = &n.root;
@@ -161,7 +185,7 @@ impl Cx<'_> {
                     _ => return,
                 }
             }
-            acc.combine(&idx, v);
+            f(&idx, v);
         });
     }
 

@@ -233,6 +233,12 @@ impl<'a> State<'a> {
                 }
                 self.fallback(i, st)
             }
+            Kernel::Steps(plan) => {
+                self.fill_pending(&st.tensors);
+                super::steps::evaluate(p, st, plan, &mut self.values, o, pool)?;
+                self.log(i, Ran::Steps, None);
+                Ok(())
+            }
             Kernel::Datalog(rules) => {
                 self.fill_pending(&st.tensors);
                 relational::evaluate_stratum(p, st, rules, &mut self.values, o, pool)?;

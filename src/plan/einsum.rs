@@ -7,7 +7,9 @@
 //! contraction cost one pass over memory, not one per operator.
 
 use crate::functions::Structural;
-use crate::semantics::{Checked, Family, Func, IndexFn, Kind, Node, Stratum, TensorId, VarId};
+use crate::semantics::{
+    Checked, Equation, Family, Func, IndexFn, Kind, Node, Stratum, TensorId, VarId,
+};
 use crate::syntax::ast::{ArithOp, BinOp, CmpOp};
 
 /// One factor: a dense tensor read at plain, distinct variables, or through a window.
@@ -177,36 +179,47 @@ pub fn plan_dense(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Vec<Dens
     if st.recursive && (st.tensors.len() != 1 || p.tensors[st.tensors[0]].family != Family::Sum) {
         return None;
     }
-    // `max=`/`min=` tensors hold only their defined elements; the dense path reads one only
-    // when every element is defined (stored dense, checked at run time).
-    let dense = |t: TensorId| {
-        let info = &p.tensors[t];
-        info.kind != Kind::Bool
-            && (!info.sparse_values || matches!(info.family, Family::Max | Family::Min))
-    };
     if !st
         .tensors
         .iter()
-        .all(|&t| dense(t) && p.tensors[t].family != Family::Avg)
+        .all(|&t| dense_tensor(p, t) && p.tensors[t].family != Family::Avg)
     {
         return None;
     }
     st.equations
         .iter()
-        .map(|&e| {
-            let d = dense_equation(p, e, sparse)?;
-            let reads_dense = d
-                .terms
-                .iter()
-                .flat_map(|c| &c.factors)
-                .all(|f| dense(f.tensor));
-            reads_dense.then_some(d)
-        })
+        .map(|&e| plan_one(p, e, &p.equations[e], sparse))
         .collect()
 }
 
-fn dense_equation(p: &Checked, e: usize, sparse: &[bool]) -> Option<DenseEquation> {
-    let eq = super::valid::restricted(p, &p.equations[e])?;
+/// `max=`/`min=` tensors hold only their defined elements; the dense path reads one only
+/// when every element is defined (stored dense, checked at run time).
+fn dense_tensor(p: &Checked, t: TensorId) -> bool {
+    let info = &p.tensors[t];
+    info.kind != Kind::Bool
+        && (!info.sparse_values || matches!(info.family, Family::Max | Family::Min))
+}
+
+/// The dense plan of equation `e` as given by `eq` (the equation itself, or a rewriting of
+/// it, such as one step of an index recursion, `plan::steps`), when every tensor it
+/// multiplies is dense.
+pub(super) fn plan_one(
+    p: &Checked,
+    e: usize,
+    eq: &Equation,
+    sparse: &[bool],
+) -> Option<DenseEquation> {
+    let d = dense_equation(p, e, eq, sparse)?;
+    let reads_dense = d
+        .terms
+        .iter()
+        .flat_map(|c| &c.factors)
+        .all(|f| dense_tensor(p, f.tensor));
+    reads_dense.then_some(d)
+}
+
+fn dense_equation(p: &Checked, e: usize, eq: &Equation, sparse: &[bool]) -> Option<DenseEquation> {
+    let eq = super::valid::restricted(p, eq)?;
     let eq = eq.as_ref();
     if eq.family == Family::Avg || eq.virtual_var.is_some() {
         return None;
@@ -355,6 +368,18 @@ fn expr(
     let mut sub = |x: &Node| expr((p, sparse), x, out, extents, terms);
     Some(match n {
         Node::Sum { vars, body } if vars.is_empty() => return sub(body),
+        // Σ (a ± b) = Σ a ± Σ b, when each side reads every summed variable (a side
+        // without one would be counted once per value of it): each sum is then a term
+        // (`relu(WAgg[l, d, e] Agg[n, l, e] + WSelf[l, d, e] Emb[n, l, e])`).
+        Node::Sum { vars, body } if split(vars, body).is_some() => {
+            let (op, a, b) = split(vars, body)?;
+            let sum = |x: &Node| Node::Sum {
+                vars: vars.clone(),
+                body: Box::new(x.clone()),
+            };
+            let (a, b) = (sub(&sum(a))?, sub(&sum(b))?);
+            Expr::Binary(op, Box::new(a), Box::new(b))
+        }
         Node::Sum { .. } | Node::Read { .. } => {
             let mut c = Contraction {
                 out: Vec::new(),
@@ -420,6 +445,39 @@ fn expr(
         }
         _ => return None,
     })
+}
+
+/// The operator and sides of a summation point's body that is a sum or difference both of
+/// whose sides read every variable summed there.
+fn split<'n>(vars: &[VarId], body: &'n Node) -> Option<(BinOp, &'n Node, &'n Node)> {
+    let mut body = body;
+    while let Node::Sum {
+        vars: inner,
+        body: b,
+    } = body
+    {
+        if !inner.is_empty() {
+            return None;
+        }
+        body = b;
+    }
+    let Node::Binary(op @ (BinOp::Add | BinOp::Sub), a, b) = body else {
+        return None;
+    };
+    let reads_all = |n: &Node| {
+        let mut used = Vec::new();
+        read_vars(n, &mut used);
+        vars.iter().all(|v| used.contains(v))
+    };
+    (reads_all(a) && reads_all(b)).then_some((*op, a.as_ref(), b.as_ref()))
+}
+
+/// Variables that the reads of a node index.
+fn read_vars(n: &Node, out: &mut Vec<VarId>) {
+    if let Node::Read { index, .. } = n {
+        index.iter().for_each(|f| f.vars(out));
+    }
+    n.children().into_iter().for_each(|c| read_vars(c, out));
 }
 
 /// The variables of an index list made of distinct plain variables (`[i, j]`, not `[i, i]`

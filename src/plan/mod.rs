@@ -8,6 +8,7 @@
 //!   query (magic sets);
 //! - `einsum`: dense equations as contraction trees and fused elementwise passes, after
 //!   `valid` (shifted reads over their valid intervals) and `constants` (folding);
+//! - `steps`: recursion along an index (`X[i, t + 1] = … X[j, t]`), one step at a time;
 //! - `nest`: loop nests for every other equation, driven by the tuples of the sparse
 //!   tensors they multiply; they are also what runs when a kernel above declines at run
 //!   time (its inputs are not as planned).
@@ -21,6 +22,7 @@ pub mod datalog;
 pub mod demand;
 pub mod einsum;
 pub mod nest;
+pub mod steps;
 pub mod valid;
 
 use crate::semantics::{Checked, Stratum};
@@ -40,6 +42,8 @@ pub enum Kernel {
     Extremum(Vec<datalog::ValuedRule>),
     /// Contraction trees and fused expressions (declines if inputs differ from the plan).
     Dense(Vec<einsum::DenseEquation>),
+    /// Recursion along an index, one step at a time in index order.
+    Steps(steps::Steps),
     /// Loop nests ([`StratumPlan::nests`]).
     Nest,
     /// The reference evaluator's loops: only in [`Plan::reference`], the oracle's plan.
@@ -154,6 +158,8 @@ fn plan_stratum(p: &Checked, st: &Stratum, sparse: &[bool]) -> StratumPlan {
         Kernel::Counts(r)
     } else if let Some(r) = datalog::plan_extremum(p, st).filter(|r| !r.is_empty()) {
         Kernel::Extremum(r)
+    } else if let Some(s) = steps::plan_steps(p, st, sparse) {
+        Kernel::Steps(s)
     } else if let Some(d) = einsum::plan_dense(p, st, sparse).filter(|d| !d.is_empty()) {
         Kernel::Dense(d)
     } else {

@@ -162,7 +162,24 @@ pub fn plan_nest(p: &Checked, e: usize, sparse: &[bool]) -> NestEquation {
         None => super::valid::restricted(p, original),
         Some(_) => None,
     };
-    let eq = restricted.as_deref().unwrap_or(original);
+    plan_bound(
+        p,
+        e,
+        restricted.as_deref().unwrap_or(original),
+        None,
+        sparse,
+    )
+}
+
+/// The loop nest of equation `e` as `eq` gives it, with the left-hand-side variable `bound`
+/// (if any) set outside the nest: one step of an index recursion (`plan::steps`).
+pub(super) fn plan_bound(
+    p: &Checked,
+    e: usize,
+    eq: &Equation,
+    bound: Option<VarId>,
+    sparse: &[bool],
+) -> NestEquation {
     let mut cx = Compiler {
         p,
         eq,
@@ -178,7 +195,12 @@ pub fn plan_nest(p: &Checked, e: usize, sparse: &[bool]) -> NestEquation {
         Family::Max | Family::Min => true,
         Family::Avg => false,
     };
-    let mut vars: Vec<VarId> = eq.loop_vars.clone();
+    let mut vars: Vec<VarId> = eq
+        .loop_vars
+        .iter()
+        .copied()
+        .filter(|&v| Some(v) != bound)
+        .collect();
     let body = if eq.family == Family::Avg {
         &eq.rhs
     } else {

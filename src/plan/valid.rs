@@ -90,7 +90,7 @@ fn grouped(n: &Node, v: VarId) -> bool {
 }
 
 /// `f` with `v` replaced by `v + lo`.
-fn shift_index(f: &IndexFn, v: VarId, lo: i64) -> IndexFn {
+pub(super) fn shift_index(f: &IndexFn, v: VarId, lo: i64) -> IndexFn {
     match f {
         IndexFn::Var(x) if *x == v => IndexFn::Arith(
             Box::new(IndexFn::Var(v)),
@@ -107,7 +107,7 @@ fn shift_index(f: &IndexFn, v: VarId, lo: i64) -> IndexFn {
 }
 
 /// `n` with `v` replaced by `v + lo` in every index and value.
-fn shift_node(n: &Node, v: VarId, lo: i64) -> Node {
+pub(super) fn shift_node(n: &Node, v: VarId, lo: i64) -> Node {
     let sub = |x: &Node| Box::new(shift_node(x, v, lo));
     match n {
         Node::Const(_) => n.clone(),

@@ -65,11 +65,14 @@ fn is_hard(t: usize, tensors: &[TensorInfo], current: &[usize]) -> bool {
         || (!current.contains(&t) && tensors[t].kind != Kind::Bool && !tensors[t].sparse_values)
 }
 
-/// Every bare occurrence `(tensor, axis)` of each variable, and every arithmetic one.
+/// Every bare occurrence `(tensor, axis)` of each variable, and every arithmetic one; those
+/// under `not` (whose reads are total, §6.5) are also listed in `total`.
 fn occurrences(
     n: &Node,
     bare: &mut Vec<(VarId, usize, usize)>,
     arith: &mut Vec<(usize, usize, IndexFn)>,
+    total: &mut Vec<(VarId, usize, usize)>,
+    under_not: bool,
 ) {
     if let Node::Read {
         tensor,
@@ -79,15 +82,21 @@ fn occurrences(
     {
         for (ax, f) in index.iter().enumerate() {
             match f {
-                IndexFn::Var(v) => bare.push((*v, *tensor, ax)),
+                IndexFn::Var(v) => {
+                    bare.push((*v, *tensor, ax));
+                    if under_not {
+                        total.push((*v, *tensor, ax));
+                    }
+                }
                 IndexFn::Const(_) => {}
                 other => arith.push((*tensor, ax, other.clone())),
             }
         }
     }
+    let under_not = under_not || matches!(n, Node::Not(_));
     n.children()
         .into_iter()
-        .for_each(|c| occurrences(c, bare, arith));
+        .for_each(|c| occurrences(c, bare, arith, total, under_not));
 }
 
 fn concats(n: &Node, out: &mut Vec<(VarId, Vec<VarId>)>) {
@@ -109,7 +118,8 @@ fn ranges(
     let mut range: Vec<Option<usize>> = vec![None; n];
     let mut bare = Vec::new();
     let mut arith = Vec::new();
-    occurrences(&eq.rhs, &mut bare, &mut arith);
+    let mut total = Vec::new();
+    occurrences(&eq.rhs, &mut bare, &mut arith, &mut total, false);
     for (ax, f) in eq.lhs.iter().enumerate() {
         if let IndexFn::Var(v) = f {
             let target = eq.target;
@@ -131,7 +141,11 @@ fn ranges(
             continue;
         }
         let mut hard: Option<(usize, usize)> = None;
+        // Soft axes bound the variable: outside `not`, a read past one is nothing, and
+        // nothing is absorbing (§5.1), so the smallest bounds it; reads under `not` only
+        // when it has no other.
         let mut soft: Option<usize> = None;
+        let mut soft_total: Option<usize> = None;
         for &(w, t, ax) in &bare {
             if w != v {
                 continue;
@@ -156,11 +170,20 @@ fn ranges(
                     }
                     _ => {}
                 }
+            } else if total.contains(&(w, t, ax)) {
+                soft_total = Some(soft_total.unwrap_or(0).max(ext));
             } else {
-                soft = Some(soft.unwrap_or(0).max(ext));
+                soft = Some(soft.map_or(ext, |s| s.min(ext)));
             }
         }
-        *slot = hard.map(|(e, _)| e).or(soft);
+        *slot = match hard {
+            Some((e, _)) => Some(e),
+            // Without a hard axis, shifted reads and guards bound it too (§5.1).
+            None => match (soft.or(soft_total), upper_bound(eq, v, &arith, tensors)) {
+                (Some(r), Some(b)) => Some(r.min(b)),
+                (r, _) => r,
+            },
+        };
     }
     let mut cs = Vec::new();
     concats(&eq.rhs, &mut cs);
@@ -242,6 +265,89 @@ fn ranges(
             }
         })
         .collect()
+}
+
+/// One more than the largest value of `v` at which every read shifting it alone stays
+/// inside its axis (`Obs(t + 1, o)`: `t + 1 < n`) and every guard on it in a factor of the
+/// right-hand side holds (`x < 10000`); `None` when nothing bounds it so. Points past it
+/// are nothing (an out-of-range read) or 0 (a false guard), so they write nothing that
+/// would grow an extent. Reads under `not` are total and do not bound it.
+fn upper_bound(
+    eq: &Equation,
+    v: VarId,
+    arith: &[(usize, usize, IndexFn)],
+    tensors: &[TensorInfo],
+) -> Option<usize> {
+    let mut bound: Option<i64> = None;
+    let mut tighten = |b: i64| bound = Some(bound.map_or(b, |x| x.min(b)));
+    for (t, ax, f) in arith {
+        let Some((k, c)) = single_shift(f, v) else {
+            continue;
+        };
+        let n = tensors[*t].shape.get(*ax).copied().unwrap_or(0) as i64;
+        // k·v + c ≤ n - 1 with k > 0.
+        if k > 0 {
+            tighten((n - 1 - c).div_euclid(k) + 1);
+        }
+    }
+    guards(&eq.rhs, v, &mut tighten);
+    bound.map(|b| b.max(0) as usize)
+}
+
+/// `(k, c)` when `f` is `k·v + c` in `v` alone, built from `+`, `-` and `*` by constants.
+fn single_shift(f: &IndexFn, v: VarId) -> Option<(i64, i64)> {
+    use crate::syntax::ast::ArithOp;
+    Some(match f {
+        IndexFn::Var(x) if *x == v => (1, 0),
+        IndexFn::Var(_) => return None,
+        IndexFn::Const(c) => (0, *c),
+        IndexFn::Arith(a, op, b) => {
+            let ((ka, ca), (kb, cb)) = (single_shift(a, v)?, single_shift(b, v)?);
+            match op {
+                ArithOp::Add => (ka.checked_add(kb)?, ca.checked_add(cb)?),
+                ArithOp::Sub => (ka.checked_sub(kb)?, ca.checked_sub(cb)?),
+                ArithOp::Mul if ka == 0 => (ca.checked_mul(kb)?, ca.checked_mul(cb)?),
+                ArithOp::Mul if kb == 0 => (ka.checked_mul(cb)?, ca.checked_mul(cb)?),
+                _ => return None,
+            }
+        }
+    })
+}
+
+/// Calls `bound` with `b` for each guard `v < b` (or `v ≤ b - 1`, `v == b - 1`, written
+/// either way round) that multiplies the right-hand side's value: a factor of the product
+/// under its summation points.
+fn guards(n: &Node, v: VarId, bound: &mut dyn FnMut(i64)) {
+    use crate::syntax::ast::CmpOp;
+    match n {
+        Node::Sum { body, .. } => guards(body, v, bound),
+        Node::Product(fs) => fs
+            .iter()
+            .filter(|(div, _)| !div)
+            .for_each(|(_, f)| guards(strip(f), v, bound)),
+        Node::Compare(op, a, b) => {
+            let limit = match (strip(a), op, strip(b)) {
+                (Node::Var(x), CmpOp::Lt, Node::Const(c)) if *x == v => c.ceil(),
+                (Node::Var(x), CmpOp::Le | CmpOp::Eq, Node::Const(c)) if *x == v => c.floor() + 1.0,
+                (Node::Const(c), CmpOp::Gt, Node::Var(x)) if *x == v => c.ceil(),
+                (Node::Const(c), CmpOp::Ge | CmpOp::Eq, Node::Var(x)) if *x == v => c.floor() + 1.0,
+                _ => return,
+            };
+            if limit.is_finite() && limit.abs() < 1e15 {
+                bound(limit as i64);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The node inside summation points without variables (each operand of a comparison is
+/// one).
+fn strip(n: &Node) -> &Node {
+    match n {
+        Node::Sum { vars, body } if vars.is_empty() => strip(body),
+        other => other,
+    }
 }
 
 /// The largest absolute integer constant in an index function (scales the valid-range scan).

@@ -246,6 +246,37 @@ fn evaluate_once(
     true
 }
 
+/// The values one dense equation adds to its target, each with its offset there (`None`
+/// where a left-hand-side position falls outside the target), as `grid` and `at`: one step
+/// of an index recursion (`eval::steps`). `None` when its inputs are not as planned or a
+/// function is not registered.
+pub(super) fn contributions(
+    p: &Checked,
+    d: &DenseEquation,
+    values: &[Tensor],
+    o: &EvalOptions,
+    pool: Option<&rayon::ThreadPool>,
+) -> Option<(Vec<f64>, Vec<Option<usize>>)> {
+    if !fits(p, d, values, o.max_memory) {
+        return None;
+    }
+    let big = pool.is_some() && work(d, values) >= (1u64 << 25) as f64;
+    let workers = if big { o.threads.max(1) } else { 1 };
+    let run = || {
+        let mut terms: Vec<Operand> = d.terms.iter().map(|c| term(c, values, workers)).collect();
+        grid_values(d, &mut terms, o)
+    };
+    let grid = match pool {
+        Some(pool) if big => pool.install(run),
+        _ => run(),
+    }?;
+    let at = match d.scatter {
+        Some(_) => targets(d),
+        None => (0..grid.len()).map(Some).collect(),
+    };
+    Some((grid, at))
+}
+
 /// The value of a `max=`/`min=` tensor without data whose equations have no summation
 /// points (`Pool[x / 2, y / 2] max= F[x, y]`): each equation's expression over its grid,
 /// each element combined at its left-hand-side position, equations and grid elements in the

@@ -1,0 +1,108 @@
+//! Executes index-ordered recursion (`plan::steps`): step 0, 1, 2, … in turn, each step's
+//! equations in their planned order, each writing its target's slice of that step once it
+//! has every contribution: `data + Σ contributions`, rounded once to the tensor's type, as
+//! the naive iteration's fixpoint holds it. A step runs the equation's one-step dense plan
+//! (its windows moved to the step) or, where that cannot be used, its loop nest.
+
+use super::{dense, fixpoint, nest, EvalOptions};
+use crate::diagnostics::Diagnostics;
+use crate::plan::steps::{StepEquation, Steps};
+use crate::semantics::{Checked, Stratum};
+use crate::tensor::{Storage, Tensor};
+
+/// Evaluates the stratum in index order, in place. Its tensors hold their data (or zeros)
+/// and are dense.
+pub(super) fn evaluate(
+    p: &Checked,
+    st: &Stratum,
+    plan: &Steps,
+    values: &mut [Tensor],
+    o: &EvalOptions,
+    pool: Option<&rayon::ThreadPool>,
+) -> Result<(), Diagnostics> {
+    let mut writes: Vec<(usize, f64)> = Vec::new();
+    for s in 0..plan.count {
+        let mut k = 0;
+        while k < plan.equations.len() {
+            let target = plan.equations[k].target;
+            let group = plan.equations[k..]
+                .iter()
+                .take_while(|e| e.target == target)
+                .count();
+            writes.clear();
+            for eq in &plan.equations[k..k + group] {
+                if let Some(x) = eq.at_step(s) {
+                    contribute(p, eq, x, values, o, pool, &mut writes);
+                }
+            }
+            if let Some(bad) = write(&mut values[target], &mut writes, group > 1) {
+                return Err(fixpoint::diverged(p, st, target, bad).into());
+            }
+            k += group;
+        }
+    }
+    Ok(())
+}
+
+/// Appends the (offset, value) pairs that equation `eq` adds at step variable value `x`.
+fn contribute(
+    p: &Checked,
+    eq: &StepEquation,
+    x: usize,
+    values: &[Tensor],
+    o: &EvalOptions,
+    pool: Option<&rayon::ThreadPool>,
+    writes: &mut Vec<(usize, f64)>,
+) {
+    let dense = eq
+        .dense_at(x)
+        .and_then(|d| dense::contributions(p, &d, values, o, pool));
+    if let Some((grid, at)) = dense {
+        writes.extend(
+            at.into_iter()
+                .zip(grid)
+                .filter_map(|(at, v)| Some((at?, v))),
+        );
+        return;
+    }
+    let shape = &p.tensors[eq.target].shape;
+    let bound = eq.var.map(|v| (v, x as i64));
+    nest::contributions(&eq.nest, values, o, bound, &mut |idx, v| {
+        let mut offset = 0usize;
+        for (&i, &n) in idx.iter().zip(shape) {
+            if i >= n {
+                return;
+            }
+            offset = offset * n + i;
+        }
+        writes.push((offset, v));
+    });
+}
+
+/// Adds the step's writes to the tensor (its data, or 0, being what those elements hold),
+/// each element's values summed first (in the order written) when several equations wrote;
+/// the first value that is not finite where the element was, if any (divergence, §9).
+fn write(t: &mut Tensor, writes: &mut [(usize, f64)], several: bool) -> Option<f64> {
+    if several {
+        writes.sort_by_key(|w| w.0);
+    }
+    let Storage::Dense(d) = &mut t.storage else {
+        return None;
+    };
+    let mut k = 0;
+    while k < writes.len() {
+        let (at, mut sum) = writes[k];
+        k += 1;
+        while k < writes.len() && writes[k].0 == at {
+            sum += writes[k].1;
+            k += 1;
+        }
+        let old = d.get(at).unwrap_or(0.0);
+        let new = old + sum;
+        if old.is_finite() && !new.is_finite() {
+            return Some(new);
+        }
+        d.set(at, new);
+    }
+    None
+}
