@@ -181,6 +181,21 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
                     }
                 }
             }
+            Kernel::Virtual(plan) => {
+                let eq = &p.equations[plan.step.equation];
+                let _ = writeln!(
+                    out,
+                    "stratum {}: {names} ({kind}), a virtual index: {} steps, dense",
+                    k + 1,
+                    plan.step.range
+                );
+                let _ = writeln!(out, "  {}", statement(eq, source));
+                let flops = plan.step.dense.as_ref().map_or(0.0, |d| d.flops);
+                let _ = writeln!(
+                    out,
+                    "    each step: {flops:.3e} FLOPs over the previous slice, its windows moved to the step"
+                );
+            }
             Kernel::Nest => {
                 let _ = writeln!(out, "stratum {}: {names} ({kind}), loop nests", k + 1);
                 for n in &sp.nests {

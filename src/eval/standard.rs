@@ -233,6 +233,14 @@ impl<'a> State<'a> {
                 }
                 self.fallback(i, st)
             }
+            Kernel::Virtual(plan) => {
+                self.fill_pending(&st.tensors);
+                if super::steps::evaluate_virtual(p, plan, &mut self.values, o, pool)? {
+                    self.log(i, Ran::Steps, None);
+                    return Ok(());
+                }
+                self.fallback(i, st)
+            }
             Kernel::Steps(plan) => {
                 self.fill_pending(&st.tensors);
                 super::steps::evaluate(p, st, plan, &mut self.values, o, pool)?;

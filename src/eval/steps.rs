@@ -6,7 +6,7 @@
 
 use super::{dense, fixpoint, nest, EvalOptions};
 use crate::diagnostics::Diagnostics;
-use crate::plan::steps::{StepEquation, Steps};
+use crate::plan::steps::{StepEquation, Steps, Virtual};
 use crate::semantics::{Checked, Stratum};
 use crate::tensor::{Storage, Tensor};
 
@@ -42,6 +42,56 @@ pub(super) fn evaluate(
         }
     }
     Ok(())
+}
+
+/// Evaluates a virtual index on the dense path: each step computes the next slice from the
+/// last (starting from the data, or zeros) with the target holding the last while it runs;
+/// the tensor is then its data plus the final slice (§5.2, as the reference steps). A step
+/// whose inputs are not as planned runs the equation's loop nest instead (every step).
+pub(super) fn evaluate_virtual(
+    p: &Checked,
+    plan: &Virtual,
+    values: &mut [Tensor],
+    o: &EvalOptions,
+    pool: Option<&rayon::ThreadPool>,
+) -> Result<bool, Diagnostics> {
+    let step = &plan.step;
+    let t = step.target;
+    let info = &p.tensors[t];
+    let start = match &p.data[t] {
+        Some(d) => d.clone(),
+        None => super::initial::empty(info, o)?,
+    };
+    let mut held = std::mem::replace(&mut values[t], start);
+    for x in 0..step.range {
+        let next = step
+            .dense_at(x)
+            .and_then(|d| dense::contributions(p, &d, values, o, pool));
+        let Some((grid, _)) = next else {
+            values[t] = held;
+            return Ok(false);
+        };
+        let Ok(slice) = Tensor::dense(info.elem, info.shape.clone(), grid) else {
+            values[t] = held;
+            return Ok(false);
+        };
+        values[t] = slice;
+    }
+    std::mem::swap(&mut values[t], &mut held);
+    let slice = held;
+    values[t] = match &p.data[t] {
+        Some(d) => {
+            let total: Vec<f64> = d
+                .to_dense_values()
+                .iter()
+                .zip(slice.to_dense_values())
+                .map(|(a, b)| a + b)
+                .collect();
+            Tensor::dense(info.elem, info.shape.clone(), total).unwrap_or(slice)
+        }
+        None => slice,
+    };
+    Ok(true)
 }
 
 /// Appends the (offset, value) pairs that equation `eq` adds at step variable value `x`.

@@ -651,9 +651,9 @@ fn order_window(c: &mut Contraction, k: usize) {
     }
 }
 
-/// A position as integer coefficients of variables plus a constant; `None` for one that is
-/// not affine (a division, a product of variables).
-pub(super) fn affine(f: &IndexFn) -> Option<(Vec<(VarId, i64)>, i64)> {
+/// A position as integer coefficients of variables (each once) plus a constant; `None` for
+/// one that is not affine (a division, a product of variables).
+pub fn affine(f: &IndexFn) -> Option<(Vec<(VarId, i64)>, i64)> {
     Some(match f {
         IndexFn::Var(v) => (vec![(*v, 1)], 0),
         IndexFn::Const(k) => (Vec::new(), *k),

@@ -44,6 +44,8 @@ pub enum Kernel {
     Dense(Vec<einsum::DenseEquation>),
     /// Recursion along an index, one step at a time in index order.
     Steps(steps::Steps),
+    /// A virtual index on the dense path, one step at a time.
+    Virtual(Box<steps::Virtual>),
     /// Loop nests ([`StratumPlan::nests`]).
     Nest,
     /// The reference evaluator's loops: only in [`Plan::reference`], the oracle's plan.
@@ -160,6 +162,8 @@ fn plan_stratum(p: &Checked, st: &Stratum, sparse: &[bool]) -> StratumPlan {
         Kernel::Extremum(r)
     } else if let Some(s) = steps::plan_steps(p, st, sparse) {
         Kernel::Steps(s)
+    } else if let Some(v) = steps::plan_virtual(p, st, sparse) {
+        Kernel::Virtual(Box::new(v))
     } else if let Some(d) = einsum::plan_dense(p, st, sparse).filter(|d| !d.is_empty()) {
         Kernel::Dense(d)
     } else {

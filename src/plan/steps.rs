@@ -105,6 +105,87 @@ impl StepEquation {
     }
 }
 
+/// A virtual index (§5.2) on the dense path: the equation planned for one step, its reads
+/// of the previous slice reading the target (which holds that slice while the step runs),
+/// its reads at the step variable windows that the step moves.
+#[derive(Clone, Debug)]
+pub struct Virtual {
+    /// The step, as for index recursion: the virtual variable at `x` is step `x`.
+    pub step: StepEquation,
+}
+
+/// The dense plan of a stratum that is one equation with a virtual index, if the dense path
+/// takes it.
+pub fn plan_virtual(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Virtual> {
+    let [e] = st.equations[..] else {
+        return None;
+    };
+    let eq = &p.equations[e];
+    let v = eq.virtual_var?;
+    if st.recursive || value_of(&eq.rhs, v) {
+        return None;
+    }
+    let mut one = eq.clone();
+    one.virtual_var = None;
+    one.vars[v].range = 1;
+    one.rhs = super::valid::shift_node(&slices_read(&one.rhs, eq.target), v, 0);
+    let dense = super::einsum::plan_one(p, e, &one, sparse)?;
+    let strides = window_strides(&dense, v);
+    let movable = dense
+        .terms
+        .iter()
+        .flat_map(|c| c.factors.iter().chain(&c.sparse))
+        .all(|f| f.window.is_some() || !f.vars.contains(&v));
+    if !movable || dense.scatter.is_some() {
+        return None;
+    }
+    Some(Virtual {
+        step: StepEquation {
+            equation: e,
+            target: eq.target,
+            var: Some(v),
+            offset: 0,
+            range: eq.vars[v].range,
+            strides,
+            dense: Some(dense),
+            nest: super::nest::plan_nest(p, e, sparse),
+        },
+    })
+}
+
+/// `n` with every read of the previous virtual slice made a read of `target`.
+fn slices_read(n: &Node, target: TensorId) -> Node {
+    let mut out = n.clone();
+    fn walk(n: &mut Node, target: TensorId) {
+        if let Node::Read { tensor, slice, .. } = n {
+            if *slice {
+                *tensor = target;
+                *slice = false;
+            }
+        }
+        n.children_mut().into_iter().for_each(|c| walk(c, target));
+    }
+    walk(&mut out, target);
+    out
+}
+
+/// The step variable's stride in each factor of each term (0 where a factor does not read
+/// it through a window).
+fn window_strides(d: &DenseEquation, v: VarId) -> Vec<Vec<i64>> {
+    d.terms
+        .iter()
+        .map(|c| {
+            c.factors
+                .iter()
+                .map(|f| match (&f.window, f.vars.iter().position(|&x| x == v)) {
+                    (Some(w), Some(k)) => w.strides[k],
+                    _ => 0,
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// The index-order plan of a recursive stratum, if it has one.
 pub fn plan_steps(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Steps> {
     let dense_sum = |t: TensorId| {
@@ -203,19 +284,7 @@ fn step_equation(
         false => super::einsum::plan_one(p, e, &one, sparse),
     };
     let strides = match (&dense, var) {
-        (Some(d), Some(v)) => d
-            .terms
-            .iter()
-            .map(|c| {
-                c.factors
-                    .iter()
-                    .map(|f| match (&f.window, f.vars.iter().position(|&x| x == v)) {
-                        (Some(w), Some(k)) => w.strides[k],
-                        _ => 0,
-                    })
-                    .collect()
-            })
-            .collect(),
+        (Some(d), Some(v)) => window_strides(d, v),
         _ => Vec::new(),
     };
     // A factor that reads the step variable without a window could not move with it.

@@ -598,6 +598,9 @@ fn targets(d: &DenseEquation) -> Vec<Option<usize>> {
     };
     let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
     let total: usize = dims.iter().product();
+    if let Some(out) = affine_targets(d, at, &dims) {
+        return out;
+    }
     let mut env = vec![0i64; d.extents.len()];
     let mut idx = vec![0usize; dims.len()];
     let mut out = Vec::with_capacity(total);
@@ -622,6 +625,60 @@ fn targets(d: &DenseEquation) -> Vec<Option<usize>> {
         }
     }
     out
+}
+
+/// [`targets`] when each position is `c + Σ k·v` over the grid's variables and stays inside
+/// the target at every grid element (`State[i, t + 1]` at a step): the offsets then step by
+/// constant strides, with no expression evaluated per element. `None` otherwise.
+fn affine_targets(
+    d: &DenseEquation,
+    at: &[crate::semantics::IndexFn],
+    dims: &[usize],
+) -> Option<Vec<Option<usize>>> {
+    let mut base = 0i64;
+    let mut steps = vec![0i64; dims.len()];
+    for (f, &n) in at.iter().zip(&d.target_shape) {
+        let (coefs, c) = crate::plan::einsum::affine(f)?;
+        let (mut lo, mut hi) = (c, c);
+        for &(v, k) in &coefs {
+            let g = d.out.iter().position(|&x| x == v)?;
+            let reach = k.checked_mul(dims[g] as i64 - 1)?;
+            if reach < 0 {
+                lo += reach;
+            } else {
+                hi += reach;
+            }
+        }
+        if lo < 0 || hi >= n as i64 {
+            return None;
+        }
+        // Row-major: earlier positions scale by the later extents.
+        base = base.checked_mul(n as i64)?.checked_add(c)?;
+        for s in steps.iter_mut() {
+            *s = s.checked_mul(n as i64)?;
+        }
+        for (v, k) in coefs {
+            let g = d.out.iter().position(|&x| x == v)?;
+            steps[g] = steps[g].checked_add(k)?;
+        }
+    }
+    let total: usize = dims.iter().product();
+    let mut out = Vec::with_capacity(total);
+    let mut idx = vec![0usize; dims.len()];
+    let mut at = base;
+    for _ in 0..total {
+        out.push(usize::try_from(at).ok());
+        for ax in (0..dims.len()).rev() {
+            idx[ax] += 1;
+            at += steps[ax];
+            if idx[ax] < dims[ax] {
+                break;
+            }
+            at -= steps[ax] * dims[ax] as i64;
+            idx[ax] = 0;
+        }
+    }
+    Some(out)
 }
 
 /// `e` with every `softmax`/`lnorm` node replaced by what `f` makes of it (its kind,
@@ -1746,29 +1803,33 @@ fn matmul<T: Copy + Send + Sync + 'static>(
     // order than its matrix kernels: a row computed alone would differ from the same row in
     // a batch (§9). Padding it with a zero row or column keeps every product on the matrix
     // kernels.
+    // Only the single row (column) is copied, the other operand is read in place.
     if m == 1 || n == 1 {
         let (m2, n2) = (m.max(2), n.max(2));
-        let mut a = vec![zero; m2 * k];
-        for i in 0..m {
-            for j in 0..k {
-                a[i * k + j] = lhs[lo + i * lr + j * lc];
+        let a;
+        let lhs = if m == 1 {
+            let mut pad = vec![zero; 2 * k];
+            for (j, slot) in pad[..k].iter_mut().enumerate() {
+                *slot = lhs[lo + j * lc];
             }
-        }
-        let mut b = vec![zero; k * n2];
-        for i in 0..k {
-            for j in 0..n {
-                b[i * n2 + j] = rhs[ro + i * rr + j * rc];
+            a = pad;
+            (a.as_slice(), 0, [k, 1])
+        } else {
+            (lhs, lo, [lr, lc])
+        };
+        let b;
+        let rhs = if n == 1 {
+            let mut pad = vec![zero; 2 * k];
+            for i in 0..k {
+                pad[2 * i] = rhs[ro + i * rr];
             }
-        }
+            b = pad;
+            (b.as_slice(), 0, [2, 1])
+        } else {
+            (rhs, ro, [rr, rc])
+        };
         let mut out = vec![zero; m2 * n2];
-        matmul(
-            (m2, n2, k),
-            (&a, 0, [k, 1]),
-            (&b, 0, [n2, 1]),
-            &mut out,
-            (zero, one),
-            threads,
-        );
+        matmul((m2, n2, k), lhs, rhs, &mut out, (zero, one), threads);
         for i in 0..m {
             dst[i * n..(i + 1) * n].copy_from_slice(&out[i * n2..i * n2 + n]);
         }
