@@ -249,6 +249,7 @@ fn nest_plan(out: &mut String, p: &Checked, eq: &Equation, scope: &Scope, indent
                     .map(|(ax, pos)| match pos {
                         Position::Var(v) => var(*v).to_string(),
                         Position::Const(c) => label(p, s.tensor, ax, *c as usize, true),
+                        Position::Known(f) => index_text(f, eq),
                     })
                     .collect();
                 let how = if s.key.is_empty() {
@@ -270,6 +271,25 @@ fn nest_plan(out: &mut String, p: &Checked, eq: &Equation, scope: &Scope, indent
     }
     let _ = writeln!(out, "{pad}value: the expression at each point");
     nested(out, p, eq, &scope.body, indent + 2);
+}
+
+/// Index arithmetic as written, with the equation's variable names.
+fn index_text(f: &crate::semantics::IndexFn, eq: &Equation) -> String {
+    use crate::semantics::IndexFn;
+    use crate::syntax::ast::ArithOp;
+    match f {
+        IndexFn::Var(v) => eq.vars[*v].name.clone(),
+        IndexFn::Const(c) => c.to_string(),
+        IndexFn::Arith(a, op, b) => {
+            let op = match op {
+                ArithOp::Add => "+",
+                ArithOp::Sub => "-",
+                ArithOp::Mul => "*",
+                ArithOp::Div => "/",
+            };
+            format!("{} {op} {}", index_text(a, eq), index_text(b, eq))
+        }
+    }
 }
 
 /// The scopes nested in a value, each under a heading.

@@ -219,7 +219,7 @@ impl Cx<'_> {
                 };
                 let mut key = Vec::with_capacity(s.key.len());
                 for &ax in &s.key {
-                    match known(s.positions[ax], env) {
+                    match known(&s.positions[ax], env) {
                         Some(k) => key.push(k),
                         None => return,
                     }
@@ -416,10 +416,11 @@ fn tuples(t: &Tensor) -> Option<&Relation> {
 }
 
 /// A known position's value, `None` when it is negative (no tuple has it).
-fn known(pos: Position, env: &[i64]) -> Option<u32> {
+fn known(pos: &Position, env: &[i64]) -> Option<u32> {
     let v = match pos {
-        Position::Var(x) => env[x],
-        Position::Const(c) => c,
+        Position::Var(x) => env[*x],
+        Position::Const(c) => *c,
+        Position::Known(f) => f.eval(env)?,
     };
     u32::try_from(v).ok()
 }
@@ -427,18 +428,18 @@ fn known(pos: Position, env: &[i64]) -> Option<u32> {
 /// Binds the scan's unbound variables from `tuple`, checking repeated ones; `false` when a
 /// repeat disagrees. Key positions were matched by the lookup.
 fn bind(s: &Scan, tuple: &[u32], env: &mut [i64]) -> bool {
-    for (ax, &pos) in s.positions.iter().enumerate() {
+    for (ax, pos) in s.positions.iter().enumerate() {
         if s.key.contains(&ax) {
             continue;
         }
-        let Position::Var(v) = pos else {
+        let &Position::Var(v) = pos else {
             continue;
         };
         // A variable unknown when the scan starts is bound by its first axis.
         let first = !s.positions[..ax]
             .iter()
             .enumerate()
-            .any(|(a, &q)| q == pos && !s.key.contains(&a));
+            .any(|(a, q)| q == pos && !s.key.contains(&a));
         if first {
             env[v] = i64::from(tuple[ax]);
         } else if env[v] != i64::from(tuple[ax]) {

@@ -91,12 +91,15 @@ pub struct Scan {
 }
 
 /// One position of a scan.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Position {
     /// A variable: bound by the first axis that has it, checked by the others.
     Var(VarId),
     /// A constant position.
     Const(i64),
+    /// Index arithmetic over variables bound outside the scope (`Obs(t + 1, o)` at a step
+    /// of `t`): known when the scan starts, so the tuples are looked up by it.
+    Known(IndexFn),
 }
 
 /// A compiled right-hand-side expression, evaluated at one point; `None` is "nothing" (§5.1).
@@ -292,11 +295,11 @@ impl Compiler<'_> {
                     let pos = match f {
                         IndexFn::Var(v) => Position::Var(*v),
                         IndexFn::Const(c) => Position::Const(*c),
-                        IndexFn::Arith(..) => continue,
+                        IndexFn::Arith(..) => Position::Known(f.clone()),
                     };
                     let known = match pos {
                         Position::Var(v) => bound.contains(&v) || !vars.contains(&v),
-                        Position::Const(_) => true,
+                        Position::Const(_) | Position::Known(_) => true,
                     };
                     if known {
                         scan.key.push(ax);
@@ -397,9 +400,15 @@ impl Compiler<'_> {
         // exact in a sum only.
         let stored_sparse = self.sparse.get(*tensor) == Some(&true) && self.family == Family::Sum;
         let sparse = info.kind == Kind::Bool || info.sparse_values || stored_sparse;
-        let plain = index
-            .iter()
-            .all(|f| matches!(f, IndexFn::Var(_) | IndexFn::Const(_)));
+        let outside = |f: &IndexFn| {
+            let mut used = Vec::new();
+            f.vars(&mut used);
+            used.iter().all(|v| !vars.contains(v))
+        };
+        let plain = index.iter().all(|f| match f {
+            IndexFn::Var(_) | IndexFn::Const(_) => true,
+            IndexFn::Arith(..) => outside(f),
+        });
         let binds = index
             .iter()
             .any(|f| matches!(f, IndexFn::Var(v) if vars.contains(v)));

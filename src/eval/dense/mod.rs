@@ -1803,30 +1803,36 @@ fn matmul<T: Copy + Send + Sync + 'static>(
     // order than its matrix kernels: a row computed alone would differ from the same row in
     // a batch (§9). Padding it with a zero row or column keeps every product on the matrix
     // kernels.
-    // Only the single row (column) is copied, the other operand is read in place.
+    // Both operands are given to gemm row-major and contiguous, as they would be in a batch:
+    // an operand already laid out so (a layer's weights) is read in place, the others (the
+    // single row or column, and any strided operand) copied.
     if m == 1 || n == 1 {
         let (m2, n2) = (m.max(2), n.max(2));
         let a;
-        let lhs = if m == 1 {
-            let mut pad = vec![zero; 2 * k];
-            for (j, slot) in pad[..k].iter_mut().enumerate() {
-                *slot = lhs[lo + j * lc];
+        let lhs = if m > 1 && lc == 1 && lr == k {
+            (lhs, lo, [lr, lc])
+        } else {
+            let mut pad = vec![zero; m2 * k];
+            for i in 0..m {
+                for j in 0..k {
+                    pad[i * k + j] = lhs[lo + i * lr + j * lc];
+                }
             }
             a = pad;
             (a.as_slice(), 0, [k, 1])
-        } else {
-            (lhs, lo, [lr, lc])
         };
         let b;
-        let rhs = if n == 1 {
-            let mut pad = vec![zero; 2 * k];
+        let rhs = if n > 1 && rc == 1 && rr == n {
+            (rhs, ro, [rr, rc])
+        } else {
+            let mut pad = vec![zero; k * n2];
             for i in 0..k {
-                pad[2 * i] = rhs[ro + i * rr];
+                for j in 0..n {
+                    pad[i * n2 + j] = rhs[ro + i * rr + j * rc];
+                }
             }
             b = pad;
-            (b.as_slice(), 0, [2, 1])
-        } else {
-            (rhs, ro, [rr, rc])
+            (b.as_slice(), 0, [n2, 1])
         };
         let mut out = vec![zero; m2 * n2];
         matmul((m2, n2, k), lhs, rhs, &mut out, (zero, one), threads);
