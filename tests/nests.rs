@@ -22,7 +22,7 @@ struct Gen {
 }
 
 /// Equation templates; each reads the data above (R, S, V, D, M) or earlier results.
-const TEMPLATES: [&str; 22] = [
+const TEMPLATES: [&str; 23] = [
     "T0[x] = R(x, y) M[x, y] (D[y] > C)",
     "T1[x, y] = V[x, z] R(z, y)",
     "T2 = R(x, y) / (1 + D[x] * D[x])",
@@ -46,6 +46,7 @@ const TEMPLATES: [&str; 22] = [
     "A6[i, 0] = D[i]\nA6[i, t + 1] = 0.5 * M[i, j] A6[j, t] + D[t]",
     "L7 = [1, -2, 0.5]\nB7[i, 0] = D[i]\nC7[i, t] = relu(M[i, j] B7[j, t]) * L7[t]\n\
      B7[i, t + 1] = R(i, j) C7[j, t] - 0.5 * B7[i, t] + t",
+    "L9 = [0.5, 1, -1]\nV9[0, s] max= D[s]\nV9[t + 1, s] max= V9[t, r] + M[r, s] + L9[t]",
 ];
 
 fn program(g: &Gen) -> String {

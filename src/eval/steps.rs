@@ -7,7 +7,7 @@
 use super::{dense, fixpoint, nest, EvalOptions};
 use crate::diagnostics::Diagnostics;
 use crate::plan::steps::{StepEquation, Steps, Virtual};
-use crate::semantics::{Checked, Stratum};
+use crate::semantics::{Checked, Family, Stratum};
 use crate::tensor::{Storage, Tensor};
 
 /// Evaluates the stratum in index order, in place. Its tensors hold their data (or zeros)
@@ -35,7 +35,11 @@ pub(super) fn evaluate(
                     contribute(p, eq, x, values, o, pool, &mut writes);
                 }
             }
-            if let Some(bad) = write(&mut values[target], &mut writes, group > 1) {
+            let bad = match plan.family {
+                Family::Sum => write(&mut values[target], &mut writes, group > 1),
+                family => write_extreme(&mut values[target], &mut writes, family),
+            };
+            if let Some(bad) = bad {
                 return Err(fixpoint::diverged(p, st, target, bad).into());
             }
             k += group;
@@ -127,6 +131,45 @@ fn contribute(
         }
         writes.push((offset, v));
     });
+}
+
+/// Combines the step's writes into a `max=`/`min=` tensor's defined elements: each
+/// element's values by the family, with its data where it has some. The step's elements
+/// come after every earlier one (the step axis is first), so they are appended in order.
+fn write_extreme(t: &mut Tensor, writes: &mut [(usize, f64)], family: Family) -> Option<f64> {
+    writes.sort_by_key(|w| w.0);
+    let (shape, elem) = (t.shape.clone(), t.elem);
+    let Storage::Sparse(s) = &mut t.storage else {
+        return None;
+    };
+    let combine = |a: f64, b: f64| match family {
+        Family::Max => a.max(b),
+        _ => a.min(b),
+    };
+    let mut key = vec![0u32; shape.len()];
+    let mut k = 0;
+    while k < writes.len() {
+        let (at, mut v) = writes[k];
+        k += 1;
+        while k < writes.len() && writes[k].0 == at {
+            v = combine(v, writes[k].1);
+            k += 1;
+        }
+        let mut rest = at;
+        for (slot, &n) in key.iter_mut().zip(&shape).rev() {
+            *slot = (rest % n.max(1)) as u32;
+            rest /= n.max(1);
+        }
+        let old = s.get(&key);
+        let new = elem.round(old.map_or(v, |o| combine(o, v)));
+        if !new.is_finite() && old.is_none_or(f64::is_finite) {
+            return Some(new);
+        }
+        if !s.push_last(&key, new) {
+            s.set(&key, new);
+        }
+    }
+    None
 }
 
 /// Adds the step's writes to the tensor (its data, or 0, being what those elements hold),

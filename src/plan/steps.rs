@@ -26,6 +26,10 @@ pub struct Steps {
     pub axes: Vec<(TensorId, usize)>,
     /// Steps evaluated: the largest extent of a step axis.
     pub count: usize,
+    /// How the values written to one element combine (all the stratum's tensors share it):
+    /// sums are dense, `max=`/`min=` tensors hold their defined elements, their step axis
+    /// first (a step's elements then follow the earlier ones in sorted order).
+    pub family: Family,
     /// The equations in the order each step evaluates them: grouped by target, targets in
     /// the order their same-step reads need.
     pub equations: Vec<StepEquation>,
@@ -188,11 +192,20 @@ fn window_strides(d: &DenseEquation, v: VarId) -> Vec<Vec<i64>> {
 
 /// The index-order plan of a recursive stratum, if it has one.
 pub fn plan_steps(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Steps> {
-    let dense_sum = |t: TensorId| {
+    // Dense sums, or `max=`/`min=` tensors (their defined elements, kept sorted by the
+    // step: their step axis must come first, checked below).
+    let family = p.tensors[*st.tensors.first()?].family;
+    let kind_ok = |t: TensorId| {
         let info = &p.tensors[t];
-        info.kind != Kind::Bool && info.family == Family::Sum && !info.sparse_values
+        info.kind != Kind::Bool
+            && info.family == family
+            && match family {
+                Family::Sum => !info.sparse_values,
+                Family::Max | Family::Min => info.sparse_values,
+                Family::Avg => false,
+            }
     };
-    if !st.recursive || !st.tensors.iter().all(|&t| dense_sum(t)) {
+    if !st.recursive || !st.tensors.iter().all(|&t| kind_ok(t)) {
         return None;
     }
     let equations: Vec<Cow<Equation>> = st
@@ -207,6 +220,9 @@ pub fn plan_steps(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Steps> {
         return None;
     }
     let axes = find_axes(p, st, &equations)?;
+    if family != Family::Sum && axes.iter().any(|&(_, a)| a != 0) {
+        return None;
+    }
     let axis_of = |t: TensorId| axes.iter().find(|(x, _)| *x == t).map(|&(_, a)| a);
     // Same-step dependencies between the stratum's tensors must be acyclic.
     let mut same_step: Vec<(TensorId, TensorId)> = Vec::new();
@@ -251,6 +267,7 @@ pub fn plan_steps(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Steps> {
     Some(Steps {
         axes,
         count,
+        family,
         equations: planned,
     })
 }

@@ -245,6 +245,12 @@ impl Relation {
         }
     }
 
+    /// Appends a tuple that sorts after every one held (the caller checks).
+    fn push_last(&mut self, t: &[u32]) {
+        self.data.extend_from_slice(t);
+        self.len += 1;
+    }
+
     /// The number of positions per tuple.
     pub fn arity(&self) -> usize {
         self.arity

@@ -117,6 +117,20 @@ impl Sparse {
         }
     }
 
+    /// Defines one element after every stored one (its position sorts after theirs), in
+    /// constant time; `false`, with nothing changed, when it does not sort after them.
+    pub fn push_last(&mut self, key: &[u32], v: f64) -> bool {
+        let last = self.positions.len().checked_sub(1);
+        if last.is_some_and(|l| self.positions.tuple(l) >= key)
+            || key.len() != self.positions.arity()
+        {
+            return false;
+        }
+        self.positions.push_last(key);
+        self.values.push(v);
+        true
+    }
+
     /// Defines (or redefines) one element. Linear in the size; build large tensors with
     /// [`Sparse::from_entries`].
     pub fn set(&mut self, key: &[u32], v: f64) {
