@@ -29,14 +29,42 @@ pub(super) fn evaluate(
                 .iter()
                 .take_while(|e| e.target == target)
                 .count();
+            // The equations of this target that write this step (`Emb[n, 0, d]` only the
+            // first).
+            let writers = plan.equations[k..k + group]
+                .iter()
+                .filter(|e| e.at_step(s).is_some())
+                .count();
             writes.clear();
+            let mut direct = None;
             for eq in &plan.equations[k..k + group] {
                 if let Some(x) = eq.at_step(s) {
-                    contribute(p, eq, x, values, o, pool, &mut writes);
+                    // One equation writing its own elements once each: its grid goes straight
+                    // into the target.
+                    let dense = eq
+                        .dense_at(x)
+                        .and_then(|d| dense::contributions(p, &d, values, o, pool));
+                    match dense {
+                        Some(found) if writers == 1 && plan.family == Family::Sum => {
+                            direct = Some(found)
+                        }
+                        Some((grid, at)) => {
+                            writes.reserve(grid.len());
+                            at.each(grid.len(), &mut |i, a| writes.push((a, grid[i])));
+                        }
+                        None => contribute(p, eq, x, values, o, &mut writes),
+                    }
                 }
             }
+            if let Some((grid, at)) = direct {
+                if let Some(bad) = write_grid(&mut values[target], &grid, &at) {
+                    return Err(fixpoint::diverged(p, st, target, bad).into());
+                }
+                k += group;
+                continue;
+            }
             let bad = match plan.family {
-                Family::Sum => write(&mut values[target], &mut writes, group > 1),
+                Family::Sum => write(&mut values[target], &mut writes, writers > 1),
                 family => write_extreme(&mut values[target], &mut writes, family),
             };
             if let Some(bad) = bad {
@@ -98,27 +126,16 @@ pub(super) fn evaluate_virtual(
     Ok(true)
 }
 
-/// Appends the (offset, value) pairs that equation `eq` adds at step variable value `x`.
+/// Appends the (offset, value) pairs that equation `eq`'s loop nest adds at step variable
+/// value `x`.
 fn contribute(
     p: &Checked,
     eq: &StepEquation,
     x: usize,
     values: &[Tensor],
     o: &EvalOptions,
-    pool: Option<&rayon::ThreadPool>,
     writes: &mut Vec<(usize, f64)>,
 ) {
-    let dense = eq
-        .dense_at(x)
-        .and_then(|d| dense::contributions(p, &d, values, o, pool));
-    if let Some((grid, at)) = dense {
-        writes.extend(
-            at.into_iter()
-                .zip(grid)
-                .filter_map(|(at, v)| Some((at?, v))),
-        );
-        return;
-    }
     let shape = &p.tensors[eq.target].shape;
     let bound = eq.var.map(|v| (v, x as i64));
     nest::contributions(&eq.nest, values, o, bound, &mut |idx, v| {
@@ -170,6 +187,24 @@ fn write_extreme(t: &mut Tensor, writes: &mut [(usize, f64)], family: Family) ->
         }
     }
     None
+}
+
+/// Adds one equation's grid to the tensor where its placement puts it (each element
+/// written once); the first value that is not finite where the element was, if any.
+fn write_grid(t: &mut Tensor, grid: &[f64], at: &dense::Placement) -> Option<f64> {
+    let Storage::Dense(d) = &mut t.storage else {
+        return None;
+    };
+    let mut bad = None;
+    at.each(grid.len(), &mut |i, a| {
+        let old = d.get(a).unwrap_or(0.0);
+        let new = old + grid[i];
+        if old.is_finite() && !new.is_finite() {
+            bad = bad.or(Some(new));
+        }
+        d.set(a, new);
+    });
+    bad
 }
 
 /// Adds the step's writes to the tensor (its data, or 0, being what those elements hold),

@@ -256,7 +256,7 @@ pub(super) fn contributions(
     values: &[Tensor],
     o: &EvalOptions,
     pool: Option<&rayon::ThreadPool>,
-) -> Option<(Vec<f64>, Vec<Option<usize>>)> {
+) -> Option<(Vec<f64>, Placement)> {
     if !fits(p, d, values, o.max_memory) {
         return None;
     }
@@ -270,11 +270,65 @@ pub(super) fn contributions(
         Some(pool) if big => pool.install(run),
         _ => run(),
     }?;
-    let at = match d.scatter {
-        Some(_) => targets(d),
-        None => (0..grid.len()).map(Some).collect(),
+    let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+    let at = match &d.scatter {
+        None => Placement::Same,
+        Some(at) => match affine_layout(d, at, &dims) {
+            Some((base, steps)) => Placement::Strided { base, steps, dims },
+            None => Placement::Listed(targets(d)),
+        },
     };
     Some((grid, at))
+}
+
+/// Where each element of an equation's grid lands in its target.
+pub(super) enum Placement {
+    /// At the same offset (the grid is laid out as the target).
+    Same,
+    /// At `base` plus, per grid axis, its index times its step.
+    Strided {
+        /// The offset of the grid's first element.
+        base: i64,
+        /// Per grid axis, the offset's change per index.
+        steps: Vec<i64>,
+        /// The grid's extents.
+        dims: Vec<usize>,
+    },
+    /// At the listed offsets (`None`: outside the target).
+    Listed(Vec<Option<usize>>),
+}
+
+impl Placement {
+    /// Calls `f(grid index, target offset)` for every grid element inside the target, in
+    /// grid order.
+    pub(super) fn each(&self, len: usize, f: &mut dyn FnMut(usize, usize)) {
+        match self {
+            Placement::Same => (0..len).for_each(|i| f(i, i)),
+            Placement::Listed(at) => at
+                .iter()
+                .enumerate()
+                .filter_map(|(i, a)| Some((i, (*a)?)))
+                .for_each(|(i, a)| f(i, a)),
+            Placement::Strided { base, steps, dims } => {
+                let mut idx = vec![0usize; dims.len()];
+                let mut at = *base;
+                for i in 0..len {
+                    if let Ok(a) = usize::try_from(at) {
+                        f(i, a);
+                    }
+                    for ax in (0..dims.len()).rev() {
+                        idx[ax] += 1;
+                        at += steps[ax];
+                        if idx[ax] < dims[ax] {
+                            break;
+                        }
+                        at -= steps[ax] * dims[ax] as i64;
+                        idx[ax] = 0;
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The value of a `max=`/`min=` tensor without data whose equations have no summation
@@ -598,7 +652,10 @@ fn targets(d: &DenseEquation) -> Vec<Option<usize>> {
     };
     let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
     let total: usize = dims.iter().product();
-    if let Some(out) = affine_targets(d, at, &dims) {
+    if let Some((base, steps)) = affine_layout(d, at, &dims) {
+        let mut out = Vec::with_capacity(total);
+        let strided = Placement::Strided { base, steps, dims };
+        strided.each(total, &mut |_, a| out.push(Some(a)));
         return out;
     }
     let mut env = vec![0i64; d.extents.len()];
@@ -627,14 +684,14 @@ fn targets(d: &DenseEquation) -> Vec<Option<usize>> {
     out
 }
 
-/// [`targets`] when each position is `c + Σ k·v` over the grid's variables and stays inside
-/// the target at every grid element (`State[i, t + 1]` at a step): the offsets then step by
-/// constant strides, with no expression evaluated per element. `None` otherwise.
-fn affine_targets(
+/// When each position is `c + Σ k·v` over the grid's variables and stays inside the target
+/// at every grid element (`State[i, t + 1]` at a step), the target offset of the grid's
+/// first element and its step per grid axis: no expression is then evaluated per element.
+fn affine_layout(
     d: &DenseEquation,
     at: &[crate::semantics::IndexFn],
     dims: &[usize],
-) -> Option<Vec<Option<usize>>> {
+) -> Option<(i64, Vec<i64>)> {
     let mut base = 0i64;
     let mut steps = vec![0i64; dims.len()];
     for (f, &n) in at.iter().zip(&d.target_shape) {
@@ -662,23 +719,7 @@ fn affine_targets(
             steps[g] = steps[g].checked_add(k)?;
         }
     }
-    let total: usize = dims.iter().product();
-    let mut out = Vec::with_capacity(total);
-    let mut idx = vec![0usize; dims.len()];
-    let mut at = base;
-    for _ in 0..total {
-        out.push(usize::try_from(at).ok());
-        for ax in (0..dims.len()).rev() {
-            idx[ax] += 1;
-            at += steps[ax];
-            if idx[ax] < dims[ax] {
-                break;
-            }
-            at -= steps[ax] * dims[ax] as i64;
-            idx[ax] = 0;
-        }
-    }
-    Some(out)
+    Some((base, steps))
 }
 
 /// `e` with every `softmax`/`lnorm` node replaced by what `f` makes of it (its kind,
@@ -1176,9 +1217,10 @@ impl TupleWalk {
                 .collect();
             (c.extents[v], within(&c.out, &out_strides), steps)
         };
+        // Variables of one value (a step's index, a window's fixed row) move nothing.
         let mut free_vars: Vec<VarId> = Vec::new();
         for &v in c.out.iter().chain(parts.iter().flat_map(|p| p.vars.iter())) {
-            if !rel_vars.contains(&v) && !free_vars.contains(&v) {
+            if !rel_vars.contains(&v) && !free_vars.contains(&v) && c.extents[v] != 1 {
                 free_vars.push(v);
             }
         }
