@@ -244,9 +244,21 @@ impl Cx<'_> {
             Value::Var(x) => Some(env[*x] as f64),
             Value::Read {
                 tensor,
+                affine: Some(at),
+                total,
+                relational,
+                ..
+            } if at.len() <= MAX_AFFINE_RANK => {
+                let t = &self.values[*tensor];
+                let bits = self.indexes.bitmap(*tensor);
+                read_affine(t, bits, at, env, *total, *relational)
+            }
+            Value::Read {
+                tensor,
                 index,
                 total,
                 relational,
+                ..
             } => read(&self.values[*tensor], index, env, *total, *relational),
             Value::Slice {
                 index,
@@ -406,6 +418,49 @@ fn read(t: &Tensor, index: &[IndexFn], env: &[i64], total: bool, relational: boo
     }
 }
 
+/// Reads of tensors up to this rank take [`read_affine`] (their key fits on the stack).
+const MAX_AFFINE_RANK: usize = 8;
+
+/// [`read`] for positions given as `c + Σ k·v`; a relation with a bitmap of its tuples is
+/// looked up in it.
+fn read_affine(
+    t: &Tensor,
+    bits: Option<&[u64]>,
+    at: &[crate::plan::nest::Affine],
+    env: &[i64],
+    total: bool,
+    relational: bool,
+) -> Option<f64> {
+    let mut offset = 0usize;
+    let mut key = [0u32; MAX_AFFINE_RANK];
+    for (ax, ((coefs, c), &n)) in at.iter().zip(&t.shape).enumerate() {
+        let mut i = *c;
+        for &(v, k) in coefs {
+            i += env[v] * k;
+        }
+        if i < 0 || i as u64 >= n as u64 {
+            return if total { Some(0.0) } else { None };
+        }
+        offset = offset * n + i as usize;
+        key[ax] = i as u32;
+    }
+    let value = match (&t.storage, bits) {
+        (Storage::Dense(d), _) => d.get(offset),
+        (Storage::Relation(_), Some(bits)) => {
+            let set = bits
+                .get(offset / 64)
+                .is_some_and(|w| w >> (offset % 64) & 1 == 1);
+            set.then_some(1.0)
+        }
+        _ => t.get_at(&key[..at.len()]),
+    };
+    match value {
+        Some(v) => Some(v),
+        None if relational && !total => None,
+        None => Some(0.0),
+    }
+}
+
 /// The tuples of a sparse tensor, or `None` for a dense one (nothing to scan).
 fn tuples(t: &Tensor) -> Option<&Relation> {
     match &t.storage {
@@ -454,7 +509,13 @@ fn bind(s: &Scan, tuple: &[u32], env: &mut [i64]) -> bool {
 struct Indexes {
     /// Per slot: the scanned tensor, and the sorted order of its tuples when needed.
     by_slot: Vec<(Option<usize>, Option<Vec<u32>>)>,
+    /// Per relation read by lookups whose dense shape is small enough: a bit per element.
+    bitmaps: Vec<(usize, Vec<u64>)>,
 }
+
+/// A relation read by lookups gets a bitmap of its elements when it has at most this many
+/// (32 MiB): a lookup is then one load instead of a binary search over its tuples.
+const BITMAP_ELEMENTS: usize = 1 << 28;
 
 impl Indexes {
     fn build(n: &NestEquation, values: &[Tensor]) -> Indexes {
@@ -470,7 +531,39 @@ impl Indexes {
                 *slot = (Some(s.tensor), order);
             }
         }
-        Indexes { by_slot }
+        let mut read = Vec::new();
+        relations_read(&n.root, values, &mut read);
+        let bitmaps = read
+            .into_iter()
+            .filter_map(|t| {
+                let Storage::Relation(r) = &values[t].storage else {
+                    return None;
+                };
+                let shape = &values[t].shape;
+                let elements = shape.iter().try_fold(1usize, |a, &n| a.checked_mul(n))?;
+                if elements > BITMAP_ELEMENTS || r.len() < 64 {
+                    return None;
+                }
+                let mut bits = vec![0u64; elements.div_ceil(64)];
+                for tuple in r.iter() {
+                    let at = tuple
+                        .iter()
+                        .zip(shape)
+                        .fold(0usize, |o, (&i, &n)| o * n + i as usize);
+                    bits[at / 64] |= 1 << (at % 64);
+                }
+                Some((t, bits))
+            })
+            .collect();
+        Indexes { by_slot, bitmaps }
+    }
+
+    /// The bitmap of relation `t`, if it has one.
+    fn bitmap(&self, t: usize) -> Option<&[u64]> {
+        self.bitmaps
+            .iter()
+            .find(|(x, _)| *x == t)
+            .map(|(_, b)| b.as_slice())
     }
 
     /// The tensor scan `slot` reads.
@@ -533,6 +626,41 @@ fn sorted_by(r: &Relation, key: &[usize]) -> Vec<u32> {
             .cmp(key.iter().map(|&ax| tb[ax]))
     });
     order
+}
+
+/// The relations that a scope (and those nested in it) reads by lookups, each once.
+fn relations_read(scope: &Scope, values: &[Tensor], out: &mut Vec<usize>) {
+    fn walk(v: &Value, values: &[Tensor], out: &mut Vec<usize>) {
+        match v {
+            Value::Read { tensor, .. } => {
+                let relation = matches!(
+                    values.get(*tensor).map(|t| &t.storage),
+                    Some(Storage::Relation(_))
+                );
+                if relation && !out.contains(tensor) {
+                    out.push(*tensor);
+                }
+            }
+            Value::Sum(s) => relations_read(s, values, out),
+            Value::Neg(x)
+            | Value::Not(x)
+            | Value::Normalize(_, _, _, x)
+            | Value::Concat(_, _, x) => walk(x, values, out),
+            Value::Product(fs) => fs.iter().for_each(|(_, f)| walk(f, values, out)),
+            Value::Binary(_, a, b) | Value::Compare(_, a, b) => {
+                walk(a, values, out);
+                walk(b, values, out);
+            }
+            Value::Call(_, args) => args.iter().for_each(|a| walk(a, values, out)),
+            Value::Const(_) | Value::Var(_) | Value::Slice { .. } | Value::Scanned(_) => {}
+        }
+    }
+    for l in &scope.levels {
+        if let Level::Filter(v) = l {
+            walk(v, values, out);
+        }
+    }
+    walk(&scope.body, values, out);
 }
 
 /// Every scan of a scope and of the scopes nested in it.

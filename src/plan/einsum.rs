@@ -88,6 +88,9 @@ pub struct Contraction {
     pub chunk: Option<usize>,
 }
 
+/// The most elements of a grid that is summed after its expression (512 MiB of f64).
+pub const SUMMED_GRID: usize = 1 << 26;
+
 /// The most elements a gathered window may hold before its term is evaluated in blocks of
 /// rows (16 MiB of f32).
 pub const CHUNK_ELEMENTS: usize = 1 << 22;
@@ -289,6 +292,11 @@ fn dense_equation(p: &Checked, e: usize, eq: &Equation, sparse: &[bool]) -> Opti
         return None;
     }
     let elements: f64 = out.iter().map(|&v| extents[v] as f64).product();
+    // A grid summed after the expression is held whole: beyond `SUMMED_GRID` elements the
+    // loop nests, which hold one point at a time and follow the tuples, take it.
+    if !summed.is_empty() && elements > SUMMED_GRID as f64 {
+        return None;
+    }
     let flops = terms.iter().map(|c| c.flops).sum::<f64>() + elements * size(&expr) as f64;
     Some(DenseEquation {
         equation: e,

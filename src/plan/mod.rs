@@ -112,6 +112,24 @@ pub fn plan(p: &Checked) -> Plan {
     Plan { strata, sparse }
 }
 
+/// What visiting one point of a loop nest costs, in the dense path's FLOPs: a point reads
+/// and combines its values through an interpreted expression.
+const NEST_POINT_FLOPS: f64 = 32.0;
+
+/// Whether the loop nests of a stratum that is not recursive are expected to cost less than
+/// its dense plan: the dense path evaluates every element of its grids, a nest only the
+/// points its scans reach (a held triple times every entity, not every triple).
+fn nests_cheaper(
+    p: &Checked,
+    st: &Stratum,
+    dense: &[einsum::DenseEquation],
+    nests: &[nest::NestEquation],
+) -> bool {
+    let dense_flops: f64 = dense.iter().map(|d| d.flops).sum();
+    let nest_flops: f64 = nests.iter().map(|n| n.points(p)).sum::<f64>() * NEST_POINT_FLOPS;
+    !st.recursive && nests.iter().any(|n| n.driven()) && 4.0 * nest_flops < dense_flops
+}
+
 /// Whether tensor `t` of a planned stratum is best stored as its non-zeros: a large sum
 /// without data, not recursive, every equation of it a count over relations or a loop nest
 /// driven by tuples.
@@ -138,7 +156,7 @@ fn stored_sparse(p: &Checked, st: &Stratum, sp: &StratumPlan, t: usize) -> bool 
 }
 
 fn plan_stratum(p: &Checked, st: &Stratum, sparse: &[bool]) -> StratumPlan {
-    let nests = st
+    let nests: Vec<nest::NestEquation> = st
         .equations
         .iter()
         .map(|&e| nest::plan_nest(p, e, sparse))
@@ -164,7 +182,9 @@ fn plan_stratum(p: &Checked, st: &Stratum, sparse: &[bool]) -> StratumPlan {
         Kernel::Steps(s)
     } else if let Some(v) = steps::plan_virtual(p, st, sparse) {
         Kernel::Virtual(Box::new(v))
-    } else if let Some(d) = einsum::plan_dense(p, st, sparse).filter(|d| !d.is_empty()) {
+    } else if let Some(d) = einsum::plan_dense(p, st, sparse)
+        .filter(|d| !d.is_empty() && !nests_cheaper(p, st, d, &nests))
+    {
         Kernel::Dense(d)
     } else {
         Kernel::Nest

@@ -90,6 +90,9 @@ pub struct Scan {
     pub slot: usize,
 }
 
+/// A position `c + Σ k·v`: the coefficients of its variables and its constant.
+pub type Affine = (Vec<(VarId, i64)>, i64);
+
 /// One position of a scan.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Position {
@@ -117,6 +120,9 @@ pub enum Value {
         tensor: TensorId,
         /// Its positions.
         index: Vec<IndexFn>,
+        /// The positions as `c + Σ k·v` when they all are (most reads): evaluated without
+        /// walking the expressions.
+        affine: Option<Vec<Affine>>,
         /// Read under `not`.
         total: bool,
         /// Undefined elements are nothing.
@@ -488,6 +494,7 @@ impl Compiler<'_> {
             Node::Read { tensor, index, .. } => Value::Read {
                 tensor: *tensor,
                 index: index.clone(),
+                affine: index.iter().map(affine).collect(),
                 total,
                 relational: matches!(self.family, Family::Max | Family::Min),
             },
@@ -543,6 +550,56 @@ impl NestEquation {
     /// sparse tensor, so the result has at most as many non-zero elements as they allow.
     pub fn driven(&self) -> bool {
         matches!(self.root.levels.first(), Some(Level::Scan(_)))
+    }
+
+    /// The points the nest is expected to visit, counting nested scopes at each point of
+    /// theirs: a scan meets its data's tuples (or, for a tensor computed here, its dense
+    /// size), divided by the extents of the positions it looks up; a range its extent.
+    pub fn points(&self, p: &Checked) -> f64 {
+        scope_points(p, &self.root)
+    }
+}
+
+fn scope_points(p: &Checked, s: &Scope) -> f64 {
+    use crate::tensor::Storage;
+    let mut points = 1.0f64;
+    for l in &s.levels {
+        match l {
+            Level::Range { extent, .. } => points *= *extent as f64,
+            Level::Scan(scan) => {
+                let info = &p.tensors[scan.tensor];
+                let size = match p.data[scan.tensor].as_ref().map(|d| &d.storage) {
+                    Some(Storage::Relation(r)) => r.len() as f64,
+                    Some(Storage::Sparse(s)) => s.len() as f64,
+                    _ => info.shape.iter().map(|&n| n as f64).product(),
+                };
+                let known: f64 = scan
+                    .key
+                    .iter()
+                    .map(|&ax| info.shape.get(ax).copied().unwrap_or(1) as f64)
+                    .product();
+                points *= (size / known.max(1.0)).max(1.0);
+            }
+            Level::Filter(_) => {}
+        }
+    }
+    points * (1.0 + value_points(p, &s.body))
+}
+
+/// The points of the scopes nested in a value, per evaluation of it.
+fn value_points(p: &Checked, v: &Value) -> f64 {
+    match v {
+        Value::Sum(s) => scope_points(p, s),
+        Value::Neg(x) | Value::Not(x) | Value::Concat(_, _, x) => value_points(p, x),
+        Value::Normalize(_, _, n, x) => *n as f64 * (1.0 + value_points(p, x)),
+        Value::Product(fs) => fs.iter().map(|(_, f)| value_points(p, f)).sum(),
+        Value::Binary(_, a, b) | Value::Compare(_, a, b) => value_points(p, a) + value_points(p, b),
+        Value::Call(_, args) => args.iter().map(|a| value_points(p, a)).sum(),
+        Value::Const(_)
+        | Value::Var(_)
+        | Value::Read { .. }
+        | Value::Slice { .. }
+        | Value::Scanned(_) => 0.0,
     }
 }
 

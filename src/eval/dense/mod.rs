@@ -563,10 +563,7 @@ fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory: u64) -> b
             })
         })
         .sum();
-    // A grid summed after the expression is held whole: beyond 2²⁶ elements (512 MiB) the
-    // reference loops, which hold one element at a time, are the better choice.
-    let grid_ok = d.summed.is_empty() || grid <= (1u64 << 26) as f64;
-    shaped && relations && out_ok && grid_ok && 8.0 * (elements + grid) <= max_memory as f64
+    shaped && relations && out_ok && 8.0 * (elements + grid) <= max_memory as f64
 }
 
 /// Adds the equation's value at every output element to `acc` (row-major over `d.out`; when
