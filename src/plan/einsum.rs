@@ -21,6 +21,9 @@ pub struct Factor {
     pub vars: Vec<VarId>,
     /// How positions that are index arithmetic (`Image[x + dx, y + dy]`) read the tensor.
     pub window: Option<Window>,
+    /// For a relation read at shifted positions (`Obs(t + 1, o)`): per axis, the constant
+    /// added to its variable; empty when the positions are the variables themselves.
+    pub shift: Vec<i64>,
 }
 
 /// A read whose positions are affine in the variables (`[x + dx]`, `[2 x + 1, N - 1 - i]`)
@@ -549,6 +552,7 @@ fn collect((p, sparse): (&Checked, &[bool]), n: &Node, c: &mut Contraction) -> O
                     tensor: *tensor,
                     vars,
                     window: None,
+                    shift: Vec::new(),
                 },
                 None if !bool => {
                     let (vars, w) = window(index, &p.tensors[*tensor].shape, &c.extents)?;
@@ -556,9 +560,18 @@ fn collect((p, sparse): (&Checked, &[bool]), n: &Node, c: &mut Contraction) -> O
                         tensor: *tensor,
                         vars,
                         window: Some(w),
+                        shift: Vec::new(),
                     }
                 }
-                None => return None,
+                None => {
+                    let (vars, shift) = shifted(index)?;
+                    Factor {
+                        tensor: *tensor,
+                        vars,
+                        window: None,
+                        shift,
+                    }
+                }
             };
             if bool {
                 if c.sparse.is_some() {
@@ -572,6 +585,25 @@ fn collect((p, sparse): (&Checked, &[bool]), n: &Node, c: &mut Contraction) -> O
         }
         _ => None,
     }
+}
+
+/// The variables and per-axis constants of positions that are each a distinct variable
+/// plus a constant (`Obs(t + 1, o)`), for a relation read through its shifted tuples.
+fn shifted(index: &[IndexFn]) -> Option<(Vec<VarId>, Vec<i64>)> {
+    let mut vars = Vec::with_capacity(index.len());
+    let mut shift = Vec::with_capacity(index.len());
+    for f in index {
+        let (coefs, c) = affine(f)?;
+        let [(v, 1)] = coefs[..] else {
+            return None;
+        };
+        if vars.contains(&v) {
+            return None;
+        }
+        vars.push(v);
+        shift.push(c);
+    }
+    Some((vars, shift))
 }
 
 /// The window of a read at affine positions that stay inside `shape` for every value of the
@@ -727,6 +759,7 @@ pub fn gradient_term(c: &Contraction, j: usize, adjoint: &[VarId]) -> Contractio
         tensor: usize::MAX,
         vars: adjoint.to_vec(),
         window: None,
+        shift: Vec::new(),
     }];
     factors.extend(
         c.factors

@@ -100,6 +100,14 @@ impl StepEquation {
                 w.offset = offset as usize;
             }
         }
+        // A relation read at the step variable moves its shift.
+        for f in d.terms.iter_mut().filter_map(|c| c.sparse.as_mut()) {
+            if let Some(k) = f.vars.iter().position(|&x| x == v) {
+                if let Some(s) = f.shift.get_mut(k) {
+                    *s += x as i64;
+                }
+            }
+        }
         if let Some(at) = d.scatter.as_mut() {
             for f in at.iter_mut() {
                 *f = super::valid::shift_index(f, v, x as i64);
@@ -135,12 +143,7 @@ pub fn plan_virtual(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Virtua
     one.rhs = super::valid::shift_node(&slices_read(&one.rhs, eq.target), v, 0);
     let dense = super::einsum::plan_one(p, e, &one, sparse)?;
     let strides = window_strides(&dense, v);
-    let movable = dense
-        .terms
-        .iter()
-        .flat_map(|c| c.factors.iter().chain(&c.sparse))
-        .all(|f| f.window.is_some() || !f.vars.contains(&v));
-    if !movable || dense.scatter.is_some() {
+    if !movable(&dense, v) || dense.scatter.is_some() {
         return None;
     }
     Some(Virtual {
@@ -171,6 +174,15 @@ fn slices_read(n: &Node, target: TensorId) -> Node {
     }
     walk(&mut out, target);
     out
+}
+
+/// Whether every factor that reads the step variable can move with it: through a window,
+/// or a relation through its shifted tuples.
+fn movable(d: &DenseEquation, v: VarId) -> bool {
+    d.terms
+        .iter()
+        .flat_map(|c| c.factors.iter().chain(&c.sparse))
+        .all(|f| f.window.is_some() || !f.shift.is_empty() || !f.vars.contains(&v))
 }
 
 /// The step variable's stride in each factor of each term (0 where a factor does not read
@@ -306,11 +318,7 @@ fn step_equation(
     };
     // A factor that reads the step variable without a window could not move with it.
     let movable = match (&dense, var) {
-        (Some(d), Some(v)) => d
-            .terms
-            .iter()
-            .flat_map(|c| c.factors.iter().chain(&c.sparse))
-            .all(|f| f.window.is_some() || !f.vars.contains(&v)),
+        (Some(d), Some(v)) => movable(d, v),
         _ => true,
     };
     StepEquation {

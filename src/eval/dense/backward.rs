@@ -21,7 +21,8 @@ use std::borrow::Cow;
 /// given `upstream` = d(loss)/d(target) (row-major over `d.out`) and the terms the forward
 /// pass kept, if it did. `false`, with nothing
 /// added, for what this path does not cover (softmax/lnorm, a relation factor taking a
-/// gradient, a tensor of defined elements as a factor, inputs not as planned): the caller
+/// gradient, a tensor of defined elements or a shifted relation as a factor, inputs not as
+/// planned): the caller
 /// then uses the reference loops.
 pub(crate) fn backward_dense(
     p: &Checked,
@@ -35,10 +36,11 @@ pub(crate) fn backward_dense(
     // The tuples of a tensor of defined elements weigh by their values, which the scatter's
     // backward pass does not apply.
     let weighted = d.terms.iter().flat_map(|c| &c.sparse).any(|f| {
-        !matches!(
-            values[f.tensor].storage,
-            crate::tensor::Storage::Relation(_)
-        )
+        !f.shift.is_empty()
+            || !matches!(
+                values[f.tensor].storage,
+                crate::tensor::Storage::Relation(_)
+            )
     });
     if weighted || nested_normalize(&d.expr, false) || !fits(p, d, values, o.max_memory) {
         return false;

@@ -535,14 +535,16 @@ fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory: u64) -> b
                 .zip(&f.vars)
                 .all(|(&n, &x)| n == d.extents[x])
     });
+    // A shifted relation is seen through its tuples inside the variables' extents.
     let relations = d.terms.iter().flat_map(|c| &c.sparse).all(|f| {
         let v = &values[f.tensor];
         tuples(&v.storage).is_some()
             && v.rank() == f.vars.len()
-            && v.shape
-                .iter()
-                .zip(&f.vars)
-                .all(|(&n, &x)| n == d.extents[x])
+            && (!f.shift.is_empty()
+                || v.shape
+                    .iter()
+                    .zip(&f.vars)
+                    .all(|(&n, &x)| n == d.extents[x]))
     });
     let out_ok = p.tensors[d.target].shape == d.target_shape;
     let grid: f64 = d.out.iter().map(|&v| d.extents[v] as f64).product();
@@ -897,6 +899,15 @@ fn term<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) -> Operand<'a
 fn unscaled<'a, T: Num>(c: &Contraction, values: &'a [Tensor], threads: usize) -> Operand<'a, T> {
     match (&c.sparse, &c.path) {
         (Some(f), _) => match tuples(&values[f.tensor].storage) {
+            Some(r) if !f.shift.is_empty() => {
+                let (rel, weights) = shifted_view(r, &f.shift, &f.vars, &c.extents);
+                scatter(
+                    c,
+                    (&f.vars, (&rel, weights.as_deref())),
+                    &sparse_operands(c, values, threads),
+                    threads,
+                )
+            }
             Some(r) => scatter(
                 c,
                 (&f.vars, r),
@@ -1001,6 +1012,58 @@ fn tuples(s: &Storage) -> Option<Tuples<'_>> {
         Storage::Sparse(s) => Some((s.positions(), Some(s.values()))),
         Storage::Dense(_) => None,
     }
+}
+
+/// The tuples of a relation read at shifted positions (`Obs(t + 1, o)`), as the variables
+/// see them: those whose every position minus its shift lies in its variable's extent, so
+/// shifted (subtracting constants per axis keeps them sorted). The first axis's are a run
+/// of the sorted tuples, found by binary search.
+fn shifted_view(
+    (rel, weights): Tuples,
+    shift: &[i64],
+    vars: &[VarId],
+    extents: &[usize],
+) -> (crate::tensor::Relation, Option<Vec<f64>>) {
+    let arity = shift.len();
+    let first = |i: usize| i64::from(rel.tuple(i)[0]);
+    let (lo, hi) = match (shift.first(), vars.first()) {
+        (Some(&s0), Some(&v0)) => {
+            let bound = |limit: i64| {
+                let (mut a, mut b) = (0, rel.len());
+                while a < b {
+                    let mid = (a + b) / 2;
+                    if first(mid) < limit {
+                        a = mid + 1;
+                    } else {
+                        b = mid;
+                    }
+                }
+                a
+            };
+            (bound(s0), bound(s0 + extents[v0] as i64))
+        }
+        _ => (0, rel.len()),
+    };
+    let mut data = Vec::with_capacity((hi - lo) * arity);
+    let mut kept = Vec::new();
+    for i in lo..hi {
+        let t = rel.tuple(i);
+        let inside = t
+            .iter()
+            .zip(shift.iter().zip(vars))
+            .all(|(&p, (&s, &v))| (0..extents[v] as i64).contains(&(i64::from(p) - s)));
+        if inside {
+            data.extend(
+                t.iter()
+                    .zip(shift)
+                    .map(|(&p, &s)| (i64::from(p) - s) as u32),
+            );
+            kept.push(i);
+        }
+    }
+    let view = crate::tensor::Relation::from_sorted(arity, data);
+    let weights = weights.map(|w| kept.iter().map(|&i| w[i]).collect());
+    (view, weights)
 }
 
 /// Tuples and, for a tensor of defined elements, the value at each (a relation's are 1).
