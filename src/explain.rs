@@ -6,8 +6,7 @@
 //! or slow. It prints the plan `plan::plan` makes, which is the one evaluation follows.
 
 use crate::output::label;
-use crate::plan::chains::chains;
-use crate::plan::datalog::{cyclic, join_order, variable_order, Atom, JoinStep, Rule, Term};
+use crate::plan::datalog::{join_order, variable_order, Atom, JoinStep, Rule, Term};
 use crate::plan::einsum::{Contraction, Expr, Path};
 use crate::plan::nest::{Level, Position, Scope, Value};
 use crate::plan::{Kernel, Plan};
@@ -36,9 +35,9 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
         };
         match &sp.kernel {
             Kernel::Data => {}
-            Kernel::Datalog(rules) => {
+            Kernel::Datalog(rules, chained) => {
                 let _ = writeln!(out, "stratum {}: {names} ({kind}), semi-naive joins", k + 1);
-                if st.recursive && chains(rules).is_some() {
+                if chained.is_some() {
                     let _ = writeln!(
                         out,
                         "  products of binary relations: bit-matrix rows once a relation is dense"
@@ -342,7 +341,7 @@ fn rule_plan(out: &mut String, p: &Checked, st: &Stratum, r: &Rule, source: &str
         .filter(|&i| st.tensors.contains(&r.atoms[i].tensor))
         .collect();
     let size = |t: usize| data_size(p, t);
-    if cyclic(r) {
+    if r.cyclic {
         let vars = |first: Option<usize>| {
             let names: Vec<&str> = variable_order(r, first)
                 .iter()

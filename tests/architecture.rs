@@ -6,7 +6,15 @@
 use std::path::Path;
 
 /// Modules of the fast engine and of planning.
-const ENGINE: [&str; 7] = ["dense", "nest", "relational", "standard", "steps", "plan::", "plan;"];
+const ENGINE: [&str; 7] = [
+    "dense",
+    "nest",
+    "relational",
+    "standard",
+    "steps",
+    "plan::",
+    "plan;",
+];
 
 /// The `super::…` and `crate::…` paths a source file names, outside its tests.
 fn paths(file: &str) -> Vec<String> {

@@ -247,9 +247,9 @@ impl<'a> State<'a> {
                 self.log(i, Ran::Steps, None);
                 Ok(())
             }
-            Kernel::Datalog(rules) => {
+            Kernel::Datalog(rules, chains) => {
                 self.fill_pending(&st.tensors);
-                relational::evaluate_stratum(p, st, rules, &mut self.values, o, pool)?;
+                relational::evaluate_stratum(p, st, (rules, chains), &mut self.values, o, pool)?;
                 self.log(i, Ran::Joins, None);
                 Ok(())
             }

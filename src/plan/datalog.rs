@@ -61,6 +61,16 @@ pub struct Rule {
     pub vars: usize,
     /// The equation it was planned from (index into `Checked::equations`).
     pub equation: usize,
+    /// Whether its body is cyclic ([`cyclic`]): it then runs as a worst-case-optimal join.
+    pub cyclic: bool,
+}
+
+impl Rule {
+    /// The rule with [`Rule::cyclic`] computed from its body.
+    pub fn planned(mut self) -> Rule {
+        self.cyclic = cyclic(&self);
+        self
+    }
 }
 
 /// One atom in join order: the columns looked up (bound by constants or earlier atoms) and
@@ -360,6 +370,7 @@ pub fn plan_extremum(p: &Checked, st: &Stratum) -> Option<Vec<ValuedRule>> {
                 filters: Vec::new(),
                 vars: eq.vars.len(),
                 equation: e,
+                cyclic: false,
             };
             let value = value_expr(p, st, &eq.rhs, true, &mut rule.atoms)?;
             let mut positive = vec![false; rule.vars];
@@ -373,7 +384,10 @@ pub fn plan_extremum(p: &Checked, st: &Stratum) -> Option<Vec<ValuedRule>> {
                     .head_terms
                     .iter()
                     .all(|t| !matches!(t, Term::Var(v) if !positive[*v]));
-            safe.then_some(ValuedRule { rule, value })
+            safe.then(|| ValuedRule {
+                rule: rule.planned(),
+                value,
+            })
         })
         .collect()
 }
@@ -449,6 +463,7 @@ fn plan_rule(p: &Checked, e: usize, count: bool) -> Option<Rule> {
         filters: Vec::new(),
         vars: eq.vars.len(),
         equation: e,
+        cyclic: false,
     };
     for lit in literals {
         let sums_here = matches!(lit, Node::Sum { vars, .. } if !vars.is_empty());
@@ -480,7 +495,7 @@ fn plan_rule(p: &Checked, e: usize, count: bool) -> Option<Rule> {
             .filters
             .iter()
             .all(|f| operand_bound(&f.left) && operand_bound(&f.right));
-    safe.then_some(rule)
+    safe.then(|| rule.planned())
 }
 
 /// The node inside summation points (their summed variables become join variables).

@@ -187,15 +187,19 @@ impl Rewrite<'_> {
                     // `m(x) :- m(x)` (a recursive atom asked the same way) adds nothing.
                     let trivial = magic_a == magic && body.len() == 1 && head_terms == guard.terms;
                     if !trivial {
-                        self.rules.push(Rule {
-                            head: magic_a,
-                            head_terms,
-                            atoms: body.clone(),
-                            negated: Vec::new(),
-                            filters: Vec::new(),
-                            vars: r.vars,
-                            equation: r.equation,
-                        });
+                        self.rules.push(
+                            Rule {
+                                head: magic_a,
+                                head_terms,
+                                atoms: body.clone(),
+                                negated: Vec::new(),
+                                filters: Vec::new(),
+                                vars: r.vars,
+                                equation: r.equation,
+                                cyclic: false,
+                            }
+                            .planned(),
+                        );
                     }
                     adorned_a
                 } else {
@@ -208,15 +212,19 @@ impl Rewrite<'_> {
                     terms: a.terms.clone(),
                 });
             }
-            self.rules.push(Rule {
-                head: adorned,
-                head_terms: r.head_terms.clone(),
-                atoms: body,
-                negated: r.negated.clone(),
-                filters: r.filters.clone(),
-                vars: r.vars,
-                equation: r.equation,
-            });
+            self.rules.push(
+                Rule {
+                    head: adorned,
+                    head_terms: r.head_terms.clone(),
+                    atoms: body,
+                    negated: r.negated.clone(),
+                    filters: r.filters.clone(),
+                    vars: r.vars,
+                    equation: r.equation,
+                    cyclic: false,
+                }
+                .planned(),
+            );
         }
     }
 }

@@ -32,8 +32,9 @@ use crate::semantics::{Checked, Stratum};
 pub enum Kernel {
     /// No equations: the stratum is its data.
     Data,
-    /// Semi-naive joins (or bit matrices) over these rules.
-    Datalog(Vec<datalog::Rule>),
+    /// Semi-naive joins over these rules; bit-matrix rows may take over a recursive stratum
+    /// whose rules are all chains of binary relations (`chains::chains`).
+    Datalog(Vec<datalog::Rule>, Option<Vec<chains::Chain>>),
     /// Counts over relations, by enumerating these joins, or as sparse matrix products where
     /// a rule is one ([`datalog::product`]).
     Counts(Vec<(datalog::Rule, Option<datalog::Product>)>),
@@ -164,7 +165,8 @@ fn plan_stratum(p: &Checked, st: &Stratum, sparse: &[bool]) -> StratumPlan {
     let kernel = if st.equations.is_empty() {
         Kernel::Data
     } else if let Some(r) = datalog::plan_stratum(p, st).filter(|r| !r.is_empty()) {
-        Kernel::Datalog(r)
+        let chained = chains::chains(&r).filter(|_| st.recursive);
+        Kernel::Datalog(r, chained)
     } else if let Some(r) = datalog::plan_counts(p, st).filter(|r| !r.is_empty()) {
         // With data of its own, the count adds to it element by element.
         let products = p.data[st.tensors[0]].is_none();

@@ -83,7 +83,7 @@ const FILTER_EVERY: usize = 1 << 14;
 pub(super) fn evaluate_stratum(
     p: &Checked,
     st: &Stratum,
-    rules: &[Rule],
+    (rules, chains): (&[Rule], &Option<Vec<crate::plan::chains::Chain>>),
     values: &mut [Tensor],
     o: &EvalOptions,
     pool: Option<&rayon::ThreadPool>,
@@ -97,7 +97,7 @@ pub(super) fn evaluate_stratum(
     load_atoms(rules, values, &mut full);
     // Rules that are products of binary relations move to bit matrices once a relation is
     // dense enough that a row of bits is smaller than its pairs as tuples would be.
-    let chains = crate::plan::chains::chains(rules);
+
     let side = chains
         .as_ref()
         .filter(|_| st.recursive)
@@ -351,7 +351,7 @@ fn run_rule(
     out: &mut HashMap<TensorId, Derived>,
     pool: Option<&rayon::ThreadPool>,
 ) {
-    if crate::plan::datalog::cyclic(r) {
+    if r.cyclic {
         let plan = wcoj::prepare_generic(r, delta_at, full, delta);
         let found = wcoj::GenericJoin::new(r, plan, full, delta).derive(pool);
         out.entry(r.head).or_default().append(found);
