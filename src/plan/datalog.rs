@@ -305,6 +305,38 @@ pub fn product(r: &Rule) -> Option<Product> {
     })
 }
 
+/// Whether a counting rule counts the tuples of one relation by a prefix of its positions
+/// (`Total = Path(x, y)`, `Deg[x] = Edge(x, y)`): one atom over distinct variables, no
+/// negation or comparison, the head its first variables in order. Its counts are then the
+/// lengths of the runs of sorted tuples sharing that prefix.
+pub fn run_lengths(r: &Rule) -> bool {
+    let ([a], true, true) = (
+        r.atoms.as_slice(),
+        r.negated.is_empty(),
+        r.filters.is_empty(),
+    ) else {
+        return false;
+    };
+    let vars: Option<Vec<VarId>> = a
+        .terms
+        .iter()
+        .map(|t| match t {
+            Term::Var(v) => Some(*v),
+            Term::Const(_) => None,
+        })
+        .collect();
+    let Some(vars) = vars else {
+        return false;
+    };
+    let distinct = (1..vars.len()).all(|k| !vars[..k].contains(&vars[k]));
+    let prefix = r.head_terms.len() <= vars.len()
+        && r.head_terms
+            .iter()
+            .zip(&vars)
+            .all(|(t, &v)| *t == Term::Var(v));
+    distinct && prefix
+}
+
 /// A `min=`/`max=` rule over defined elements (`Dist[x, z] min= Dist[x, y] + Edge[y, z]`): a
 /// join of its reads, each contributing its value to a sum. Such a stratum is a shortest- or
 /// longest-path problem, evaluated semi-naively over the elements that improved.

@@ -280,9 +280,8 @@ pub(super) fn evaluate_counts(
             return;
         }
     }
+    // Only rules that run as joins need their relations indexed (loaded when reached).
     let mut full: HashMap<TensorId, Store> = HashMap::default();
-    let plain: Vec<Rule> = rules.iter().map(|(r, _)| r.clone()).collect();
-    load_atoms(&plain, values, &mut full);
     let mut acc = if sparse.get(t) == Some(&true) {
         Accumulator::entries(info)
     } else {
@@ -293,12 +292,20 @@ pub(super) fn evaluate_counts(
     }
     let delta = HashMap::default();
     for (r, product) in rules {
+        if let Some(runs) = run_lengths(r, values) {
+            for (prefix, n) in runs {
+                let idx: Vec<usize> = prefix.iter().map(|&i| i as usize).collect();
+                acc.combine(&idx, n);
+            }
+            continue;
+        }
         if let Some((keys, counts)) = product.and_then(|m| product_of(p, r, m, values)) {
             for (k, n) in keys.chunks_exact(2).zip(counts) {
                 acc.combine(&[k[0] as usize, k[1] as usize], n);
             }
             continue;
         }
+        load_atoms(std::slice::from_ref(r), values, &mut full);
         let steps = prepare(r, None, &mut full, &mut HashMap::default());
         let cx = Join {
             rule: r,
@@ -316,6 +323,31 @@ pub(super) fn evaluate_counts(
         });
     }
     values[t] = acc.finish(info);
+}
+
+/// The counts of a rule that counts one relation's tuples by a prefix of their positions
+/// (`plan::datalog::run_lengths`), as (prefix, run length) in ascending order: one pass
+/// over the sorted tuples, no index built.
+fn run_lengths(r: &Rule, values: &[Tensor]) -> Option<Vec<(Vec<u32>, f64)>> {
+    if !crate::plan::datalog::run_lengths(r) {
+        return None;
+    }
+    let crate::tensor::Storage::Relation(rel) = &values[r.atoms[0].tensor].storage else {
+        return None;
+    };
+    let k = r.head_terms.len();
+    let mut out: Vec<(Vec<u32>, f64)> = Vec::new();
+    if k == 0 {
+        out.push((Vec::new(), rel.len() as f64));
+        return Some(out);
+    }
+    for t in rel.iter() {
+        match out.last_mut() {
+            Some((prefix, n)) if prefix.as_slice() == &t[..k] => *n += 1.0,
+            _ => out.push((t[..k].to_vec(), 1.0)),
+        }
+    }
+    Some(out)
 }
 
 /// The counts of a rule planned as a sparse matrix product, when both of its relations are
