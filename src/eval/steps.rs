@@ -154,7 +154,8 @@ fn contribute(
 /// element's values by the family, with its data where it has some. The step's elements
 /// come after every earlier one (the step axis is first), so they are appended in order.
 fn write_extreme(t: &mut Tensor, writes: &mut [(usize, f64)], family: Family) -> Option<f64> {
-    writes.sort_by_key(|w| w.0);
+    let n = combine_in_order(writes, family, t.shape.iter().skip(1).product());
+    let writes = &writes[..n];
     let (shape, elem) = (t.shape.clone(), t.elem);
     let Storage::Sparse(s) = &mut t.storage else {
         return None;
@@ -177,6 +178,10 @@ fn write_extreme(t: &mut Tensor, writes: &mut [(usize, f64)], family: Family) ->
             *slot = (rest % n.max(1)) as u32;
             rest /= n.max(1);
         }
+        // A step's element after every stored one is new (most are).
+        if v.is_finite() && s.push_last(&key, elem.round(v)) {
+            continue;
+        }
         let old = s.get(&key);
         let new = elem.round(old.map_or(v, |o| combine(o, v)));
         if !new.is_finite() && old.is_none_or(f64::is_finite) {
@@ -187,6 +192,38 @@ fn write_extreme(t: &mut Tensor, writes: &mut [(usize, f64)], family: Family) ->
         }
     }
     None
+}
+
+/// Orders a step's writes by offset, each element's values adjacent in the order written.
+/// The writes of one step of a tensor whose step axis is first fall in one block of `slice`
+/// elements: they are combined there by the family (one pass, no sort), leaving one write
+/// per element.
+fn combine_in_order(writes: &mut [(usize, f64)], family: Family, slice: usize) -> usize {
+    let Some(base) = writes.iter().map(|w| w.0).min() else {
+        return 0;
+    };
+    let block = base / slice.max(1) * slice.max(1);
+    if slice == 0 || writes.iter().any(|w| w.0 >= block + slice) {
+        writes.sort_by_key(|w| w.0);
+        return writes.len();
+    }
+    let mut acc: Vec<Option<f64>> = vec![None; slice];
+    for &(at, v) in writes.iter() {
+        let slot = &mut acc[at - block];
+        *slot = Some(match (*slot, family) {
+            (None, _) => v,
+            (Some(a), Family::Max) => a.max(v),
+            (Some(a), _) => a.min(v),
+        });
+    }
+    let mut n = 0;
+    for (i, v) in acc.into_iter().enumerate() {
+        if let Some(v) = v {
+            writes[n] = (block + i, v);
+            n += 1;
+        }
+    }
+    n
 }
 
 /// Adds one equation's grid to the tensor where its placement puts it (each element
