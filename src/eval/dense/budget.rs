@@ -1,0 +1,87 @@
+//! What an equation may cost before it runs: the intermediates it would allocate against
+//! `--max-memory`, and the work that decides whether it is split among threads.
+
+use super::*;
+
+/// Equations of less work (FLOPs, [`work`]) stay on the calling thread: moving them to the
+/// pool costs more than they do.
+pub(super) const PARALLEL_WORK: f64 = (1u64 << 25) as f64;
+
+/// Whether an equation is worth splitting among the `--threads` pool.
+pub(super) fn split(
+    d: &DenseEquation,
+    values: &[Tensor],
+    pool: Option<&rayon::ThreadPool>,
+) -> bool {
+    pool.is_some() && work(d, values) >= PARALLEL_WORK
+}
+
+/// An equation's work, in FLOPs: its plan's estimate plus, for each term a relation
+/// multiplies, its tuples times the slice each adds (weighted 16: a scatter is bound by
+/// memory, not arithmetic). Equations of less than 2²⁵ stay on the calling thread.
+pub(super) fn work(d: &DenseEquation, values: &[Tensor]) -> f64 {
+    let scatters: f64 = d
+        .terms
+        .iter()
+        .filter_map(|c| {
+            let f = c.sparse.as_ref()?;
+            let (r, _) = tuples(&values.get(f.tensor)?.storage)?;
+            let slice: f64 = c
+                .out
+                .iter()
+                .filter(|v| !f.vars.contains(v))
+                .map(|&v| c.extents[v] as f64)
+                .product();
+            Some(16.0 * r.len() as f64 * slice)
+        })
+        .sum();
+    d.flops + scatters
+}
+
+/// Whether every factor is a dense array whose extents are the variables', the target's
+/// shape is the output variables', and the intermediates fit in `max_memory`.
+pub(super) fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory: u64) -> bool {
+    let shaped = d.terms.iter().flat_map(|c| &c.factors).all(|f| {
+        let v = &values[f.tensor];
+        if let Some(w) = &f.window {
+            return matches!(v.storage, Storage::Dense(_)) && v.shape == w.shape;
+        }
+        matches!(v.storage, Storage::Dense(_))
+            && v.shape.len() == f.vars.len()
+            && v.shape
+                .iter()
+                .zip(&f.vars)
+                .all(|(&n, &x)| n == d.extents[x])
+    });
+    // A shifted relation is seen through its tuples inside the variables' extents.
+    let relations = d.terms.iter().flat_map(|c| &c.sparse).all(|f| {
+        let v = &values[f.tensor];
+        tuples(&v.storage).is_some()
+            && v.rank() == f.vars.len()
+            && (!f.shift.is_empty()
+                || v.shape
+                    .iter()
+                    .zip(&f.vars)
+                    .all(|(&n, &x)| n == d.extents[x]))
+    });
+    let out_ok = p.tensors[d.target].shape == d.target_shape;
+    let grid: f64 = d.out.iter().map(|&v| d.extents[v] as f64).product();
+    let elements: f64 = d
+        .terms
+        .iter()
+        .filter_map(|c| {
+            let path = c.path.as_ref()?;
+            Some(match (c.chunk, c.out.first()) {
+                // A block's intermediates, and the whole result.
+                (Some(rows), Some(&first)) => {
+                    let mut block = c.clone();
+                    block.extents[first] = rows;
+                    let out: f64 = c.out.iter().map(|&v| c.extents[v] as f64).product();
+                    intermediates(&block, path) + out
+                }
+                _ => intermediates(c, path),
+            })
+        })
+        .sum();
+    shaped && relations && out_ok && 8.0 * (elements + grid) <= max_memory as f64
+}

@@ -1,0 +1,367 @@
+//! What becomes of a dense equation's terms: its elementwise expression evaluated over the
+//! output grid a row at a time (or in place over an f32 product's own buffer), summed
+//! after the expression where the equation says so, and written where the left-hand side
+//! places each element.
+
+use super::*;
+
+/// Where each element of an equation's grid lands in its target.
+pub(crate) enum Placement {
+    /// At the same offset (the grid is laid out as the target).
+    Same,
+    /// At `base` plus, per grid axis, its index times its step.
+    Strided {
+        /// The offset of the grid's first element.
+        base: i64,
+        /// Per grid axis, the offset's change per index.
+        steps: Vec<i64>,
+        /// The grid's extents.
+        dims: Vec<usize>,
+    },
+    /// At the listed offsets (`None`: outside the target).
+    Listed(Vec<Option<usize>>),
+}
+
+impl Placement {
+    /// Calls `f(grid index, target offset)` for every grid element inside the target, in
+    /// grid order.
+    pub(crate) fn each(&self, len: usize, f: &mut dyn FnMut(usize, usize)) {
+        match self {
+            Placement::Same => (0..len).for_each(|i| f(i, i)),
+            Placement::Listed(at) => at
+                .iter()
+                .enumerate()
+                .filter_map(|(i, a)| Some((i, (*a)?)))
+                .for_each(|(i, a)| f(i, a)),
+            Placement::Strided { base, steps, dims } => {
+                let mut idx = vec![0usize; dims.len()];
+                let mut at = *base;
+                for i in 0..len {
+                    if let Ok(a) = usize::try_from(at) {
+                        f(i, a);
+                    }
+                    for ax in (0..dims.len()).rev() {
+                        idx[ax] += 1;
+                        at += steps[ax];
+                        if idx[ax] < dims[ax] {
+                            break;
+                        }
+                        at -= steps[ax] * dims[ax] as i64;
+                        idx[ax] = 0;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What an f32 product's buffer becomes when it is stored as computed.
+pub(super) enum Epilogue {
+    /// The product itself, scaled.
+    Bare,
+    /// Softmax or layer normalisation along an output axis.
+    Normalize(Structural, usize),
+    /// The equation's elementwise expression, evaluated over the buffer a row at a time.
+    Rows(rows::Program),
+}
+
+/// The value of an f32 tensor with no data of its own, defined by one equation over an f32
+/// contraction laid out like the output (`C[i, k] = A[i, j] B[j, k]`,
+/// `S[p, q.] = softmax(Q[p, d] K[q, d] / 8)`, `H[b, h] = relu(W[h, i] X[b, i] + B[h])`):
+/// the product's f32 result becomes its storage, and the rest of the equation is applied to
+/// it in place, a row at a time, with no whole pass in f64. `None` for any other equation.
+pub(super) fn stored_as_computed(
+    p: &Checked,
+    t: usize,
+    plans: &[DenseEquation],
+    values: &[Tensor],
+    o: &EvalOptions,
+    pool: Option<&rayon::ThreadPool>,
+) -> Option<Dense> {
+    let mut defining = plans.iter().filter(|d| d.target == t);
+    let (d, None) = (defining.next()?, defining.next()) else {
+        return None;
+    };
+    let (true, true, ElemType::F32, None) = (
+        d.summed.is_empty(),
+        p.data[t].is_none(),
+        p.tensors[t].elem,
+        &d.scatter,
+    ) else {
+        return None;
+    };
+    // The product laid out like the output that does the most work.
+    let (main, c) = d
+        .terms
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.single && c.out == d.out && (c.path.is_some() || c.sparse.is_some()))
+        .max_by(|a, b| a.1.flops.total_cmp(&b.1.flops))?;
+    let epilogue = match &d.expr {
+        Expr::Term(k) if *k == main => Epilogue::Bare,
+        Expr::Normalize(kind, var, arg) if matches!(**arg, Expr::Term(k) if k == main) => {
+            Epilogue::Normalize(*kind, d.out.iter().position(|v| v == var)?)
+        }
+        e if !has_normalize(e) => Epilogue::Rows(rows::Program::compile(e, o)?),
+        _ => return None,
+    };
+    let split = split(d, values, pool);
+    // Work is split only inside the pool of `--threads` workers, never on rayon's global one.
+    let workers = if split { o.threads.max(1) } else { 1 };
+    let run = || {
+        let mut data = unscaled::<f32>(c, values, workers).data.into_owned();
+        let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+        match &epilogue {
+            Epilogue::Bare if c.scale != 1.0 => {
+                // In f64, as the general path scales, then rounded once.
+                data.iter_mut()
+                    .for_each(|x| *x = (f64::from(*x) * c.scale) as f32);
+            }
+            Epilogue::Bare => {}
+            Epilogue::Normalize(kind, axis) => {
+                normalize(&mut data, &dims, *axis, *kind, (c.scale, split));
+            }
+            Epilogue::Rows(program) => {
+                let terms: Vec<Operand> = d
+                    .terms
+                    .iter()
+                    .enumerate()
+                    .map(|(k, c)| match k == main {
+                        true => Operand {
+                            vars: c.out.clone(),
+                            data: Cow::Owned(Vec::new()),
+                        },
+                        false => term(c, values, 1),
+                    })
+                    .collect();
+                rows::in_place(program, d, &terms, (main, c.scale), &mut data, split);
+            }
+        }
+        data
+    };
+    let data = match pool {
+        Some(pool) if split => pool.install(run),
+        _ => run(),
+    };
+    Some(Dense::from_f32(data))
+}
+
+/// Whether the expression holds a `softmax` or `lnorm`.
+pub(super) fn has_normalize(e: &Expr) -> bool {
+    let mut found = false;
+    replace_normalize(e, &mut |_, _, _| {
+        found = true;
+        None
+    });
+    found
+}
+
+/// Adds the equation's value at every output element to `acc` (row-major over `d.out`; when
+/// `acc` is `None`, the values become it); `false` when the expression calls a function that
+/// is not registered.
+pub(super) fn fused<'a>(
+    d: &DenseEquation,
+    terms: &mut Vec<Operand<'a>>,
+    o: &EvalOptions,
+    acc: &mut Option<Vec<f64>>,
+) -> bool {
+    if d.scatter.is_some() {
+        let Some(values) = grid_values(d, terms, o) else {
+            return false;
+        };
+        let elements = d.target_shape.iter().product();
+        let acc = acc.get_or_insert_with(|| vec![0.0; elements]);
+        for (at, v) in targets(d).into_iter().zip(values) {
+            if let Some(slot) = at.and_then(|at| acc.get_mut(at)) {
+                *slot += v;
+            }
+        }
+        return true;
+    }
+    // A bare contraction laid out like the output: one vectorised pass.
+    if let (Expr::Term(k), true) = (&d.expr, d.summed.is_empty()) {
+        let k = *k;
+        if terms[k].vars == d.out {
+            match acc {
+                None => {
+                    *acc = Some(terms[k].data.to_vec());
+                    return true;
+                }
+                Some(acc) if terms[k].data.len() == acc.len() => {
+                    for (a, &x) in acc.iter_mut().zip(terms[k].data.iter()) {
+                        *a += x;
+                    }
+                    return true;
+                }
+                // Otherwise the general pass below lays the term out.
+                Some(_) => {}
+            }
+        }
+    }
+    let Some(expr) = materialize(&d.expr, d, terms, o) else {
+        return false;
+    };
+    let Some(program) = rows::Program::compile(&expr, o) else {
+        return false;
+    };
+    let values = rows::values(&program, d, terms);
+    // Variables summed after the expression are innermost: each output element sums one
+    // contiguous block, in row-major order as the reference does.
+    let block: usize = d.summed.iter().map(|&v| d.extents[v]).product();
+    if block == 0 {
+        return true;
+    }
+    match acc {
+        None if block == 1 => *acc = Some(values),
+        _ => {
+            let acc = acc.get_or_insert_with(|| vec![0.0; values.len() / block]);
+            for (a, b) in acc.iter_mut().zip(values.chunks_exact(block)) {
+                *a += b.iter().sum::<f64>();
+            }
+        }
+    }
+    true
+}
+
+/// The expression's value at every element of the grid; `None` when it calls a function that
+/// is not registered.
+pub(super) fn grid_values(
+    d: &DenseEquation,
+    terms: &mut Vec<Operand>,
+    o: &EvalOptions,
+) -> Option<Vec<f64>> {
+    let expr = materialize(&d.expr, d, terms, o)?;
+    let program = rows::Program::compile(&expr, o)?;
+    Some(rows::values(&program, d, terms))
+}
+
+/// For each element of the grid (row-major over `d.out`), the target offset its left-hand-side
+/// positions name (`d.scatter`), or `None` where one falls outside the target.
+pub(super) fn targets(d: &DenseEquation) -> Vec<Option<usize>> {
+    let Some(at) = &d.scatter else {
+        return Vec::new();
+    };
+    let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+    let total: usize = dims.iter().product();
+    if let Some((base, steps)) = affine_layout(d, at, &dims) {
+        let mut out = Vec::with_capacity(total);
+        let strided = Placement::Strided { base, steps, dims };
+        strided.each(total, &mut |_, a| out.push(Some(a)));
+        return out;
+    }
+    let mut env = vec![0i64; d.extents.len()];
+    let mut idx = vec![0usize; dims.len()];
+    let mut out = Vec::with_capacity(total);
+    for _ in 0..total {
+        for (&v, &i) in d.out.iter().zip(&idx) {
+            env[v] = i as i64;
+        }
+        let mut offset = Some(0usize);
+        for (f, &n) in at.iter().zip(&d.target_shape) {
+            offset = match (offset, f.eval(&env)) {
+                (Some(o), Some(p)) if (0..n as i64).contains(&p) => Some(o * n + p as usize),
+                _ => None,
+            };
+        }
+        out.push(offset);
+        for ax in (0..dims.len()).rev() {
+            idx[ax] += 1;
+            if idx[ax] < dims[ax] {
+                break;
+            }
+            idx[ax] = 0;
+        }
+    }
+    out
+}
+
+/// When each position is `c + Σ k·v` over the grid's variables and stays inside the target
+/// at every grid element (`State[i, t + 1]` at a step), the target offset of the grid's
+/// first element and its step per grid axis: no expression is then evaluated per element.
+pub(super) fn affine_layout(
+    d: &DenseEquation,
+    at: &[crate::semantics::IndexFn],
+    dims: &[usize],
+) -> Option<(i64, Vec<i64>)> {
+    let mut base = 0i64;
+    let mut steps = vec![0i64; dims.len()];
+    for (f, &n) in at.iter().zip(&d.target_shape) {
+        let (coefs, c) = crate::plan::einsum::affine(f)?;
+        let (mut lo, mut hi) = (c, c);
+        for &(v, k) in &coefs {
+            let g = d.out.iter().position(|&x| x == v)?;
+            let reach = k.checked_mul(dims[g] as i64 - 1)?;
+            if reach < 0 {
+                lo += reach;
+            } else {
+                hi += reach;
+            }
+        }
+        if lo < 0 || hi >= n as i64 {
+            return None;
+        }
+        // Row-major: earlier positions scale by the later extents.
+        base = base.checked_mul(n as i64)?.checked_add(c)?;
+        for s in steps.iter_mut() {
+            *s = s.checked_mul(n as i64)?;
+        }
+        for (v, k) in coefs {
+            let g = d.out.iter().position(|&x| x == v)?;
+            steps[g] = steps[g].checked_add(k)?;
+        }
+    }
+    Some((base, steps))
+}
+
+/// `e` with every `softmax`/`lnorm` node replaced by what `f` makes of it (its kind,
+/// variable and argument); `None` where `f` gives none.
+pub(super) fn replace_normalize(
+    e: &Expr,
+    f: &mut dyn FnMut(Structural, VarId, &Expr) -> Option<Expr>,
+) -> Option<Expr> {
+    let mut sub = |x: &Expr| replace_normalize(x, &mut *f);
+    Some(match e {
+        Expr::Term(_) | Expr::Const(_) | Expr::Var(_) => e.clone(),
+        Expr::Neg(x) => Expr::Neg(Box::new(sub(x)?)),
+        Expr::Not(x) => Expr::Not(Box::new(sub(x)?)),
+        Expr::Product(fs) => Expr::Product(
+            fs.iter()
+                .map(|(div, x)| Some((*div, sub(x)?)))
+                .collect::<Option<_>>()?,
+        ),
+        Expr::Binary(op, a, b) => Expr::Binary(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
+        Expr::Compare(op, a, b) => Expr::Compare(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
+        Expr::Call(c, args) => Expr::Call(c.clone(), args.iter().map(sub).collect::<Option<_>>()?),
+        Expr::Normalize(kind, var, x) => return f(*kind, *var, x),
+    })
+}
+
+/// The expression with every `softmax`/`lnorm` replaced by a term holding its value over
+/// the whole output (it needs a whole row of its argument at each element).
+pub(super) fn materialize<'a>(
+    e: &Expr,
+    d: &DenseEquation,
+    terms: &mut Vec<Operand<'a>>,
+    o: &EvalOptions,
+) -> Option<Expr> {
+    replace_normalize(e, &mut |kind, var, x| {
+        let inner = materialize(x, d, terms, o)?;
+        let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+        let total: usize = dims.iter().product();
+        let mut buf = match inner {
+            // A term laid out like the output (`softmax(Q K / 8)`) is copied as it is.
+            Expr::Term(k) if terms[k].vars == d.out && terms[k].data.len() == total => {
+                terms[k].data.to_vec()
+            }
+            _ => rows::values(&rows::Program::compile(&inner, o)?, d, terms),
+        };
+        if let Some(axis) = d.out.iter().position(|v| *v == var) {
+            normalize_for(d, &mut buf, (&dims, axis), kind);
+        }
+        terms.push(Operand {
+            vars: d.out.clone(),
+            data: buf.into(),
+        });
+        Some(Expr::Term(terms.len() - 1))
+    })
+}

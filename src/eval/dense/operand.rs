@@ -1,0 +1,336 @@
+//! Operands of contractions: row-major values over variables, in f32 or f64 (`Num`),
+//! borrowed from the inputs until an operation writes; their layout operations — a window's
+//! gather and a permutation (one strided copy, 16×16 tiles for transpositions) and the sum
+//! over variables no later product needs.
+
+use super::*;
+
+/// A tensor being contracted: row-major values over `vars`, borrowed from an input until an
+/// operation has to write. Contractions of f32 tensors run in f32 (`Contraction::single`);
+/// everything else, and every elementwise expression, in f64.
+pub(super) struct Operand<'a, T: Clone = f64> {
+    pub(super) vars: Vec<VarId>,
+    pub(super) data: Cow<'a, [T]>,
+}
+
+/// An element type contractions run in: f32 or f64.
+pub(super) trait Num: Copy + Default + Send + Sync + 'static + Into<f64> {
+    /// The type's 1.
+    const ONE: Self;
+    /// The sum, rounded to the type.
+    fn add(self, other: Self) -> Self;
+    /// The product, rounded to the type.
+    fn mul(self, other: Self) -> Self;
+    /// The value nearest `v`.
+    fn from_f64(v: f64) -> Self;
+    /// A dense tensor's elements in this type: borrowed when it is stored in it.
+    fn elements(d: &Dense) -> Cow<'_, [Self]>;
+    /// f64 values in this type: borrowed when it is f64.
+    fn cast(v: &[f64]) -> Cow<'_, [Self]>;
+    /// Softmax or layer normalisation of `scale ·` a row, in place.
+    fn normalize_row(kind: Structural, row: &mut [Self], scale: f64);
+}
+
+impl Num for f64 {
+    const ONE: f64 = 1.0;
+    fn add(self, other: f64) -> f64 {
+        self + other
+    }
+    fn mul(self, other: f64) -> f64 {
+        self * other
+    }
+    fn from_f64(v: f64) -> f64 {
+        v
+    }
+    fn elements(d: &Dense) -> Cow<'_, [f64]> {
+        d.to_f64()
+    }
+    fn cast(v: &[f64]) -> Cow<'_, [f64]> {
+        Cow::Borrowed(v)
+    }
+    fn normalize_row(kind: Structural, row: &mut [f64], scale: f64) {
+        if scale != 1.0 {
+            row.iter_mut().for_each(|r| *r *= scale);
+        }
+        exact_row(kind, row);
+    }
+}
+
+impl Num for f32 {
+    const ONE: f32 = 1.0;
+    fn add(self, other: f32) -> f32 {
+        self + other
+    }
+    fn mul(self, other: f32) -> f32 {
+        self * other
+    }
+    fn from_f64(v: f64) -> f32 {
+        v as f32
+    }
+    fn elements(d: &Dense) -> Cow<'_, [f32]> {
+        d.to_f32()
+    }
+    fn cast(v: &[f64]) -> Cow<'_, [f32]> {
+        Cow::Owned(v.iter().map(|&x| x as f32).collect())
+    }
+    fn normalize_row(kind: Structural, row: &mut [f32], scale: f64) {
+        fast_rows::normalize_row(kind, row, scale);
+    }
+}
+
+/// An operand's values as f64, for the elementwise pass.
+pub(super) fn widen<'a, T: Num>(op: Operand<'a, T>) -> Operand<'a> {
+    Operand {
+        vars: op.vars,
+        data: Cow::Owned(op.data.iter().map(|&x| x.into()).collect()),
+    }
+}
+
+/// A factor's values over its variables: the tensor as stored, or its window gathered.
+pub(super) fn factor_values<'a, T: Num>(
+    f: &Factor,
+    values: &'a [Tensor],
+    extents: &[usize],
+) -> Cow<'a, [T]> {
+    let Some(Storage::Dense(d)) = values.get(f.tensor).map(|t| &t.storage) else {
+        return Cow::Owned(Vec::new());
+    };
+    let all = T::elements(d);
+    match &f.window {
+        None => all,
+        Some(w) => {
+            let dims: Vec<usize> = f.vars.iter().map(|&v| extents[v]).collect();
+            Cow::Owned(strided_copy(&all, w.offset as i64, &w.strides, &dims))
+        }
+    }
+}
+
+/// Copies the elements at `offset + Σ strides[a] · idx[a]` for every index of `dims`, in
+/// row-major order (a window's gather, and a permutation): the innermost axis in a tight
+/// loop (a slice copy when it is contiguous), an odometer over the others. Positions outside
+/// `data` read as the type's zero (planning keeps them from occurring).
+pub(super) fn strided_copy<T: Num>(
+    data: &[T],
+    offset: i64,
+    strides: &[i64],
+    dims: &[usize],
+) -> Vec<T> {
+    let total: usize = dims.iter().product();
+    if let Some(out) = transposed_copy(data, offset, strides, dims) {
+        return out;
+    }
+    let mut out = Vec::with_capacity(total);
+    let (inner, step) = match (dims.last(), strides.last()) {
+        (Some(&n), Some(&s)) => (n, s),
+        _ => (1, 0),
+    };
+    let outer = dims.len().saturating_sub(1);
+    let mut idx = vec![0usize; outer];
+    let mut at = offset;
+    let read = |p: i64| {
+        usize::try_from(p)
+            .ok()
+            .and_then(|p| data.get(p))
+            .copied()
+            .unwrap_or_default()
+    };
+    for _ in 0..total.checked_div(inner).unwrap_or(0) {
+        let run = usize::try_from(at)
+            .ok()
+            .and_then(|a| data.get(a..a + inner));
+        match run {
+            Some(run) if step == 1 => out.extend_from_slice(run),
+            _ => out.extend((0..inner as i64).map(|i| read(at + i * step))),
+        }
+        for ax in (0..outer).rev() {
+            idx[ax] += 1;
+            at += strides[ax];
+            if idx[ax] < dims[ax] {
+                break;
+            }
+            at -= strides[ax] * dims[ax] as i64;
+            idx[ax] = 0;
+        }
+    }
+    out
+}
+
+/// [`strided_copy`] when the innermost axis is strided and another axis is contiguous in
+/// `data` (a transposition, as in `[r, s, p, q]` to `[p, q, r, s]`): 16×16 tiles of those
+/// two axes are copied at a time, so each cache line read is used whole. `None` for other
+/// layouts, or when a position would fall outside `data`.
+pub(super) fn transposed_copy<T: Num>(
+    data: &[T],
+    offset: i64,
+    strides: &[i64],
+    dims: &[usize],
+) -> Option<Vec<T>> {
+    const TILE: usize = 16;
+    let last = dims.len().checked_sub(1)?;
+    let a = strides[..last].iter().position(|&s| s == 1)?;
+    let (na, nl, step) = (dims[a], dims[last], usize::try_from(strides[last]).ok()?);
+    if step <= 1 || na < TILE || nl < TILE || offset < 0 || strides.iter().any(|&s| s < 0) {
+        return None;
+    }
+    let reach: i64 = offset
+        + strides
+            .iter()
+            .zip(dims)
+            .map(|(&s, &n)| s * (n as i64 - 1))
+            .sum::<i64>();
+    if reach as usize >= data.len() || dims.contains(&0) {
+        return None;
+    }
+    let total: usize = dims.iter().product();
+    let out_strides = row_major(dims);
+    let da = out_strides[a];
+    let mut out = vec![T::default(); total];
+    // An odometer over every axis but `a` and the last.
+    let others: Vec<usize> = (0..last).filter(|&k| k != a).collect();
+    let mut idx = vec![0usize; others.len()];
+    let planes = total / (na * nl);
+    let (mut src, mut dst) = (offset as usize, 0usize);
+    for _ in 0..planes {
+        for a0 in (0..na).step_by(TILE) {
+            for l0 in (0..nl).step_by(TILE) {
+                for ia in a0..(a0 + TILE).min(na) {
+                    let row = dst + ia * da;
+                    let from = src + ia;
+                    for il in l0..(l0 + TILE).min(nl) {
+                        out[row + il] = data[from + il * step];
+                    }
+                }
+            }
+        }
+        for (k, &ax) in others.iter().enumerate().rev() {
+            idx[k] += 1;
+            src += strides[ax] as usize;
+            dst += out_strides[ax];
+            if idx[k] < dims[ax] {
+                break;
+            }
+            src -= strides[ax] as usize * dims[ax];
+            dst -= out_strides[ax] * dims[ax];
+            idx[k] = 0;
+        }
+    }
+    Some(out)
+}
+
+/// Row-major strides of `vars`.
+pub(super) fn strides(vars: &[VarId], extents: &[usize]) -> Vec<usize> {
+    row_major(&vars.iter().map(|&v| extents[v]).collect::<Vec<_>>())
+}
+
+/// Row-major strides of an array of extents `dims`.
+pub(super) fn row_major(dims: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; dims.len()];
+    for k in (0..dims.len().saturating_sub(1)).rev() {
+        s[k] = s[k + 1] * dims[k + 1];
+    }
+    s
+}
+
+/// The operand with its axes in `order` (a permutation of its variables).
+pub(super) fn permute<'a, T: Num>(
+    op: Operand<'a, T>,
+    order: &[VarId],
+    extents: &[usize],
+) -> Operand<'a, T> {
+    if op.vars == order {
+        return op;
+    }
+    let src = strides(&op.vars, extents);
+    let from: Vec<i64> = order
+        .iter()
+        .map(|v| {
+            op.vars
+                .iter()
+                .position(|x| x == v)
+                .map_or(0, |k| src[k] as i64)
+        })
+        .collect();
+    let dims: Vec<usize> = order.iter().map(|&v| extents[v]).collect();
+    let data = strided_copy(&op.data, 0, &from, &dims);
+    Operand {
+        vars: order.to_vec(),
+        data: data.into(),
+    }
+}
+
+/// Sums out every variable not in `keep`, in row-major order of the summed ones (in f64,
+/// then rounded to the operand's type).
+pub(super) fn reduce<'a, T: Num>(
+    op: Operand<'a, T>,
+    keep: &[VarId],
+    extents: &[usize],
+) -> Operand<'a, T> {
+    let (kept, summed): (Vec<VarId>, Vec<VarId>) = op.vars.iter().partition(|v| keep.contains(v));
+    if summed.is_empty() {
+        return op;
+    }
+    let block: usize = summed.iter().map(|&v| extents[v]).product();
+    let order = [kept.clone(), summed].concat();
+    let op = permute(op, &order, extents);
+    let data = if block == 0 {
+        vec![T::default(); kept.iter().map(|&v| extents[v]).product()]
+    } else {
+        op.data
+            .chunks_exact(block)
+            .map(|b| T::from_f64(b.iter().map(|&x| x.into()).sum()))
+            .collect()
+    };
+    Operand {
+        vars: kept,
+        data: data.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every ordering of `n` axes.
+    fn orders(n: usize) -> Vec<Vec<usize>> {
+        if n == 0 {
+            return vec![Vec::new()];
+        }
+        let mut out = Vec::new();
+        for rest in orders(n - 1) {
+            for at in 0..=rest.len() {
+                let mut o = rest.clone();
+                o.insert(at, n - 1);
+                out.push(o);
+            }
+        }
+        out
+    }
+
+    /// Every permutation copies the element each position names, whether or not it takes
+    /// the tiled path (extents below, at and above the tile, uneven ones).
+    #[test]
+    fn permutations_copy_each_element() {
+        for dims in [vec![17usize, 33, 20], vec![5, 16, 3, 18], vec![40, 2, 16]] {
+            let total: usize = dims.iter().product();
+            let data: Vec<f32> = (0..total).map(|i| i as f32).collect();
+            let own: Vec<usize> = (0..dims.len())
+                .map(|a| dims[a + 1..].iter().product())
+                .collect();
+            for order in orders(dims.len()) {
+                let d: Vec<usize> = order.iter().map(|&a| dims[a]).collect();
+                let s: Vec<i64> = order.iter().map(|&a| own[a] as i64).collect();
+                let got = strided_copy(&data, 0, &s, &d);
+                let mut idx = vec![0usize; d.len()];
+                for (at, &x) in got.iter().enumerate() {
+                    let mut rest = at;
+                    for ax in (0..d.len()).rev() {
+                        idx[ax] = rest % d[ax];
+                        rest /= d[ax];
+                    }
+                    let want: i64 = idx.iter().zip(&s).map(|(&i, &s)| i as i64 * s).sum();
+                    assert_eq!(x, want as f32, "{dims:?} as {order:?} at {at}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! The matrix products: loops of `m×k · k×n` GEMMs over strided operands, and the one call
+//! into the `gemm` crate (the only `unsafe` of the engine), in fixed blocks of the inner
+//! dimension with a lone row or column padded, so every element sums in the same order for
+//! every batch size (§9).
+
+/// Products of fewer multiply-adds run on one thread: below it, waking workers and their
+/// packing buffers cost more than they save (results are the same either way).
+const THREADED_PRODUCT: usize = 1 << 24;
+
+/// One loop around a contraction's matrix products: its extent and its stride in each
+/// operand (0 where the operand does not vary along it).
+pub(super) type Loop = (usize, usize, usize);
+
+/// A matrix operand: its elements and the strides of its row and column axes.
+pub(super) type Strided<'s, T> = (&'s [T], [usize; 2]);
+
+/// An `m×k` times `k×n` product for every index of `loops` (row-major), stacked row-major
+/// in the result: the loops move each operand's first element by its strides.
+pub(super) fn looped<T: Copy + Send + Sync + 'static>(
+    loops: &[Loop],
+    (m, n, k): (usize, usize, usize),
+    lhs: Strided<T>,
+    rhs: Strided<T>,
+    unit: (T, T),
+    threads: usize,
+) -> Vec<T> {
+    let padded;
+    let (rhs, loops) = match unaliased(rhs, loops, (k, n)) {
+        Some((copy, strides, moved)) => {
+            padded = (copy, moved);
+            ((padded.0.as_slice(), strides), padded.1.as_slice())
+        }
+        None => (rhs, loops),
+    };
+    let count: usize = loops.iter().map(|l| l.0).product();
+    let mut out = vec![unit.0; count * m * n];
+    let mut idx = vec![0usize; loops.len()];
+    let (mut ox, mut oy) = (0usize, 0usize);
+    for block in out.chunks_exact_mut((m * n).max(1)).take(count) {
+        matmul(
+            (m, n, k),
+            (lhs.0, ox, lhs.1),
+            (rhs.0, oy, rhs.1),
+            block,
+            unit,
+            threads,
+        );
+        for (ax, &(extent, sx, sy)) in loops.iter().enumerate().rev() {
+            idx[ax] += 1;
+            ox += sx;
+            oy += sy;
+            if idx[ax] < extent {
+                break;
+            }
+            ox -= sx * extent;
+            oy -= sy * extent;
+            idx[ax] = 0;
+        }
+    }
+    out
+}
+
+/// A right-hand matrix stored transposed (`W[h, i]` read as `[i, h]`: contiguous down its
+/// columns) whose column stride is a multiple of 2 KiB, copied with its columns 64 bytes
+/// apart further: gemm packs such a matrix by reading many columns at once, and columns a
+/// power of two apart fall into the same cache sets (a 512×512 f32 product took 1.4× as
+/// long). Only when at most one loop moves it; the copy's strides and the loops with its
+/// new stride, or `None` for any other layout.
+pub(super) fn unaliased<T: Copy>(
+    (data, [sr, sc]): Strided<T>,
+    loops: &[Loop],
+    (k, n): (usize, usize),
+) -> Option<(Vec<T>, [usize; 2], Vec<Loop>)> {
+    let size = std::mem::size_of::<T>();
+    let moving: Vec<usize> = (0..loops.len()).filter(|&i| loops[i].2 != 0).collect();
+    if sr != 1 || k < 2 || n < 2 || !(sc * size).is_multiple_of(2048) || moving.len() > 1 {
+        return None;
+    }
+    let (b, sb) = moving.first().map_or((1, 0), |&i| (loops[i].0, loops[i].2));
+    let mut ld = k + 64 / size;
+    if (ld * size).is_multiple_of(2048) {
+        ld += 64 / size;
+    }
+    let mut out = Vec::with_capacity(b * n * ld);
+    for i in 0..b {
+        for j in 0..n {
+            let at = i * sb + j * sc;
+            out.extend_from_slice(data.get(at..at + k)?);
+            out.extend(std::iter::repeat_n(data[at], ld - k));
+        }
+    }
+    let mut loops = loops.to_vec();
+    if let Some(&i) = moving.first() {
+        loops[i].2 = n * ld;
+    }
+    Some((out, [1, ld], loops))
+}
+
+/// `dst = lhs · rhs` for an `m×k` and a `k×n` matrix of f32 or f64, each given as its
+/// elements, the offset of its first one and its row and column strides (`unit` is the type's
+/// 0 and 1); `dst` is row-major.
+pub(super) fn matmul<T: Copy + Send + Sync + 'static>(
+    (m, n, k): (usize, usize, usize),
+    (lhs, lo, [lr, lc]): (&[T], usize, [usize; 2]),
+    (rhs, ro, [rr, rc]): (&[T], usize, [usize; 2]),
+    dst: &mut [T],
+    (zero, one): (T, T),
+    threads: usize,
+) {
+    if m == 0 || n == 0 || k == 0 || dst.len() < m * n {
+        return;
+    }
+    let last = |o: usize, r: usize, c: usize, rows: usize, cols: usize| {
+        o + (rows - 1) * r + (cols - 1) * c
+    };
+    if last(lo, lr, lc, m, k) >= lhs.len() || last(ro, rr, rc, k, n) >= rhs.len() {
+        return;
+    }
+    // A single row or column would take gemm's matrix-vector kernels, which sum in another
+    // order than its matrix kernels: a row computed alone would differ from the same row in
+    // a batch (§9). Padding it with a zero row or column keeps every product on the matrix
+    // kernels.
+    // Both operands are given to gemm row-major and contiguous, as they would be in a batch:
+    // an operand already laid out so (a layer's weights) is read in place, the others (the
+    // single row or column, and any strided operand) copied.
+    if m == 1 || n == 1 {
+        let (m2, n2) = (m.max(2), n.max(2));
+        let a;
+        let lhs = if m > 1 && lc == 1 && lr == k {
+            (lhs, lo, [lr, lc])
+        } else {
+            let mut pad = vec![zero; m2 * k];
+            for i in 0..m {
+                for j in 0..k {
+                    pad[i * k + j] = lhs[lo + i * lr + j * lc];
+                }
+            }
+            a = pad;
+            (a.as_slice(), 0, [k, 1])
+        };
+        let b;
+        let rhs = if n > 1 && rc == 1 && rr == n {
+            (rhs, ro, [rr, rc])
+        } else {
+            let mut pad = vec![zero; k * n2];
+            for i in 0..k {
+                for j in 0..n {
+                    pad[i * n2 + j] = rhs[ro + i * rr + j * rc];
+                }
+            }
+            b = pad;
+            (b.as_slice(), 0, [n2, 1])
+        };
+        let mut out = vec![zero; m2 * n2];
+        matmul((m2, n2, k), lhs, rhs, &mut out, (zero, one), threads);
+        for i in 0..m {
+            dst[i * n..(i + 1) * n].copy_from_slice(&out[i * n2..i * n2 + n]);
+        }
+        return;
+    }
+    // With threads, blocks of rows go to workers, each a whole product on one thread: a
+    // row's sums never depend on the other rows (§9), so the result is the same, and one
+    // fork per product beats gemm's own splitting on the moderate shapes of layers.
+    if threads > 1 && m * n * k >= THREADED_PRODUCT && m >= 64 * threads {
+        use rayon::prelude::*;
+        let per = m.div_ceil(threads).next_multiple_of(16);
+        dst[..m * n]
+            .par_chunks_mut(per * n)
+            .enumerate()
+            .for_each(|(i, block)| {
+                let lhs = (lhs, lo + i * per * lr, [lr, lc]);
+                let rhs = (rhs, ro, [rr, rc]);
+                matmul((block.len() / n, n, k), lhs, rhs, block, (zero, one), 1);
+            });
+        return;
+    }
+    // Below ~16M multiply-adds splitting costs more than it saves (thread wake-ups and
+    // per-thread packing buffers); results are the same either way (tiles only are split).
+    let parallelism = if threads > 1 && m * n * k >= THREADED_PRODUCT {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    // gemm splits the inner dimension into blocks whose size depends on m and n, and sums the
+    // blocks into dst one after another; fixed blocks of KC (within which it never splits)
+    // make that order the same for every batch size (§9).
+    const KC: usize = 512;
+    for k0 in (0..k).step_by(KC) {
+        let kb = KC.min(k - k0);
+        // SAFETY: every element the strides reach lies inside its slice (the largest offset
+        // of each operand was checked above; a block starts inside it and reaches no
+        // further), `dst` holds m·n row-major elements and does not alias the inputs, and T
+        // is f32 or f64 (the callers), which gemm supports.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                kb,
+                dst.as_mut_ptr(),
+                1,
+                n as isize,
+                k0 > 0,
+                lhs.as_ptr().add(lo + k0 * lc),
+                lc as isize,
+                lr as isize,
+                rhs.as_ptr().add(ro + k0 * rr),
+                rc as isize,
+                rr as isize,
+                if k0 > 0 { one } else { zero },
+                one,
+                false,
+                false,
+                false,
+                parallelism,
+            );
+        }
+    }
+}
