@@ -6,6 +6,8 @@
 //! order; what differs is which points are visited (only those that can contribute) and,
 //! for sums, the order in which points are added.
 
+mod rows;
+
 use super::accumulate::Accumulator;
 use super::fixpoint;
 use super::EvalOptions;
@@ -159,7 +161,7 @@ pub(super) fn contributions(
 
 /// What a nest reads: the values, options, per scan a way to find its tuples, and the
 /// previous slice of a virtual index.
-struct Cx<'a> {
+pub(super) struct Cx<'a> {
     values: &'a [Tensor],
     o: &'a EvalOptions,
     indexes: &'a Indexes,
@@ -175,29 +177,83 @@ impl Cx<'_> {
         let mut slots = vec![0usize; n.slots];
         let mut idx = vec![0usize; n.lhs.len()];
         let root = &n.root;
-        self.points(root, 0, env, &mut slots, &mut |cx, env, slots| {
-            let Some(v) = cx.eval(&root.body, env, slots) else {
-                return;
-            };
+        let lhs = |env: &[i64], idx: &mut [usize]| {
             for (slot, f) in idx.iter_mut().zip(&n.lhs) {
                 match f.eval(env) {
                     Some(i) if i >= 0 => *slot = i as usize,
-                    _ => return,
+                    _ => return false,
                 }
             }
-            f(&idx, v);
+            true
+        };
+        if let Some((r, along)) = row_level(root) {
+            let moves = n.lhs.iter().any(|f| {
+                let mut vs = Vec::new();
+                f.vars(&mut vs);
+                vs.contains(&along.var)
+            });
+            let end = root.levels.len();
+            self.points(root, (0, r), env, &mut slots, &mut |cx, env, slots| {
+                let (body, keep) = cx.row(root, (r + 1, end), env, slots, along);
+                if !moves && !lhs(env, &mut idx) {
+                    return;
+                }
+                for j in (0..along.n).filter(|&j| keep[j] && body.defined[j]) {
+                    env[along.var] = j as i64;
+                    if moves && !lhs(env, &mut idx) {
+                        continue;
+                    }
+                    f(&idx, body.values[j]);
+                }
+            });
+            return;
+        }
+        let end = root.levels.len();
+        self.points(root, (0, end), env, &mut slots, &mut |cx, env, slots| {
+            let Some(v) = cx.eval(&root.body, env, slots) else {
+                return;
+            };
+            if lhs(env, &mut idx) {
+                f(&idx, v);
+            }
         });
     }
 
-    /// Calls `f` at every point of `scope` from loop `level` on.
+    /// The body of `scope` along a row, and which of its elements pass the filters of
+    /// levels `from..to` (those after the row's range).
+    fn row(
+        &self,
+        scope: &Scope,
+        (from, to): (usize, usize),
+        env: &mut [i64],
+        slots: &mut [usize],
+        along: rows::Along,
+    ) -> (rows::Row, Vec<bool>) {
+        let mut keep = vec![true; along.n];
+        for l in &scope.levels[from..to] {
+            if let Level::Filter(v) = l {
+                let r = self.eval_row(v, env, slots, along);
+                for (k, (&x, &d)) in keep.iter_mut().zip(r.values.iter().zip(&r.defined)) {
+                    *k &= d && x != 0.0;
+                }
+            }
+        }
+        (self.eval_row(&scope.body, env, slots, along), keep)
+    }
+
+    /// Calls `f` at every point of the loops `level..end` of `scope` (those after `end`
+    /// are the caller's).
     fn points(
         &self,
         scope: &Scope,
-        level: usize,
+        (level, end): (usize, usize),
         env: &mut [i64],
         slots: &mut [usize],
         f: &mut PointFn,
     ) {
+        if level >= end {
+            return f(self, env, slots);
+        }
         let Some(l) = scope.levels.get(level) else {
             return f(self, env, slots);
         };
@@ -205,12 +261,12 @@ impl Cx<'_> {
             Level::Range { var, extent } => {
                 for x in 0..*extent {
                     env[*var] = x as i64;
-                    self.points(scope, level + 1, env, slots, f);
+                    self.points(scope, (level + 1, end), env, slots, f);
                 }
             }
             Level::Filter(v) => {
                 if self.eval(v, env, slots).is_some_and(|x| x != 0.0) {
-                    self.points(scope, level + 1, env, slots, f);
+                    self.points(scope, (level + 1, end), env, slots, f);
                 }
             }
             Level::Scan(s) => {
@@ -230,7 +286,7 @@ impl Cx<'_> {
                     let tuple = tuples.tuple(row);
                     if bind(s, tuple, env) {
                         slots[s.slot] = row;
-                        self.points(scope, level + 1, env, slots, f);
+                        self.points(scope, (level + 1, end), env, slots, f);
                     }
                 }
             }
@@ -238,7 +294,7 @@ impl Cx<'_> {
     }
 
     /// The value at one point; `None` is nothing.
-    fn eval(&self, v: &Value, env: &mut [i64], slots: &mut [usize]) -> Option<f64> {
+    pub(super) fn eval(&self, v: &Value, env: &mut [i64], slots: &mut [usize]) -> Option<f64> {
         match v {
             Value::Const(k) => Some(*k),
             Value::Var(x) => Some(env[*x] as f64),
@@ -347,17 +403,31 @@ impl Cx<'_> {
         let mut acc: Option<f64> = None;
         let mut count = 0usize;
         let family = scope.family;
-        self.points(scope, 0, env, slots, &mut |cx, env, slots| {
-            if let Some(x) = cx.eval(&scope.body, env, slots) {
-                count += 1;
-                acc = Some(match (acc, family) {
-                    (None, _) => x,
-                    (Some(a), Family::Sum | Family::Avg) => a + x,
-                    (Some(a), Family::Max) => a.max(x),
-                    (Some(a), Family::Min) => a.min(x),
+        let mut add = |x: f64| {
+            count += 1;
+            acc = Some(match (acc, family) {
+                (None, _) => x,
+                (Some(a), Family::Sum | Family::Avg) => a + x,
+                (Some(a), Family::Max) => a.max(x),
+                (Some(a), Family::Min) => a.min(x),
+            });
+        };
+        let end = scope.levels.len();
+        match row_level(scope) {
+            Some((r, along)) => {
+                self.points(scope, (0, r), env, slots, &mut |cx, env, slots| {
+                    let (body, keep) = cx.row(scope, (r + 1, end), env, slots, along);
+                    for j in (0..along.n).filter(|&j| keep[j] && body.defined[j]) {
+                        add(body.values[j]);
+                    }
                 });
             }
-        });
+            None => self.points(scope, (0, end), env, slots, &mut |cx, env, slots| {
+                if let Some(x) = cx.eval(&scope.body, env, slots) {
+                    add(x);
+                }
+            }),
+        }
         match (acc, family) {
             (None, _) if scope.zero_when_empty => Some(0.0),
             (Some(a), Family::Avg) => Some(a / count as f64),
@@ -366,8 +436,26 @@ impl Cx<'_> {
     }
 }
 
+/// Rows are worth evaluating whole from this many elements on.
+const ROW_MIN: usize = 8;
+
+/// A scope's innermost range, when only filters follow it and it is long enough: its level
+/// and the row it runs.
+fn row_level(scope: &Scope) -> Option<(usize, rows::Along)> {
+    let r = scope
+        .levels
+        .iter()
+        .rposition(|l| !matches!(l, Level::Filter(_)))?;
+    match scope.levels[r] {
+        Level::Range { var, extent } if extent >= ROW_MIN => {
+            Some((r, rows::Along { var, n: extent }))
+        }
+        _ => None,
+    }
+}
+
 /// The value of tuple `row` of `t`: its element's value, or 1 for a relation.
-fn row_value(values: &[Tensor], t: Option<usize>, row: usize) -> f64 {
+pub(super) fn row_value(values: &[Tensor], t: Option<usize>, row: usize) -> f64 {
     match t.and_then(|t| values.get(t)).map(|t| &t.storage) {
         Some(Storage::Sparse(s)) => s.values().get(row).copied().unwrap_or(0.0),
         _ => 1.0,
@@ -419,11 +507,11 @@ fn read(t: &Tensor, index: &[IndexFn], env: &[i64], total: bool, relational: boo
 }
 
 /// Reads of tensors up to this rank take [`read_affine`] (their key fits on the stack).
-const MAX_AFFINE_RANK: usize = 8;
+pub(super) const MAX_AFFINE_RANK: usize = 8;
 
 /// [`read`] for positions given as `c + Σ k·v`; a relation with a bitmap of its tuples is
 /// looked up in it.
-fn read_affine(
+pub(super) fn read_affine(
     t: &Tensor,
     bits: Option<&[u64]>,
     at: &[crate::plan::nest::Affine],
