@@ -104,6 +104,28 @@ impl Dense {
         }
     }
 
+    /// The elements at `start`, `start + step`, … into `out` (one per slot), exactly, as
+    /// f64; the type is matched once. Offsets past the end read 0.
+    pub fn gather(&self, start: i64, step: i64, out: &mut [f64]) {
+        fn fill<T>(v: &[T], start: i64, step: i64, out: &mut [f64], f: impl Fn(&T) -> f64) {
+            for (j, slot) in out.iter_mut().enumerate() {
+                let at = start + step * j as i64;
+                *slot = usize::try_from(at)
+                    .ok()
+                    .and_then(|a| v.get(a))
+                    .map_or(0.0, &f);
+            }
+        }
+        match self {
+            Dense::F64(v) => fill(v, start, step, out, |&x| x),
+            Dense::F32(v) => fill(v, start, step, out, |&x| f64::from(x)),
+            Dense::BF16(v) => fill(v, start, step, out, |x| x.to_f64()),
+            Dense::F16(v) => fill(v, start, step, out, |x| x.to_f64()),
+            Dense::FP8(v) => fill(v, start, step, out, |&x| fp8_decode(x)),
+            Dense::I8(v) => fill(v, start, step, out, |&x| f64::from(x)),
+        }
+    }
+
     /// Stores `v` (already rounded to the type, or rounded by the conversion) at offset `i`;
     /// a shared buffer is copied first.
     #[inline]

@@ -192,10 +192,45 @@ impl Cx<'_> {
                 f.vars(&mut vs);
                 vs.contains(&along.var)
             });
+            // Left-hand-side positions along the row: the first's, plus j times a step.
+            let affine: Option<Vec<crate::plan::nest::Affine>> =
+                n.lhs.iter().map(crate::plan::einsum::affine).collect();
+            let steps: Option<Vec<i64>> = affine.as_ref().map(|a| {
+                a.iter()
+                    .map(|(coefs, _)| {
+                        coefs
+                            .iter()
+                            .filter(|(v, _)| *v == along.var)
+                            .map(|(_, k)| k)
+                            .sum()
+                    })
+                    .collect()
+            });
             let end = root.levels.len();
+            let mut first = vec![0i64; n.lhs.len()];
             self.points(root, (0, r), env, &mut slots, &mut |cx, env, slots| {
                 let (body, keep) = cx.row(root, (r + 1, end), env, slots, along);
                 if !moves && !lhs(env, &mut idx) {
+                    return;
+                }
+                if let (true, Some(steps)) = (moves, &steps) {
+                    env[along.var] = 0;
+                    for (slot, f) in first.iter_mut().zip(&n.lhs) {
+                        *slot = f.eval(env).unwrap_or(-1);
+                    }
+                    for j in (0..along.n).filter(|&j| keep[j] && body.defined[j]) {
+                        let inside =
+                            idx.iter_mut()
+                                .zip(first.iter().zip(steps))
+                                .all(|(slot, (&a, &k))| {
+                                    let at = a + k * j as i64;
+                                    *slot = at.max(0) as usize;
+                                    at >= 0
+                                });
+                        if inside {
+                            f(&idx, body.values[j]);
+                        }
+                    }
                     return;
                 }
                 for j in (0..along.n).filter(|&j| keep[j] && body.defined[j]) {

@@ -72,9 +72,7 @@ impl Cx<'_> {
                 if let Storage::Dense(d) = &t.storage {
                     if let Some((base, step)) = linear(at, &t.shape, env, along) {
                         let mut out = Row::filled(n, 0.0);
-                        for (j, slot) in out.values.iter_mut().enumerate() {
-                            *slot = d.get((base + step * j as i64) as usize).unwrap_or(0.0);
-                        }
+                        d.gather(base, step, &mut out.values);
                         return out;
                     }
                 }
