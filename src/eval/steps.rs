@@ -50,7 +50,7 @@ pub(super) fn evaluate(
                         }
                         Some((grid, at)) => {
                             writes.reserve(grid.len());
-                            at.each(grid.len(), &mut |i, a| writes.push((a, grid[i])));
+                            at.each(grid.len(), &mut |i, a| writes.push((a, grid.get(i))));
                         }
                         None => contribute(p, eq, x, values, o, &mut writes),
                     }
@@ -103,7 +103,7 @@ pub(super) fn evaluate_virtual(
             values[t] = held;
             return Ok(false);
         };
-        let Ok(slice) = Tensor::dense(info.elem, info.shape.clone(), grid) else {
+        let Ok(slice) = Tensor::dense(info.elem, info.shape.clone(), grid.into_f64()) else {
             values[t] = held;
             return Ok(false);
         };
@@ -228,20 +228,11 @@ fn combine_in_order(writes: &mut [(usize, f64)], family: Family, slice: usize) -
 
 /// Adds one equation's grid to the tensor where its placement puts it (each element
 /// written once); the first value that is not finite where the element was, if any.
-fn write_grid(t: &mut Tensor, grid: &[f64], at: &dense::Placement) -> Option<f64> {
+fn write_grid(t: &mut Tensor, grid: &dense::Grid, at: &dense::Placement) -> Option<f64> {
     let Storage::Dense(d) = &mut t.storage else {
         return None;
     };
-    let mut bad = None;
-    at.each(grid.len(), &mut |i, a| {
-        let old = d.get(a).unwrap_or(0.0);
-        let new = old + grid[i];
-        if old.is_finite() && !new.is_finite() {
-            bad = bad.or(Some(new));
-        }
-        d.set(a, new);
-    });
-    bad
+    d.add_each(&mut |put| at.each(grid.len(), &mut |i, a| put(a, grid.get(i))))
 }
 
 /// Adds the step's writes to the tensor (its data, or 0, being what those elements hold),
@@ -254,20 +245,16 @@ fn write(t: &mut Tensor, writes: &mut [(usize, f64)], several: bool) -> Option<f
     let Storage::Dense(d) = &mut t.storage else {
         return None;
     };
-    let mut k = 0;
-    while k < writes.len() {
-        let (at, mut sum) = writes[k];
-        k += 1;
-        while k < writes.len() && writes[k].0 == at {
-            sum += writes[k].1;
+    d.add_each(&mut |put| {
+        let mut k = 0;
+        while k < writes.len() {
+            let (at, mut sum) = writes[k];
             k += 1;
+            while k < writes.len() && writes[k].0 == at {
+                sum += writes[k].1;
+                k += 1;
+            }
+            put(at, sum);
         }
-        let old = d.get(at).unwrap_or(0.0);
-        let new = old + sum;
-        if old.is_finite() && !new.is_finite() {
-            return Some(new);
-        }
-        d.set(at, new);
-    }
-    None
+    })
 }

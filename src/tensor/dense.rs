@@ -126,6 +126,41 @@ impl Dense {
         }
     }
 
+    /// Adds values to elements: `each` is called once and hands every (offset, value) pair
+    /// to the function it is given; each sum is rounded to the type (a shared buffer is
+    /// copied once, the type matched once). Returns the first sum that is not finite where
+    /// its element was (offsets past the end are ignored).
+    pub fn add_each(&mut self, each: &mut dyn FnMut(&mut dyn FnMut(usize, f64))) -> Option<f64> {
+        fn run<T: Clone>(
+            d: &mut Arc<Vec<T>>,
+            each: &mut dyn FnMut(&mut dyn FnMut(usize, f64)),
+            read: impl Fn(&T) -> f64,
+            write: impl Fn(f64) -> T,
+        ) -> Option<f64> {
+            let d = Arc::make_mut(d);
+            let mut bad = None;
+            each(&mut |i, v| {
+                if let Some(x) = d.get_mut(i) {
+                    let old = read(x);
+                    let new = old + v;
+                    if old.is_finite() && !new.is_finite() && bad.is_none() {
+                        bad = Some(new);
+                    }
+                    *x = write(new);
+                }
+            });
+            bad
+        }
+        match self {
+            Dense::F64(d) => run(d, each, |&x| x, |v| v),
+            Dense::F32(d) => run(d, each, |&x| f64::from(x), |v| v as f32),
+            Dense::BF16(d) => run(d, each, |x| x.to_f64(), bf16::from_f64),
+            Dense::F16(d) => run(d, each, |x| x.to_f64(), f16::from_f64),
+            Dense::FP8(d) => run(d, each, |&x| fp8_decode(x), fp8_encode),
+            Dense::I8(d) => run(d, each, |&x| f64::from(x), |v| ElemType::I8.round(v) as i8),
+        }
+    }
+
     /// Stores `v` (already rounded to the type, or rounded by the conversion) at offset `i`;
     /// a shared buffer is copied first.
     #[inline]

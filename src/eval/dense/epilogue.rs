@@ -82,12 +82,23 @@ pub(super) fn stored_as_computed(
     let (d, None) = (defining.next()?, defining.next()) else {
         return None;
     };
-    let (true, true, ElemType::F32, None) = (
-        d.summed.is_empty(),
-        p.data[t].is_none(),
-        p.tensors[t].elem,
-        &d.scatter,
-    ) else {
+    let (true, None) = (p.data[t].is_none(), &d.scatter) else {
+        return None;
+    };
+    f32_grid(p, d, values, o, pool).map(Dense::from_f32)
+}
+
+/// The equation's value over its grid in f32, computed over its largest f32 product's own
+/// buffer (the rest of the expression applied in place, a row at a time), when its target
+/// holds f32 and it sums nothing after the expression; `None` otherwise.
+pub(super) fn f32_grid(
+    p: &Checked,
+    d: &DenseEquation,
+    values: &[Tensor],
+    o: &EvalOptions,
+    pool: Option<&rayon::ThreadPool>,
+) -> Option<Vec<f32>> {
+    let (true, ElemType::F32) = (d.summed.is_empty(), p.tensors[d.target].elem) else {
         return None;
     };
     // The product laid out like the output that does the most work.
@@ -139,11 +150,10 @@ pub(super) fn stored_as_computed(
         }
         data
     };
-    let data = match pool {
+    Some(match pool {
         Some(pool) if split => pool.install(run),
         _ => run(),
-    };
-    Some(Dense::from_f32(data))
+    })
 }
 
 /// Whether the expression holds a `softmax` or `lnorm`.

@@ -202,20 +202,31 @@ pub(super) fn contributions(
     values: &[Tensor],
     o: &EvalOptions,
     pool: Option<&rayon::ThreadPool>,
-) -> Option<(Vec<f64>, Placement)> {
+) -> Option<(Grid, Placement)> {
     if !fits(p, d, values, o.max_memory) {
         return None;
     }
-    let big = split(d, values, pool);
-    let workers = if big { o.threads.max(1) } else { 1 };
-    let run = || {
-        let mut terms: Vec<Operand> = d.terms.iter().map(|c| term(c, values, workers)).collect();
-        grid_values(d, &mut terms, o)
+    // Into a target without data of its own, an f32 grid is added as computed.
+    let f32_grid = match p.data[d.target] {
+        None => f32_grid(p, d, values, o, pool),
+        Some(_) => None,
     };
-    let grid = match pool {
-        Some(pool) if big => pool.install(run),
-        _ => run(),
-    }?;
+    let grid = match f32_grid {
+        Some(g) => Grid::F32(g),
+        None => {
+            let big = split(d, values, pool);
+            let workers = if big { o.threads.max(1) } else { 1 };
+            let run = || {
+                let mut terms: Vec<Operand> =
+                    d.terms.iter().map(|c| term(c, values, workers)).collect();
+                grid_values(d, &mut terms, o)
+            };
+            Grid::F64(match pool {
+                Some(pool) if big => pool.install(run),
+                _ => run(),
+            }?)
+        }
+    };
     let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
     let at = match &d.scatter {
         None => Placement::Same,
@@ -225,6 +236,41 @@ pub(super) fn contributions(
         },
     };
     Some((grid, at))
+}
+
+/// An equation's values over its grid: in f64, or in f32 as an f32 product computed them.
+pub(crate) enum Grid {
+    /// f64 values.
+    F64(Vec<f64>),
+    /// f32 values.
+    F32(Vec<f32>),
+}
+
+impl Grid {
+    /// Number of grid elements.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Grid::F64(v) => v.len(),
+            Grid::F32(v) => v.len(),
+        }
+    }
+
+    /// Element `i`, as f64.
+    #[inline]
+    pub(crate) fn get(&self, i: usize) -> f64 {
+        match self {
+            Grid::F64(v) => v[i],
+            Grid::F32(v) => f64::from(v[i]),
+        }
+    }
+
+    /// The values as f64.
+    pub(crate) fn into_f64(self) -> Vec<f64> {
+        match self {
+            Grid::F64(v) => v,
+            Grid::F32(v) => v.into_iter().map(f64::from).collect(),
+        }
+    }
 }
 
 /// The value of a `max=`/`min=` tensor without data whose equations have no summation

@@ -100,7 +100,21 @@ pub(super) fn factor_values<'a, T: Num>(
         None => all,
         Some(w) => {
             let dims: Vec<usize> = f.vars.iter().map(|&v| extents[v]).collect();
-            Cow::Owned(strided_copy(&all, w.offset as i64, &w.strides, &dims))
+            // A window that is a row-major block of the tensor (`WP[l, d, e]` at one `l`)
+            // is that slice of it, read in place.
+            let block = row_major(&dims)
+                .iter()
+                .zip(&w.strides)
+                .zip(&dims)
+                .all(|((&r, &s), &n)| n == 1 || r as i64 == s);
+            let len: usize = dims.iter().product();
+            match (block, &all) {
+                (true, Cow::Borrowed(a)) => match a.get(w.offset..w.offset + len) {
+                    Some(slice) => Cow::Borrowed(slice),
+                    None => Cow::Owned(strided_copy(a, w.offset as i64, &w.strides, &dims)),
+                },
+                _ => Cow::Owned(strided_copy(&all, w.offset as i64, &w.strides, &dims)),
+            }
         }
     }
 }
