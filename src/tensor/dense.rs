@@ -25,6 +25,10 @@ pub enum Dense {
     I8(Arc<Vec<i8>>),
 }
 
+/// What [`Dense::add_each`] calls: it hands each (offset, value) pair to the function it
+/// is given.
+pub type Writes<'w> = dyn FnMut(&mut dyn FnMut(usize, f64)) + 'w;
+
 /// Applies `$body` to the buffer of whichever variant `$d` is, bound as `$v`.
 macro_rules! each {
     ($d:expr, $v:ident => $body:expr) => {
@@ -130,10 +134,10 @@ impl Dense {
     /// to the function it is given; each sum is rounded to the type (a shared buffer is
     /// copied once, the type matched once). Returns the first sum that is not finite where
     /// its element was (offsets past the end are ignored).
-    pub fn add_each(&mut self, each: &mut dyn FnMut(&mut dyn FnMut(usize, f64))) -> Option<f64> {
+    pub fn add_each(&mut self, each: &mut Writes) -> Option<f64> {
         fn run<T: Clone>(
             d: &mut Arc<Vec<T>>,
-            each: &mut dyn FnMut(&mut dyn FnMut(usize, f64)),
+            each: &mut Writes,
             read: impl Fn(&T) -> f64,
             write: impl Fn(f64) -> T,
         ) -> Option<f64> {
