@@ -158,12 +158,14 @@ pub(super) fn f32_grid(
 
 /// Whether the expression holds a `softmax` or `lnorm`.
 pub(super) fn has_normalize(e: &Expr) -> bool {
-    let mut found = false;
-    replace_normalize(e, &mut |_, _, _| {
-        found = true;
-        None
-    });
-    found
+    match e {
+        Expr::Normalize(..) => true,
+        Expr::Term(_) | Expr::Const(_) | Expr::Var(_) => false,
+        Expr::Neg(x) | Expr::Not(x) => has_normalize(x),
+        Expr::Product(fs) => fs.iter().any(|(_, f)| has_normalize(f)),
+        Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => has_normalize(a) || has_normalize(b),
+        Expr::Call(_, args) => args.iter().any(has_normalize),
+    }
 }
 
 /// Adds the equation's value at every output element to `acc` (row-major over `d.out`; when
