@@ -1,9 +1,14 @@
 //! Tensor Logic: one engine where a Datalog rule and an einsum are the same tensor equation.
 //!
-//! The pipeline, one stage per module: [`syntax`] (lexer, parser, AST) → [`semantics`]
-//! (names, domains, extents, types, safety, strata) → [`plan`] (how each stratum is evaluated)
+//! The pipeline, one stage per module: `syntax` (lexer, parser, AST) → [`semantics`]
+//! (names, domains, extents, types, safety, strata) → `plan` ([`Plan`]: how each stratum is evaluated)
 //! → [`eval`] (engines; the reference evaluator is the oracle) → [`learn`] (gradients,
 //! optimizers, training). [`Session`] ties them together for library users and the `tl` CLI.
+//!
+//! The public surface is the session and its options, tensor values, diagnostics, the
+//! engines (with their decision log), learning, and the checked program for inspection;
+//! parsing, planning, `explain`, files and output are internal, reached through
+//! [`Session`].
 //!
 //! ```
 //! use tensor_logic::{RunOptions, Session};
@@ -20,19 +25,22 @@
 
 pub mod diagnostics;
 pub mod eval;
-pub mod explain;
-pub mod functions;
-pub mod io;
+pub(crate) mod explain;
+pub(crate) mod functions;
+pub(crate) mod io;
 pub mod learn;
-pub mod output;
-pub mod plan;
+pub(crate) mod output;
+pub(crate) mod plan;
 pub mod semantics;
 mod session;
-pub mod syntax;
+pub(crate) mod syntax;
 pub mod tensor;
 pub mod verify;
 
 pub use diagnostics::{Diagnostic, Diagnostics};
+pub use functions::{Builtin, Structural, UserFunction};
+pub use plan::Plan;
 pub use semantics::Settings;
 pub use session::{RunOptions, Session};
+pub use syntax::ast::{ArithOp, BinOp, CmpOp};
 pub use tensor::{ElemType, Tensor};

@@ -132,11 +132,6 @@ impl Session {
             .insert(name.to_string(), RawData::Table(table));
     }
 
-    /// Binds raw file contents (as read by [`crate::io::read_file`]) to a tensor.
-    pub fn bind_raw(&mut self, name: &str, raw: RawData) {
-        self.bindings.insert(name.to_string(), raw);
-    }
-
     /// Takes parameter values from a checkpoint (§12): entries named like a parameter replace
     /// its initialisation at the next check; a shape that does not fit is an error then.
     /// Returns the checkpoint, whose optimizer state a resumed training run continues.
@@ -192,22 +187,6 @@ impl Session {
         crate::learn::gradcheck::check(checked, &eval, loss, &params, per_param)
     }
 
-    /// Names the program declares or initialises: its parameters (§12), which a checkpoint
-    /// may supply.
-    pub fn parameter_names(&self) -> Vec<String> {
-        use crate::syntax::ast::StmtKind;
-        self.program
-            .statements
-            .iter()
-            .filter_map(|s| match &s.kind {
-                StmtKind::Declaration { name, .. } | StmtKind::Init { name, .. } => {
-                    Some(name.text.clone())
-                }
-                _ => None,
-            })
-            .collect()
-    }
-
     /// Checks the program without evaluating it.
     pub fn check(&mut self, settings: &Settings) -> Result<&Checked, Diagnostics> {
         let input = CheckInput {
@@ -226,6 +205,13 @@ impl Session {
     /// The plan of the last check: what evaluation executes and `tl explain` prints.
     pub fn plan(&self) -> Option<&crate::plan::Plan> {
         self.plan.as_ref()
+    }
+
+    /// How each stratum of the last check will be evaluated (`tl explain`): the plan that
+    /// runs, as text.
+    pub fn explain(&self) -> Option<String> {
+        let (checked, plan) = (self.checked.as_ref()?, self.plan.as_ref()?);
+        Some(crate::explain::explain(checked, plan, &self.source))
     }
 
     /// How the last run evaluated each stratum: the kernel that ran, and why the reference

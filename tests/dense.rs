@@ -459,10 +459,7 @@ fn explained(src: &str) -> String {
     let mut s = Session::new();
     s.load_source("d.tl", src, Path::new(".")).unwrap();
     s.check(&RunOptions::default().settings).unwrap();
-    let (Some(checked), Some(plan)) = (s.checked(), s.plan()) else {
-        panic!("checked")
-    };
-    tensor_logic::explain::explain(checked, plan, src)
+    s.explain().unwrap()
 }
 
 /// `Y` by the standard engine is the reference's within 1e-5 relative.

@@ -115,7 +115,7 @@ fn assert_fast_matches_reference(src: &str) {
     let p = s.check(&settings).unwrap().clone();
     let loss = loss_tensor(&p, "Loss").unwrap();
     let o = EvalOptions::default();
-    let plan = tensor_logic::plan::plan(&p);
+    let plan = tensor_logic::Plan::new(&p);
     let fast = tensor_logic::learn::gradients(&p, &plan, &o, loss, &p.params).unwrap();
     let slow = tensor_logic::learn::reference_gradients(&p, &o, loss, &p.params).unwrap();
     assert!((fast.loss - slow.loss).abs() <= 1e-12 * slow.loss.abs().max(1.0));

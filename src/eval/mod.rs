@@ -101,7 +101,7 @@ pub struct Evaluation {
 pub trait Engine {
     /// A short name for messages and `--verify` reports.
     fn name(&self) -> &'static str;
-    /// Values of every tensor, with the strata planned beforehand by [`crate::plan::plan`]
+    /// Values of every tensor, with the strata planned beforehand ([`crate::Plan::new`])
     /// (engines that do not plan ignore it), and which kernel evaluated each stratum.
     fn run(
         &self,

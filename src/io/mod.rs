@@ -4,5 +4,5 @@
 mod read;
 mod write;
 
-pub use read::{checkpoint_entries, read_file, RawData, Row, Table};
+pub use read::{read_file, RawData, Table};
 pub use write::{write_files, WriteRequest};

@@ -304,14 +304,6 @@ fn check_npy_shape(bytes: &[u8]) -> Result<(), String> {
     }
 }
 
-/// Names of the entries in a `.safetensors` file, sorted.
-pub fn checkpoint_entries(bytes: &[u8]) -> Result<Vec<String>, String> {
-    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| e.to_string())?;
-    let mut names: Vec<String> = st.names().into_iter().cloned().collect();
-    names.sort();
-    Ok(names)
-}
-
 /// Little-endian elements of `N` bytes each, converted to f64.
 fn decode<const N: usize>(data: &[u8], f: impl Fn([u8; N]) -> f64) -> Vec<f64> {
     data.chunks_exact(N)

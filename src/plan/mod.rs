@@ -81,6 +81,12 @@ pub struct Plan {
 pub const SPARSE_RESULT_ELEMENTS: u128 = 1 << 24;
 
 impl Plan {
+    /// The plan of a checked program: what the standard engine and the learning
+    /// code evaluate.
+    pub fn new(p: &Checked) -> Plan {
+        plan(p)
+    }
+
     /// A plan that evaluates every stratum with the reference loops (for the learning code's
     /// reference gradients).
     pub fn reference(p: &Checked) -> Plan {

@@ -257,11 +257,8 @@ fn run(command: Command) -> Result<(), String> {
         }
         Command::Explain { file, common } => {
             let session = load_checked(&file, &common)?;
-            if let (Some(checked), Some(plan)) = (session.checked(), session.plan()) {
-                print!(
-                    "{}",
-                    tensor_logic::explain::explain(checked, plan, session.source().1)
-                );
+            if let Some(text) = session.explain() {
+                print!("{text}");
             }
             Ok(())
         }
