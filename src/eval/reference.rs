@@ -9,7 +9,7 @@ use super::fixpoint;
 use super::initial::empty;
 use super::{Decision, Engine, EvalOptions, Evaluation, Ran};
 use crate::diagnostics::Diagnostics;
-use crate::functions::Structural;
+use crate::functions::RowStats;
 use crate::semantics::{Checked, Equation, Family, Func, Node, Stratum};
 use crate::syntax::ast::BinOp;
 use crate::tensor::Tensor;
@@ -431,19 +431,7 @@ impl<'a> Cx<'a> {
                 env[*var] = here;
                 let x = row.get(here as usize).copied().flatten()?;
                 let defined: Vec<f64> = row.into_iter().flatten().collect();
-                Some(match kind {
-                    Structural::Softmax => {
-                        let m = defined.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                        let s: f64 = defined.iter().map(|v| (v - m).exp()).sum();
-                        (x - m).exp() / s
-                    }
-                    _ => {
-                        let n = defined.len() as f64;
-                        let mean = defined.iter().sum::<f64>() / n;
-                        let var = defined.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
-                        (x - mean) / (var + crate::functions::LNORM_EPSILON).sqrt()
-                    }
-                })
+                Some(RowStats::of(*kind, &defined).apply(x))
             }
             Node::Concat { out, parts, arg } => {
                 self.split_concat(*out, parts, env);

@@ -10,7 +10,7 @@
 //! the gradient equations of `learn::symbolic` must agree with it.
 
 use crate::eval::{assignments, points, Cx, EvalOptions};
-use crate::functions::Structural;
+use crate::functions::{RowStats, Structural};
 use crate::semantics::{Equation, Family, Func, IndexFn, Node};
 use crate::syntax::ast::BinOp;
 use crate::tensor::Tensor;
@@ -331,49 +331,25 @@ impl Back<'_, '_, '_> {
             row.push(self.cx.eval(arg, env, total));
         }
         env[var] = here;
-        let Some(x) = row.get(here as usize).copied().flatten() else {
+        // Nothing flows back from a point that is itself undefined.
+        if row.get(here as usize).copied().flatten().is_none() {
             return;
-        };
+        }
+        // The defined points of the row, the adjoint `a` at this point's, passed back through
+        // the row's Jacobian to each.
+        let at: Vec<usize> = (0..row.len()).filter(|&q| row[q].is_some()).collect();
         let defined: Vec<f64> = row.iter().copied().flatten().collect();
-        let n = defined.len() as f64;
-        let grads: Vec<Option<f64>> = match kind {
-            Structural::Softmax => {
-                let m = defined.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let s: f64 = defined.iter().map(|v| (v - m).exp()).sum();
-                let y = (x - m).exp() / s;
-                row.iter()
-                    .enumerate()
-                    .map(|(q, v)| {
-                        v.map(|v| {
-                            let yq = (v - m).exp() / s;
-                            let delta = if q as i64 == here { 1.0 } else { 0.0 };
-                            a * y * (delta - yq)
-                        })
-                    })
-                    .collect()
-            }
-            _ => {
-                let mean = defined.iter().sum::<f64>() / n;
-                let var_ = defined.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
-                let sd = (var_ + crate::functions::LNORM_EPSILON).sqrt();
-                let y = (x - mean) / sd;
-                row.iter()
-                    .enumerate()
-                    .map(|(q, v)| {
-                        v.map(|v| {
-                            let yq = (v - mean) / sd;
-                            let delta = if q as i64 == here { 1.0 } else { 0.0 };
-                            a * (delta - 1.0 / n - y * yq / n) / sd
-                        })
-                    })
-                    .collect()
-            }
-        };
-        for (q, g) in grads.into_iter().enumerate() {
-            if let Some(g) = g {
-                env[var] = q as i64;
-                self.node(arg, env, g, total);
-            }
+        let stats = RowStats::of(kind, &defined);
+        let y: Vec<f64> = defined.iter().map(|&v| stats.apply(v)).collect();
+        let g: Vec<f64> = at
+            .iter()
+            .map(|&q| if q as i64 == here { a } else { 0.0 })
+            .collect();
+        let mut grads = vec![0.0; at.len()];
+        stats.backward(&y, &g, &mut grads);
+        for (&q, gq) in at.iter().zip(grads) {
+            env[var] = q as i64;
+            self.node(arg, env, gq, total);
         }
         env[var] = here;
     }

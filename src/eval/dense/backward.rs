@@ -316,30 +316,17 @@ fn row_adjoint(d: &DenseEquation, r: &Row, y: &[f64], g: &[f64]) -> Vec<f64> {
     let stride: usize = dims[axis + 1..].iter().product();
     let outer: usize = dims[..axis].iter().product();
     let mut out = vec![0.0; g.len()];
+    let (mut xs, mut ys, mut gs, mut back) =
+        (vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]);
     for o in 0..outer {
         for inner in 0..stride {
             let at = |q: usize| o * n * stride + inner + q * stride;
-            match r.kind {
-                Structural::Softmax => {
-                    let dot: f64 = (0..n).map(|q| g[at(q)] * y[at(q)]).sum();
-                    for q in 0..n {
-                        out[at(q)] = y[at(q)] * (g[at(q)] - dot);
-                    }
-                }
-                _ => {
-                    let len = n as f64;
-                    let mean = (0..n).map(|q| r.input[at(q)]).sum::<f64>() / len;
-                    let var = (0..n)
-                        .map(|q| (r.input[at(q)] - mean) * (r.input[at(q)] - mean))
-                        .sum::<f64>()
-                        / len;
-                    let sd = (var + crate::functions::LNORM_EPSILON).sqrt();
-                    let mean_g = (0..n).map(|q| g[at(q)]).sum::<f64>() / len;
-                    let mean_gy = (0..n).map(|q| g[at(q)] * y[at(q)]).sum::<f64>() / len;
-                    for q in 0..n {
-                        out[at(q)] = (g[at(q)] - mean_g - y[at(q)] * mean_gy) / sd;
-                    }
-                }
+            for q in 0..n {
+                (xs[q], ys[q], gs[q]) = (r.input[at(q)], y[at(q)], g[at(q)]);
+            }
+            crate::functions::RowStats::of(r.kind, &xs).backward(&ys, &gs, &mut back);
+            for (q, &b) in back.iter().enumerate() {
+                out[at(q)] = b;
             }
         }
     }

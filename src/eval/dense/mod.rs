@@ -10,21 +10,22 @@
 //! - `scatter` — a relation or weighted tuples times dense operands;
 //! - `epilogue` — the elementwise expression over the grid, in place over an f32 product,
 //!   and where each element lands;
-//! - `normalize`, `fast_rows` — softmax and layer normalisation of rows;
+//! - `normalize` — softmax and layer normalisation of rows along an axis (the row
+//!   kernels themselves are `functions::normalize` in f64 and `functions::fast_rows` in f32);
 //! - `rows` — the expression compiled to operations run a row at a time, and its adjoint;
 //! - `budget` — memory before allocating, and the work that decides a thread split;
 //! - `backward` — the backward pass of these kernels.
 //!
 //! Products of f32 tensors run in f32, others in f64; elementwise expressions run in f64 as
 //! in the reference evaluator, and results are rounded to the target's type when stored
-//! (f32 softmax rows excepted: `fast_rows`). Threads split output rows or tiles only, so
+//! (f32 softmax rows excepted: `functions::fast_rows`). Threads split output rows or tiles only, so
 //! each element is summed in the same order for every thread count.
 
 mod backward;
 mod budget;
 mod contract;
 mod epilogue;
-mod fast_rows;
+
 mod normalize;
 mod operand;
 mod products;

@@ -1,10 +1,10 @@
 //! Softmax and layer normalisation of rows along an output axis: f64 rows with the
-//! reference's operations, f32 rows by `fast_rows`.
+//! reference's operations, f32 rows by `functions::fast_rows`.
 
 use super::*;
 
 /// Softmax or layer normalisation of every row along `axis` of `scale · buf`, in place
-/// (by [`exact_row`] for f64, by vectorised rows for f32). With `split`, rows along the last
+/// (by `functions::normalize_row` for f64, by vectorised rows for f32). With `split`, rows along the last
 /// axis are shared among the current rayon pool's workers, each row whole (so results do
 /// not depend on the thread count).
 pub(super) fn normalize<T: Num>(
@@ -65,32 +65,5 @@ pub(super) fn normalize_for(
     normalize(&mut narrow, dims, axis, kind, (1.0, false));
     for (b, x) in buf.iter_mut().zip(narrow) {
         *b = f64::from(x);
-    }
-}
-
-/// Softmax or layer normalisation of one row with the same operations as the reference, in
-/// its order (statistics summed in index order); each exponential is computed once and
-/// reused (the same value the reference computes twice).
-pub(super) fn exact_row(kind: Structural, row: &mut [f64]) {
-    match kind {
-        Structural::Softmax => {
-            let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            for r in row.iter_mut() {
-                *r = (*r - m).exp();
-            }
-            let s: f64 = row.iter().sum();
-            for r in row.iter_mut() {
-                *r /= s;
-            }
-        }
-        _ => {
-            let len = row.len() as f64;
-            let mean = row.iter().sum::<f64>() / len;
-            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / len;
-            let sd = (var + crate::functions::LNORM_EPSILON).sqrt();
-            for r in row.iter_mut() {
-                *r = (*r - mean) / sd;
-            }
-        }
     }
 }

@@ -52,7 +52,7 @@ impl Num for f64 {
         if scale != 1.0 {
             row.iter_mut().for_each(|r| *r *= scale);
         }
-        exact_row(kind, row);
+        crate::functions::normalize_row(kind, row);
     }
 }
 
@@ -74,7 +74,7 @@ impl Num for f32 {
         Cow::Owned(v.iter().map(|&x| x as f32).collect())
     }
     fn normalize_row(kind: Structural, row: &mut [f32], scale: f64) {
-        fast_rows::normalize_row(kind, row, scale);
+        crate::functions::fast_rows::normalize_row(kind, row, scale);
     }
 }
 

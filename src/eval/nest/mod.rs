@@ -12,7 +12,6 @@ use super::accumulate::Accumulator;
 use super::fixpoint;
 use super::EvalOptions;
 use crate::diagnostics::Diagnostics;
-use crate::functions::Structural;
 use crate::plan::nest::{Level, NestEquation, Position, Scan, Scope, Value};
 use crate::semantics::{Checked, Family, Func, IndexFn, Stratum};
 use crate::syntax::ast::BinOp;
@@ -419,7 +418,7 @@ impl Cx<'_> {
                 env[*var] = here;
                 let x = row.get(usize::try_from(here).ok()?).copied().flatten()?;
                 let defined: Vec<f64> = row.into_iter().flatten().collect();
-                Some(normalized(*kind, x, &defined))
+                Some(crate::functions::RowStats::of(*kind, &defined).apply(x))
             }
             Value::Concat(out, parts, arg) => {
                 let mut rest = env[*out];
@@ -494,24 +493,6 @@ pub(super) fn row_value(values: &[Tensor], t: Option<usize>, row: usize) -> f64 
     match t.and_then(|t| values.get(t)).map(|t| &t.storage) {
         Some(Storage::Sparse(s)) => s.values().get(row).copied().unwrap_or(0.0),
         _ => 1.0,
-    }
-}
-
-/// Softmax or layer normalisation of `x` among the defined values of its row, as the
-/// reference computes it.
-fn normalized(kind: Structural, x: f64, defined: &[f64]) -> f64 {
-    match kind {
-        Structural::Softmax => {
-            let m = defined.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let s: f64 = defined.iter().map(|v| (v - m).exp()).sum();
-            (x - m).exp() / s
-        }
-        _ => {
-            let n = defined.len() as f64;
-            let mean = defined.iter().sum::<f64>() / n;
-            let var = defined.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
-            (x - mean) / (var + crate::functions::LNORM_EPSILON).sqrt()
-        }
     }
 }
 

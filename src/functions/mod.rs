@@ -2,6 +2,11 @@
 
 use std::sync::Arc;
 
+pub(crate) mod fast_rows;
+pub mod normalize;
+
+pub use normalize::{normalize_row, RowStats};
+
 /// The ε of `lnorm` (§6.4): `(x − mean) / sqrt(var + ε)`.
 pub const LNORM_EPSILON: f64 = 1e-5;
 

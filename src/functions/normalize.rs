@@ -1,0 +1,113 @@
+//! `softmax` and `lnorm` (§6.4) in f64, the one definition every evaluator uses: the row
+//! statistics each element is normalised by, and the Jacobian-vector product of the
+//! backward pass. (f32 rows are `fast_rows`, the vectorised kernels.)
+
+use super::{Structural, LNORM_EPSILON};
+
+/// What one row's elements are normalised by: softmax subtracts the row's largest value and
+/// divides the exponential by the sum of the row's; `lnorm` subtracts the mean and divides
+/// by `sqrt(var + ε)`, the population variance. Sums run in index order.
+#[derive(Clone, Copy, Debug)]
+pub struct RowStats {
+    kind: Structural,
+    shift: f64,
+    scale: f64,
+}
+
+impl RowStats {
+    /// The statistics of a row's defined values (a point that contributes nothing is left
+    /// out, §6.4 as implemented).
+    pub fn of(kind: Structural, row: &[f64]) -> RowStats {
+        match kind {
+            Structural::Softmax => {
+                let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let s: f64 = row.iter().map(|v| (v - m).exp()).sum();
+                RowStats {
+                    kind,
+                    shift: m,
+                    scale: s,
+                }
+            }
+            _ => {
+                let n = row.len() as f64;
+                let mean = row.iter().sum::<f64>() / n;
+                let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+                RowStats {
+                    kind,
+                    shift: mean,
+                    scale: (var + LNORM_EPSILON).sqrt(),
+                }
+            }
+        }
+    }
+
+    /// The normalised value of the row's element `x`.
+    #[inline]
+    pub fn apply(&self, x: f64) -> f64 {
+        match self.kind {
+            Structural::Softmax => (x - self.shift).exp() / self.scale,
+            _ => (x - self.shift) / self.scale,
+        }
+    }
+
+    /// The gradient with respect to a row's inputs of `Σ g_q y_q`, where `y` is the
+    /// normalised row these statistics made and `g` the adjoint of each of its elements:
+    /// softmax's `y_p (g_p − Σ g y)`, `lnorm`'s `(g_p − mean g − y_p · mean g·y) / sd`.
+    pub fn backward(&self, y: &[f64], g: &[f64], out: &mut [f64]) {
+        let n = y.len() as f64;
+        let dot: f64 = g.iter().zip(y).map(|(a, b)| a * b).sum();
+        match self.kind {
+            Structural::Softmax => {
+                for ((o, &yq), &gq) in out.iter_mut().zip(y).zip(g) {
+                    *o = yq * (gq - dot);
+                }
+            }
+            _ => {
+                let mean_g = g.iter().sum::<f64>() / n;
+                let mean_gy = dot / n;
+                for ((o, &yq), &gq) in out.iter_mut().zip(y).zip(g) {
+                    *o = (gq - mean_g - yq * mean_gy) / self.scale;
+                }
+            }
+        }
+    }
+}
+
+/// Softmax or layer normalisation of a whole row in place, as [`RowStats`] defines it.
+pub fn normalize_row(kind: Structural, row: &mut [f64]) {
+    let stats = RowStats::of(kind, row);
+    row.iter_mut().for_each(|x| *x = stats.apply(*x));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backward_pass_matches_finite_differences() {
+        for kind in [Structural::Softmax, Structural::Lnorm] {
+            let x = [0.3, -1.2, 2.0, 0.5];
+            let g = [1.0, -0.5, 0.25, 2.0];
+            let loss = |x: &[f64]| {
+                let mut y = x.to_vec();
+                normalize_row(kind, &mut y);
+                y.iter().zip(&g).map(|(a, b)| a * b).sum::<f64>()
+            };
+            let mut y = x.to_vec();
+            normalize_row(kind, &mut y);
+            let mut got = [0.0; 4];
+            RowStats::of(kind, &x).backward(&y, &g, &mut got);
+            for p in 0..4 {
+                let (mut up, mut down) = (x, x);
+                up[p] += 1e-6;
+                down[p] -= 1e-6;
+                let want = (loss(&up) - loss(&down)) / 2e-6;
+                assert!(
+                    (got[p] - want).abs() < 1e-6,
+                    "{kind:?} {p}: {} vs {want}",
+                    got[p]
+                );
+            }
+        }
+    }
+}
