@@ -3,7 +3,7 @@
 //! engine executes a [`Plan`], recording which kernel ran for each stratum.
 
 mod accumulate;
-mod dense;
+pub(crate) mod dense;
 mod fixpoint;
 mod initial;
 mod nest;
@@ -19,7 +19,6 @@ use crate::semantics::{Checked, Query};
 use crate::tensor::Tensor;
 use std::collections::BTreeMap;
 
-pub(crate) use dense::backward_dense;
 pub use dense::KeptTerms;
 pub(crate) use reference::{assignments, points, Cx};
 pub use reference::{Record, Reference};

@@ -7,7 +7,8 @@
 //! time). Boolean and integer tensors carry no gradient: `step` has derivative 0.
 
 use super::backprop::{self, Head, Sink};
-use crate::eval::{backward_dense, EvalOptions, KeptTerms, Record, StratumRecord};
+use super::dense_backward::backward_dense;
+use crate::eval::{EvalOptions, KeptTerms, Record, StratumRecord};
 use crate::plan::einsum::DenseEquation;
 use crate::plan::{Kernel, Plan};
 use crate::semantics::{Checked, Family, Kind, Node, TensorId};

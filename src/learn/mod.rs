@@ -9,6 +9,7 @@
 mod backprop;
 pub mod batch;
 pub mod checkpoint;
+mod dense_backward;
 pub mod gradcheck;
 mod gradient;
 pub mod optim;

@@ -40,7 +40,7 @@ pub(super) fn work(d: &DenseEquation, values: &[Tensor]) -> f64 {
 
 /// Whether every factor is a dense array whose extents are the variables', the target's
 /// shape is the output variables', and the intermediates fit in `max_memory`.
-pub(super) fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory: u64) -> bool {
+pub(crate) fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory: u64) -> bool {
     let shaped = d.terms.iter().flat_map(|c| &c.factors).all(|f| {
         let v = &values[f.tensor];
         if let Some(w) = &f.window {

@@ -17,7 +17,7 @@ pub(super) fn intermediates(c: &Contraction, path: &Path) -> f64 {
 }
 
 /// A term's value over its free variables (in left-hand-side order), scaled.
-pub(super) fn term<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) -> Operand<'a> {
+pub(crate) fn term<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) -> Operand<'a> {
     let mut root = match (c.single, &c.path) {
         (_, None) if c.sparse.is_none() => Operand {
             vars: Vec::new(),
@@ -165,7 +165,7 @@ pub(super) fn subtree<'a, T: Num>(
 }
 
 /// Evaluates a subtree whose leaves `leaf` supplies.
-pub(super) fn subtree_from<'a, T: Num>(
+pub(crate) fn subtree_from<'a, T: Num>(
     c: &Contraction,
     path: &Path,
     leaf: &dyn Fn(usize) -> Operand<'a, T>,

@@ -249,7 +249,7 @@ pub(super) fn grid_values(
 
 /// For each element of the grid (row-major over `d.out`), the target offset its left-hand-side
 /// positions name (`d.scatter`), or `None` where one falls outside the target.
-pub(super) fn targets(d: &DenseEquation) -> Vec<Option<usize>> {
+pub(crate) fn targets(d: &DenseEquation) -> Vec<Option<usize>> {
     let Some(at) = &d.scatter else {
         return Vec::new();
     };
@@ -327,7 +327,7 @@ pub(super) fn affine_layout(
 
 /// `e` with every `softmax`/`lnorm` node replaced by what `f` makes of it (its kind,
 /// variable and argument); `None` where `f` gives none.
-pub(super) fn replace_normalize(
+pub(crate) fn replace_normalize(
     e: &Expr,
     f: &mut dyn FnMut(Structural, VarId, &Expr) -> Option<Expr>,
 ) -> Option<Expr> {

@@ -13,15 +13,15 @@
 //! - `normalize` — softmax and layer normalisation of rows along an axis (the row
 //!   kernels themselves are `functions::normalize` in f64 and `functions::fast_rows` in f32);
 //! - `rows` — the expression compiled to operations run a row at a time, and its adjoint;
-//! - `budget` — memory before allocating, and the work that decides a thread split;
-//! - `backward` — the backward pass of these kernels.
+//! - `budget` — memory before allocating, and the work that decides a thread split.
+//!
+//! Their backward pass is `learn::dense_backward`.
 //!
 //! Products of f32 tensors run in f32, others in f64; elementwise expressions run in f64 as
 //! in the reference evaluator, and results are rounded to the target's type when stored
 //! (f32 softmax rows excepted: `functions::fast_rows`). Threads split output rows or tiles only, so
 //! each element is summed in the same order for every thread count.
 
-mod backward;
 mod budget;
 mod contract;
 mod epilogue;
@@ -29,7 +29,7 @@ mod epilogue;
 mod normalize;
 mod operand;
 mod products;
-mod rows;
+pub(crate) mod rows;
 mod scatter;
 
 use budget::*;
@@ -42,7 +42,15 @@ use scatter::*;
 
 pub(super) use epilogue::Placement;
 
-pub(crate) use backward::backward_dense;
+/// What the backward pass of these kernels (`learn::dense_backward`) computes with.
+pub(crate) use self::{
+    budget::fits,
+    contract::{subtree_from, term},
+    epilogue::{replace_normalize, targets},
+    normalize::normalize_for,
+    operand::{factor_values, permute, reduce, widen, Num, Operand},
+    scatter::{sparse_operands, TupleWalk},
+};
 
 use super::EvalOptions;
 use crate::functions::Structural;

@@ -52,7 +52,7 @@ pub(super) fn normalize<T: Num>(
 /// [`normalize`] of f64 values that `d` stores: for an f32 (or narrower) target, on the
 /// values rounded to f32, by the f32 rows (the same results as a product normalised in its
 /// own f32 buffer); otherwise by the reference's operations.
-pub(super) fn normalize_for(
+pub(crate) fn normalize_for(
     d: &DenseEquation,
     buf: &mut [f64],
     (dims, axis): (&[usize], usize),

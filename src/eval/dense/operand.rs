@@ -8,13 +8,13 @@ use super::*;
 /// A tensor being contracted: row-major values over `vars`, borrowed from an input until an
 /// operation has to write. Contractions of f32 tensors run in f32 (`Contraction::single`);
 /// everything else, and every elementwise expression, in f64.
-pub(super) struct Operand<'a, T: Clone = f64> {
-    pub(super) vars: Vec<VarId>,
-    pub(super) data: Cow<'a, [T]>,
+pub(crate) struct Operand<'a, T: Clone = f64> {
+    pub(crate) vars: Vec<VarId>,
+    pub(crate) data: Cow<'a, [T]>,
 }
 
 /// An element type contractions run in: f32 or f64.
-pub(super) trait Num: Copy + Default + Send + Sync + 'static + Into<f64> {
+pub(crate) trait Num: Copy + Default + Send + Sync + 'static + Into<f64> {
     /// The type's 1.
     const ONE: Self;
     /// The sum, rounded to the type.
@@ -79,7 +79,7 @@ impl Num for f32 {
 }
 
 /// An operand's values as f64, for the elementwise pass.
-pub(super) fn widen<'a, T: Num>(op: Operand<'a, T>) -> Operand<'a> {
+pub(crate) fn widen<'a, T: Num>(op: Operand<'a, T>) -> Operand<'a> {
     Operand {
         vars: op.vars,
         data: Cow::Owned(op.data.iter().map(|&x| x.into()).collect()),
@@ -87,7 +87,7 @@ pub(super) fn widen<'a, T: Num>(op: Operand<'a, T>) -> Operand<'a> {
 }
 
 /// A factor's values over its variables: the tensor as stored, or its window gathered.
-pub(super) fn factor_values<'a, T: Num>(
+pub(crate) fn factor_values<'a, T: Num>(
     f: &Factor,
     values: &'a [Tensor],
     extents: &[usize],
@@ -246,7 +246,7 @@ pub(super) fn row_major(dims: &[usize]) -> Vec<usize> {
 }
 
 /// The operand with its axes in `order` (a permutation of its variables).
-pub(super) fn permute<'a, T: Num>(
+pub(crate) fn permute<'a, T: Num>(
     op: Operand<'a, T>,
     order: &[VarId],
     extents: &[usize],
@@ -274,7 +274,7 @@ pub(super) fn permute<'a, T: Num>(
 
 /// Sums out every variable not in `keep`, in row-major order of the summed ones (in f64,
 /// then rounded to the operand's type).
-pub(super) fn reduce<'a, T: Num>(
+pub(crate) fn reduce<'a, T: Num>(
     op: Operand<'a, T>,
     keep: &[VarId],
     extents: &[usize],

@@ -33,14 +33,14 @@ enum Op {
 }
 
 /// A compiled expression: operations in postorder, the last one its value.
-pub(super) struct Program {
+pub(crate) struct Program {
     ops: Vec<Op>,
 }
 
 impl Program {
     /// Compiles `e`; `None` when it calls an unregistered function or still holds a
     /// `softmax`/`lnorm` (those are made terms first).
-    pub(super) fn compile(e: &Expr, o: &EvalOptions) -> Option<Program> {
+    pub(crate) fn compile(e: &Expr, o: &EvalOptions) -> Option<Program> {
         let mut ops = Vec::new();
         push(e, o, &mut ops)?;
         Some(Program { ops })
@@ -299,7 +299,7 @@ fn map2((a, b): (&[f64], &[f64]), out: &mut [f64], f: impl Fn(f64, f64) -> f64) 
 }
 
 /// The expression's value at every output element, row-major over `d.out`.
-pub(super) fn values(p: &Program, d: &DenseEquation, terms: &[Operand]) -> Vec<f64> {
+pub(crate) fn values(p: &Program, d: &DenseEquation, terms: &[Operand]) -> Vec<f64> {
     let rows = Rows::new(d, terms);
     let mut out = vec![0.0; rows.len * rows.count];
     let n = rows.len;
@@ -364,7 +364,7 @@ pub(super) fn in_place(
 
 /// Adds to `g[k]` (laid out like term `k`) the adjoint of each term, given the adjoint of
 /// the expression at every output element.
-pub(super) fn backward(
+pub(crate) fn backward(
     p: &Program,
     d: &DenseEquation,
     terms: &[Operand],

@@ -248,23 +248,23 @@ pub(super) fn sum_rows<T: Num>(
 
 /// One axis of a relation-times-operands term: its extent, its stride in the result, and
 /// its stride in each operand.
-pub(super) type Axis = (usize, usize, Vec<usize>);
+pub(crate) type Axis = (usize, usize, Vec<usize>);
 
 /// What [`TupleWalk::run`] calls: tuple index, result offset, operand offsets, and whether
 /// the call stands for the tuple's whole slice.
-pub(super) type TupleVisitor<'f> = dyn FnMut(usize, usize, &[usize], bool) -> bool + 'f;
+pub(crate) type TupleVisitor<'f> = dyn FnMut(usize, usize, &[usize], bool) -> bool + 'f;
 
 /// How a relation-times-operands term is walked: the relation's variables, fixed by each
 /// tuple, and the free ones (the result's and the operands' other variables) that run over
 /// their extents at each tuple.
-pub(super) struct TupleWalk {
-    pub(super) fixed: Vec<Axis>,
-    pub(super) free: Vec<Axis>,
-    pub(super) operands: usize,
+pub(crate) struct TupleWalk {
+    pub(crate) fixed: Vec<Axis>,
+    pub(crate) free: Vec<Axis>,
+    pub(crate) operands: usize,
 }
 
 impl TupleWalk {
-    pub(super) fn new<T: Num>(
+    pub(crate) fn new<T: Num>(
         c: &Contraction,
         rel_vars: &[VarId],
         parts: &[Operand<T>],
@@ -298,7 +298,7 @@ impl TupleWalk {
 
     /// Whether only the tuple's first position moves the result: then the (sorted) tuples
     /// that add to one result element are consecutive.
-    pub(super) fn runs(&self) -> bool {
+    pub(crate) fn runs(&self) -> bool {
         self.fixed.first().is_some_and(|a| a.1 > 0) && self.fixed[1..].iter().all(|a| a.1 == 0)
     }
 
@@ -306,7 +306,7 @@ impl TupleWalk {
     /// true)` at the start of its slice; unless that returns `true` (it handled the whole
     /// slice), then `f(…, false)` at every point of the slice, in row-major order of the free
     /// variables.
-    pub(super) fn run(
+    pub(crate) fn run(
         &self,
         rel: &crate::tensor::Relation,
         tuples: std::ops::Range<usize>,
@@ -361,7 +361,7 @@ impl TupleWalk {
 /// The dense operands a relation multiplies: each factor alone, summed over the variables
 /// only it has, when no two factors share a summed variable (then each tuple needs only a
 /// product of slices, as in `R(x, y) Emb[x, i] Emb[y, j]`); otherwise their planned product.
-pub(super) fn sparse_operands<'a, T: Num>(
+pub(crate) fn sparse_operands<'a, T: Num>(
     c: &Contraction,
     values: &'a [Tensor],
     threads: usize,

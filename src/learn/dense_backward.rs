@@ -5,8 +5,8 @@
 //! then the einsum of `s · Gₖ` with the term's other factors onto that factor's variables
 //! (`dW[h, i] = Σₑ dPre[e, h] X[e, i]`), run as the same batched matrix products.
 
-use super::rows::{self, Program};
-use super::{
+use crate::eval::dense::rows::{self, Program};
+use crate::eval::dense::{
     factor_values, fits, normalize_for, permute, reduce, replace_normalize, sparse_operands,
     subtree_from, targets, term, widen, KeptTerm, Num, Operand, TupleWalk,
 };
