@@ -41,6 +41,19 @@ impl RowStats {
         }
     }
 
+    /// What [`RowStats::backward`] needs of a row's inputs: for softmax nothing (its
+    /// Jacobian is in the outputs alone), for `lnorm` the divisor.
+    pub fn for_backward(kind: Structural, row: &[f64]) -> RowStats {
+        match kind {
+            Structural::Softmax => RowStats {
+                kind,
+                shift: 0.0,
+                scale: 1.0,
+            },
+            _ => RowStats::of(kind, row),
+        }
+    }
+
     /// The normalised value of the row's element `x`.
     #[inline]
     pub fn apply(&self, x: f64) -> f64 {

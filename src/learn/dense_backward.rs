@@ -140,14 +140,24 @@ fn factor_gradients(
         if adj[f.tensor].is_none() {
             continue;
         }
-        let grad = gradient_term(c, j, vars);
+        // Planned once for the term's own adjoint; over other variables (a relation's
+        // operands), planned here.
+        let planned = c.gradients.get(j).filter(|_| vars == c.out.as_slice());
+        let fresh;
+        let grad = match planned {
+            Some(g) => g,
+            None => {
+                fresh = gradient_term(c, j, vars);
+                &fresh
+            }
+        };
         let Some(path) = &grad.path else {
             continue;
         };
         let acc = if grad.single {
-            widen(gradient::<f32>(&grad, path, &f.vars, g, values, threads))
+            widen(gradient::<f32>(grad, path, &f.vars, g, values, threads))
         } else {
-            gradient::<f64>(&grad, path, &f.vars, g, values, threads)
+            gradient::<f64>(grad, path, &f.vars, g, values, threads)
         };
         add_factor(adj, f, &c.extents, &acc.data);
     }
@@ -324,7 +334,7 @@ fn row_adjoint(d: &DenseEquation, r: &Row, y: &[f64], g: &[f64]) -> Vec<f64> {
             for q in 0..n {
                 (xs[q], ys[q], gs[q]) = (r.input[at(q)], y[at(q)], g[at(q)]);
             }
-            crate::functions::RowStats::of(r.kind, &xs).backward(&ys, &gs, &mut back);
+            crate::functions::RowStats::for_backward(r.kind, &xs).backward(&ys, &gs, &mut back);
             for (q, &b) in back.iter().enumerate() {
                 out[at(q)] = b;
             }

@@ -89,6 +89,10 @@ pub struct Contraction {
     /// its part of the window. Rows never depend on each other (§9), so results are the
     /// same.
     pub chunk: Option<usize>,
+    /// Per factor, the einsum of its gradient ([`gradient_term`] with the term's adjoint
+    /// over `out`), planned once for training's backward passes; empty for a term a
+    /// relation multiplies (its backward pass plans over the relation's operands).
+    pub gradients: Vec<Contraction>,
 }
 
 /// The most elements of a grid that is summed after its expression (512 MiB of f64).
@@ -279,6 +283,12 @@ fn dense_equation(p: &Checked, e: usize, eq: &Equation, sparse: &[bool]) -> Opti
     };
     for c in &mut terms {
         c.single = narrow(eq.target) && c.factors.iter().all(|f| narrow(f.tensor));
+        // The gradient einsums run in the term's own precision.
+        if c.sparse.is_none() {
+            c.gradients = (0..c.factors.len())
+                .map(|j| gradient_term(c, j, &c.out))
+                .collect();
+        }
     }
     // Under `max=`/`min=` the extreme replaces the sum at every summation point (§7): only
     // equations without any (`Pool[x / 2, y / 2] max= F[x, y]`) are dense, each grid
@@ -403,6 +413,7 @@ fn expr(
                 sparse: None,
                 keep: Vec::new(),
                 chunk: None,
+                gradients: Vec::new(),
             };
             collect((p, sparse), n, &mut c)?;
             // Free variables must all be on the left-hand side; summed ones must be read (a
@@ -780,6 +791,7 @@ pub fn gradient_term(c: &Contraction, j: usize, adjoint: &[VarId]) -> Contractio
         sparse: None,
         keep: target,
         chunk: None,
+        gradients: Vec::new(),
     };
     let (path, flops) = best_path(&g);
     g.path = Some(path);

@@ -154,10 +154,17 @@ pub fn plan_virtual(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Virtua
             offset: 0,
             range: eq.vars[v].range,
             strides,
-            dense: Some(dense),
+            dense: Some(without_gradients(dense)),
             nest: super::nest::plan_nest(p, e, sparse),
         },
     })
+}
+
+/// A one-step plan without its terms' gradient einsums: steps are differentiated by the
+/// reference's recorded iterates, and each step copies its plan.
+fn without_gradients(mut d: DenseEquation) -> DenseEquation {
+    d.terms.iter_mut().for_each(|c| c.gradients.clear());
+    d
 }
 
 /// `n` with every read of the previous virtual slice made a read of `target`.
@@ -328,7 +335,7 @@ fn step_equation(
         offset,
         range,
         strides,
-        dense: dense.filter(|_| movable),
+        dense: dense.filter(|_| movable).map(without_gradients),
         nest,
     }
 }
