@@ -126,8 +126,12 @@ impl BitRows {
     fn times(&self, other: &BitRows, pool: Option<&rayon::ThreadPool>) -> BitRows {
         let mask = other.row_mask();
         let words = self.words;
+        let lists = Lists::of_sparse(other);
         let part = |rows: &[u32], bits: &[u64]| -> (Vec<u32>, Vec<u64>) {
-            let (mut out_rows, mut out_bits) = (Vec::new(), Vec::new());
+            // At most one row out per row in: reserving that avoids regrowing (and
+            // re-zeroing pages) as rows arrive.
+            let mut out_rows = Vec::with_capacity(rows.len());
+            let mut out_bits = Vec::with_capacity(bits.len());
             let mut dst = vec![0u64; words];
             for (&x, a) in rows.iter().zip(bits.chunks_exact(words)) {
                 dst.fill(0);
@@ -136,9 +140,14 @@ impl BitRows {
                     while hits != 0 {
                         let y = w * 64 + hits.trailing_zeros() as usize;
                         hits &= hits - 1;
-                        if let Some(b) = other.row(y) {
-                            for (d, &b) in dst.iter_mut().zip(b) {
-                                *d |= b;
+                        match &lists {
+                            Some(l) => l.set_row(y, &mut dst),
+                            None => {
+                                if let Some(b) = other.row(y) {
+                                    for (d, &b) in dst.iter_mut().zip(b) {
+                                        *d |= b;
+                                    }
+                                }
                             }
                         }
                     }
@@ -213,13 +222,54 @@ impl BitRows {
     fn pairs(&self) -> Vec<u32> {
         let mut order: Vec<(usize, &[u64])> = self.stored().collect();
         order.sort_unstable_by_key(|(x, _)| *x);
-        let mut flat = Vec::new();
+        let ones: usize = self.bits.iter().map(|w| w.count_ones() as usize).sum();
+        let mut flat = Vec::with_capacity(2 * ones);
         for (x, bits) in order {
             for y in BitRows::ones(bits) {
                 flat.extend([x as u32, y as u32]);
             }
         }
         flat
+    }
+}
+
+/// A sparse matrix's rows as lists of their set columns, for products that would
+/// otherwise OR whole rows holding a few bits each: an edge relation with a handful of
+/// successors per node costs those few bit sets per hit instead of `n / 64` words.
+struct Lists {
+    /// Per row, where its columns start in `cols` (`n + 1` entries).
+    start: Vec<u32>,
+    cols: Vec<u32>,
+}
+
+/// A matrix whose stored rows hold fewer than one set bit per this many words is read as
+/// [`Lists`].
+const SPARSE_ROW_WORDS: usize = 4;
+
+impl Lists {
+    fn of_sparse(m: &BitRows) -> Option<Lists> {
+        let ones: usize = m.bits.iter().map(|w| w.count_ones() as usize).sum();
+        if ones * SPARSE_ROW_WORDS >= m.bits.len() || u32::try_from(ones).is_err() {
+            return None;
+        }
+        let mut start = Vec::with_capacity(m.n + 1);
+        let mut cols = Vec::with_capacity(ones);
+        start.push(0);
+        for x in 0..m.n {
+            if let Some(bits) = m.row(x) {
+                cols.extend(BitRows::ones(bits).map(|y| y as u32));
+            }
+            start.push(cols.len() as u32);
+        }
+        Some(Lists { start, cols })
+    }
+
+    /// ORs row `y` into `dst`.
+    fn set_row(&self, y: usize, dst: &mut [u64]) {
+        let (a, b) = (self.start[y] as usize, self.start[y + 1] as usize);
+        for &c in &self.cols[a..b] {
+            dst[c as usize / 64] |= 1 << (c % 64);
+        }
     }
 }
 
