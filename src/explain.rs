@@ -86,6 +86,7 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
                         "    join: {}",
                         steps(p, r, eq, &join_order(r, None, &size))
                     );
+                    afterwards(&mut out, p, r, eq);
                 }
             }
             Kernel::Dense(plans) => {
@@ -384,8 +385,29 @@ fn rule_plan(out: &mut String, p: &Checked, st: &Stratum, r: &Rule, source: &str
             steps(p, r, eq, &join_order(r, None, &size))
         );
     }
+    afterwards(out, p, r, eq);
+}
+
+/// What a join checks at each assignment it finds: negated atoms and value comparisons.
+fn afterwards(out: &mut String, p: &Checked, r: &Rule, eq: &Equation) {
     for a in &r.negated {
         let _ = writeln!(out, "    then: not {} (a lookup)", atom(p, a, eq));
+    }
+    if !r.checks.is_empty() {
+        let mut read = Vec::new();
+        r.checks.iter().for_each(|c| c.tensors(&mut read));
+        read.sort_unstable();
+        read.dedup();
+        let names: Vec<&str> = read.iter().map(|&t| p.tensors[t].name.as_str()).collect();
+        let reads = match names.as_slice() {
+            [] => String::new(),
+            _ => format!(", reading {}", names.join(", ")),
+        };
+        let _ = writeln!(
+            out,
+            "    then: {} value comparison(s) at each assignment{reads}",
+            r.checks.len()
+        );
     }
 }
 

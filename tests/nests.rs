@@ -22,7 +22,7 @@ struct Gen {
 }
 
 /// Equation templates; each reads the data above (R, S, V, D, M) or earlier results.
-const TEMPLATES: [&str; 23] = [
+const TEMPLATES: [&str; 27] = [
     "T0[x] = R(x, y) M[x, y] (D[y] > C)",
     "T1[x, y] = V[x, z] R(z, y)",
     "T2 = R(x, y) / (1 + D[x] * D[x])",
@@ -47,6 +47,10 @@ const TEMPLATES: [&str; 23] = [
     "L7 = [1, -2, 0.5]\nB7[i, 0] = D[i]\nC7[i, t] = relu(M[i, j] B7[j, t]) * L7[t]\n\
      B7[i, t + 1] = R(i, j) C7[j, t] - 0.5 * B7[i, t] + t",
     "L9 = [0.5, 1, -1]\nV9[0, s] max= D[s]\nV9[t + 1, s] max= V9[t, r] + M[r, s] + L9[t]",
+    "Q1(y) :- S(y).\nQ1(y) :- Q1(x), R(x, y), M[x, y] > C.",
+    "Q2(x, y) :- R(x, y), not (W[x, y] > C), x < y + 1.",
+    "K3 : int[Node]\nK3[x] = R(x, y) (D[y] + D[x] > C)",
+    "Q4(x, y, z) :- R(x, y), R(y, z), R(z, x), M[x, z] * 2 >= C.",
 ];
 
 fn program(g: &Gen) -> String {

@@ -255,7 +255,7 @@ impl<'a> State<'a> {
             }
             Kernel::Counts(rules) => {
                 self.fill_pending(&st.tensors);
-                relational::evaluate_counts(p, st, rules, &mut self.values, &self.plan.sparse);
+                relational::evaluate_counts(p, st, rules, &mut self.values, &self.plan.sparse, o);
                 self.log(i, Ran::Counts, None);
                 Ok(())
             }

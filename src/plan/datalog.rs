@@ -3,6 +3,7 @@
 //! variables and constants. Such a stratum has set semantics (SPEC §8), so it can be evaluated
 //! by joins over tuples instead of loops over iteration spaces.
 
+use super::nest::{self, Value};
 use crate::semantics::{Checked, Equation, Family, IndexFn, Kind, Node, Stratum, TensorId, VarId};
 use crate::syntax::ast::{BinOp, CmpOp};
 
@@ -57,6 +58,9 @@ pub struct Rule {
     pub negated: Vec<Atom>,
     /// Comparisons.
     pub filters: Vec<Filter>,
+    /// Comparisons of computed values (`W[x, y] > 0.5`, `x < y + 1`), checked once every
+    /// variable is bound ([`nest::check`]); they read tensors of lower strata only.
+    pub checks: Vec<Value>,
     /// Number of variables.
     pub vars: usize,
     /// The equation it was planned from (index into `Checked::equations`).
@@ -244,7 +248,7 @@ pub fn plan_stratum(p: &Checked, st: &Stratum) -> Option<Vec<Rule>> {
     }
     st.equations
         .iter()
-        .map(|&e| plan_rule(p, e, false))
+        .map(|&e| plan_rule(p, e, false, &st.tensors))
         .collect()
 }
 
@@ -261,7 +265,7 @@ pub fn plan_counts(p: &Checked, st: &Stratum) -> Option<Vec<Rule>> {
     }
     st.equations
         .iter()
-        .map(|&e| plan_rule(p, e, true))
+        .map(|&e| plan_rule(p, e, true, &st.tensors))
         .collect()
 }
 
@@ -282,7 +286,7 @@ pub fn product(r: &Rule) -> Option<Product> {
     let ([x, y], true, true) = (
         r.atoms.as_slice(),
         r.negated.is_empty(),
-        r.filters.is_empty(),
+        r.filters.is_empty() && r.checks.is_empty(),
     ) else {
         return None;
     };
@@ -313,7 +317,7 @@ pub fn run_lengths(r: &Rule) -> bool {
     let ([a], true, true) = (
         r.atoms.as_slice(),
         r.negated.is_empty(),
-        r.filters.is_empty(),
+        r.filters.is_empty() && r.checks.is_empty(),
     ) else {
         return false;
     };
@@ -400,6 +404,7 @@ pub fn plan_extremum(p: &Checked, st: &Stratum) -> Option<Vec<ValuedRule>> {
                 atoms: Vec::new(),
                 negated: Vec::new(),
                 filters: Vec::new(),
+                checks: Vec::new(),
                 vars: eq.vars.len(),
                 equation: e,
                 cyclic: false,
@@ -473,8 +478,9 @@ fn value_expr(
     }
 }
 
-/// Plans one equation as a join rule: with a Boolean head, or (`count`) an integer one.
-fn plan_rule(p: &Checked, e: usize, count: bool) -> Option<Rule> {
+/// Plans one equation as a join rule: with a Boolean head, or (`count`) an integer one;
+/// `own` are the stratum's tensors, which its value checks may not read.
+fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rule> {
     let eq: &Equation = &p.equations[e];
     if eq.family != Family::Sum || eq.virtual_var.is_some() || eq.bool_head == count {
         return None;
@@ -493,20 +499,38 @@ fn plan_rule(p: &Checked, e: usize, count: bool) -> Option<Rule> {
         atoms: Vec::new(),
         negated: Vec::new(),
         filters: Vec::new(),
+        checks: Vec::new(),
         vars: eq.vars.len(),
         equation: e,
         cyclic: false,
     };
+    let mut checked_vars = Vec::new();
     for lit in literals {
         let sums_here = matches!(lit, Node::Sum { vars, .. } if !vars.is_empty());
-        match strip(lit) {
-            Node::Read { .. } => rule.atoms.push(atom(p, strip(lit))?),
-            Node::Not(inner) if !sums_here => rule.negated.push(atom(p, strip(inner))?),
-            Node::Compare(op, a, b) if !sums_here => rule.filters.push(Filter {
+        let plain = strip(lit);
+        let filter = |op: &CmpOp, a: &Node, b: &Node| {
+            Some(Filter {
                 op: *op,
                 left: operand(strip(a))?,
                 right: operand(strip(b))?,
-            }),
+            })
+        };
+        match plain {
+            Node::Read { .. } => rule.atoms.push(atom(p, plain)?),
+            Node::Not(inner) if !sums_here => match atom(p, strip(inner)) {
+                Some(a) => rule.negated.push(a),
+                None => {
+                    rule.checks.push(nest::check(p, e, plain, own)?);
+                    checked_vars.extend(nest::check_vars(plain));
+                }
+            },
+            Node::Compare(op, a, b) if !sums_here => match filter(op, a, b) {
+                Some(f) => rule.filters.push(f),
+                None => {
+                    rule.checks.push(nest::check(p, e, plain, own)?);
+                    checked_vars.extend(nest::check_vars(plain));
+                }
+            },
             _ => return None,
         }
     }
@@ -526,7 +550,8 @@ fn plan_rule(p: &Checked, e: usize, count: bool) -> Option<Rule> {
         && rule
             .filters
             .iter()
-            .all(|f| operand_bound(&f.left) && operand_bound(&f.right));
+            .all(|f| operand_bound(&f.left) && operand_bound(&f.right))
+        && checked_vars.iter().all(|&v| positive[v]);
     safe.then(|| rule.planned())
 }
 
@@ -571,6 +596,7 @@ fn operand(n: &Node) -> Option<Operand> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::chains;
     use crate::semantics::tests::checked;
 
     fn plans(src: &str) -> Vec<Option<Vec<Rule>>> {
@@ -589,6 +615,16 @@ mod tests {
         let q = p.last().unwrap().as_ref().unwrap();
         assert_eq!(q[0].negated.len(), 1);
         assert_eq!(q[0].filters.len(), 1);
+    }
+
+    #[test]
+    fn comparisons_of_values_are_checks_bound_by_atoms() {
+        let p = plans("E(0, 1).\nW = [[0, 1], [1, 0]]\nR(0).\nR(y) :- R(x), E(x, y), W[x, y] > 0.5, x < y + 1.\n");
+        let r = p.last().unwrap().as_ref().unwrap();
+        assert_eq!((r[0].filters.len(), r[0].checks.len()), (0, 2));
+        assert!(chains::chains(r).is_none(), "checks keep rules off bit matrices");
+        let unbound = plans("E(0, 1).\nW = [[0, 1], [1, 0]]\nF(x) :- E(x, x), W[x, y] > 0.\n");
+        assert!(unbound.last().unwrap().is_none());
     }
 
     #[test]

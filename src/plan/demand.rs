@@ -89,10 +89,16 @@ pub fn plan_demand(p: &Checked, q: &Query) -> Option<DemandPlan> {
             }
         }
     }
+    // Negated atoms and value checks read their tensors whole.
+    let mut checked = Vec::new();
+    for r in rules_of.values().flatten() {
+        r.checks.iter().for_each(|c| c.tensors(&mut checked));
+    }
     let negated = rules_of
         .values()
         .flatten()
-        .flat_map(|r| r.negated.iter().map(|a| a.tensor));
+        .flat_map(|r| r.negated.iter().map(|a| a.tensor))
+        .chain(checked);
     let others = reach.iter().copied().filter(|t| !rules_of.contains_key(t));
     let full = closure(p, negated.chain(others).collect::<Vec<_>>());
     rules_of.retain(|t, _| !full.contains(t));
@@ -194,6 +200,7 @@ impl Rewrite<'_> {
                                 atoms: body.clone(),
                                 negated: Vec::new(),
                                 filters: Vec::new(),
+                                checks: Vec::new(),
                                 vars: r.vars,
                                 equation: r.equation,
                                 cyclic: false,
@@ -219,6 +226,7 @@ impl Rewrite<'_> {
                     atoms: body,
                     negated: r.negated.clone(),
                     filters: r.filters.clone(),
+                    checks: r.checks.clone(),
                     vars: r.vars,
                     equation: r.equation,
                     cyclic: false,

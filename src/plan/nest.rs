@@ -228,6 +228,47 @@ pub(super) fn plan_bound(
     }
 }
 
+/// A comparison of a join rule's body whose operands compute values (`W[x, y] > 0.5`,
+/// `x < y + 1`) compiled for evaluation at each assignment of the join
+/// ([`super::datalog::Rule::checks`]): no summation, no slice, no normalisation, and no read
+/// of a tensor in `own` (the stratum's, which change as the join runs). Its value is 1 or
+/// 0, or nothing where a read leaves its tensor (the assignment is then not counted, as a
+/// sum drops nothing-points).
+pub fn check(p: &Checked, e: usize, n: &Node, own: &[TensorId]) -> Option<Value> {
+    fn simple(n: &Node, own: &[TensorId]) -> bool {
+        match n {
+            Node::Read { tensor, slice, .. } => !slice && !own.contains(tensor),
+            Node::Sum { vars, body } => vars.is_empty() && simple(body, own),
+            Node::Normalize(..) | Node::Concat { .. } => false,
+            _ => n.children().into_iter().all(|c| simple(c, own)),
+        }
+    }
+    let compares = match n {
+        Node::Compare(..) => true,
+        Node::Not(x) => matches!(strip(x), Node::Compare(..)),
+        _ => false,
+    };
+    if !compares || !simple(n, own) {
+        return None;
+    }
+    let eq = &p.equations[e];
+    let mut cx = Compiler {
+        p,
+        eq,
+        slots: 0,
+        family: Family::Sum,
+        sparse: &[],
+    };
+    Some(cx.value(n, false))
+}
+
+/// The variables a check reads.
+pub fn check_vars(n: &Node) -> Vec<VarId> {
+    let mut out = Vec::new();
+    node_vars(n, &mut out);
+    out
+}
+
 struct Compiler<'a> {
     p: &'a Checked,
     eq: &'a Equation,
@@ -541,6 +582,36 @@ impl Compiler<'_> {
                 parts.iter().map(|&v| (v, self.eq.vars[v].range)).collect(),
                 Box::new(self.value(arg, total)),
             ),
+        }
+    }
+}
+
+impl Value {
+    /// Adds the tensors the value reads (scanned or looked up) to `out`.
+    pub fn tensors(&self, out: &mut Vec<TensorId>) {
+        match self {
+            Value::Read { tensor, .. } => out.push(*tensor),
+            Value::Sum(s) => {
+                for l in &s.levels {
+                    match l {
+                        Level::Scan(scan) => out.push(scan.tensor),
+                        Level::Filter(v) => v.tensors(out),
+                        Level::Range { .. } => {}
+                    }
+                }
+                s.body.tensors(out);
+            }
+            Value::Neg(x)
+            | Value::Not(x)
+            | Value::Normalize(_, _, _, x)
+            | Value::Concat(_, _, x) => x.tensors(out),
+            Value::Product(fs) => fs.iter().for_each(|(_, f)| f.tensors(out)),
+            Value::Binary(_, a, b) | Value::Compare(_, a, b) => {
+                a.tensors(out);
+                b.tensors(out);
+            }
+            Value::Call(_, args) => args.iter().for_each(|a| a.tensors(out)),
+            Value::Const(_) | Value::Var(_) | Value::Slice { .. } | Value::Scanned(_) => {}
         }
     }
 }

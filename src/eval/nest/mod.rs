@@ -608,6 +608,52 @@ fn bind(s: &Scan, tuple: &[u32], env: &mut [i64]) -> bool {
     true
 }
 
+/// Evaluates the value checks of join rules (`plan::datalog::Rule::checks`) against the
+/// tensors of lower strata, with the loop nests' expression evaluator.
+#[derive(Clone, Copy)]
+pub(in crate::eval) struct Checker<'a> {
+    /// Every tensor's value (those the checks read are final).
+    pub values: &'a [Tensor],
+    /// Where user functions come from.
+    pub o: &'a EvalOptions,
+}
+
+/// A checker reads no scanned tuples and no bitmaps.
+static NO_INDEXES: Indexes = Indexes {
+    by_slot: Vec::new(),
+    bitmaps: Vec::new(),
+};
+
+impl Checker<'_> {
+    /// Whether every check holds at the assignment whose first positions are the
+    /// variables' (a check that is nothing does not hold).
+    pub(in crate::eval) fn holds(&self, checks: &[Value], env: &[u32]) -> bool {
+        if checks.is_empty() {
+            return true;
+        }
+        let cx = Cx {
+            values: self.values,
+            o: self.o,
+            indexes: &NO_INDEXES,
+            slice: None,
+        };
+        let mut stack = [0i64; 16];
+        let mut heap = Vec::new();
+        let point: &mut [i64] = if env.len() <= stack.len() {
+            &mut stack[..env.len()]
+        } else {
+            heap.resize(env.len(), 0);
+            &mut heap
+        };
+        for (p, &v) in point.iter_mut().zip(env) {
+            *p = i64::from(v);
+        }
+        checks
+            .iter()
+            .all(|c| matches!(cx.eval(c, point, &mut []), Some(x) if x != 0.0))
+    }
+}
+
 /// For each scan whose key is not a prefix of the tuple, its tuples sorted by the key's
 /// positions (then the rest), so lookups are binary searches.
 struct Indexes {

@@ -10,6 +10,7 @@
 //! the same; where the reference would report an error (too many rounds, a value that is not
 //! finite) this evaluator gives up and the caller runs the reference for its diagnostic.
 
+use crate::eval::nest::Checker;
 use super::{prepare, Derived, Join, Store};
 use crate::eval::EvalOptions;
 use crate::plan::datalog::ValuedRule;
@@ -47,18 +48,19 @@ pub(in crate::eval) fn evaluate_extremum(
             .or_insert_with(|| Store::from_valued(&values[a.tensor]));
     }
     let mut delta: HashMap<TensorId, Store> = HashMap::default();
+    let checker = Checker { values, o };
     let mut rounds = 0;
     loop {
         rounds += 1;
         let mut candidates: HashMap<TensorId, Candidates> = HashMap::default();
         for vr in rules {
             if rounds == 1 {
-                run(vr, None, &mut full, &mut delta, &mut candidates);
+                run(vr, None, (&mut full, &mut delta), &mut candidates, checker);
                 continue;
             }
             for (i, a) in vr.rule.atoms.iter().enumerate() {
                 if delta.contains_key(&a.tensor) {
-                    run(vr, Some(i), &mut full, &mut delta, &mut candidates);
+                    run(vr, Some(i), (&mut full, &mut delta), &mut candidates, checker);
                 }
             }
         }
@@ -138,9 +140,9 @@ pub(in crate::eval) fn evaluate_extremum(
 fn run(
     vr: &ValuedRule,
     delta_at: Option<usize>,
-    full: &mut HashMap<TensorId, Store>,
-    delta: &mut HashMap<TensorId, Store>,
+    (full, delta): (&mut HashMap<TensorId, Store>, &mut HashMap<TensorId, Store>),
     out: &mut HashMap<TensorId, Candidates>,
+    checker: Checker,
 ) {
     let r = &vr.rule;
     let steps = prepare(r, delta_at, full, delta);
@@ -149,6 +151,7 @@ fn run(
         steps: &steps,
         full,
         delta,
+        checker,
     };
     let stores: Vec<Option<&Store>> = steps.iter().map(|s| cx.store(s.version)).collect();
     let mut step_of = vec![0usize; r.atoms.len()];

@@ -2,6 +2,7 @@
 //! enumerates every assignment satisfying a rule body.
 
 use super::store::{row, Store};
+use crate::eval::nest::Checker;
 use crate::plan::datalog::{join_order, Atom, Filter, Operand, Rule, Term};
 use crate::semantics::TensorId;
 use rustc_hash::FxHashMap as HashMap;
@@ -75,6 +76,7 @@ pub(super) struct Join<'a> {
     pub(super) steps: &'a [Step],
     pub(super) full: &'a HashMap<TensorId, Store>,
     pub(super) delta: &'a HashMap<TensorId, Store>,
+    pub(super) checker: Checker<'a>,
 }
 
 impl Join<'_> {
@@ -87,7 +89,7 @@ impl Join<'_> {
 
     pub(super) fn join(&self, k: usize, env: &mut [u32], emit: &mut dyn FnMut(&[u32])) {
         let Some(step) = self.steps.get(k) else {
-            if admits(self.rule, self.full, env) {
+            if admits(self.rule, self.full, &self.checker, env) {
                 emit(env);
             }
             return;
@@ -147,8 +149,14 @@ impl Join<'_> {
     }
 }
 
-/// Whether a complete assignment passes the rule's negated atoms and comparisons.
-pub(super) fn admits(rule: &Rule, full: &HashMap<TensorId, Store>, env: &[u32]) -> bool {
+/// Whether a complete assignment passes the rule's negated atoms, comparisons and value
+/// checks.
+pub(super) fn admits(
+    rule: &Rule,
+    full: &HashMap<TensorId, Store>,
+    checker: &Checker,
+    env: &[u32],
+) -> bool {
     let holds = |a: &Atom| {
         let mut buf = [0u32; MAX_STACK_ARITY];
         let mut heap = Vec::new();
@@ -160,7 +168,9 @@ pub(super) fn admits(rule: &Rule, full: &HashMap<TensorId, Store>, env: &[u32]) 
         );
         full.get(&a.tensor).is_some_and(|s| s.contains(tuple))
     };
-    rule.negated.iter().all(|a| !holds(a)) && rule.filters.iter().all(|f| passes(f, env))
+    rule.negated.iter().all(|a| !holds(a))
+        && rule.filters.iter().all(|f| passes(f, env))
+        && checker.holds(&rule.checks, &env[..rule.vars])
 }
 
 /// Keys up to this many columns are built on the stack.

@@ -7,6 +7,7 @@
 //! random programs.
 
 use super::accumulate::Accumulator;
+use super::nest::Checker;
 use super::EvalOptions;
 use crate::diagnostics::Diagnostics;
 use crate::plan::datalog::{Product, Rule};
@@ -110,7 +111,8 @@ pub(super) fn evaluate_stratum(
                 .any(|t| full.get(t).is_some_and(|s| s.count as usize >= cells))
         })
     };
-    match fixpoint(rules, &mut full, rounds, &dense, pool) {
+    let checker = Checker { values, o };
+    match fixpoint(rules, &mut full, rounds, &dense, (checker, pool)) {
         Err(TooManyRounds) => return Err(diverged(p, st, o)),
         Ok(Some((delta, done))) => {
             if let (Some(chains), Some(n)) = (&chains, side) {
@@ -162,7 +164,9 @@ pub(super) fn evaluate_demand(
         magic.insert(&plan.seed.1);
     }
     load_atoms(&plan.rules, values, &mut full);
-    if fixpoint(&plan.rules, &mut full, Some(o.max_iters), &|_| false, pool).is_err() {
+    let checker = Checker { values, o };
+    let run = (checker, pool);
+    if fixpoint(&plan.rules, &mut full, Some(o.max_iters), &|_| false, run).is_err() {
         return false;
     }
     if let Some(store) = full.remove(&plan.answer) {
@@ -174,6 +178,10 @@ pub(super) fn evaluate_demand(
     }
     true
 }
+
+/// What running a rule needs besides its relations: the checker of its value checks, and
+/// the workers.
+type Run<'a> = (Checker<'a>, Option<&'a rayon::ThreadPool>);
 
 /// Where [`fixpoint`] stopped early: the last round's new tuples, and the rounds run.
 type Stopped = (HashMap<TensorId, Store>, usize);
@@ -192,12 +200,12 @@ fn fixpoint(
     full: &mut HashMap<TensorId, Store>,
     max_rounds: Option<usize>,
     switch: &dyn Fn(&HashMap<TensorId, Store>) -> bool,
-    pool: Option<&rayon::ThreadPool>,
+    run: Run,
 ) -> Result<Option<Stopped>, TooManyRounds> {
     let mut delta: HashMap<TensorId, Store> = HashMap::default();
     let mut new: HashMap<TensorId, Derived> = HashMap::default();
     for r in rules {
-        run_rule(r, None, full, &mut delta, &mut new, pool);
+        run_rule(r, None, (full, &mut delta), &mut new, run);
     }
     let mut rounds = 1;
     loop {
@@ -234,7 +242,7 @@ fn fixpoint(
         for r in rules {
             for (i, a) in r.atoms.iter().enumerate() {
                 if delta.contains_key(&a.tensor) {
-                    run_rule(r, Some(i), full, &mut delta, &mut new, pool);
+                    run_rule(r, Some(i), (full, &mut delta), &mut new, run);
                 }
             }
         }
@@ -262,6 +270,7 @@ pub(super) fn evaluate_counts(
     rules: &[(Rule, Option<Product>)],
     values: &mut [Tensor],
     sparse: &[bool],
+    o: &EvalOptions,
 ) {
     let t = st.tensors[0];
     let info = &p.tensors[t];
@@ -312,6 +321,7 @@ pub(super) fn evaluate_counts(
             steps: &steps,
             full: &full,
             delta: &delta,
+            checker: Checker { values, o },
         };
         let mut env = vec![0u32; r.vars + steps.len()];
         let mut idx = vec![0usize; r.head_terms.len()];
@@ -378,14 +388,13 @@ fn diverged(p: &Checked, st: &Stratum, o: &EvalOptions) -> Diagnostics {
 fn run_rule(
     r: &Rule,
     delta_at: Option<usize>,
-    full: &mut HashMap<TensorId, Store>,
-    delta: &mut HashMap<TensorId, Store>,
+    (full, delta): (&mut HashMap<TensorId, Store>, &mut HashMap<TensorId, Store>),
     out: &mut HashMap<TensorId, Derived>,
-    pool: Option<&rayon::ThreadPool>,
+    (checker, pool): Run,
 ) {
     if r.cyclic {
         let plan = wcoj::prepare_generic(r, delta_at, full, delta);
-        let found = wcoj::GenericJoin::new(r, plan, full, delta).derive(pool);
+        let found = wcoj::GenericJoin::new(r, plan, (full, delta), checker).derive(pool);
         out.entry(r.head).or_default().append(found);
         return;
     }
@@ -395,6 +404,7 @@ fn run_rule(
         steps: &steps,
         full,
         delta,
+        checker,
     };
     let derived = out.entry(r.head).or_default();
     let known = full.get(&r.head);

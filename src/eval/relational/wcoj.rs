@@ -8,6 +8,7 @@
 use super::join::{admits, fill, Version, MAX_STACK_ARITY};
 use super::store::{row, Store};
 use super::Derived;
+use crate::eval::nest::Checker;
 use crate::plan::datalog::{variable_order, Rule, Term};
 use crate::semantics::{TensorId, VarId};
 use rayon::prelude::*;
@@ -48,6 +49,7 @@ pub(super) struct GenericJoin<'a> {
     ground: Vec<(Version, Vec<u32>)>,
     full: &'a HashMap<TensorId, Store>,
     delta: &'a HashMap<TensorId, Store>,
+    checker: Checker<'a>,
 }
 
 /// Plans the levels of a generic join, with atom `delta_at` reading the last round's new
@@ -129,8 +131,8 @@ impl<'a> GenericJoin<'a> {
     pub(super) fn new(
         rule: &'a Rule,
         Plan { levels, ground }: Plan,
-        full: &'a HashMap<TensorId, Store>,
-        delta: &'a HashMap<TensorId, Store>,
+        (full, delta): (&'a HashMap<TensorId, Store>, &'a HashMap<TensorId, Store>),
+        checker: Checker<'a>,
     ) -> Self {
         GenericJoin {
             rule,
@@ -138,6 +140,7 @@ impl<'a> GenericJoin<'a> {
             ground,
             full,
             delta,
+            checker,
         }
     }
 
@@ -159,7 +162,7 @@ impl<'a> GenericJoin<'a> {
         }
         let mut env = vec![0u32; r.vars];
         if self.levels.is_empty() {
-            if admits(r, self.full, &env) {
+            if admits(r, self.full, &self.checker, &env) {
                 out.push(r, &env);
             }
             return out;
@@ -202,7 +205,7 @@ impl<'a> GenericJoin<'a> {
     /// Binds level `i`'s variable to each of its candidates in turn and goes on.
     fn bind(&self, i: usize, env: &mut [u32], out: &mut Derived) {
         let Some(level) = self.levels.get(i) else {
-            if admits(self.rule, self.full, env) {
+            if admits(self.rule, self.full, &self.checker, env) {
                 out.push(self.rule, env);
             }
             return;
