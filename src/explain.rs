@@ -388,8 +388,17 @@ fn rule_plan(out: &mut String, p: &Checked, st: &Stratum, r: &Rule, source: &str
     afterwards(out, p, r, eq);
 }
 
-/// What a join checks at each assignment it finds: negated atoms and value comparisons.
+/// What a join computes and checks at each assignment it finds: computed head positions,
+/// negated atoms and value comparisons.
 fn afterwards(out: &mut String, p: &Checked, r: &Rule, eq: &Equation) {
+    for l in &r.lets {
+        let _ = writeln!(
+            out,
+            "    then: head position {} computed (outside 0..{} derives nothing)",
+            index_text(&l.value, eq),
+            l.extent
+        );
+    }
     for a in &r.negated {
         let _ = writeln!(out, "    then: not {} (a lookup)", atom(p, a, eq));
     }

@@ -22,7 +22,7 @@ struct Gen {
 }
 
 /// Equation templates; each reads the data above (R, S, V, D, M) or earlier results.
-const TEMPLATES: [&str; 27] = [
+const TEMPLATES: [&str; 30] = [
     "T0[x] = R(x, y) M[x, y] (D[y] > C)",
     "T1[x, y] = V[x, z] R(z, y)",
     "T2 = R(x, y) / (1 + D[x] * D[x])",
@@ -51,6 +51,9 @@ const TEMPLATES: [&str; 27] = [
     "Q2(x, y) :- R(x, y), not (W[x, y] > C), x < y + 1.",
     "K3 : int[Node]\nK3[x] = R(x, y) (D[y] + D[x] > C)",
     "Q4(x, y, z) :- R(x, y), R(y, z), R(z, x), M[x, z] * 2 >= C.",
+    "Z5(0).\nZ5(n + 1) :- Z5(n), S(n).",
+    "P6(x, y - 1) :- R(x, y), y > 0.",
+    "K8 : int[Node]\nK8[x / 2] = R(x, y) (M[x, y] > C)",
 ];
 
 fn program(g: &Gen) -> String {

@@ -61,12 +61,27 @@ pub struct Rule {
     /// Comparisons of computed values (`W[x, y] > 0.5`, `x < y + 1`), checked once every
     /// variable is bound ([`nest::check`]); they read tensors of lower strata only.
     pub checks: Vec<Value>,
+    /// Head positions computed from the body's variables (`Nat(n + 1) :- Nat(n)`), each
+    /// bound to a variable of its own (numbered after the equation's) before the checks.
+    pub lets: Vec<Let>,
     /// Number of variables.
     pub vars: usize,
     /// The equation it was planned from (index into `Checked::equations`).
     pub equation: usize,
     /// Whether its body is cyclic ([`cyclic`]): it then runs as a worst-case-optimal join.
     pub cyclic: bool,
+}
+
+/// A variable bound to index arithmetic over the variables the atoms bind; an assignment
+/// where it leaves `0..extent` derives nothing (a write outside the tensor).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Let {
+    /// The variable bound.
+    pub var: VarId,
+    /// Its value.
+    pub value: IndexFn,
+    /// The extent of the head axis it indexes.
+    pub extent: usize,
 }
 
 impl Rule {
@@ -405,6 +420,7 @@ pub fn plan_extremum(p: &Checked, st: &Stratum) -> Option<Vec<ValuedRule>> {
                 negated: Vec::new(),
                 filters: Vec::new(),
                 checks: Vec::new(),
+                lets: Vec::new(),
                 vars: eq.vars.len(),
                 equation: e,
                 cyclic: false,
@@ -485,7 +501,24 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
     if eq.family != Family::Sum || eq.virtual_var.is_some() || eq.bool_head == count {
         return None;
     }
-    let head_terms = eq.lhs.iter().map(term).collect::<Option<Vec<_>>>()?;
+    // Head arithmetic binds a variable of its own.
+    let mut lets = Vec::new();
+    let mut head_terms = Vec::with_capacity(eq.lhs.len());
+    for (f, &extent) in eq.lhs.iter().zip(&p.tensors[eq.target].shape) {
+        head_terms.push(match (term(f), f) {
+            (Some(t), _) => t,
+            (None, IndexFn::Arith(..)) => {
+                let var = eq.vars.len() + lets.len();
+                lets.push(Let {
+                    var,
+                    value: f.clone(),
+                    extent,
+                });
+                Term::Var(var)
+            }
+            (None, _) => return None,
+        });
+    }
     let Node::Sum { body, .. } = &eq.rhs else {
         return None;
     };
@@ -500,7 +533,8 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
         negated: Vec::new(),
         filters: Vec::new(),
         checks: Vec::new(),
-        vars: eq.vars.len(),
+        vars: eq.vars.len() + lets.len(),
+        lets,
         equation: e,
         cyclic: false,
     };
@@ -542,6 +576,11 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
             }
         }
     }
+    let mut let_vars = Vec::new();
+    for l in &rule.lets {
+        l.value.vars(&mut let_vars);
+        positive[l.var] = true;
+    }
     let bound = |t: &Term| !matches!(t, Term::Var(v) if !positive[*v]);
     let operand_bound = |o: &Operand| !matches!(o, Operand::Var(v) if !positive[*v]);
     let safe = !rule.atoms.is_empty()
@@ -551,7 +590,8 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
             .filters
             .iter()
             .all(|f| operand_bound(&f.left) && operand_bound(&f.right))
-        && checked_vars.iter().all(|&v| positive[v]);
+        && checked_vars.iter().all(|&v| positive[v])
+        && let_vars.iter().all(|&v| positive[v] && v < eq.vars.len());
     safe.then(|| rule.planned())
 }
 

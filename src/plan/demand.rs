@@ -89,6 +89,10 @@ pub fn plan_demand(p: &Checked, q: &Query) -> Option<DemandPlan> {
             }
         }
     }
+    // A computed head position cannot be asked for before it is computed.
+    if rules_of.values().flatten().any(|r| !r.lets.is_empty()) {
+        return None;
+    }
     // Negated atoms and value checks read their tensors whole.
     let mut checked = Vec::new();
     for r in rules_of.values().flatten() {
@@ -201,6 +205,7 @@ impl Rewrite<'_> {
                                 negated: Vec::new(),
                                 filters: Vec::new(),
                                 checks: Vec::new(),
+                                lets: Vec::new(),
                                 vars: r.vars,
                                 equation: r.equation,
                                 cyclic: false,
@@ -227,6 +232,7 @@ impl Rewrite<'_> {
                     negated: r.negated.clone(),
                     filters: r.filters.clone(),
                     checks: r.checks.clone(),
+                    lets: r.lets.clone(),
                     vars: r.vars,
                     equation: r.equation,
                     cyclic: false,

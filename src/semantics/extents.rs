@@ -232,7 +232,7 @@ fn ranges(
         for x in 0..limit {
             let ok = constraints.iter().all(|(t, ax, f)| {
                 let ext = tensors[*t].shape.get(*ax).copied().unwrap_or(0) as i64;
-                match bounds(f, &range, Some((v, x))) {
+                match bounds(f, &range, &[], Some((v, x))) {
                     Some((lo, hi)) => lo >= 0 && hi < ext,
                     None => true,
                 }
@@ -318,23 +318,63 @@ fn single_shift(f: &IndexFn, v: VarId) -> Option<(i64, i64)> {
 /// either way round) that multiplies the right-hand side's value: a factor of the product
 /// under its summation points.
 fn guards(n: &Node, v: VarId, bound: &mut dyn FnMut(i64)) {
+    guard_limits(n, v, &mut |side, b| {
+        if side == Side::Below {
+            bound(b)
+        }
+    });
+}
+
+/// The smallest value of `v` that the right-hand side's guards allow (`v > 0`, `v ≥ 2`,
+/// `v == 3`, either way round): at smaller values every point is 0, so nothing is written.
+fn lower_bound(n: &Node, v: VarId) -> i64 {
+    let mut low = 0i64;
+    guard_limits(n, v, &mut |side, b| {
+        if side == Side::From {
+            low = low.max(b)
+        }
+    });
+    low
+}
+
+/// Which end of a variable's range a guard limits.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// `v < b`.
+    Below,
+    /// `v ≥ b`.
+    From,
+}
+
+/// Calls `limit` for each guard on `v` that multiplies the right-hand side's value (a
+/// factor of the product under its summation points).
+fn guard_limits(n: &Node, v: VarId, limit: &mut dyn FnMut(Side, i64)) {
     use crate::syntax::ast::CmpOp;
     match n {
-        Node::Sum { body, .. } => guards(body, v, bound),
+        Node::Sum { body, .. } => guard_limits(body, v, limit),
         Node::Product(fs) => fs
             .iter()
             .filter(|(div, _)| !div)
-            .for_each(|(_, f)| guards(strip(f), v, bound)),
+            .for_each(|(_, f)| guard_limits(strip(f), v, limit)),
         Node::Compare(op, a, b) => {
-            let limit = match (strip(a), op, strip(b)) {
-                (Node::Var(x), CmpOp::Lt, Node::Const(c)) if *x == v => c.ceil(),
-                (Node::Var(x), CmpOp::Le | CmpOp::Eq, Node::Const(c)) if *x == v => c.floor() + 1.0,
-                (Node::Const(c), CmpOp::Gt, Node::Var(x)) if *x == v => c.ceil(),
-                (Node::Const(c), CmpOp::Ge | CmpOp::Eq, Node::Var(x)) if *x == v => c.floor() + 1.0,
+            // Written as `v op c`.
+            let (op, c) = match (strip(a), op, strip(b)) {
+                (Node::Var(x), op, Node::Const(c)) if *x == v => (*op, *c),
+                (Node::Const(c), op, Node::Var(x)) if *x == v => (op.flipped(), *c),
                 _ => return,
             };
-            if limit.is_finite() && limit.abs() < 1e15 {
-                bound(limit as i64);
+            let found = match op {
+                CmpOp::Lt => vec![(Side::Below, c.ceil())],
+                CmpOp::Le => vec![(Side::Below, c.floor() + 1.0)],
+                CmpOp::Gt => vec![(Side::From, c.floor() + 1.0)],
+                CmpOp::Ge => vec![(Side::From, c.ceil())],
+                CmpOp::Eq => vec![(Side::Below, c.floor() + 1.0), (Side::From, c.ceil())],
+                CmpOp::Ne => vec![],
+            };
+            for (side, b) in found {
+                if b.is_finite() && b.abs() < 1e15 {
+                    limit(side, b as i64);
+                }
             }
         }
         _ => {}
@@ -361,7 +401,12 @@ fn largest_constant(f: &IndexFn) -> i64 {
 
 /// Smallest and largest value of a (monotone) index function over the ranges, or `None` if
 /// some variable has an empty range.
-fn bounds(f: &IndexFn, range: &[Option<usize>], fixed: Option<(VarId, i64)>) -> Option<(i64, i64)> {
+fn bounds(
+    f: &IndexFn,
+    range: &[Option<usize>],
+    low: &[i64],
+    fixed: Option<(VarId, i64)>,
+) -> Option<(i64, i64)> {
     let mut vs = Vec::new();
     f.vars(&mut vs);
     vs.sort();
@@ -372,13 +417,14 @@ fn bounds(f: &IndexFn, range: &[Option<usize>], fixed: Option<(VarId, i64)>) -> 
             Some((fv, x)) if fv == v => vec![x],
             _ => {
                 let r = range[v].unwrap_or(1) as i64;
-                if r == 0 {
+                let first = low.get(v).copied().unwrap_or(0).max(0);
+                if first >= r {
                     return None;
                 }
-                if r == 1 {
-                    vec![0]
+                if first == r - 1 {
+                    vec![first]
                 } else {
-                    vec![0, r - 1]
+                    vec![first, r - 1]
                 }
             }
         };
@@ -420,12 +466,14 @@ fn grow_lhs(
 ) -> bool {
     let t = eq.target;
     let r: Vec<Option<usize>> = ranges.iter().map(|&x| Some(x)).collect();
+    // Guards such as `y > 0` keep a write `y - 1` off negative positions.
+    let low: Vec<i64> = (0..ranges.len()).map(|v| lower_bound(&eq.rhs, v)).collect();
     let mut changed = false;
     for (ax, f) in eq.lhs.iter().enumerate() {
         if tensors[t].domains.get(ax).is_some_and(|&d| symbolic[d]) {
             continue;
         }
-        let Some((lo, hi)) = bounds(f, &r, None) else {
+        let Some((lo, hi)) = bounds(f, &r, &low, None) else {
             continue;
         };
         if lo < 0 {

@@ -367,6 +367,19 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn guards_keep_writes_off_negative_positions() {
+        let guarded = "E(0, 1). E(1, 2).\nP(x, y - 1) :- E(x, y), y > 0.\n";
+        assert_eq!(error_codes(guarded), Vec::<&str>::new());
+        let c = checked(guarded);
+        assert_eq!(c.tensors[c.tensor_id("P").unwrap()].shape, vec![2, 2]);
+        let unguarded = guarded.replace(", y > 0", "");
+        assert_eq!(
+            error_codes(&unguarded),
+            vec![crate::diagnostics::codes::OUT_OF_DOMAIN]
+        );
+    }
+
+    #[test]
     fn errors_of_every_pass_are_collected() {
         let codes = error_codes("A = [1]\nB[i] = Foo[i]\nC[i, j] = A[i, j]\nX(0)\nX = [2]\n");
         assert!(

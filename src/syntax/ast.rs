@@ -259,6 +259,17 @@ impl CmpOp {
             CmpOp::Ge => a >= b,
         }
     }
+
+    /// The operator with its operands swapped: `a < b` is `b > a`.
+    pub fn flipped(self) -> CmpOp {
+        match self {
+            CmpOp::Lt => CmpOp::Gt,
+            CmpOp::Le => CmpOp::Ge,
+            CmpOp::Gt => CmpOp::Lt,
+            CmpOp::Ge => CmpOp::Le,
+            other => other,
+        }
+    }
 }
 
 /// Right-hand-side expressions (§6.1).

@@ -149,14 +149,18 @@ impl Join<'_> {
     }
 }
 
-/// Whether a complete assignment passes the rule's negated atoms, comparisons and value
-/// checks.
+/// Whether a complete assignment, its computed head positions bound (`Rule::lets`), passes
+/// the rule's negated atoms, comparisons and value checks.
 pub(super) fn admits(
     rule: &Rule,
     full: &HashMap<TensorId, Store>,
     checker: &Checker,
-    env: &[u32],
+    env: &mut [u32],
 ) -> bool {
+    if !rule.lets.is_empty() && !bind_lets(rule, env) {
+        return false;
+    }
+    let env = &*env;
     let holds = |a: &Atom| {
         let mut buf = [0u32; MAX_STACK_ARITY];
         let mut heap = Vec::new();
@@ -171,6 +175,28 @@ pub(super) fn admits(
     rule.negated.iter().all(|a| !holds(a))
         && rule.filters.iter().all(|f| passes(f, env))
         && checker.holds(&rule.checks, &env[..rule.vars])
+}
+
+/// Binds each computed head position; `false` when one leaves its axis.
+fn bind_lets(rule: &Rule, env: &mut [u32]) -> bool {
+    let mut stack = [0i64; 16];
+    let mut heap = Vec::new();
+    let point: &mut [i64] = if rule.vars <= stack.len() {
+        &mut stack[..rule.vars]
+    } else {
+        heap.resize(rule.vars, 0);
+        &mut heap
+    };
+    for (p, &v) in point.iter_mut().zip(env.iter()) {
+        *p = i64::from(v);
+    }
+    for l in &rule.lets {
+        match l.value.eval(point) {
+            Some(i) if i >= 0 && (i as u64) < l.extent as u64 => env[l.var] = i as u32,
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// Keys up to this many columns are built on the stack.

@@ -162,7 +162,7 @@ impl<'a> GenericJoin<'a> {
         }
         let mut env = vec![0u32; r.vars];
         if self.levels.is_empty() {
-            if admits(r, self.full, &self.checker, &env) {
+            if admits(r, self.full, &self.checker, &mut env) {
                 out.push(r, &env);
             }
             return out;
