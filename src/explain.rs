@@ -167,6 +167,17 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
                     let eq = &p.equations[s.equation];
                     let _ = writeln!(out, "  {}", statement(eq, source));
                     match &s.dense {
+                        _ if s.extreme.is_some() => {
+                            let family = if eq.family == crate::semantics::Family::Min {
+                                "min"
+                            } else {
+                                "max"
+                            };
+                            let _ = writeln!(
+                                out,
+                                "    each step: {family}-product rows over dense panels of its factors (a loop nest where a factor reads nothing)"
+                            );
+                        }
                         Some(d) => {
                             let _ = writeln!(
                                 out,

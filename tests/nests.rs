@@ -22,7 +22,7 @@ struct Gen {
 }
 
 /// Equation templates; each reads the data above (R, S, V, D, M) or earlier results.
-const TEMPLATES: [&str; 30] = [
+const TEMPLATES: [&str; 32] = [
     "T0[x] = R(x, y) M[x, y] (D[y] > C)",
     "T1[x, y] = V[x, z] R(z, y)",
     "T2 = R(x, y) / (1 + D[x] * D[x])",
@@ -54,6 +54,8 @@ const TEMPLATES: [&str; 30] = [
     "Z5(0).\nZ5(n + 1) :- Z5(n), S(n).",
     "P6(x, y - 1) :- R(x, y), y > 0.",
     "K8 : int[Node]\nK8[x / 2] = R(x, y) (M[x, y] > C)",
+    "L10 = [0.5, 2, -1]\nX10[0, s] max= D[s]\nX10[t + 1, s] max= X10[t, r] M[r, s] L10[t]",
+    "L11 = [1, -0.5]\nY11[0, s] min= D[s]\nY11[t + 1, s] min= 0.5 * Y11[t, r] / C2 * V[s, r] L11[t]",
 ];
 
 fn program(g: &Gen) -> String {

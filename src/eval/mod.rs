@@ -4,6 +4,7 @@
 
 mod accumulate;
 pub(crate) mod dense;
+mod extreme;
 mod fixpoint;
 mod initial;
 mod nest;

@@ -4,6 +4,7 @@
 //! the naive iteration's fixpoint holds it. A step runs the equation's one-step dense plan
 //! (its windows moved to the step) or, where that cannot be used, its loop nest.
 
+use super::extreme::ExtremeRun;
 use super::{dense, fixpoint, nest, EvalOptions};
 use crate::diagnostics::Diagnostics;
 use crate::plan::steps::{StepEquation, Steps, Virtual};
@@ -21,6 +22,11 @@ pub(super) fn evaluate(
     pool: Option<&rayon::ThreadPool>,
 ) -> Result<(), Diagnostics> {
     let mut writes: Vec<(usize, f64)> = Vec::new();
+    let mut extremes: Vec<Option<ExtremeRun>> = plan
+        .equations
+        .iter()
+        .map(|e| e.extreme.as_ref().map(ExtremeRun::new))
+        .collect();
     for s in 0..plan.count {
         let mut k = 0;
         while k < plan.equations.len() {
@@ -37,8 +43,18 @@ pub(super) fn evaluate(
                 .count();
             writes.clear();
             let mut direct = None;
-            for eq in &plan.equations[k..k + group] {
+            for (eq, extreme) in plan.equations[k..k + group]
+                .iter()
+                .zip(&mut extremes[k..k + group])
+            {
                 if let Some(x) = eq.at_step(s) {
+                    let bound = eq.var.map(|v| (v, x as i64));
+                    let moving = (eq.target, st.tensors.as_slice());
+                    if let Some(run) = extreme {
+                        if run.contribute(values, moving, bound, &mut writes) {
+                            continue;
+                        }
+                    }
                     // One equation writing its own elements once each: its grid goes straight
                     // into the target.
                     let dense = eq

@@ -25,32 +25,22 @@ const LN2_LO: f32 = -2.121_944_4e-4;
 
 /// Softmax (or, for any other kind, layer normalisation) of `scale · row`, in place.
 pub(crate) fn normalize_row(kind: Structural, row: &mut [f32], scale: f64) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the processor has AVX-512F, checked just above.
-            return unsafe { row_avx512(kind, row, scale) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the processor has AVX2, checked just above.
-            return unsafe { row_avx2(kind, row, scale) };
-        }
+    super::widest::widest(Row { kind, row, scale });
+}
+
+/// One row's normalisation, as a loop for [`super::widest`].
+struct Row<'a> {
+    kind: Structural,
+    row: &'a mut [f32],
+    scale: f64,
+}
+
+impl super::widest::Vectorised for Row<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        row_loops(self.kind, self.row, self.scale);
     }
-    row_loops(kind, row, scale);
-}
-
-/// [`row_loops`] in AVX-512 registers.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn row_avx512(kind: Structural, row: &mut [f32], scale: f64) {
-    row_loops(kind, row, scale);
-}
-
-/// [`row_loops`] in AVX2 registers.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn row_avx2(kind: Structural, row: &mut [f32], scale: f64) {
-    row_loops(kind, row, scale);
 }
 
 /// The row's operations, written so that the compiler vectorises each loop.

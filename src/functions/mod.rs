@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 pub(crate) mod fast_rows;
 pub mod normalize;
+pub(crate) mod widest;
 
 pub use normalize::{normalize_row, RowStats};
 

@@ -136,6 +136,22 @@ impl Config {
     }
 }
 
+/// One parameter's Adam update, as a loop for `functions::widest`.
+struct Update<'a> {
+    step: &'a AdamStep,
+    w: &'a mut [f64],
+    g: &'a [f64],
+    moments: (&'a mut [f64], &'a mut [f64]),
+}
+
+impl crate::functions::widest::Vectorised for Update<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        self.step.elements(self.w, self.g, self.moments);
+    }
+}
+
 /// One Adam (or AdamW) update of a parameter's elements, with everything that is the same
 /// for all of them.
 struct AdamStep {
@@ -150,36 +166,16 @@ struct AdamStep {
 }
 
 impl AdamStep {
-    /// Updates `w` and its moments in place. The loop is compiled for the widest vectors
-    /// the processor has, chosen at run time; every instruction set gives the same bits
-    /// (each operation is rounded once, none is fused).
+    /// Updates `w` and its moments in place, on the widest vectors the processor has
+    /// (every instruction set gives the same bits: each operation is rounded once, none is
+    /// fused).
     fn apply(&self, w: &mut [f64], g: &[f64], moments: (&mut [f64], &mut [f64])) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                // SAFETY: the processor has AVX-512F, checked just above.
-                return unsafe { self.apply_avx512(w, g, moments) };
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the processor has AVX2, checked just above.
-                return unsafe { self.apply_avx2(w, g, moments) };
-            }
-        }
-        self.elements(w, g, moments);
-    }
-
-    /// [`AdamStep::elements`] in AVX-512 registers.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn apply_avx512(&self, w: &mut [f64], g: &[f64], moments: (&mut [f64], &mut [f64])) {
-        self.elements(w, g, moments);
-    }
-
-    /// [`AdamStep::elements`] in AVX2 registers.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn apply_avx2(&self, w: &mut [f64], g: &[f64], moments: (&mut [f64], &mut [f64])) {
-        self.elements(w, g, moments);
+        crate::functions::widest::widest(Update {
+            step: self,
+            w,
+            g,
+            moments,
+        });
     }
 
     #[inline(always)]

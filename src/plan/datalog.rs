@@ -662,7 +662,10 @@ mod tests {
         let p = plans("E(0, 1).\nW = [[0, 1], [1, 0]]\nR(0).\nR(y) :- R(x), E(x, y), W[x, y] > 0.5, x < y + 1.\n");
         let r = p.last().unwrap().as_ref().unwrap();
         assert_eq!((r[0].filters.len(), r[0].checks.len()), (0, 2));
-        assert!(chains::chains(r).is_none(), "checks keep rules off bit matrices");
+        assert!(
+            chains::chains(r).is_none(),
+            "checks keep rules off bit matrices"
+        );
         let unbound = plans("E(0, 1).\nW = [[0, 1], [1, 0]]\nF(x) :- E(x, x), W[x, y] > 0.\n");
         assert!(unbound.last().unwrap().is_none());
     }

@@ -8,7 +8,8 @@
 //!   query (magic sets);
 //! - `einsum`: dense equations as contraction trees and fused elementwise passes, after
 //!   `valid` (shifted reads over their valid intervals) and `constants` (folding);
-//! - `steps`: recursion along an index (`X[i, t + 1] = … X[j, t]`), one step at a time;
+//! - `steps`: recursion along an index (`X[i, t + 1] = … X[j, t]`), one step at a time,
+//!   its `max=`/`min=` products as `extreme` plans (strided loops over dense panels);
 //! - `nest`: loop nests for every other equation, driven by the tuples of the sparse
 //!   tensors they multiply; they are also what runs when a kernel above declines at run
 //!   time (its inputs are not as planned).
@@ -21,6 +22,7 @@ pub mod constants;
 pub mod datalog;
 pub mod demand;
 pub mod einsum;
+pub mod extreme;
 pub mod nest;
 pub mod steps;
 pub mod valid;

@@ -15,6 +15,7 @@
 //! dense path does not take run as loop nests with the step variable bound outside.
 
 use super::einsum::DenseEquation;
+use super::extreme::ExtremeProduct;
 use super::nest::NestEquation;
 use crate::semantics::{Checked, Equation, Family, IndexFn, Kind, Node, Stratum, TensorId, VarId};
 use std::borrow::Cow;
@@ -54,6 +55,8 @@ pub struct StepEquation {
     pub strides: Vec<Vec<i64>>,
     /// The dense plan of one step (the step variable at 0), if the dense path takes it.
     pub dense: Option<DenseEquation>,
+    /// For a `max=`/`min=` product of reads, its plan with the step variable bound.
+    pub extreme: Option<ExtremeProduct>,
     /// The loop nest, the step variable bound outside it.
     pub nest: NestEquation,
 }
@@ -155,6 +158,7 @@ pub fn plan_virtual(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Virtua
             range: eq.vars[v].range,
             strides,
             dense: Some(without_gradients(dense)),
+            extreme: None,
             nest: super::nest::plan_nest(p, e, sparse),
         },
     })
@@ -336,6 +340,7 @@ fn step_equation(
         range,
         strides,
         dense: dense.filter(|_| movable).map(without_gradients),
+        extreme: super::extreme::plan_extreme(p, eq, var),
         nest,
     }
 }

@@ -117,6 +117,23 @@ impl Sparse {
         }
     }
 
+    /// [`Sparse::get`] for keys visited in ascending order: `at` is where the search
+    /// starts (the element after the last one found), so a run of stored elements costs a
+    /// comparison each instead of a binary search.
+    pub fn get_after(&self, key: &[u32], at: &mut usize) -> Option<f64> {
+        if *at < self.positions.len() && self.positions.tuple(*at) == key {
+            *at += 1;
+            return Some(self.values[*at - 1]);
+        }
+        match self.positions.find(key) {
+            Some(i) => {
+                *at = i + 1;
+                Some(self.values[i])
+            }
+            None => self.zeros.then_some(0.0),
+        }
+    }
+
     /// Defines one element after every stored one (its position sorts after theirs), in
     /// constant time; `false`, with nothing changed, when it does not sort after them.
     pub fn push_last(&mut self, key: &[u32], v: f64) -> bool {

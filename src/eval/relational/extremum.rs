@@ -10,8 +10,8 @@
 //! the same; where the reference would report an error (too many rounds, a value that is not
 //! finite) this evaluator gives up and the caller runs the reference for its diagnostic.
 
-use crate::eval::nest::Checker;
 use super::{prepare, Derived, Join, Store};
+use crate::eval::nest::Checker;
 use crate::eval::EvalOptions;
 use crate::plan::datalog::ValuedRule;
 use crate::semantics::{Checked, Family, Kind, Stratum, TensorId};
@@ -60,7 +60,13 @@ pub(in crate::eval) fn evaluate_extremum(
             }
             for (i, a) in vr.rule.atoms.iter().enumerate() {
                 if delta.contains_key(&a.tensor) {
-                    run(vr, Some(i), (&mut full, &mut delta), &mut candidates, checker);
+                    run(
+                        vr,
+                        Some(i),
+                        (&mut full, &mut delta),
+                        &mut candidates,
+                        checker,
+                    );
                 }
             }
         }
