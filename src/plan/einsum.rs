@@ -401,6 +401,12 @@ fn expr(
             let (a, b) = (sub(&sum(a))?, sub(&sum(b))?);
             Expr::Binary(op, Box::new(a), Box::new(b))
         }
+        // Σ over groups of factors that share no summed variable is the product of the
+        // groups' sums (`Alpha[t, r] Trans[r, s] Emit[s, o] Obs(t + 1, o)`: a GEMV times
+        // a gather), far fewer operations than one grid over every variable.
+        Node::Sum { vars, body } if independent(p, vars, body).is_some() => {
+            return sub(&independent(p, vars, body)?);
+        }
         Node::Sum { .. } | Node::Read { .. } => {
             let mut c = Contraction {
                 out: Vec::new(),
@@ -492,6 +498,119 @@ fn split<'n>(vars: &[VarId], body: &'n Node) -> Option<(BinOp, &'n Node, &'n Nod
         vars.iter().all(|v| used.contains(v))
     };
     (reads_all(a) && reads_all(b)).then_some((*op, a.as_ref(), b.as_ref()))
+}
+
+/// `Σ_vars Π factors` as the product of one sum per group of factors connected by summed
+/// variables (factors that sum none first), when there are at least two such groups and
+/// each reads a tensor that is not a relation; `None` otherwise. Only multiplied factors
+/// are regrouped.
+fn independent(p: &Checked, vars: &[VarId], body: &Node) -> Option<Node> {
+    let mut body = body;
+    while let Node::Sum {
+        vars: inner,
+        body: b,
+    } = body
+    {
+        if !inner.is_empty() {
+            return None;
+        }
+        body = b;
+    }
+    let Node::Product(fs) = body else {
+        return None;
+    };
+    if vars.is_empty() || fs.iter().any(|(div, _)| *div) {
+        return None;
+    }
+    let summed_in = |n: &Node| {
+        let mut used = Vec::new();
+        all_vars(n, &mut used);
+        used.retain(|v| vars.contains(v));
+        used
+    };
+    // Each summed variable's group: the smallest position in `vars` it is linked to.
+    let mut group: Vec<usize> = (0..vars.len()).collect();
+    let position = |v: VarId| vars.iter().position(|&x| x == v);
+    loop {
+        let mut changed = false;
+        for (_, f) in fs {
+            let at: Vec<usize> = summed_in(f).into_iter().filter_map(position).collect();
+            let Some(low) = at.iter().map(|&k| group[k]).min() else {
+                continue;
+            };
+            for k in at {
+                if group[k] != low {
+                    group[k] = low;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let mut roots: Vec<usize> = group.clone();
+    roots.sort_unstable();
+    roots.dedup();
+    if roots.len() < 2 {
+        return None;
+    }
+    let group_of = |f: &Node| {
+        summed_in(f)
+            .first()
+            .and_then(|&v| position(v))
+            .map(|k| group[k])
+    };
+    let mut free: Vec<(bool, Node)> = Vec::new();
+    let mut sums: Vec<(bool, Node)> = Vec::new();
+    for root in roots {
+        let members: Vec<(bool, Node)> = fs
+            .iter()
+            .filter(|(_, f)| group_of(f) == Some(root))
+            .cloned()
+            .collect();
+        let dense = members.iter().any(|(_, f)| {
+            let mut read = Vec::new();
+            tensors_read(f, &mut read);
+            read.iter()
+                .any(|&t| p.tensors[t].kind != crate::semantics::Kind::Bool)
+        });
+        if !dense {
+            return None;
+        }
+        let group_vars: Vec<VarId> = (0..vars.len())
+            .filter(|&k| group[k] == root)
+            .map(|k| vars[k])
+            .collect();
+        sums.push((
+            false,
+            Node::Sum {
+                vars: group_vars,
+                body: Box::new(Node::Product(members)),
+            },
+        ));
+    }
+    free.extend(fs.iter().filter(|(_, f)| group_of(f).is_none()).cloned());
+    free.extend(sums);
+    Some(Node::Product(free))
+}
+
+/// Variables a node mentions, as positions or as values.
+fn all_vars(n: &Node, out: &mut Vec<VarId>) {
+    match n {
+        Node::Var(v) => out.push(*v),
+        Node::Read { index, .. } => index.iter().for_each(|f| f.vars(out)),
+        _ => {}
+    }
+    n.children().into_iter().for_each(|c| all_vars(c, out));
+}
+
+/// The tensors a node reads.
+fn tensors_read(n: &Node, out: &mut Vec<TensorId>) {
+    if let Node::Read { tensor, .. } = n {
+        out.push(*tensor);
+    }
+    n.children().into_iter().for_each(|c| tensors_read(c, out));
 }
 
 /// Variables that the reads of a node index.

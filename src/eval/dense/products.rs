@@ -3,6 +3,8 @@
 //! dimension with a lone row or column padded, so every element sums in the same order for
 //! every batch size (§9).
 
+use super::operand::Num;
+
 /// Products of fewer multiply-adds run on one thread: below it, waking workers and their
 /// packing buffers cost more than they save (results are the same either way).
 const THREADED_PRODUCT: usize = 1 << 24;
@@ -16,7 +18,7 @@ pub(super) type Strided<'s, T> = (&'s [T], [usize; 2]);
 
 /// An `m×k` times `k×n` product for every index of `loops` (row-major), stacked row-major
 /// in the result: the loops move each operand's first element by its strides.
-pub(super) fn looped<T: Copy + Send + Sync + 'static>(
+pub(super) fn looped<T: Num>(
     loops: &[Loop],
     (m, n, k): (usize, usize, usize),
     lhs: Strided<T>,
@@ -99,7 +101,7 @@ pub(super) fn unaliased<T: Copy>(
 /// `dst = lhs · rhs` for an `m×k` and a `k×n` matrix of f32 or f64, each given as its
 /// elements, the offset of its first one and its row and column strides (`unit` is the type's
 /// 0 and 1); `dst` is row-major.
-pub(super) fn matmul<T: Copy + Send + Sync + 'static>(
+pub(super) fn matmul<T: Num>(
     (m, n, k): (usize, usize, usize),
     (lhs, lo, [lr, lc]): (&[T], usize, [usize; 2]),
     (rhs, ro, [rr, rc]): (&[T], usize, [usize; 2]),
@@ -123,6 +125,30 @@ pub(super) fn matmul<T: Copy + Send + Sync + 'static>(
     // Both operands are given to gemm row-major and contiguous, as they would be in a batch:
     // an operand already laid out so (a layer's weights) is read in place, the others (the
     // single row or column, and any strided operand) copied.
+    if k == 1 {
+        // An outer product: each element is one multiplication, which gemm rounds once
+        // too (0 + a·b), so computing it here gives the same bits without a call.
+        for (i, row) in dst[..m * n].chunks_exact_mut(n).enumerate() {
+            let a = lhs[lo + i * lr];
+            for (j, d) in row.iter_mut().enumerate() {
+                *d = a.mul(rhs[ro + j * rc]);
+            }
+        }
+        return;
+    }
+    if n == 1 && m > 1 && lr == 1 && lc == m {
+        // A column-major matrix times a column: the same product as the row times the
+        // transposed matrix, which is then read in place (row-major) instead of copied.
+        let lhs_t = (lhs, lo, [lc, lr]);
+        return matmul(
+            (1, m, k),
+            (rhs, ro, [rc, rr]),
+            lhs_t,
+            dst,
+            (zero, one),
+            threads,
+        );
+    }
     if m == 1 || n == 1 {
         let (m2, n2) = (m.max(2), n.max(2));
         let a;
