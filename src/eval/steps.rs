@@ -248,7 +248,17 @@ fn write_grid(t: &mut Tensor, grid: &dense::Grid, at: &dense::Placement) -> Opti
     let Storage::Dense(d) = &mut t.storage else {
         return None;
     };
-    d.add_each(&mut |put| at.each(grid.len(), &mut |i, a| put(a, grid.get(i))))
+    use crate::tensor::Run;
+    let len = grid.len();
+    if at.runs(len, &mut |_, _, _| {}).is_some() {
+        return d.add_runs(&mut |put| {
+            at.runs(len, &mut |i, a, n| match grid {
+                dense::Grid::F32(v) => put(a, Run::F32(&v[i..i + n])),
+                dense::Grid::F64(v) => put(a, Run::F64(&v[i..i + n])),
+            });
+        });
+    }
+    d.add_each(&mut |put| at.each(len, &mut |i, a| put(a, grid.get(i))))
 }
 
 /// Adds the step's writes to the tensor (its data, or 0, being what those elements hold),

@@ -29,6 +29,18 @@ pub enum Dense {
 /// is given.
 pub type Writes<'w> = dyn FnMut(&mut dyn FnMut(usize, f64)) + 'w;
 
+/// Consecutive values to add from one offset on, in either width.
+#[derive(Clone, Copy)]
+pub enum Run<'a> {
+    /// f32 values.
+    F32(&'a [f32]),
+    /// f64 values.
+    F64(&'a [f64]),
+}
+
+/// The runs [`Dense::add_runs`] adds: a function handing each (offset, run) to another.
+pub type RunWrites<'w> = dyn FnMut(&mut dyn FnMut(usize, Run)) + 'w;
+
 /// Applies `$body` to the buffer of whichever variant `$d` is, bound as `$v`.
 macro_rules! each {
     ($d:expr, $v:ident => $body:expr) => {
@@ -165,6 +177,51 @@ impl Dense {
         }
     }
 
+    /// [`Dense::add_each`] for runs of consecutive elements: `runs` hands every (offset,
+    /// values) run to the function it is given, and each run is added in one loop (sums
+    /// rounded to the type, the first that is not finite where its element was returned).
+    /// Runs past the end are cut.
+    pub fn add_runs(&mut self, runs: &mut RunWrites) -> Option<f64> {
+        fn run<T: Clone>(
+            d: &mut Arc<Vec<T>>,
+            runs: &mut RunWrites,
+            read: impl Fn(&T) -> f64,
+            write: impl Fn(f64) -> T,
+        ) -> Option<f64> {
+            let d = Arc::make_mut(d);
+            let mut bad = None;
+            runs(&mut |at, values| {
+                let Some(dst) = d.get_mut(at..) else {
+                    return;
+                };
+                let mut add = |x: &mut T, v: f64| {
+                    let old = read(x);
+                    let new = old + v;
+                    if old.is_finite() && !new.is_finite() && bad.is_none() {
+                        bad = Some(new);
+                    }
+                    *x = write(new);
+                };
+                match values {
+                    Run::F32(vs) => dst
+                        .iter_mut()
+                        .zip(vs)
+                        .for_each(|(x, &v)| add(x, f64::from(v))),
+                    Run::F64(vs) => dst.iter_mut().zip(vs).for_each(|(x, &v)| add(x, v)),
+                }
+            });
+            bad
+        }
+        match self {
+            Dense::F64(d) => run(d, runs, |&x| x, |v| v),
+            Dense::F32(d) => run(d, runs, |&x| f64::from(x), |v| v as f32),
+            Dense::BF16(d) => run(d, runs, |x| x.to_f64(), bf16::from_f64),
+            Dense::F16(d) => run(d, runs, |x| x.to_f64(), f16::from_f64),
+            Dense::FP8(d) => run(d, runs, |&x| fp8_decode(x), fp8_encode),
+            Dense::I8(d) => run(d, runs, |&x| f64::from(x), |v| ElemType::I8.round(v) as i8),
+        }
+    }
+
     /// Stores `v` (already rounded to the type, or rounded by the conversion) at offset `i`;
     /// a shared buffer is copied first.
     #[inline]
@@ -252,6 +309,28 @@ pub fn fp8_encode(v: f64) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Adding runs gives what adding their elements one by one gives, the blow-up included.
+    #[test]
+    fn runs_add_as_elements_do() {
+        let start: Vec<f64> = vec![1.0, -2.0, 0.5, 3.0e38, 4.0, f64::INFINITY];
+        let mut by_runs = Dense::from_f64(ElemType::F32, start.clone());
+        let mut by_elements = Dense::from_f64(ElemType::F32, start);
+        let adds = [0.25f32, 1.0, -0.5, 3.0e38];
+        let a = by_runs.add_runs(&mut |put| {
+            put(1, Run::F32(&adds[..2]));
+            put(3, Run::F32(&adds[2..]));
+            put(5, Run::F64(&[1.0, 2.0]));
+        });
+        let b = by_elements.add_each(&mut |put| {
+            for (k, &v) in adds.iter().enumerate() {
+                put(1 + k, f64::from(v));
+            }
+            put(5, 1.0);
+        });
+        assert_eq!(a, b);
+        assert_eq!(by_runs.to_f64(), by_elements.to_f64());
+    }
 
     /// Every finite E4M3FN value survives encode(decode(b)), and the largest is 448.
     #[test]

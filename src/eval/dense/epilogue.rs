@@ -55,6 +55,55 @@ impl Placement {
     }
 }
 
+impl Placement {
+    /// Calls `f(grid index, target offset, count)` for runs of grid elements that land on
+    /// consecutive target offsets (rows of a strided placement whose last step is 1, the
+    /// whole grid when it is laid out as the target), in grid order; `None` for a listed
+    /// placement (use [`Placement::each`]).
+    pub(crate) fn runs(&self, len: usize, f: &mut dyn FnMut(usize, usize, usize)) -> Option<()> {
+        match self {
+            Placement::Same => f(0, 0, len),
+            Placement::Listed(_) => return None,
+            Placement::Strided { base, steps, dims } => {
+                let (Some(&1), Some(&row)) = (steps.last(), dims.last()) else {
+                    return None;
+                };
+                let outer = dims.len() - 1;
+                let mut idx = vec![0usize; outer];
+                let mut at = *base;
+                let mut i = 0;
+                while i < len {
+                    let n = row.min(len - i);
+                    // A row starting before offset 0 is cut at the front.
+                    match usize::try_from(at) {
+                        Ok(a) => f(i, a, n),
+                        Err(_) => {
+                            let skip = at.unsigned_abs() as usize;
+                            if skip < n {
+                                f(i + skip, 0, n - skip);
+                            }
+                        }
+                    }
+                    i += row.max(1);
+                    for ax in (0..outer).rev() {
+                        idx[ax] += 1;
+                        at += steps[ax];
+                        if idx[ax] < dims[ax] {
+                            break;
+                        }
+                        at -= steps[ax] * dims[ax] as i64;
+                        idx[ax] = 0;
+                    }
+                    if outer == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+        Some(())
+    }
+}
+
 /// What an f32 product's buffer becomes when it is stored as computed.
 pub(super) enum Epilogue {
     /// The product itself, scaled.

@@ -129,6 +129,17 @@ pub(super) fn strided_copy<T: Num>(
     strides: &[i64],
     dims: &[usize],
 ) -> Vec<T> {
+    // Axes of extent 1 move nothing: without them a gather that is a transposition
+    // (`Emb[n, l, e]` read as e × n at one l) takes the tiled copy.
+    if dims.len() > 1 && dims.contains(&1) {
+        let (strides, dims): (Vec<i64>, Vec<usize>) = strides
+            .iter()
+            .zip(dims)
+            .filter(|(_, &n)| n != 1)
+            .map(|(&s, &n)| (s, n))
+            .unzip();
+        return strided_copy(data, offset, &strides, &dims);
+    }
     let total: usize = dims.iter().product();
     if let Some(out) = transposed_copy(data, offset, strides, dims) {
         return out;
@@ -318,6 +329,22 @@ mod tests {
             }
         }
         out
+    }
+
+    /// A gather with axes of extent 1 (a window at one step) copies what the element
+    /// odometer names.
+    #[test]
+    fn unit_axes_are_squeezed_without_changing_the_copy() {
+        let data: Vec<f64> = (0..3 * 40 * 20).map(f64::from).collect();
+        let (strides, dims) = ([1i64, 60, 20], [20usize, 40, 1]);
+        let got = strided_copy(&data, 20, &strides, &dims);
+        let mut want = Vec::new();
+        for a in 0..20i64 {
+            for b in 0..40i64 {
+                want.push(data[(20 + a + 60 * b) as usize]);
+            }
+        }
+        assert_eq!(got, want);
     }
 
     /// Every permutation copies the element each position names, whether or not it takes
