@@ -95,6 +95,26 @@ pub struct Contraction {
     pub gradients: Vec<Contraction>,
 }
 
+impl Contraction {
+    /// A copy for evaluating part of the term (a block of rows), without the gradient
+    /// einsums, which only the backward pass reads.
+    pub fn forward_copy(&self) -> Contraction {
+        Contraction {
+            out: self.out.clone(),
+            factors: self.factors.clone(),
+            scale: self.scale,
+            extents: self.extents.clone(),
+            path: self.path.clone(),
+            flops: self.flops,
+            single: self.single,
+            sparse: self.sparse.clone(),
+            keep: self.keep.clone(),
+            chunk: self.chunk,
+            gradients: Vec::new(),
+        }
+    }
+}
+
 /// The most elements of a grid that is summed after its expression (512 MiB of f64).
 pub const SUMMED_GRID: usize = 1 << 26;
 

@@ -74,7 +74,7 @@ pub(crate) fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory
             Some(match (c.chunk, c.out.first()) {
                 // A block's intermediates, and the whole result.
                 (Some(rows), Some(&first)) => {
-                    let mut block = c.clone();
+                    let mut block = c.forward_copy();
                     block.extents[first] = rows;
                     let out: f64 = c.out.iter().map(|&v| c.extents[v] as f64).product();
                     intermediates(&block, path) + out

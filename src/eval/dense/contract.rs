@@ -116,7 +116,7 @@ pub(super) fn rows_block(
     range: std::ops::Range<usize>,
     values: &[Tensor],
 ) -> Contraction {
-    let mut block = c.clone();
+    let mut block = c.forward_copy();
     block.chunk = None;
     block.extents[first] = range.len();
     for f in block.factors.iter_mut() {

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Datalog rules that used to fall off the join engine, timed with `tl bench` (evaluation
+only, one thread): a recursive rule with a value comparison, head index arithmetic, and a
+closure on bit matrices followed by a count.
+
+    python3 bench/scale/rules.py
+
+Builds target/release/tl and writes seeded data under bench/scale/data/."""
+import os, random, subprocess
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+DATA = os.path.join(HERE, "data")
+TL = os.path.join(ROOT, "target", "release", "tl")
+
+
+def edges(name, nodes, count, seed, weighted):
+    path = os.path.join(DATA, name)
+    if not os.path.exists(path):
+        rng = random.Random(seed)
+        out = {}
+        while len(out) < count:
+            out[(rng.randrange(nodes), rng.randrange(nodes))] = round(rng.random(), 4)
+        with open(path, "w") as f:
+            for (a, b), w in sorted(out.items()):
+                f.write(f"{a}\t{b}\t{w}\n" if weighted else f"{a}\t{b}\n")
+    return path
+
+
+PROGRAMS = {
+    "Reach with W[x, y] > 0.5, 5k nodes, 25k edges": (
+        "Nodes : 5000\nEdge : bool[Nodes, Nodes]\nEdge = \"rules_e25k.tsv\"\n"
+        "W : real[Nodes, Nodes]\nW = \"rules_w25k.tsv\"\nReach(0).\n"
+        "Reach(y) :- Reach(x), Edge(x, y), W[x, y] > 0.5\nCount = Reach(x)\n"
+    ),
+    "Nat(n + 1) :- Nat(n), n < 9000": "Nat(0).\nNat(n + 1) :- Nat(n), n < 9000.\nCount = Nat(n)\n",
+    "closure of 5k nodes, 20k edges (24M pairs), then Total = Path(x, y)": (
+        "Nodes : 5000\nEdge : bool[Nodes, Nodes]\nEdge = \"rules_e20k.tsv\"\n"
+        "Path(x, y) :- Edge(x, y)\nPath(x, z) :- Path(x, y), Edge(y, z)\nTotal = Path(x, y)\n"
+    ),
+}
+
+
+def main():
+    os.makedirs(DATA, exist_ok=True)
+    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
+    edges("rules_e25k.tsv", 5000, 25000, 5, False)
+    edges("rules_w25k.tsv", 5000, 25000, 5, True)
+    edges("rules_e20k.tsv", 5000, 20000, 6, False)
+    print("| program | tl ms (best of 10) |")
+    print("|---|---|")
+    for k, (name, src) in enumerate(PROGRAMS.items()):
+        path = os.path.join(DATA, f"rules_{k}.tl")
+        with open(path, "w") as f:
+            f.write(src)
+        out = subprocess.run([TL, "bench", path, "--repeat", "10"], cwd=DATA,
+                             capture_output=True, text=True, check=True)
+        best = out.stdout.strip().splitlines()[-1].split("min ")[1].split(" ms")[0]
+        print(f"| {name} | {best} |")
+
+
+if __name__ == "__main__":
+    main()
