@@ -981,7 +981,11 @@ fn best_path(c: &Contraction) -> (Path, f64) {
                         }
                     }
                     let cost = ca + cb + 2.0 * volume(c, &vars);
-                    if choice.as_ref().is_none_or(|(best, _)| cost < *best) {
+                    // Splits are visited from the largest `a` down: on a tie the smaller
+                    // one wins, which contracts factors in the order they are written
+                    // (`W[r, i, j] Emb[x, i] Emb[y, j]` joins `Emb[x, i]` first, and the
+                    // result comes out in its output order, with no permuting copy).
+                    if choice.as_ref().is_none_or(|(best, _)| cost <= *best) {
                         choice =
                             Some((cost, Path::Pair(Box::new(pa.clone()), Box::new(pb.clone()))));
                     }
