@@ -255,7 +255,14 @@ impl<'a> State<'a> {
             }
             Kernel::Counts(rules) => {
                 self.fill_pending(&st.tensors);
-                relational::evaluate_counts(p, st, rules, &mut self.values, &self.plan.sparse, o);
+                relational::evaluate_counts(
+                    p,
+                    st,
+                    rules,
+                    &mut self.values,
+                    &self.plan.sparse,
+                    (o, pool),
+                );
                 self.log(i, Ran::Counts, None);
                 Ok(())
             }

@@ -270,13 +270,13 @@ pub(super) fn evaluate_counts(
     rules: &[(Rule, Option<Product>)],
     values: &mut [Tensor],
     sparse: &[bool],
-    o: &EvalOptions,
+    (o, pool): (&EvalOptions, Option<&rayon::ThreadPool>),
 ) {
     let t = st.tensors[0];
     let info = &p.tensors[t];
     // One sparse product, the whole count: its sorted result is the tensor as it comes.
     if let ([(r, Some(m))], Some(true)) = (rules, sparse.get(t)) {
-        if let Some((keys, counts)) = product_of(p, r, *m, values) {
+        if let Some((keys, counts)) = product_of(p, r, *m, values, pool) {
             let positions = crate::tensor::Relation::from_sorted(2, keys);
             let counts = counts.into_iter().map(|n| info.elem.round(n)).collect();
             values[t] = Tensor {
@@ -308,7 +308,7 @@ pub(super) fn evaluate_counts(
             }
             continue;
         }
-        if let Some((keys, counts)) = product.and_then(|m| product_of(p, r, m, values)) {
+        if let Some((keys, counts)) = product.and_then(|m| product_of(p, r, m, values, pool)) {
             for (k, n) in keys.chunks_exact(2).zip(counts) {
                 acc.combine(&[k[0] as usize, k[1] as usize], n);
             }
@@ -367,6 +367,7 @@ fn product_of(
     r: &Rule,
     m: Product,
     values: &[Tensor],
+    pool: Option<&rayon::ThreadPool>,
 ) -> Option<(Vec<u32>, Vec<f64>)> {
     let relation = |k: usize| match &values[r.atoms[k].tensor].storage {
         crate::tensor::Storage::Relation(rel) => Some(rel),
@@ -374,7 +375,7 @@ fn product_of(
     };
     let (a, b) = (relation(m.first)?, relation(m.second)?);
     let c_extent = *p.tensors[r.atoms[m.second].tensor].shape.get(1)?;
-    Some(product::product(a, b, c_extent))
+    Some(product::product(a, b, c_extent, pool))
 }
 
 fn diverged(p: &Checked, st: &Stratum, o: &EvalOptions) -> Diagnostics {

@@ -10,11 +10,62 @@ use crate::tensor::Relation;
 const DENSE_ROW: usize = 1 << 24;
 
 /// The non-zero counts of `A·B` (`a` over A's first position, `c` over B's second, both
-/// binary), in ascending (a, c) order: positions flat, two per count.
-pub(super) fn product(a: &Relation, b: &Relation, c_extent: usize) -> (Vec<u32>, Vec<f64>) {
+/// binary), in ascending (a, c) order: positions flat, two per count. With `pool`, A's
+/// rows are split into blocks of whole rows whose results are concatenated in order: the
+/// same counts for every thread count.
+pub(super) fn product(
+    a: &Relation,
+    b: &Relation,
+    c_extent: usize,
+    pool: Option<&rayon::ThreadPool>,
+) -> (Vec<u32>, Vec<f64>) {
+    use rayon::prelude::*;
     let rows = Rows::new(b);
+    let fa = a.flat();
+    let blocks = match pool {
+        Some(pool) if a.len() >= PARALLEL_MIN_TUPLES => {
+            row_blocks(fa, pool.current_num_threads() * 4)
+        }
+        _ => std::iter::once(0..a.len()).collect(),
+    };
+    let run =
+        |r: &std::ops::Range<usize>| rows_product(&fa[2 * r.start..2 * r.end], b, &rows, c_extent);
+    let parts: Vec<(Vec<u32>, Vec<f64>)> = match pool {
+        Some(pool) if blocks.len() > 1 => pool.install(|| blocks.par_iter().map(run).collect()),
+        _ => blocks.iter().map(run).collect(),
+    };
+    if parts.len() == 1 {
+        return parts.into_iter().next().unwrap_or_default();
+    }
+    let (keys, counts): (Vec<Vec<u32>>, Vec<Vec<f64>>) = parts.into_iter().unzip();
+    (keys.concat(), counts.concat())
+}
+
+/// Below this many tuples in A, a product runs on one thread.
+const PARALLEL_MIN_TUPLES: usize = 1 << 14;
+
+/// About `n` ranges of A's tuples, each starting at a new first position.
+fn row_blocks(fa: &[u32], n: usize) -> Vec<std::ops::Range<usize>> {
+    let len = fa.len() / 2;
+    let size = len.div_ceil(n.max(1)).max(1);
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < len {
+        let mut end = (start + size).min(len);
+        while end < len && fa[2 * end] == fa[2 * (end - 1)] {
+            end += 1;
+        }
+        out.push(start..end);
+        start = end;
+    }
+    out
+}
+
+/// The counts of the rows of A whose tuples are `fa` (flat, whole rows).
+fn rows_product(fa: &[u32], b: &Relation, rows: &Rows, c_extent: usize) -> (Vec<u32>, Vec<f64>) {
+    let fb = b.flat();
+    let tuples = fa.len() / 2;
     // The products bound the non-zeros: reserving for them spares the copies of growing.
-    let (fa, fb) = (a.flat(), b.flat());
     let products: usize = fa
         .chunks_exact(2)
         .map(|t| {
@@ -28,10 +79,10 @@ pub(super) fn product(a: &Relation, b: &Relation, c_extent: usize) -> (Vec<u32>,
     let mut acc = vec![0u32; if dense { c_extent } else { 0 }];
     let mut touched: Vec<u32> = Vec::new();
     let mut i = 0;
-    while i < a.len() {
+    while i < tuples {
         let row = fa[2 * i];
         let mut j = i;
-        while j < a.len() && fa[2 * j] == row {
+        while j < tuples && fa[2 * j] == row {
             let (lo, hi) = rows.of(b, fa[2 * j + 1]);
             let gathered = fb[2 * lo..2 * hi].chunks_exact(2).map(|t| t[1]);
             if dense {
@@ -129,11 +180,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn threads_split_rows_without_changing_the_counts() {
+        let mut pairs = std::collections::BTreeSet::new();
+        let mut x = 12345u64;
+        while pairs.len() < 3 * PARALLEL_MIN_TUPLES {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            pairs.insert(((x >> 33) as u32 % 3000, (x >> 17) as u32 % 3000));
+        }
+        let flat: Vec<u32> = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
+        let r = Relation::from_flat(2, flat, pairs.len());
+        let alone = product(&r, &r, 3000, None);
+        for threads in [2, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            assert_eq!(product(&r, &r, 3000, Some(&pool)), alone);
+        }
+    }
+
+    #[test]
     fn counts_paths_of_two_steps() {
         // 0→1, 0→2, 1→3, 2→3, 2→0: two-step paths 0→0, 0→3 (twice), 2→1, 2→2.
         let r = Relation::from_flat(2, vec![0, 1, 0, 2, 1, 3, 2, 3, 2, 0], 5);
         for extent in [4, DENSE_ROW + 1] {
-            let (keys, counts) = product(&r, &r, extent);
+            let (keys, counts) = product(&r, &r, extent, None);
             assert_eq!(keys, vec![0, 0, 0, 3, 2, 1, 2, 2]);
             assert_eq!(counts, vec![1.0, 2.0, 1.0, 1.0]);
         }
