@@ -148,6 +148,23 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
                         ));
                     }
                     let _ = writeln!(out, "    {:.3e} FLOPs{fused}", d.flops);
+                    if let Some(at) = &d.in_place {
+                        use crate::plan::einsum::InPlaceEpilogue;
+                        let then = match at.epilogue {
+                            InPlaceEpilogue::Bare => "kept as it is".to_string(),
+                            InPlaceEpilogue::Normalize(kind, axis) => {
+                                format!("{kind:?} along axis {} in f32", axis + 1).to_lowercase()
+                            }
+                            InPlaceEpilogue::Rows => {
+                                "the expression applied a row at a time".into()
+                            }
+                        };
+                        let _ = writeln!(
+                            out,
+                            "    stored in term {}'s f32 buffer, {then}",
+                            at.main + 1
+                        );
+                    }
                 }
             }
             Kernel::Steps(plan) => {

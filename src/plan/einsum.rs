@@ -196,6 +196,66 @@ pub struct DenseEquation {
     /// Whether the target holds f32 (or narrower) values: its `softmax` rows are then
     /// computed in f32, as they are stored.
     pub narrow: bool,
+    /// For an f32 target that sums nothing after its expression: the f32 product laid out
+    /// like the output that does the most work, whose buffer becomes the value, and what is
+    /// applied to it there.
+    pub in_place: Option<InPlace>,
+}
+
+/// An f32 equation computed over one product's own buffer ([`DenseEquation::in_place`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct InPlace {
+    /// The term whose buffer it is.
+    pub main: usize,
+    /// What is applied to it.
+    pub epilogue: InPlaceEpilogue,
+}
+
+/// What an in-place product's buffer becomes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum InPlaceEpilogue {
+    /// The product itself, scaled.
+    Bare,
+    /// Softmax or layer normalisation along this output axis.
+    Normalize(Structural, usize),
+    /// The elementwise expression, a row at a time (it holds no normalisation).
+    Rows,
+}
+
+impl Expr {
+    /// Whether the expression holds a `softmax` or `lnorm`.
+    pub fn normalizes(&self) -> bool {
+        match self {
+            Expr::Normalize(..) => true,
+            Expr::Term(_) | Expr::Const(_) | Expr::Var(_) => false,
+            Expr::Neg(x) | Expr::Not(x) => x.normalizes(),
+            Expr::Product(fs) => fs.iter().any(|(_, f)| f.normalizes()),
+            Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => a.normalizes() || b.normalizes(),
+            Expr::Call(_, args) => args.iter().any(Expr::normalizes),
+        }
+    }
+}
+
+/// The in-place plan of an f32 equation ([`DenseEquation::in_place`]).
+fn in_place(p: &Checked, d: &DenseEquation) -> Option<InPlace> {
+    if !d.summed.is_empty() || p.tensors[d.target].elem != crate::tensor::ElemType::F32 {
+        return None;
+    }
+    let (main, _) = d
+        .terms
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.single && c.out == d.out && (c.path.is_some() || c.sparse.is_some()))
+        .max_by(|a, b| a.1.flops.total_cmp(&b.1.flops))?;
+    let epilogue = match &d.expr {
+        Expr::Term(k) if *k == main => InPlaceEpilogue::Bare,
+        Expr::Normalize(kind, var, arg) if matches!(**arg, Expr::Term(k) if k == main) => {
+            InPlaceEpilogue::Normalize(*kind, d.out.iter().position(|v| v == var)?)
+        }
+        e if !e.normalizes() => InPlaceEpilogue::Rows,
+        _ => return None,
+    };
+    Some(InPlace { main, epilogue })
 }
 
 /// The dense equations of a stratum when every equation of it is one: not recursive (or
@@ -331,7 +391,7 @@ fn dense_equation(p: &Checked, e: usize, eq: &Equation, sparse: &[bool]) -> Opti
         return None;
     }
     let flops = terms.iter().map(|c| c.flops).sum::<f64>() + elements * size(&expr) as f64;
-    Some(DenseEquation {
+    let mut d = DenseEquation {
         equation: e,
         target: eq.target,
         out,
@@ -343,7 +403,10 @@ fn dense_equation(p: &Checked, e: usize, eq: &Equation, sparse: &[bool]) -> Opti
         target_shape,
         scatter,
         narrow: narrow(eq.target),
-    })
+        in_place: None,
+    };
+    d.in_place = in_place(p, &d);
+    Some(d)
 }
 
 /// The variables of an index position, in order of first appearance, added to `vars`.

@@ -4,6 +4,7 @@
 //! places each element.
 
 use super::*;
+use crate::plan::einsum::InPlaceEpilogue;
 
 /// Where each element of an equation's grid lands in its target.
 pub(crate) enum Placement {
@@ -134,36 +135,25 @@ pub(super) fn stored_as_computed(
     let (true, None) = (p.data[t].is_none(), &d.scatter) else {
         return None;
     };
-    f32_grid(p, d, values, o, pool).map(Dense::from_f32)
+    f32_grid(d, values, o, pool).map(Dense::from_f32)
 }
 
 /// The equation's value over its grid in f32, computed over its largest f32 product's own
 /// buffer (the rest of the expression applied in place, a row at a time), when its target
 /// holds f32 and it sums nothing after the expression; `None` otherwise.
 pub(super) fn f32_grid(
-    p: &Checked,
     d: &DenseEquation,
     values: &[Tensor],
     o: &EvalOptions,
     pool: Option<&rayon::ThreadPool>,
 ) -> Option<Vec<f32>> {
-    let (true, ElemType::F32) = (d.summed.is_empty(), p.tensors[d.target].elem) else {
-        return None;
-    };
-    // The product laid out like the output that does the most work.
-    let (main, c) = d
-        .terms
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.single && c.out == d.out && (c.path.is_some() || c.sparse.is_some()))
-        .max_by(|a, b| a.1.flops.total_cmp(&b.1.flops))?;
-    let epilogue = match &d.expr {
-        Expr::Term(k) if *k == main => Epilogue::Bare,
-        Expr::Normalize(kind, var, arg) if matches!(**arg, Expr::Term(k) if k == main) => {
-            Epilogue::Normalize(*kind, d.out.iter().position(|v| v == var)?)
-        }
-        e if !has_normalize(e) => Epilogue::Rows(rows::Program::compile(e, o)?),
-        _ => return None,
+    let planned = d.in_place?;
+    let main = planned.main;
+    let c = d.terms.get(main)?;
+    let epilogue = match planned.epilogue {
+        InPlaceEpilogue::Bare => Epilogue::Bare,
+        InPlaceEpilogue::Normalize(kind, axis) => Epilogue::Normalize(kind, axis),
+        InPlaceEpilogue::Rows => Epilogue::Rows(rows::Program::compile(&d.expr, o)?),
     };
     let split = split(d, values, pool);
     // Work is split only inside the pool of `--threads` workers, never on rayon's global one.
@@ -203,18 +193,6 @@ pub(super) fn f32_grid(
         Some(pool) if split => pool.install(run),
         _ => run(),
     })
-}
-
-/// Whether the expression holds a `softmax` or `lnorm`.
-pub(super) fn has_normalize(e: &Expr) -> bool {
-    match e {
-        Expr::Normalize(..) => true,
-        Expr::Term(_) | Expr::Const(_) | Expr::Var(_) => false,
-        Expr::Neg(x) | Expr::Not(x) => has_normalize(x),
-        Expr::Product(fs) => fs.iter().any(|(_, f)| has_normalize(f)),
-        Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => has_normalize(a) || has_normalize(b),
-        Expr::Call(_, args) => args.iter().any(has_normalize),
-    }
 }
 
 /// Adds the equation's value at every output element to `acc` (row-major over `d.out`; when

@@ -56,7 +56,7 @@ use super::EvalOptions;
 use crate::functions::Structural;
 use crate::plan::einsum::{kept, Contraction, DenseEquation, Expr, Factor, Path};
 use crate::semantics::{Checked, Family, Stratum, VarId};
-use crate::tensor::{Dense, ElemType, Storage, Tensor};
+use crate::tensor::{Dense, Storage, Tensor};
 use std::borrow::Cow;
 
 /// Evaluates the stratum's contractions in place; `false` (with `values` untouched) when its
@@ -217,7 +217,7 @@ pub(super) fn contributions(
     }
     // Into a target without data of its own, an f32 grid is added as computed.
     let f32_grid = match p.data[d.target] {
-        None => f32_grid(p, d, values, o, pool),
+        None => f32_grid(d, values, o, pool),
         Some(_) => None,
     };
     let grid = match f32_grid {
