@@ -237,3 +237,37 @@ fn large_counts_are_stored_as_their_non_zeros() {
     );
     assert!(s.decisions().iter().all(|d| d.ran != Ran::Reference));
 }
+
+/// Rules with value comparisons and head arithmetic run on the join engine (the decision
+/// log says so), with the reference's answers, in recursion too.
+#[test]
+fn value_checks_and_head_arithmetic_run_as_joins() {
+    let src = "Node : 6\nE : bool[Node, Node]\nE(0, 1). E(1, 2). E(2, 3). E(3, 4). E(4, 5).\n\
+               W = [[0, 0.9, 0, 0, 0, 0], [0, 0, 0.8, 0, 0, 0], [0, 0, 0, 0.1, 0, 0], \
+               [0, 0, 0, 0, 0.9, 0], [0, 0, 0, 0, 0, 0.9], [0, 0, 0, 0, 0, 0]]\n\
+               Reach(0).\nReach(y) :- Reach(x), E(x, y), W[x, y] > 0.5.\n\
+               Nat(0).\nNat(n + 1) :- Nat(n), n < 50.\n\
+               Back(x, y - 1) :- E(x, y), y > 1.\n";
+    let fast = run(src, &Standard);
+    let oracle = run(src, &Reference);
+    for t in ["Reach", "Nat", "Back"] {
+        assert_eq!(fast.query(t).unwrap(), oracle.query(t).unwrap(), "{t}");
+    }
+    assert_eq!(
+        fast.query("Reach").unwrap().len(),
+        3,
+        "0, 1, 2: W[2, 3] is 0.1"
+    );
+    assert_eq!(fast.query("Nat").unwrap().len(), 51);
+    let checked = fast.checked().unwrap();
+    for d in fast.decisions() {
+        let names: Vec<&str> = checked.strata[d.stratum]
+            .tensors
+            .iter()
+            .map(|&t| checked.tensors[t].name.as_str())
+            .collect();
+        if names.iter().any(|n| ["Reach", "Nat", "Back"].contains(n)) {
+            assert_eq!(d.ran, Ran::Joins, "{names:?}");
+        }
+    }
+}
