@@ -555,14 +555,14 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
                 Some(a) => rule.negated.push(a),
                 None => {
                     rule.checks.push(nest::check(p, e, plain, own)?);
-                    checked_vars.extend(nest::check_vars(plain));
+                    plain.mentioned_vars(&mut checked_vars);
                 }
             },
             Node::Compare(op, a, b) if !sums_here => match filter(op, a, b) {
                 Some(f) => rule.filters.push(f),
                 None => {
                     rule.checks.push(nest::check(p, e, plain, own)?);
-                    checked_vars.extend(nest::check_vars(plain));
+                    plain.mentioned_vars(&mut checked_vars);
                 }
             },
             _ => return None,

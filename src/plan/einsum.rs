@@ -561,18 +561,7 @@ fn expr(
 /// The operator and sides of a summation point's body that is a sum or difference both of
 /// whose sides read every variable summed there.
 fn split<'n>(vars: &[VarId], body: &'n Node) -> Option<(BinOp, &'n Node, &'n Node)> {
-    let mut body = body;
-    while let Node::Sum {
-        vars: inner,
-        body: b,
-    } = body
-    {
-        if !inner.is_empty() {
-            return None;
-        }
-        body = b;
-    }
-    let Node::Binary(op @ (BinOp::Add | BinOp::Sub), a, b) = body else {
+    let Node::Binary(op @ (BinOp::Add | BinOp::Sub), a, b) = body.inside_empty_sums() else {
         return None;
     };
     let reads_all = |n: &Node| {
@@ -588,18 +577,7 @@ fn split<'n>(vars: &[VarId], body: &'n Node) -> Option<(BinOp, &'n Node, &'n Nod
 /// each reads a tensor that is not a relation; `None` otherwise. Only multiplied factors
 /// are regrouped.
 fn independent(p: &Checked, vars: &[VarId], body: &Node) -> Option<Node> {
-    let mut body = body;
-    while let Node::Sum {
-        vars: inner,
-        body: b,
-    } = body
-    {
-        if !inner.is_empty() {
-            return None;
-        }
-        body = b;
-    }
-    let Node::Product(fs) = body else {
+    let Node::Product(fs) = body.inside_empty_sums() else {
         return None;
     };
     if vars.is_empty() || fs.iter().any(|(div, _)| *div) {
@@ -607,7 +585,7 @@ fn independent(p: &Checked, vars: &[VarId], body: &Node) -> Option<Node> {
     }
     let summed_in = |n: &Node| {
         let mut used = Vec::new();
-        all_vars(n, &mut used);
+        n.mentioned_vars(&mut used);
         used.retain(|v| vars.contains(v));
         used
     };
@@ -653,10 +631,9 @@ fn independent(p: &Checked, vars: &[VarId], body: &Node) -> Option<Node> {
             .cloned()
             .collect();
         let dense = members.iter().any(|(_, f)| {
-            let mut read = Vec::new();
-            tensors_read(f, &mut read);
-            read.iter()
-                .any(|&t| p.tensors[t].kind != crate::semantics::Kind::Bool)
+            let mut dense = false;
+            f.reads(&mut |t, _| dense |= p.tensors[t].kind != crate::semantics::Kind::Bool);
+            dense
         });
         if !dense {
             return None;
@@ -676,24 +653,6 @@ fn independent(p: &Checked, vars: &[VarId], body: &Node) -> Option<Node> {
     free.extend(fs.iter().filter(|(_, f)| group_of(f).is_none()).cloned());
     free.extend(sums);
     Some(Node::Product(free))
-}
-
-/// Variables a node mentions, as positions or as values.
-fn all_vars(n: &Node, out: &mut Vec<VarId>) {
-    match n {
-        Node::Var(v) => out.push(*v),
-        Node::Read { index, .. } => index.iter().for_each(|f| f.vars(out)),
-        _ => {}
-    }
-    n.children().into_iter().for_each(|c| all_vars(c, out));
-}
-
-/// The tensors a node reads.
-fn tensors_read(n: &Node, out: &mut Vec<TensorId>) {
-    if let Node::Read { tensor, .. } = n {
-        out.push(*tensor);
-    }
-    n.children().into_iter().for_each(|c| tensors_read(c, out));
 }
 
 /// Variables that the reads of a node index.

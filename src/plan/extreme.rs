@@ -54,12 +54,15 @@ pub fn plan_extreme(p: &Checked, eq: &Equation, bound: Option<VarId>) -> Option<
     if !matches!(eq.family, Family::Max | Family::Min) || eq.virtual_var.is_some() {
         return None;
     }
-    let (reduced, body) = match strip(&eq.rhs) {
+    let (reduced, body) = match eq.rhs.inside_empty_sums() {
         Node::Sum { vars, body } => (vars.clone(), body.as_ref()),
         other => (Vec::new(), other),
     };
-    let terms: Vec<(bool, &Node)> = match strip(body) {
-        Node::Product(fs) => fs.iter().map(|(d, f)| (*d, strip(f))).collect(),
+    let terms: Vec<(bool, &Node)> = match body.inside_empty_sums() {
+        Node::Product(fs) => fs
+            .iter()
+            .map(|(d, f)| (*d, f.inside_empty_sums()))
+            .collect(),
         single => vec![(false, single)],
     };
     let mut factors = Vec::with_capacity(terms.len());
@@ -119,14 +122,6 @@ pub fn plan_extreme(p: &Checked, eq: &Equation, bound: Option<VarId>) -> Option<
         lhs: eq.lhs.clone(),
         factors,
     })
-}
-
-/// The node inside summation points without variables.
-fn strip(n: &Node) -> &Node {
-    match n {
-        Node::Sum { vars, body } if vars.is_empty() => strip(body),
-        other => other,
-    }
 }
 
 #[cfg(test)]

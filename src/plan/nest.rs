@@ -245,7 +245,7 @@ pub fn check(p: &Checked, e: usize, n: &Node, own: &[TensorId]) -> Option<Value>
     }
     let compares = match n {
         Node::Compare(..) => true,
-        Node::Not(x) => matches!(strip(x), Node::Compare(..)),
+        Node::Not(x) => matches!(x.inside_empty_sums(), Node::Compare(..)),
         _ => false,
     };
     if !compares || !simple(n, own) {
@@ -260,13 +260,6 @@ pub fn check(p: &Checked, e: usize, n: &Node, own: &[TensorId]) -> Option<Value>
         sparse: &[],
     };
     Some(cx.value(n, false))
-}
-
-/// The variables a check reads.
-pub fn check_vars(n: &Node) -> Vec<VarId> {
-    let mut out = Vec::new();
-    node_vars(n, &mut out);
-    out
 }
 
 struct Compiler<'a> {
@@ -291,8 +284,11 @@ impl Compiler<'_> {
     ) -> Scope {
         // The factors of the point's value, in order; only multiplied ones may be scanned or
         // filter.
-        let factors: Vec<(bool, &Node)> = match strip(body) {
-            Node::Product(fs) => fs.iter().map(|(div, f)| (*div, strip(f))).collect(),
+        let factors: Vec<(bool, &Node)> = match body.inside_empty_sums() {
+            Node::Product(fs) => fs
+                .iter()
+                .map(|(div, f)| (*div, f.inside_empty_sums()))
+                .collect(),
             other => vec![(false, other)],
         };
         let relational = matches!(family, Family::Max | Family::Min);
@@ -423,7 +419,7 @@ impl Compiler<'_> {
                 continue;
             }
             let mut used = Vec::new();
-            node_vars(f, &mut used);
+            f.mentioned_vars(&mut used);
             if used.iter().all(|v| bound.contains(v) || !vars.contains(v)) {
                 placed.push(k);
                 levels.push(Level::Filter(self.value(f, false)));
@@ -689,24 +685,6 @@ fn merged<'n>(n: &'n Node, vars: &mut Vec<VarId>) -> &'n Node {
         }
         other => other,
     }
-}
-
-/// The node inside summation points without variables.
-fn strip(n: &Node) -> &Node {
-    match n {
-        Node::Sum { vars, body } if vars.is_empty() => strip(body),
-        other => other,
-    }
-}
-
-/// Variables a node mentions (positions and values).
-fn node_vars(n: &Node, out: &mut Vec<VarId>) {
-    match n {
-        Node::Var(v) => out.push(*v),
-        Node::Read { index, .. } => index.iter().for_each(|f| f.vars(out)),
-        _ => {}
-    }
-    n.children().into_iter().for_each(|c| node_vars(c, out));
 }
 
 #[cfg(test)]

@@ -254,7 +254,7 @@ pub fn plan_steps(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Steps> {
         let axis = axis_of(eq.target)?;
         let (var, offset) = step_of(&eq.lhs[axis])?;
         let mut ok = true;
-        reads(&eq.rhs, &mut |tensor, index| {
+        eq.rhs.reads(&mut |tensor, index| {
             let Some(a) = axis_of(tensor) else {
                 return;
             };
@@ -403,7 +403,7 @@ fn consistent(axes: &[(TensorId, usize)], equations: &[Cow<Equation>]) -> bool {
             return false;
         };
         let mut ok = true;
-        reads(&eq.rhs, &mut |tensor, index| {
+        eq.rhs.reads(&mut |tensor, index| {
             let Some(a) = axis_of(tensor) else {
                 return;
             };
@@ -439,14 +439,6 @@ fn mentions(f: &IndexFn, v: VarId) -> bool {
 /// Whether `v` is used as a value (not only in positions) in `n`.
 fn value_of(n: &Node, v: VarId) -> bool {
     matches!(n, Node::Var(x) if *x == v) || n.children().into_iter().any(|c| value_of(c, v))
-}
-
-/// Calls `f` with every read's tensor and positions (slices excluded: no virtual index here).
-fn reads(n: &Node, f: &mut dyn FnMut(TensorId, &[IndexFn])) {
-    if let Node::Read { tensor, index, .. } = n {
-        f(*tensor, index);
-    }
-    n.children().into_iter().for_each(|c| reads(c, f));
 }
 
 /// The tensors in an order where each comes after those it reads at the same step (`edges`:

@@ -355,10 +355,10 @@ fn guard_limits(n: &Node, v: VarId, limit: &mut dyn FnMut(Side, i64)) {
         Node::Product(fs) => fs
             .iter()
             .filter(|(div, _)| !div)
-            .for_each(|(_, f)| guard_limits(strip(f), v, limit)),
+            .for_each(|(_, f)| guard_limits(f.inside_empty_sums(), v, limit)),
         Node::Compare(op, a, b) => {
             // Written as `v op c`.
-            let (op, c) = match (strip(a), op, strip(b)) {
+            let (op, c) = match (a.inside_empty_sums(), op, b.inside_empty_sums()) {
                 (Node::Var(x), op, Node::Const(c)) if *x == v => (*op, *c),
                 (Node::Const(c), op, Node::Var(x)) if *x == v => (op.flipped(), *c),
                 _ => return,
@@ -378,15 +378,6 @@ fn guard_limits(n: &Node, v: VarId, limit: &mut dyn FnMut(Side, i64)) {
             }
         }
         _ => {}
-    }
-}
-
-/// The node inside summation points without variables (each operand of a comparison is
-/// one).
-fn strip(n: &Node) -> &Node {
-    match n {
-        Node::Sum { vars, body } if vars.is_empty() => strip(body),
-        other => other,
     }
 }
 

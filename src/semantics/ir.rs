@@ -247,6 +247,34 @@ pub enum Node {
 }
 
 impl Node {
+    /// The node inside summation points without variables (which sum nothing).
+    pub fn inside_empty_sums(&self) -> &Node {
+        match self {
+            Node::Sum { vars, body } if vars.is_empty() => body.inside_empty_sums(),
+            other => other,
+        }
+    }
+
+    /// Adds the variables the node mentions, as positions or as values, to `out`.
+    pub fn mentioned_vars(&self, out: &mut Vec<VarId>) {
+        match self {
+            Node::Var(v) => out.push(*v),
+            Node::Read { index, .. } => index.iter().for_each(|f| f.vars(out)),
+            _ => {}
+        }
+        self.children()
+            .into_iter()
+            .for_each(|c| c.mentioned_vars(out));
+    }
+
+    /// Calls `f` with every read's tensor and positions.
+    pub fn reads(&self, f: &mut dyn FnMut(TensorId, &[IndexFn])) {
+        if let Node::Read { tensor, index, .. } = self {
+            f(*tensor, index);
+        }
+        self.children().into_iter().for_each(|c| c.reads(f));
+    }
+
     /// Direct children, so that passes over the tree need not repeat its shape.
     pub fn children(&self) -> Vec<&Node> {
         match self {
