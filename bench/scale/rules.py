@@ -6,26 +6,9 @@ closure on bit matrices followed by a count.
     python3 bench/scale/rules.py
 
 Builds target/release/tl and writes seeded data under bench/scale/data/."""
-import os, random, subprocess
+import os, subprocess
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-DATA = os.path.join(HERE, "data")
-TL = os.path.join(ROOT, "target", "release", "tl")
-
-
-def edges(name, nodes, count, seed, weighted):
-    path = os.path.join(DATA, name)
-    if not os.path.exists(path):
-        rng = random.Random(seed)
-        out = {}
-        while len(out) < count:
-            out[(rng.randrange(nodes), rng.randrange(nodes))] = round(rng.random(), 4)
-        with open(path, "w") as f:
-            for (a, b), w in sorted(out.items()):
-                f.write(f"{a}\t{b}\t{w}\n" if weighted else f"{a}\t{b}\n")
-    return path
-
+from run import DATA, ROOT, TL, edges
 
 PROGRAMS = {
     "Reach with W[x, y] > 0.5, 5k nodes, 25k edges": (
