@@ -13,6 +13,23 @@ const THREADED_PRODUCT: usize = 1 << 24;
 /// operand (0 where the operand does not vary along it).
 pub(super) type Loop = (usize, usize, usize);
 
+/// The `rows × cols` matrix at `offset` with strides `[row, col]`, row-major in a buffer of
+/// `size` (at least as large), the rest zeros.
+fn padded<T: Num>(
+    (data, offset, [row, col]): (&[T], usize, [usize; 2]),
+    (rows, cols): (usize, usize),
+    size: (usize, usize),
+    zero: T,
+) -> Vec<T> {
+    let mut pad = vec![zero; size.0 * size.1];
+    for i in 0..rows {
+        for j in 0..cols {
+            pad[i * size.1 + j] = data[offset + i * row + j * col];
+        }
+    }
+    pad
+}
+
 /// A matrix operand: its elements and the strides of its row and column axes.
 pub(super) type Strided<'s, T> = (&'s [T], [usize; 2]);
 
@@ -155,26 +172,14 @@ pub(super) fn matmul<T: Num>(
         let lhs = if m > 1 && lc == 1 && lr == k {
             (lhs, lo, [lr, lc])
         } else {
-            let mut pad = vec![zero; m2 * k];
-            for i in 0..m {
-                for j in 0..k {
-                    pad[i * k + j] = lhs[lo + i * lr + j * lc];
-                }
-            }
-            a = pad;
+            a = padded((lhs, lo, [lr, lc]), (m, k), (m2, k), zero);
             (a.as_slice(), 0, [k, 1])
         };
         let b;
         let rhs = if n > 1 && rc == 1 && rr == n {
             (rhs, ro, [rr, rc])
         } else {
-            let mut pad = vec![zero; k * n2];
-            for i in 0..k {
-                for j in 0..n {
-                    pad[i * n2 + j] = rhs[ro + i * rr + j * rc];
-                }
-            }
-            b = pad;
+            b = padded((rhs, ro, [rr, rc]), (k, n), (k, n2), zero);
             (b.as_slice(), 0, [n2, 1])
         };
         let mut out = vec![zero; m2 * n2];
