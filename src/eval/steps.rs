@@ -250,7 +250,7 @@ fn write_grid(t: &mut Tensor, grid: &dense::Grid, at: &dense::Placement) -> Opti
     };
     use crate::tensor::Run;
     let len = grid.len();
-    if at.runs(len, &mut |_, _, _| {}).is_some() {
+    if at.in_runs() {
         return d.add_runs(&mut |put| {
             at.runs(len, &mut |i, a, n| match grid {
                 dense::Grid::F32(v) => put(a, Run::F32(&v[i..i + n])),

@@ -57,10 +57,20 @@ impl Placement {
 }
 
 impl Placement {
+    /// Whether [`Placement::runs`] can place the grid: it lands in runs of consecutive
+    /// target offsets.
+    pub(crate) fn in_runs(&self) -> bool {
+        match self {
+            Placement::Same => true,
+            Placement::Listed(_) => false,
+            Placement::Strided { steps, dims, .. } => steps.last() == Some(&1) && !dims.is_empty(),
+        }
+    }
+
     /// Calls `f(grid index, target offset, count)` for runs of grid elements that land on
     /// consecutive target offsets (rows of a strided placement whose last step is 1, the
-    /// whole grid when it is laid out as the target), in grid order; `None` for a listed
-    /// placement (use [`Placement::each`]).
+    /// whole grid when it is laid out as the target), in grid order; `None`, calling
+    /// nothing, where [`Placement::in_runs`] is false (use [`Placement::each`]).
     pub(crate) fn runs(&self, len: usize, f: &mut dyn FnMut(usize, usize, usize)) -> Option<()> {
         match self {
             Placement::Same => f(0, 0, len),
