@@ -13,6 +13,7 @@ use crate::eval::dense::{
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
 use crate::plan::einsum::{gradient_term, Contraction, DenseEquation, Expr, Factor, Path};
+use crate::plan::rows::RowProgram;
 use crate::semantics::{Checked, VarId};
 use crate::tensor::Tensor;
 use std::borrow::Cow;
@@ -67,7 +68,14 @@ pub(crate) fn backward_dense(
     let Some(expr) = lift_normalize(d, &d.expr, &mut terms, &mut lifted, o) else {
         return false;
     };
-    let Some(program) = Program::compile(&expr, o) else {
+    let compiled = match &d.program {
+        Some(planned) => Cow::Borrowed(planned),
+        None => match RowProgram::compile(&expr) {
+            Some(c) => Cow::Owned(c),
+            None => return false,
+        },
+    };
+    let Some(program) = Program::bind(&compiled, o) else {
         return false;
     };
     let mut g: Vec<Vec<f64>> = terms.iter().map(|t| vec![0.0; t.data.len()]).collect();
@@ -94,7 +102,10 @@ pub(crate) fn backward_dense(
     rows::backward(&program, d, &terms, upstream, &mut g);
     for r in lifted {
         let adjoint = row_adjoint(d, &r, &terms[r.term].data, &g[r.term]);
-        rows::backward(&r.arg, d, &terms, &adjoint, &mut g);
+        let Some(arg) = Program::bind(&r.arg, o) else {
+            return false;
+        };
+        rows::backward(&arg, d, &terms, &adjoint, &mut g);
     }
     for ((c, gk), t) in d.terms.iter().zip(g).zip(&terms) {
         let gk: Vec<f64> = gk.iter().map(|x| x * c.scale).collect();
@@ -277,7 +288,7 @@ struct Row {
     term: usize,
     kind: Structural,
     axis: Option<usize>,
-    arg: Program,
+    arg: RowProgram,
     /// The argument's values over the output.
     input: Vec<f64>,
 }
@@ -293,8 +304,8 @@ fn lift_normalize(
 ) -> Option<Expr> {
     replace_normalize(e, &mut |kind, var, arg| {
         let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
-        let arg = Program::compile(arg, o)?;
-        let input = rows::values(&arg, d, terms);
+        let arg = RowProgram::compile(arg)?;
+        let input = rows::values(&Program::bind(&arg, o)?, d, terms);
         let mut value = input.clone();
         let axis = d.out.iter().position(|v| *v == var);
         if let Some(axis) = axis {

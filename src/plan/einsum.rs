@@ -6,6 +6,7 @@
 //! element, reading every term's value there, so functions and additions around a
 //! contraction cost one pass over memory, not one per operator.
 
+use super::rows::{RowLayout, RowProgram};
 use crate::functions::Structural;
 use crate::semantics::{
     Checked, Equation, Family, Func, IndexFn, Kind, Node, Stratum, TensorId, VarId,
@@ -96,6 +97,21 @@ pub struct Contraction {
 }
 
 impl Contraction {
+    /// Elements of all intermediates of a subtree: each pairwise result, plus each factor's
+    /// permuted copy.
+    pub fn intermediates(&self, path: &Path) -> f64 {
+        let volume = |vars: &[VarId]| {
+            vars.iter()
+                .map(|&v| self.extents[v] as f64)
+                .product::<f64>()
+        };
+        let size = volume(&kept(self, path.factors()));
+        match path {
+            Path::Leaf(k) => volume(&self.factors[*k].vars) + size,
+            Path::Pair(a, b) => self.intermediates(a) + self.intermediates(b) + size,
+        }
+    }
+
     /// A copy for evaluating part of the term (a block of rows), without the gradient
     /// einsums, which only the backward pass reads.
     pub fn forward_copy(&self) -> Contraction {
@@ -200,6 +216,15 @@ pub struct DenseEquation {
     /// like the output that does the most work, whose buffer becomes the value, and what is
     /// applied to it there.
     pub in_place: Option<InPlace>,
+    /// The expression compiled for row-at-a-time evaluation; `None` when it holds a
+    /// normalisation, which becomes a term at run time first.
+    pub program: Option<RowProgram>,
+    /// Where each row of the grid lies in each term, laid out over its `out`.
+    pub layout: RowLayout,
+    /// Elements evaluation allocates beyond its inputs: every term's intermediates (one
+    /// block's, for a term computed in blocks, plus the whole term) and the grid; what
+    /// `--max-memory` bounds (8 bytes each).
+    pub scratch: f64,
 }
 
 /// An f32 equation computed over one product's own buffer ([`DenseEquation::in_place`]).
@@ -404,9 +429,42 @@ fn dense_equation(p: &Checked, e: usize, eq: &Equation, sparse: &[bool]) -> Opti
         scatter,
         narrow: narrow(eq.target),
         in_place: None,
+        program: None,
+        layout: RowLayout {
+            len: 0,
+            count: 0,
+            steps: Vec::new(),
+            dims: Vec::new(),
+        },
+        scratch: 0.0,
     };
+    d.program = RowProgram::compile(&d.expr);
+    d.layout = RowLayout::new(&d, d.terms.iter().map(|c| c.out.as_slice()));
+    d.scratch = scratch(&d);
     d.in_place = in_place(p, &d);
     Some(d)
+}
+
+/// [`DenseEquation::scratch`].
+fn scratch(d: &DenseEquation) -> f64 {
+    let grid: f64 = d.out.iter().map(|&v| d.extents[v] as f64).product();
+    let terms: f64 = d
+        .terms
+        .iter()
+        .filter_map(|c| {
+            let path = c.path.as_ref()?;
+            Some(match (c.chunk, c.out.first()) {
+                (Some(rows), Some(&first)) => {
+                    let mut block = c.forward_copy();
+                    block.extents[first] = rows;
+                    let out: f64 = c.out.iter().map(|&v| c.extents[v] as f64).product();
+                    block.intermediates(path) + out
+                }
+                _ => c.intermediates(path),
+            })
+        })
+        .sum();
+    terms + grid
 }
 
 /// The variables of an index position, in order of first appearance, added to `vars`.

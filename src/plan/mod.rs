@@ -24,6 +24,7 @@ pub mod demand;
 pub mod einsum;
 pub mod extreme;
 pub mod nest;
+pub mod rows;
 pub mod steps;
 pub mod valid;
 

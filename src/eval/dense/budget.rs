@@ -65,23 +65,5 @@ pub(crate) fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory
                     .all(|(&n, &x)| n == d.extents[x]))
     });
     let out_ok = p.tensors[d.target].shape == d.target_shape;
-    let grid: f64 = d.out.iter().map(|&v| d.extents[v] as f64).product();
-    let elements: f64 = d
-        .terms
-        .iter()
-        .filter_map(|c| {
-            let path = c.path.as_ref()?;
-            Some(match (c.chunk, c.out.first()) {
-                // A block's intermediates, and the whole result.
-                (Some(rows), Some(&first)) => {
-                    let mut block = c.forward_copy();
-                    block.extents[first] = rows;
-                    let out: f64 = c.out.iter().map(|&v| c.extents[v] as f64).product();
-                    intermediates(&block, path) + out
-                }
-                _ => intermediates(c, path),
-            })
-        })
-        .sum();
-    shaped && relations && out_ok && 8.0 * (elements + grid) <= max_memory as f64
+    shaped && relations && out_ok && 8.0 * d.scratch <= max_memory as f64
 }

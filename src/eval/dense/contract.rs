@@ -5,17 +5,6 @@
 
 use super::*;
 
-/// Elements of all intermediates of a subtree: each pairwise result, plus each factor's
-/// permuted copy.
-pub(super) fn intermediates(c: &Contraction, path: &Path) -> f64 {
-    let volume = |vars: &[VarId]| vars.iter().map(|&v| c.extents[v] as f64).product::<f64>();
-    let size = volume(&kept(c, path.factors()));
-    match path {
-        Path::Leaf(k) => volume(&c.factors[*k].vars) + size,
-        Path::Pair(a, b) => intermediates(c, a) + intermediates(c, b) + size,
-    }
-}
-
 /// A term's value over its free variables (in left-hand-side order), scaled.
 pub(crate) fn term<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) -> Operand<'a> {
     let mut root = match (c.single, &c.path) {

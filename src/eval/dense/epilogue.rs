@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::plan::einsum::InPlaceEpilogue;
+use crate::plan::rows::RowProgram;
 
 /// Where each element of an equation's grid lands in its target.
 pub(crate) enum Placement {
@@ -116,13 +117,13 @@ impl Placement {
 }
 
 /// What an f32 product's buffer becomes when it is stored as computed.
-pub(super) enum Epilogue {
+pub(super) enum Epilogue<'p> {
     /// The product itself, scaled.
     Bare,
     /// Softmax or layer normalisation along an output axis.
     Normalize(Structural, usize),
     /// The equation's elementwise expression, evaluated over the buffer a row at a time.
-    Rows(rows::Program),
+    Rows(rows::Program<'p>),
 }
 
 /// The value of an f32 tensor with no data of its own, defined by one equation over an f32
@@ -163,14 +164,13 @@ pub(super) fn f32_grid(
     let epilogue = match planned.epilogue {
         InPlaceEpilogue::Bare => Epilogue::Bare,
         InPlaceEpilogue::Normalize(kind, axis) => Epilogue::Normalize(kind, axis),
-        InPlaceEpilogue::Rows => Epilogue::Rows(rows::Program::compile(&d.expr, o)?),
+        InPlaceEpilogue::Rows => Epilogue::Rows(rows::Program::bind(d.program.as_ref()?, o)?),
     };
     let split = split(d, values, pool);
     // Work is split only inside the pool of `--threads` workers, never on rayon's global one.
     let workers = if split { o.threads.max(1) } else { 1 };
     let run = || {
         let mut data = unscaled::<f32>(c, values, workers).data.into_owned();
-        let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
         match &epilogue {
             Epilogue::Bare if c.scale != 1.0 => {
                 // In f64, as the general path scales, then rounded once.
@@ -179,10 +179,11 @@ pub(super) fn f32_grid(
             }
             Epilogue::Bare => {}
             Epilogue::Normalize(kind, axis) => {
+                let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
                 normalize(&mut data, &dims, *axis, *kind, (c.scale, split));
             }
             Epilogue::Rows(program) => {
-                let terms: Vec<Operand> = d
+                let terms: smallvec::SmallVec<[Operand; 4]> = d
                     .terms
                     .iter()
                     .enumerate()
@@ -247,13 +248,9 @@ pub(super) fn fused<'a>(
             }
         }
     }
-    let Some(expr) = materialize(&d.expr, d, terms, o) else {
+    let Some(values) = grid_values(d, terms, o) else {
         return false;
     };
-    let Some(program) = rows::Program::compile(&expr, o) else {
-        return false;
-    };
-    let values = rows::values(&program, d, terms);
     // Variables summed after the expression are innermost: each output element sums one
     // contiguous block, in row-major order as the reference does.
     let block: usize = d.summed.iter().map(|&v| d.extents[v]).product();
@@ -279,9 +276,12 @@ pub(super) fn grid_values(
     terms: &mut Vec<Operand>,
     o: &EvalOptions,
 ) -> Option<Vec<f64>> {
+    if let Some(planned) = &d.program {
+        return Some(rows::values(&rows::Program::bind(planned, o)?, d, terms));
+    }
     let expr = materialize(&d.expr, d, terms, o)?;
-    let program = rows::Program::compile(&expr, o)?;
-    Some(rows::values(&program, d, terms))
+    let compiled = RowProgram::compile(&expr)?;
+    Some(rows::values(&rows::Program::bind(&compiled, o)?, d, terms))
 }
 
 /// For each element of the grid (row-major over `d.out`), the target offset its left-hand-side
@@ -402,7 +402,10 @@ pub(super) fn materialize<'a>(
             Expr::Term(k) if terms[k].vars == d.out && terms[k].data.len() == total => {
                 terms[k].data.to_vec()
             }
-            _ => rows::values(&rows::Program::compile(&inner, o)?, d, terms),
+            _ => {
+                let compiled = RowProgram::compile(&inner)?;
+                rows::values(&rows::Program::bind(&compiled, o)?, d, terms)
+            }
         };
         if let Some(axis) = d.out.iter().position(|v| *v == var) {
             normalize_for(d, &mut buf, (&dims, axis), kind);

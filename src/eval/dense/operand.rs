@@ -290,10 +290,10 @@ pub(crate) fn reduce<'a, T: Num>(
     keep: &[VarId],
     extents: &[usize],
 ) -> Operand<'a, T> {
-    let (kept, summed): (Vec<VarId>, Vec<VarId>) = op.vars.iter().partition(|v| keep.contains(v));
-    if summed.is_empty() {
+    if op.vars.iter().all(|v| keep.contains(v)) {
         return op;
     }
+    let (kept, summed): (Vec<VarId>, Vec<VarId>) = op.vars.iter().partition(|v| keep.contains(v));
     let block: usize = summed.iter().map(|&v| extents[v]).product();
     let order = [kept.clone(), summed].concat();
     let op = permute(op, &order, extents);

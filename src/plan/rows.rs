@@ -1,0 +1,181 @@
+//! A dense equation's elementwise expression compiled for row-at-a-time evaluation: its
+//! operations in postorder ([`RowProgram`]) and where each row of the output lies in every
+//! term ([`RowLayout`]). Both depend only on the program and its shapes, so they are made
+//! once here and `eval::dense::rows` runs them; only an expression rewritten at run time
+//! (a `softmax` inside it becomes a term) is compiled there.
+
+use super::einsum::{DenseEquation, Expr};
+use crate::functions::Builtin;
+use crate::semantics::{Func, VarId};
+use crate::syntax::ast::{BinOp, CmpOp};
+
+/// One operation; inputs are indices of earlier operations.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RowOp {
+    /// Term `k`'s element.
+    Term(usize),
+    /// A constant.
+    Const(f64),
+    /// An output variable's position.
+    Var(VarId),
+    /// `-x`.
+    Neg(usize),
+    /// `1 - x`.
+    Not(usize),
+    /// `x · y`.
+    Mul(usize, usize),
+    /// `x / y`.
+    Div(usize, usize),
+    /// `x + y`.
+    Add(usize, usize),
+    /// `x - y`.
+    Sub(usize, usize),
+    /// `x ^ y`.
+    Pow(usize, usize),
+    /// 1 where the comparison holds, else 0.
+    Compare(CmpOp, usize, usize),
+    /// A built-in function of its arguments.
+    Builtin(Builtin, Vec<usize>),
+    /// Registered function number `slot` of [`RowProgram::users`], of one argument.
+    User(usize, usize),
+}
+
+/// A compiled expression: operations in postorder, the last one its value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowProgram {
+    /// The operations.
+    pub ops: Vec<RowOp>,
+    /// Names of the registered functions it calls (§16), found when it runs: registration
+    /// is an evaluation option, not part of the program.
+    pub users: Vec<String>,
+}
+
+impl RowProgram {
+    /// Compiles `e`; `None` when it still holds a `softmax`/`lnorm` (those are made terms
+    /// first).
+    pub fn compile(e: &Expr) -> Option<RowProgram> {
+        let mut p = RowProgram {
+            ops: Vec::new(),
+            users: Vec::new(),
+        };
+        p.push(e)?;
+        Some(p)
+    }
+
+    fn push(&mut self, e: &Expr) -> Option<usize> {
+        let op = match e {
+            Expr::Term(k) => RowOp::Term(*k),
+            Expr::Const(c) => RowOp::Const(*c),
+            Expr::Var(v) => RowOp::Var(*v),
+            Expr::Neg(x) => RowOp::Neg(self.push(x)?),
+            Expr::Not(x) => RowOp::Not(self.push(x)?),
+            Expr::Product(fs) => {
+                // acc = 1; acc *= f or acc /= f, left to right, as the reference multiplies.
+                let mut acc: Option<usize> = None;
+                for (div, f) in fs {
+                    let x = self.push(f)?;
+                    let left = match acc {
+                        Some(a) => a,
+                        None if !*div => {
+                            acc = Some(x);
+                            continue;
+                        }
+                        None => self.op(RowOp::Const(1.0)),
+                    };
+                    acc = Some(self.op(match div {
+                        true => RowOp::Div(left, x),
+                        false => RowOp::Mul(left, x),
+                    }));
+                }
+                match acc {
+                    Some(a) => return Some(a),
+                    None => RowOp::Const(1.0),
+                }
+            }
+            Expr::Binary(op, a, b) => {
+                let (a, b) = (self.push(a)?, self.push(b)?);
+                match op {
+                    BinOp::Add => RowOp::Add(a, b),
+                    BinOp::Sub => RowOp::Sub(a, b),
+                    BinOp::Pow => RowOp::Pow(a, b),
+                }
+            }
+            Expr::Compare(op, a, b) => {
+                let (a, b) = (self.push(a)?, self.push(b)?);
+                RowOp::Compare(*op, a, b)
+            }
+            Expr::Call(f, args) => {
+                let xs = args
+                    .iter()
+                    .map(|a| self.push(a))
+                    .collect::<Option<Vec<usize>>>()?;
+                match f {
+                    Func::Builtin(b) => RowOp::Builtin(*b, xs),
+                    Func::User(name) => {
+                        let slot = match self.users.iter().position(|n| n == name) {
+                            Some(slot) => slot,
+                            None => {
+                                self.users.push(name.clone());
+                                self.users.len() - 1
+                            }
+                        };
+                        RowOp::User(slot, *xs.first()?)
+                    }
+                }
+            }
+            Expr::Normalize(..) => return None,
+        };
+        Some(self.op(op))
+    }
+
+    fn op(&mut self, op: RowOp) -> usize {
+        self.ops.push(op);
+        self.ops.len() - 1
+    }
+}
+
+/// Where one row of the output (its innermost axis) lies in each term: the offset of its
+/// first element and the step along the row (0 where the term does not vary along it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowLayout {
+    /// Elements per row.
+    pub len: usize,
+    /// Rows.
+    pub count: usize,
+    /// Per term, its stride along each output axis.
+    pub steps: Vec<Vec<usize>>,
+    /// Extents of the output axes.
+    pub dims: Vec<usize>,
+}
+
+impl RowLayout {
+    /// The layout of `d`'s grid over terms laid out over `vars` (row-major).
+    pub fn new<'v>(d: &DenseEquation, vars: impl Iterator<Item = &'v [VarId]>) -> RowLayout {
+        let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+        let len = dims.last().copied().unwrap_or(1);
+        let total: usize = dims.iter().product();
+        let steps = vars
+            .map(|vars| {
+                let mut own = vec![1usize; vars.len()];
+                for k in (0..vars.len().saturating_sub(1)).rev() {
+                    own[k] = own[k + 1] * d.extents[vars[k + 1]];
+                }
+                d.out
+                    .iter()
+                    .map(|v| vars.iter().position(|x| x == v).map_or(0, |k| own[k]))
+                    .collect()
+            })
+            .collect();
+        RowLayout {
+            len,
+            count: total.checked_div(len).unwrap_or(0),
+            steps,
+            dims,
+        }
+    }
+
+    /// The step of term `k` along the row.
+    pub fn inner_step(&self, k: usize) -> usize {
+        self.steps[k].last().copied().unwrap_or(0)
+    }
+}
