@@ -155,6 +155,16 @@ impl<'a> State<'a> {
     fn new(p: &'a Checked, plan: &'a Plan, o: &'a EvalOptions) -> Result<State<'a>, Diagnostics> {
         let pending = pending(p, plan);
         let mut values = Vec::with_capacity(p.tensors.len());
+        // Pending tensors share one empty buffer per element type.
+        let mut empties: Vec<(crate::tensor::ElemType, Dense)> = Vec::new();
+        let mut empty = |elem| match empties.iter().find(|(e, _)| *e == elem) {
+            Some((_, d)) => d.clone(),
+            None => {
+                let d = Dense::zeros(elem, 0);
+                empties.push((elem, d.clone()));
+                d
+            }
+        };
         for (t, info) in p.tensors.iter().enumerate() {
             values.push(match &p.data[t] {
                 Some(d) => d.clone(),
@@ -168,7 +178,7 @@ impl<'a> State<'a> {
                     Tensor {
                         elem: info.elem,
                         shape: info.shape.clone(),
-                        storage: Storage::Dense(Dense::zeros(info.elem, 0)),
+                        storage: Storage::Dense(empty(info.elem)),
                     }
                 }
                 None => initial::empty(info, o)?,

@@ -8,13 +8,13 @@
 use crate::eval::dense::rows::{self, Program};
 use crate::eval::dense::{
     factor_values, fits, normalize_for, permute, reduce, replace_normalize, sparse_operands,
-    subtree_from, targets, term, widen, KeptTerm, Num, Operand, TupleWalk,
+    subtree_from, targets, term, widen, KeptTerm, Num, Operand, TupleWalk, Vars,
 };
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
 use crate::plan::einsum::{gradient_term, Contraction, DenseEquation, Expr, Factor, Path};
 use crate::plan::rows::RowProgram;
-use crate::semantics::{Checked, VarId};
+use crate::semantics::VarId;
 use crate::tensor::Tensor;
 use std::borrow::Cow;
 
@@ -26,7 +26,6 @@ use std::borrow::Cow;
 /// planned): the caller
 /// then uses the reference loops.
 pub(crate) fn backward_dense(
-    p: &Checked,
     d: &DenseEquation,
     values: &[Tensor],
     upstream: &[f64],
@@ -43,7 +42,7 @@ pub(crate) fn backward_dense(
                 crate::tensor::Storage::Relation(_)
             )
     });
-    if weighted || nested_normalize(&d.expr, false) || !fits(p, d, values, o.max_memory) {
+    if weighted || nested_normalize(&d.expr, false) || !fits(d, values, o.max_memory) {
         return false;
     }
     let threads = o.threads.max(1);
@@ -55,7 +54,7 @@ pub(crate) fn backward_dense(
         .map(
             |(k, c)| match kept.and_then(|t| t.get(k)).and_then(Option::as_ref) {
                 Some((vars, data)) => Operand {
-                    vars: vars.clone(),
+                    vars: Vars::from_slice(vars),
                     data: Cow::Borrowed(data.as_slice()),
                 },
                 None => term(c, values, threads),
@@ -122,7 +121,7 @@ pub(crate) fn backward_dense(
                     // reads: its gradient spreads back over those variables.
                     for ((f, part), gp) in c.factors.iter().zip(&parts).zip(gparts) {
                         let grad = Operand {
-                            vars: part.vars.clone(),
+                            vars: Vars::from_slice(&part.vars),
                             data: gp.into(),
                         };
                         let grad = permute(grad, &f.vars, &c.extents);
@@ -216,7 +215,7 @@ fn gradient<'a, T: Num>(
     let leaf = |k: usize| {
         let f = &grad.factors[k];
         Operand {
-            vars: f.vars.clone(),
+            vars: Vars::from_slice(&f.vars),
             data: if k == 0 {
                 T::cast(g)
             } else {
@@ -312,7 +311,7 @@ fn lift_normalize(
             normalize_for(d, &mut value, (&dims, axis), kind);
         }
         terms.push(Operand {
-            vars: d.out.clone(),
+            vars: Vars::from_slice(&d.out),
             data: value.into(),
         });
         rows.push(Row {

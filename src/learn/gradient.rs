@@ -239,7 +239,7 @@ fn one_pass(
         }
         for d in dense.iter().filter(|d| d.target == t) {
             let kept = kept.get(&d.equation).map(Vec::as_slice);
-            done[d.equation] = backward_dense(p, d, values, &upstream[j], o, sink.adj, kept);
+            done[d.equation] = backward_dense(d, values, &upstream[j], o, sink.adj, kept);
         }
     }
     if st.equations.iter().all(|&e| done[e]) {

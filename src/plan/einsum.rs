@@ -353,6 +353,10 @@ fn dense_equation(p: &Checked, e: usize, eq: &Equation, sparse: &[bool]) -> Opti
             (grid, &eq.rhs, shape, Some(eq.lhs.clone()))
         }
     };
+    // The grid lays out the target only where it has the variables' shape.
+    if p.tensors[eq.target].shape != target_shape {
+        return None;
+    }
     let mut terms = Vec::new();
     let mut out = lhs.clone();
     let mut summed = Vec::new();

@@ -38,9 +38,9 @@ pub(super) fn work(d: &DenseEquation, values: &[Tensor]) -> f64 {
     d.flops + scatters
 }
 
-/// Whether every factor is a dense array whose extents are the variables', the target's
-/// shape is the output variables', and the intermediates fit in `max_memory`.
-pub(crate) fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory: u64) -> bool {
+/// Whether every factor is a dense array whose extents are the variables' and the
+/// intermediates fit in `max_memory`.
+pub(crate) fn fits(d: &DenseEquation, values: &[Tensor], max_memory: u64) -> bool {
     let shaped = d.terms.iter().flat_map(|c| &c.factors).all(|f| {
         let v = &values[f.tensor];
         if let Some(w) = &f.window {
@@ -64,6 +64,5 @@ pub(crate) fn fits(p: &Checked, d: &DenseEquation, values: &[Tensor], max_memory
                     .zip(&f.vars)
                     .all(|(&n, &x)| n == d.extents[x]))
     });
-    let out_ok = p.tensors[d.target].shape == d.target_shape;
-    shaped && relations && out_ok && 8.0 * d.scratch <= max_memory as f64
+    shaped && relations && 8.0 * d.scratch <= max_memory as f64
 }

@@ -9,7 +9,7 @@ use super::*;
 pub(crate) fn term<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) -> Operand<'a> {
     let mut root = match (c.single, &c.path) {
         (_, None) if c.sparse.is_none() => Operand {
-            vars: Vec::new(),
+            vars: Vars::new(),
             data: Cow::Owned(vec![1.0]),
         },
         (true, _) => widen(unscaled::<f32>(c, values, threads)),
@@ -47,7 +47,7 @@ pub(super) fn unscaled<'a, T: Num>(
                 threads,
             ),
             None => Operand {
-                vars: c.out.clone(),
+                vars: Vars::from_slice(&c.out),
                 data: Cow::Owned(vec![
                     T::default();
                     c.out.iter().map(|&v| c.extents[v]).product()
@@ -56,7 +56,7 @@ pub(super) fn unscaled<'a, T: Num>(
         },
         (None, Some(path)) => contracted(c, path, values, threads),
         (None, None) => Operand {
-            vars: Vec::new(),
+            vars: Vars::new(),
             data: Cow::Owned(vec![T::ONE]),
         },
     }
@@ -92,7 +92,7 @@ pub(super) fn contracted<'a, T: Num>(
     }
     data.resize(total, T::default());
     Operand {
-        vars: c.out.clone(),
+        vars: Vars::from_slice(&c.out),
         data: data.into(),
     }
 }
@@ -146,7 +146,7 @@ pub(super) fn subtree<'a, T: Num>(
     let leaf = |k: usize| {
         let f = &c.factors[k];
         Operand {
-            vars: f.vars.clone(),
+            vars: Vars::from_slice(&f.vars),
             data: factor_values(f, values, &c.extents),
         }
     };

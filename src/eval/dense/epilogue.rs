@@ -189,7 +189,7 @@ pub(super) fn f32_grid(
                     .enumerate()
                     .map(|(k, c)| match k == main {
                         true => Operand {
-                            vars: c.out.clone(),
+                            vars: Vars::from_slice(&c.out),
                             data: Cow::Owned(Vec::new()),
                         },
                         false => term(c, values, 1),
@@ -231,7 +231,7 @@ pub(super) fn fused<'a>(
     // A bare contraction laid out like the output: one vectorised pass.
     if let (Expr::Term(k), true) = (&d.expr, d.summed.is_empty()) {
         let k = *k;
-        if terms[k].vars == d.out {
+        if terms[k].vars[..] == d.out[..] {
             match acc {
                 None => {
                     *acc = Some(terms[k].data.to_vec());
@@ -399,7 +399,7 @@ pub(super) fn materialize<'a>(
         let total: usize = dims.iter().product();
         let mut buf = match inner {
             // A term laid out like the output (`softmax(Q K / 8)`) is copied as it is.
-            Expr::Term(k) if terms[k].vars == d.out && terms[k].data.len() == total => {
+            Expr::Term(k) if terms[k].vars[..] == d.out[..] && terms[k].data.len() == total => {
                 terms[k].data.to_vec()
             }
             _ => {
@@ -411,7 +411,7 @@ pub(super) fn materialize<'a>(
             normalize_for(d, &mut buf, (&dims, axis), kind);
         }
         terms.push(Operand {
-            vars: d.out.clone(),
+            vars: Vars::from_slice(&d.out),
             data: buf.into(),
         });
         Some(Expr::Term(terms.len() - 1))

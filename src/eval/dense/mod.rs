@@ -48,7 +48,7 @@ pub(crate) use self::{
     contract::{subtree_from, term},
     epilogue::{replace_normalize, targets},
     normalize::normalize_for,
-    operand::{factor_values, permute, reduce, widen, Num, Operand},
+    operand::{factor_values, permute, reduce, widen, Num, Operand, Vars},
     scatter::{sparse_operands, TupleWalk},
 };
 
@@ -127,7 +127,7 @@ fn evaluate_once(
     pool: Option<&rayon::ThreadPool>,
     mut keep: Option<&mut KeptTerms>,
 ) -> bool {
-    if !plans.iter().all(|d| fits(p, d, values, o.max_memory)) {
+    if !plans.iter().all(|d| fits(d, values, o.max_memory)) {
         return false;
     }
     let threads = o.threads.max(1);
@@ -172,7 +172,7 @@ fn evaluate_once(
                 let owned = terms
                     .into_iter()
                     .map(|t| match t.data {
-                        Cow::Owned(v) => Some((t.vars, v)),
+                        Cow::Owned(v) => Some((t.vars.to_vec(), v)),
                         Cow::Borrowed(_) => None,
                     })
                     .collect::<Vec<_>>();
@@ -212,7 +212,7 @@ pub(super) fn contributions(
     o: &EvalOptions,
     pool: Option<&rayon::ThreadPool>,
 ) -> Option<(Grid, Placement)> {
-    if !fits(p, d, values, o.max_memory) {
+    if !fits(d, values, o.max_memory) {
         return None;
     }
     // Into a target without data of its own, an f32 grid is added as computed.

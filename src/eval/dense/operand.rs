@@ -9,9 +9,13 @@ use super::*;
 /// operation has to write. Contractions of f32 tensors run in f32 (`Contraction::single`);
 /// everything else, and every elementwise expression, in f64.
 pub(crate) struct Operand<'a, T: Clone = f64> {
-    pub(crate) vars: Vec<VarId>,
+    pub(crate) vars: Vars,
     pub(crate) data: Cow<'a, [T]>,
 }
+
+/// An operand's variables, on the stack up to rank 6: a tiny equation's dispatch is
+/// mostly allocations otherwise.
+pub(crate) type Vars = smallvec::SmallVec<[VarId; 6]>;
 
 /// An element type contractions run in: f32 or f64.
 pub(crate) trait Num: Copy + Default + Send + Sync + 'static + Into<f64> {
@@ -262,7 +266,7 @@ pub(crate) fn permute<'a, T: Num>(
     order: &[VarId],
     extents: &[usize],
 ) -> Operand<'a, T> {
-    if op.vars == order {
+    if op.vars[..] == order[..] {
         return op;
     }
     let src = strides(&op.vars, extents);
@@ -278,7 +282,7 @@ pub(crate) fn permute<'a, T: Num>(
     let dims: Vec<usize> = order.iter().map(|&v| extents[v]).collect();
     let data = strided_copy(&op.data, 0, &from, &dims);
     Operand {
-        vars: order.to_vec(),
+        vars: Vars::from_slice(order),
         data: data.into(),
     }
 }
@@ -306,7 +310,7 @@ pub(crate) fn reduce<'a, T: Num>(
             .collect()
     };
     Operand {
-        vars: kept,
+        vars: Vars::from_slice(&kept),
         data: data.into(),
     }
 }

@@ -49,7 +49,10 @@ struct Rows<'d>(Cow<'d, RowLayout>);
 impl<'d> Rows<'d> {
     fn new(d: &'d DenseEquation, terms: &[Operand]) -> Rows<'d> {
         let planned = terms.len() == d.terms.len()
-            && terms.iter().zip(&d.terms).all(|(t, c)| t.vars == c.out);
+            && terms
+                .iter()
+                .zip(&d.terms)
+                .all(|(t, c)| t.vars.iter().eq(&c.out));
         Rows(match planned {
             true => Cow::Borrowed(&d.layout),
             false => Cow::Owned(RowLayout::new(d, terms.iter().map(|t| t.vars.as_slice()))),
@@ -67,11 +70,12 @@ impl<'d> Rows<'d> {
             idx[ax] = rest % l.dims[ax].max(1);
             rest /= l.dims[ax].max(1);
         }
-        let mut at: Small<usize> = l
-            .steps
-            .iter()
-            .map(|s| idx.iter().zip(s).map(|(i, s)| i * s).sum())
-            .collect();
+        let mut at: Small<usize> = smallvec![0; l.steps.len()];
+        if outer > 0 {
+            for (a, s) in at.iter_mut().zip(&l.steps) {
+                *a = idx.iter().zip(s).map(|(i, s)| i * s).sum();
+            }
+        }
         let mut env: Small<usize> = smallvec![0; d.extents.len()];
         for row in range.start..range.end.min(l.count) {
             for (&v, &x) in d.out.iter().zip(&idx) {

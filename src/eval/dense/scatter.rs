@@ -125,7 +125,7 @@ pub(super) fn scatter<'a, T: Num>(
         add_tuples(&walk, (rel, weights, 0..rel.len()), parts, (&mut data, 0));
     }
     Operand {
-        vars: c.out.clone(),
+        vars: Vars::from_slice(&c.out),
         data: data.into(),
     }
 }
