@@ -2,7 +2,7 @@
 """The dense benchmark: `tl bench` (evaluation only, in-process) against NumPy /
 opt_einsum and PyTorch eager on CPU (in-process) on the same shapes, in one invocation.
 
-    python3 bench/dense/run.py [--threads N]
+    python3 bench/dense/run.py [--threads N] [--only SUBSTRING]
 
 Builds target/release/tl, installs numpy, opt_einsum and torch into bench/.venv, writes the programs
 under bench/dense/data/, and prints a Markdown table of the best of several runs. tl's
@@ -154,15 +154,17 @@ def setup():
 
 def main():
     threads = sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv else "1"
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else ""
+    workloads = {k: v for k, v in WORKLOADS.items() if only in k}
     py = setup()
     os.makedirs(DATA, exist_ok=True)
     write_gnn_edges()
     env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
-    direct = gemm_direct(threads)
+    direct = gemm_direct(threads) if any(k.startswith("matmul") for k in workloads) else {}
     print("| workload | tl ms | numpy/opt_einsum ms | PyTorch ms | tl / numpy | tl / PyTorch | tl GFLOP/s "
           "| gemm crate ms | tl / gemm crate |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for name, (program, init, op, flops) in WORKLOADS.items():
+    for name, (program, init, op, flops) in workloads.items():
         path = os.path.join(DATA, "".join(c if c.isascii() and c.isalnum() else "_" for c in name) + ".tl")
         with open(path, "w") as f:
             f.write(program)

@@ -7,6 +7,7 @@
 use super::extreme::ExtremeRun;
 use super::{dense, fixpoint, nest, EvalOptions};
 use crate::diagnostics::Diagnostics;
+use crate::plan::einsum::DenseEquation;
 use crate::plan::steps::{StepEquation, Steps, Virtual};
 use crate::semantics::{Checked, Family, Stratum};
 use crate::tensor::{Storage, Tensor};
@@ -27,6 +28,9 @@ pub(super) fn evaluate(
         .iter()
         .map(|e| e.extreme.as_ref().map(ExtremeRun::new))
         .collect();
+    // Each equation's one-step plan, moved from step to step.
+    let mut moved: Vec<Option<DenseEquation>> =
+        plan.equations.iter().map(|e| e.dense.clone()).collect();
     for s in 0..plan.count {
         let mut k = 0;
         while k < plan.equations.len() {
@@ -43,10 +47,11 @@ pub(super) fn evaluate(
                 .count();
             writes.clear();
             let mut direct = None;
-            for (eq, extreme) in plan.equations[k..k + group]
-                .iter()
-                .zip(&mut extremes[k..k + group])
-            {
+            let equations = plan.equations[k..k + group].iter();
+            let held = extremes[k..k + group]
+                .iter_mut()
+                .zip(&mut moved[k..k + group]);
+            for (eq, (extreme, dense)) in equations.zip(held) {
                 if let Some(x) = eq.at_step(s) {
                     let bound = eq.var.map(|v| (v, x as i64));
                     let moving = (eq.target, st.tensors.as_slice());
@@ -57,10 +62,11 @@ pub(super) fn evaluate(
                     }
                     // One equation writing its own elements once each: its grid goes straight
                     // into the target.
-                    let dense = eq
-                        .dense_at(x)
-                        .and_then(|d| dense::contributions(p, &d, values, o, pool));
-                    match dense {
+                    let found = dense.as_mut().and_then(|d| {
+                        eq.move_to(x, d).then_some(())?;
+                        dense::contributions(p, d, values, o, pool)
+                    });
+                    match found {
                         Some(found) if writers == 1 && plan.family == Family::Sum => {
                             direct = Some(found)
                         }
@@ -111,10 +117,12 @@ pub(super) fn evaluate_virtual(
         None => super::initial::empty(info, o)?,
     };
     let mut held = std::mem::replace(&mut values[t], start);
+    let mut moved = step.dense.clone();
     for x in 0..step.range {
-        let next = step
-            .dense_at(x)
-            .and_then(|d| dense::contributions(p, &d, values, o, pool));
+        let next = moved.as_mut().and_then(|d| {
+            step.move_to(x, d).then_some(())?;
+            dense::contributions(p, d, values, o, pool)
+        });
         let Some((grid, _)) = next else {
             values[t] = held;
             return Ok(false);

@@ -7,7 +7,8 @@
 //!   relations (which may run on bit matrices); `demand` rewrites rules for one bound
 //!   query (magic sets);
 //! - `einsum`: dense equations as contraction trees and fused elementwise passes, after
-//!   `valid` (shifted reads over their valid intervals) and `constants` (folding);
+//!   `valid` (shifted reads over their valid intervals) and `constants` (folding), their
+//!   elementwise expressions compiled by `rows` into row programs;
 //! - `steps`: recursion along an index (`X[i, t + 1] = … X[j, t]`), one step at a time,
 //!   its `max=`/`min=` products as `extreme` plans (strided loops over dense panels);
 //! - `nest`: loop nests for every other equation, driven by the tuples of the sparse

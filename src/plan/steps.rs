@@ -72,24 +72,35 @@ impl StepEquation {
         }
     }
 
-    /// The dense plan for the step variable at `x`: each window that reads it moved by its
-    /// stride, the scatter's positions evaluated there. `None` without a dense plan, or when
-    /// a moved window would leave its tensor (the loop nest then takes that step).
-    pub fn dense_at(&self, x: usize) -> Option<DenseEquation> {
-        let mut d = self.dense.clone()?;
-        let Some(v) = self.var else {
-            return Some(d);
+    /// Moves `d`, a copy of [`StepEquation::dense`], to the step variable at `x`: each window
+    /// that reads it moved by its stride from the plan's, each relation read at it shifted,
+    /// the scatter's positions evaluated there. The copy is made once per evaluation and
+    /// moved each step, so a step allocates nothing for its plan. `false` when a moved window
+    /// would leave its tensor (the loop nest then takes that step; `d` stays usable for the
+    /// next).
+    pub fn move_to(&self, x: usize, d: &mut DenseEquation) -> bool {
+        let (Some(plan), Some(v)) = (&self.dense, self.var) else {
+            return self.dense.is_some();
         };
-        let extents = d.extents.clone();
-        for (c, strides) in d.terms.iter_mut().zip(&self.strides) {
-            for (f, &stride) in c.factors.iter_mut().zip(strides) {
-                let Some(w) = f.window.as_mut() else {
+        let pairs = d.terms.iter_mut().zip(&plan.terms).zip(&self.strides);
+        for ((c, planned), strides) in pairs {
+            let factors = c.factors.iter_mut().zip(&planned.factors).zip(strides);
+            for ((f, planned), &stride) in factors {
+                let (Some(w), Some(base)) = (f.window.as_mut(), planned.window.as_ref()) else {
                     continue;
                 };
-                let offset = i64::try_from(w.offset).ok()? + stride.checked_mul(x as i64)?;
+                let Some(offset) = i64::try_from(base.offset)
+                    .ok()
+                    .zip(stride.checked_mul(x as i64))
+                    .and_then(|(o, s)| o.checked_add(s))
+                else {
+                    return false;
+                };
                 let (mut lo, mut hi) = (offset, offset);
                 for (&var, &k) in f.vars.iter().zip(&w.strides) {
-                    let reach = k.checked_mul(extents[var] as i64 - 1)?;
+                    let Some(reach) = k.checked_mul(plan.extents[var] as i64 - 1) else {
+                        return false;
+                    };
                     if reach < 0 {
                         lo += reach;
                     } else {
@@ -98,25 +109,25 @@ impl StepEquation {
                 }
                 let size: usize = w.shape.iter().product();
                 if lo < 0 || hi >= size as i64 {
-                    return None;
+                    return false;
                 }
                 w.offset = offset as usize;
             }
-        }
-        // A relation read at the step variable moves its shift.
-        for f in d.terms.iter_mut().filter_map(|c| c.sparse.as_mut()) {
-            if let Some(k) = f.vars.iter().position(|&x| x == v) {
-                if let Some(s) = f.shift.get_mut(k) {
-                    *s += x as i64;
+            // A relation read at the step variable moves its shift.
+            if let (Some(f), Some(base)) = (c.sparse.as_mut(), planned.sparse.as_ref()) {
+                if let Some(k) = f.vars.iter().position(|&y| y == v) {
+                    if let (Some(s), Some(b)) = (f.shift.get_mut(k), base.shift.get(k)) {
+                        *s = b + x as i64;
+                    }
                 }
             }
         }
-        if let Some(at) = d.scatter.as_mut() {
-            for f in at.iter_mut() {
-                *f = super::valid::shift_index(f, v, x as i64);
+        if let (Some(at), Some(base)) = (d.scatter.as_mut(), plan.scatter.as_ref()) {
+            for (f, b) in at.iter_mut().zip(base) {
+                *f = super::valid::shift_index(b, v, x as i64);
             }
         }
-        Some(d)
+        true
     }
 }
 
