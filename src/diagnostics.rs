@@ -4,7 +4,9 @@
 //! all errors in a file at once. Codes are stable: they are listed in `docs/errors.md`.
 
 use codespan_reporting::diagnostic::{Diagnostic as CsDiagnostic, Label};
-use codespan_reporting::files::SimpleFile;
+use codespan_reporting::files::{Files, SimpleFile};
+
+mod excerpt;
 use codespan_reporting::term::{self, Chars, Config};
 
 /// A byte range in the program source; kept `Copy` so that AST nodes can carry it cheaply.
@@ -165,7 +167,32 @@ impl std::error::Error for Diagnostics {}
 
 /// Renders diagnostics as text, `--> file:line:col` first, then the source line with a caret.
 pub fn render(diags: &[Diagnostic], file_name: &str, source: &str) -> String {
-    let file = SimpleFile::new(file_name, source);
+    let spans: Vec<std::ops::Range<usize>> = diags
+        .iter()
+        .flat_map(|d| d.span.iter().chain(d.secondary.iter().map(|(s, _)| s)))
+        .map(|s| {
+            let s = clamp(*s, source.len());
+            s.start..s.end
+        })
+        .collect();
+    match excerpt::Excerpt::new(file_name, source, &spans) {
+        Some(view) => emit(diags, &view, &|at| view.to_view(at), source.len()),
+        None => emit(
+            diags,
+            &SimpleFile::new(file_name, source),
+            &|at| at,
+            source.len(),
+        ),
+    }
+}
+
+/// Renders `diags` against `file`, whose positions `at` maps from the source's.
+fn emit<'f, F: Files<'f, FileId = ()>>(
+    diags: &[Diagnostic],
+    file: &'f F,
+    at: &dyn Fn(usize) -> usize,
+    len: usize,
+) -> String {
     let config = Config {
         chars: Chars::ascii(),
         ..Config::default()
@@ -178,15 +205,15 @@ pub fn render(diags: &[Diagnostic], file_name: &str, source: &str) -> String {
             .with_notes(d.notes.clone());
         let mut labels = Vec::new();
         if let Some(span) = d.span {
-            let span = clamp(span, source.len());
-            labels.push(Label::primary((), span.start..span.end).with_message(&d.label));
+            let span = clamp(span, len);
+            labels.push(Label::primary((), at(span.start)..at(span.end)).with_message(&d.label));
         }
         for (span, text) in &d.secondary {
-            let span = clamp(*span, source.len());
-            labels.push(Label::secondary((), span.start..span.end).with_message(text));
+            let span = clamp(*span, len);
+            labels.push(Label::secondary((), at(span.start)..at(span.end)).with_message(text));
         }
         cs = cs.with_labels(labels);
-        if term::emit(&mut out, &config, &file, &cs).is_err() {
+        if term::emit(&mut out, &config, file, &cs).is_err() {
             return diags
                 .iter()
                 .map(|d| format!("error[{}]: {}\n", d.code, d.message))

@@ -23,8 +23,8 @@ pub fn label(p: &Checked, t: usize, axis: usize, pos: usize, quoted: bool) -> St
 /// Whether a symbol prints bare: a capitalised identifier.
 fn is_bare_symbol(s: &str) -> bool {
     let mut chars = s.chars();
-    chars.next().is_some_and(|c| c.is_ascii_uppercase())
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '\'')
+    chars.next().is_some_and(char::is_uppercase)
+        && chars.all(|c| c.is_alphanumeric() || c == '_' || c == '\'')
 }
 
 /// The lines answering one query.

@@ -41,6 +41,9 @@ pub struct Session {
     plan: Option<crate::plan::Plan>,
     values: Option<Vec<Tensor>>,
     log: Vec<crate::eval::Decision>,
+    /// Why the last load failed: checking and running then report it rather than running
+    /// what parsed of the program.
+    load_errors: Option<Diagnostics>,
 }
 
 impl Session {
@@ -83,21 +86,32 @@ impl Session {
         let is_function = |n: &str| crate::functions::is_builtin(n) || funcs.iter().any(|f| f == n);
         let (program, errors) = syntax::parse(source, &is_function);
         self.program = program;
+        self.load_errors = None;
         if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(Diagnostics(errors))
+            return Ok(());
         }
+        let d = Diagnostics(errors);
+        self.load_errors = Some(d.clone());
+        Err(d)
     }
 
     /// Reads and parses a program file.
     pub fn load_file(&mut self, path: &Path) -> Result<(), Diagnostics> {
-        let source = std::fs::read_to_string(path).map_err(|e| {
-            Diagnostics::from(Diagnostic::global(
-                codes::FILE,
-                format!("cannot read `{}`: {e}", path.display()),
-            ))
-        })?;
+        let source = match std::fs::read_to_string(path) {
+            Ok(source) => source,
+            Err(e) => {
+                let d = Diagnostics::from(Diagnostic::global(
+                    codes::FILE,
+                    format!("cannot read `{}`: {e}", path.display()),
+                ));
+                self.program = Program::default();
+                self.checked = None;
+                self.plan = None;
+                self.values = None;
+                self.load_errors = Some(d.clone());
+                return Err(d);
+            }
+        };
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let name = path.display().to_string();
         self.load_source(&name, &source, &base)
@@ -189,6 +203,9 @@ impl Session {
 
     /// Checks the program without evaluating it.
     pub fn check(&mut self, settings: &Settings) -> Result<&Checked, Diagnostics> {
+        if let Some(errors) = &self.load_errors {
+            return Err(errors.clone());
+        }
         let input = CheckInput {
             program: &self.program,
             base_dir: self.base_dir.clone(),

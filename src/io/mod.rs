@@ -5,4 +5,5 @@ mod read;
 mod write;
 
 pub use read::{read_file, RawData, Table};
+pub(crate) use write::atomic_write;
 pub use write::{write_files, WriteRequest};

@@ -168,8 +168,16 @@ fn read_delimited(bytes: &[u8], delimiter: u8, shown: &str) -> Result<RawData, S
             .map(|p| p.byte() as usize)
             .unwrap_or(0)
             .min(bytes.len());
-        while offset < bytes.len() && matches!(bytes[offset], b'\n' | b'\r') {
-            offset += 1;
+        // The record starts after any blank and comment lines at its position.
+        while let Some(&b) = bytes.get(offset) {
+            match b {
+                b'\n' | b'\r' => offset += 1,
+                b'#' => match bytes[offset..].iter().position(|&c| c == b'\n') {
+                    Some(n) => offset += n + 1,
+                    None => offset = bytes.len(),
+                },
+                _ => break,
+            }
         }
         // Lines are counted incrementally from the previous record: one pass over the file.
         if offset > counted_to {
@@ -214,6 +222,14 @@ fn read_npy(bytes: &[u8]) -> Result<RawData, String> {
                 .collect(),
             ElemType::F32,
         ),
+        "f2" => (
+            npy.into_vec::<half::f16>()
+                .map_err(err)?
+                .into_iter()
+                .map(f64::from)
+                .collect(),
+            ElemType::F16,
+        ),
         "i8" => (
             npy.into_vec::<i64>()
                 .map_err(err)?
@@ -248,7 +264,7 @@ fn read_npy(bytes: &[u8]) -> Result<RawData, String> {
         ),
         other => {
             return Err(format!(
-                "unsupported dtype `{other}` (expected f8, f4, i8, i4, u1 or b1)"
+                "unsupported dtype `{other}` (expected f8, f4, f2, i8, i4, u1 or b1)"
             ))
         }
     };

@@ -51,8 +51,8 @@ pub fn write_files(requests: &[WriteRequest]) -> Result<(), String> {
             }
         }
         let bytes = match ext.as_str() {
-            "tsv" => delimited(req, '\t'),
-            "csv" => delimited(req, ','),
+            "tsv" => delimited(req, b'\t')?,
+            "csv" => delimited(req, b',')?,
             "npy" => npy(req.tensor)?,
             "safetensors" => {
                 let same: Vec<&WriteRequest> =
@@ -72,8 +72,15 @@ pub fn write_files(requests: &[WriteRequest]) -> Result<(), String> {
     Ok(())
 }
 
-fn delimited(req: &WriteRequest, sep: char) -> Vec<u8> {
-    let mut out = String::new();
+/// Rows as the reader reads them back: a field holding the delimiter, a quote, a line
+/// break or the comment character `#` is quoted (the `csv` crate's rules).
+fn delimited(req: &WriteRequest, sep: u8) -> Result<Vec<u8>, String> {
+    let mut w = csv::WriterBuilder::new()
+        .delimiter(sep)
+        .comment(Some(b'#'))
+        .flexible(true)
+        .from_writer(Vec::new());
+    let shown = |e: csv::Error| format!("cannot write `{}`: {e}", req.path.display());
     for (idx, v) in req.tensor.entries() {
         if req.boolean && v == 0.0 {
             continue;
@@ -86,10 +93,10 @@ fn delimited(req: &WriteRequest, sep: char) -> Vec<u8> {
         if !req.boolean {
             fields.push(format_number(v, req.tensor.elem));
         }
-        out.push_str(&fields.join(&sep.to_string()));
-        out.push('\n');
+        w.write_record(&fields).map_err(shown)?;
     }
-    out.into_bytes()
+    w.into_inner()
+        .map_err(|e| format!("cannot write `{}`: {}", req.path.display(), e.error()))
 }
 
 fn npy(t: &Tensor) -> Result<Vec<u8>, String> {
@@ -177,19 +184,61 @@ fn safetensors_bytes(reqs: &[&WriteRequest]) -> Result<Vec<u8>, String> {
     safetensors::serialize(views, &None).map_err(|e| e.to_string())
 }
 
-fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), String> {
+/// Writes `bytes` to a temporary file beside `path`, synced, then renamed over it: a reader
+/// (or a run killed midway) sees the old file or the new one, never part of one.
+pub(crate) fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let shown = path.display();
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(&dir)
+    let prefix = temporary_prefix(path);
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix);
+    #[cfg(unix)]
+    builder.permissions(mode_for(path));
+    let mut tmp = builder
+        .tempfile_in(&dir)
         .map_err(|e| format!("cannot write `{shown}`: {e}"))?;
     tmp.write_all(bytes)
         .and_then(|_| tmp.as_file().sync_all())
         .map_err(|e| format!("cannot write `{shown}`: {e}"))?;
     tmp.persist(path)
         .map_err(|e| format!("cannot write `{shown}`: {}", e.error))?;
+    remove_stale(&dir, &prefix);
     Ok(())
+}
+
+/// The start of the names of `path`'s temporary files: `.NAME.tl-`.
+fn temporary_prefix(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    format!(".{name}.tl-")
+}
+
+/// Removes temporary files of the same destination that a killed run left behind; the
+/// file just written has been renamed away from its temporary name already.
+fn remove_stale(dir: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(prefix) {
+            // Best effort: a file that cannot be removed is left, as it was.
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// A new file gets the usual mode (0666 less the umask, which the kernel applies), a
+/// replaced one keeps its own.
+#[cfg(unix)]
+fn mode_for(path: &Path) -> std::fs::Permissions {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .map(|m| m.permissions())
+        .unwrap_or_else(|_| std::fs::Permissions::from_mode(0o666))
 }

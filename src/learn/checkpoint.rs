@@ -68,18 +68,7 @@ pub fn save(c: &Checkpoint, path: &Path) -> Result<(), String> {
         .collect();
     let bytes = safetensors::tensor::serialize(views, &Some(metadata))
         .map_err(|e| format!("cannot encode `{shown}`: {e}"))?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    let mut tmp = tempfile::NamedTempFile::new_in(&dir)
-        .map_err(|e| format!("cannot write `{shown}`: {e}"))?;
-    std::io::Write::write_all(&mut tmp, &bytes)
-        .and_then(|_| tmp.as_file().sync_all())
-        .map_err(|e| format!("cannot write `{shown}`: {e}"))?;
-    tmp.persist(path)
-        .map_err(|e| format!("cannot write `{shown}`: {e}"))?;
-    Ok(())
+    crate::io::atomic_write(path, &bytes)
 }
 
 /// Reads a checkpoint written by [`save`] (or any `.safetensors` file of parameters).

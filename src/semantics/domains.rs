@@ -84,7 +84,10 @@ impl Ctx<'_> {
             }
         }
         for (name, raw) in self.input.bindings {
-            let id = self.by_name[name];
+            // A binding the program does not mention was reported when names were collected.
+            let Some(&id) = self.by_name.get(name) else {
+                continue;
+            };
             self.rank_from_file(id, raw, Span::default());
             self.sources.push(super::Source {
                 tensor: id,
@@ -118,6 +121,9 @@ impl Ctx<'_> {
                 if valued {
                     fields - 1
                 } else {
+                    // Rows of index fields alone are a relation's tuples: it is Boolean and
+                    // is written back as it was read, without a value column.
+                    t.paren.get_or_insert(span);
                     fields
                 }
             }

@@ -105,9 +105,10 @@ pub fn check(input: &CheckInput) -> Result<Checked, Diagnostics> {
     let equations = ctx.infer_extents(&mut tensors, equations, &strata);
     ctx.bail()?;
     let mut data = ctx.materialise_data(&tensors);
-    let has_equations: Vec<bool> = (0..tensors.len())
-        .map(|t| equations.iter().any(|e| e.target == t))
-        .collect();
+    let mut has_equations = vec![false; tensors.len()];
+    for e in &equations {
+        has_equations[e.target] = true;
+    }
     ctx.check_implicit_domains(&tensors);
     let params = ctx.init_params(&tensors, &mut data, &has_equations);
     let outputs = ctx.outputs(&tensors);

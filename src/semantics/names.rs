@@ -68,7 +68,7 @@ impl Ctx<'_> {
                 return IndexName::Const(v as i64);
             }
         }
-        if name.starts_with(|c: char| c.is_ascii_uppercase()) {
+        if name.starts_with(char::is_uppercase) {
             IndexName::Symbol
         } else {
             IndexName::Var
@@ -83,6 +83,24 @@ impl Ctx<'_> {
             }
         }
         for (name, value) in &self.input.settings.scalars {
+            if !self.scalars.contains_key(name) {
+                let mut known: Vec<&str> = self.scalars.keys().map(String::as_str).collect();
+                known.sort_unstable();
+                let note = match known.is_empty() {
+                    true => "it has none; `--set` overrides a statement `NAME = number`".into(),
+                    false => format!("its scalar constants: {}", known.join(", ")),
+                };
+                self.diags.push(
+                    Diagnostic::global(
+                        codes::UNKNOWN_TENSOR,
+                        format!(
+                            "`--set {name}={value}`: the program has no scalar constant `{name}`"
+                        ),
+                    )
+                    .with_note(note),
+                );
+                continue;
+            }
             self.scalars.insert(name.clone(), *value);
         }
     }
@@ -215,7 +233,20 @@ impl Ctx<'_> {
                 StmtKind::FileWrite { .. } | StmtKind::Query(_) => {}
             }
         }
+        let mentioned = mentioned_names(self.program);
         for name in self.input.bindings.keys() {
+            if !mentioned.contains(name.as_str()) {
+                self.diags.push(
+                    Diagnostic::global(
+                        codes::UNKNOWN_TENSOR,
+                        format!(
+                            "data is bound to `{name}`, but the program has no tensor `{name}`"
+                        ),
+                    )
+                    .with_note("bind a tensor the program reads or defines"),
+                );
+                continue;
+            }
             let id = self.tensor_id(name, Span::default());
             self.tensors[id].bound = true;
         }
@@ -230,13 +261,20 @@ impl Ctx<'_> {
             if let StmtKind::Declaration { dims, .. } = &st.kind {
                 for d in dims {
                     if let Dim::Named(n) = d {
+                        // A scalar constant of a whole value (`N = 512`) sizes the axes it
+                        // names, as the domain `N : 512` would.
+                        let size = self
+                            .scalars
+                            .get(&n.text)
+                            .filter(|v| v.fract() == 0.0 && **v >= 0.0)
+                            .map(|&v| v as usize);
                         self.named_domains
                             .entry(n.text.clone())
                             .or_insert(super::NamedDomain {
                                 span: n.span,
-                                size: None,
+                                size,
                                 node: 0,
-                                implicit: true,
+                                implicit: size.is_none(),
                             });
                     }
                 }
@@ -389,4 +427,51 @@ pub(super) fn axes(indices: &[Index]) -> usize {
         .iter()
         .filter(|i| !matches!(i, Index::Virtual(..)))
         .count()
+}
+
+/// Every name the program's statements use as a tensor (accessed, defined, declared, read,
+/// written or queried): what a binding may name.
+fn mentioned_names(program: &crate::syntax::ast::Program) -> std::collections::HashSet<&str> {
+    use crate::syntax::ast::Expr;
+    fn expr<'p>(e: &'p Expr, out: &mut std::collections::HashSet<&'p str>) {
+        match e {
+            Expr::Access(a) => {
+                out.insert(a.name.text.as_str());
+            }
+            Expr::Call { args, .. } => args.iter().for_each(|x| expr(x, out)),
+            Expr::Neg(x, _) | Expr::Not(x, _) => expr(x, out),
+            Expr::Binary(_, a, b, _) | Expr::Compare(_, a, b, _) => {
+                expr(a, out);
+                expr(b, out);
+            }
+            Expr::Term(fs, _) => fs.iter().for_each(|(_, f)| expr(f, out)),
+            Expr::Number(..) | Expr::Str(..) => {}
+        }
+    }
+    let mut out = std::collections::HashSet::new();
+    for st in &program.statements {
+        match &st.kind {
+            StmtKind::Equation { lhs, rhs, .. } => {
+                out.insert(lhs.name.text.as_str());
+                expr(rhs, &mut out);
+            }
+            StmtKind::Rule { head, body } => {
+                out.insert(head.name.text.as_str());
+                body.iter().for_each(|e| expr(e, &mut out));
+            }
+            StmtKind::Fact(a) | StmtKind::Query(a) => {
+                out.insert(a.name.text.as_str());
+            }
+            StmtKind::Literal { name, .. }
+            | StmtKind::Scalar { name, .. }
+            | StmtKind::Declaration { name, .. }
+            | StmtKind::Init { name, .. }
+            | StmtKind::FileRead { name, .. }
+            | StmtKind::FileWrite { name, .. } => {
+                out.insert(name.text.as_str());
+            }
+            StmtKind::Domain { .. } => {}
+        }
+    }
+    out
 }

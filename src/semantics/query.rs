@@ -54,6 +54,17 @@ fn resolve(
             ));
         }
         let mut out = Vec::with_capacity(rank);
+        // A fact absent from a relation is false; a position outside a real tensor is a
+        // mistake, as NumPy's IndexError says.
+        let outside = |ax: usize, what: String, span| {
+            Diagnostic::error(
+                codes::QUERY,
+                span,
+                format!("{what} is outside axis {} of `{}`", ax + 1, info.name),
+            )
+            .with_note(format!("`{}` has shape {:?}", info.name, info.shape))
+        };
+        let valued = info.kind != super::Kind::Bool;
         for (ax, idx) in access.indices.iter().enumerate() {
             let dom = &domains[info.domains[ax]];
             let symbol = |s: &str| match dom.symbols.iter().position(|x| x == s) {
@@ -67,14 +78,12 @@ fn resolve(
                     QueryIndex::Missing
                 }
             };
-            out.push(match idx {
+            let resolved = match idx {
                 Index::Name(n) => {
                     let scalar = scalars.get(&n.text).filter(|v| v.fract() == 0.0);
                     match scalar {
                         Some(&v) => position(v as i64),
-                        None if n.text.starts_with(|c: char| c.is_ascii_uppercase()) => {
-                            symbol(&n.text)
-                        }
+                        None if n.text.starts_with(char::is_uppercase) => symbol(&n.text),
                         None => var(&n.text),
                     }
                 }
@@ -87,7 +96,20 @@ fn resolve(
                         "a query index must be a variable, an integer or a symbol",
                     ))
                 }
-            });
+            };
+            if valued && resolved == QueryIndex::Missing {
+                let what = match idx {
+                    Index::Int(p, _) => format!("position {p}"),
+                    Index::Name(n) if scalars.contains_key(&n.text) => {
+                        format!("`{}` (= {})", n.text, scalars[&n.text])
+                    }
+                    Index::Name(n) => format!("the symbol `{}`", n.text),
+                    Index::Str(s, _) => format!("the symbol {s:?}"),
+                    other => format!("{other:?}"),
+                };
+                return Err(outside(ax, what, idx.span()));
+            }
+            out.push(resolved);
         }
         out
     };

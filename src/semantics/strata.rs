@@ -112,19 +112,24 @@ impl Ctx<'_> {
                 g.add_edge(nodes[src], nodes[eq.target], negated);
             }
         }
-        let mut sccs = petgraph::algo::tarjan_scc(&g);
+        // Kosaraju's passes are iterative (petgraph's Tarjan recurses once per node of a
+        // chain, and a program of 100,000 chained equations overflowed the stack).
+        let mut sccs = petgraph::algo::kosaraju_scc(&g);
         sccs.reverse();
+        let mut by_target: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (i, (e, _)) in eqs.iter().enumerate() {
+            by_target[e.target].push(i);
+        }
         let mut strata = Vec::new();
         for scc in sccs {
             let mut tensors: Vec<usize> = scc.iter().map(|&ix| g[ix]).collect();
             tensors.sort();
             let recursive = tensors.len() > 1 || g.contains_edge(scc[0], scc[0]);
-            let equations: Vec<usize> = eqs
+            let mut equations: Vec<usize> = tensors
                 .iter()
-                .enumerate()
-                .filter(|(_, (e, _))| tensors.contains(&e.target))
-                .map(|(i, _)| i)
+                .flat_map(|&t| by_target[t].iter().copied())
                 .collect();
+            equations.sort();
             if recursive {
                 for &i in &equations {
                     let (eq, meta) = &eqs[i];
@@ -217,6 +222,16 @@ impl Ctx<'_> {
         eqs: &[Lowered],
     ) -> Vec<TensorInfo> {
         let program = self.program;
+        let mut has_eqs = vec![false; self.tensors.len()];
+        for (e, _) in eqs {
+            has_eqs[e.target] = true;
+        }
+        let mut dense_sources = vec![false; self.tensors.len()];
+        for s in self.sources.iter() {
+            if matches!(s.raw, RawData::Dense { .. }) {
+                dense_sources[s.tensor] = true;
+            }
+        }
         (0..self.tensors.len())
             .map(|t| {
                 let d = &self.tensors[t];
@@ -226,16 +241,13 @@ impl Ctx<'_> {
                     Kind::Int => d.elem.unwrap_or(ElemType::Int),
                     Kind::Real => d.elem.unwrap_or(self.input.settings.real),
                 };
-                let has_eqs = eqs.iter().any(|(e, _)| e.target == t);
+                let has_eqs = has_eqs[t];
                 let dense_data = d.sources.iter().any(|&s| {
                     matches!(
                         program.statements[s].kind,
                         StmtKind::Literal { .. } | StmtKind::Scalar { .. }
                     )
-                }) || self
-                    .sources
-                    .iter()
-                    .any(|s| s.tensor == t && matches!(s.raw, RawData::Dense { .. }));
+                }) || dense_sources[t];
                 let sparse_values = kind != Kind::Bool
                     && (matches!(families[t], Family::Max | Family::Min)
                         || (!has_eqs && !dense_data && d.declared.is_none() && d.init.is_none()));

@@ -105,7 +105,7 @@ pub enum Tok {
     #[token("not")]
     Not,
     /// A name.
-    #[regex(r"[A-Za-z_][A-Za-z0-9_']*", |lex| lex.slice().to_string())]
+    #[regex(r"[\p{L}_][\p{L}\p{N}_']*", |lex| lex.slice().to_string())]
     Ident(String),
     /// A number; `is_int` tells whether it was written without a fraction or exponent.
     #[regex(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?", number)]

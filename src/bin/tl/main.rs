@@ -112,7 +112,7 @@ struct Common {
     #[arg(long, default_value_t = 10_000)]
     max_iters: usize,
     /// Convergence tolerance for real recursive components.
-    #[arg(long, default_value_t = 1e-6)]
+    #[arg(long, default_value_t = 1e-6, value_parser = parse_tol)]
     tol: f64,
     /// Largest dense tensor, e.g. `512M`, `4G` (default: 80% of RAM).
     #[arg(long, value_parser = parse_bytes)]
@@ -138,6 +138,14 @@ fn parse_set(s: &str) -> Result<(String, f64), String> {
     Ok((name.trim().to_string(), v))
 }
 
+fn parse_tol(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        Ok(_) => Err("a tolerance must be a finite number, zero or more".into()),
+        Err(_) => Err(format!("`{s}` is not a number")),
+    }
+}
+
 fn parse_bytes(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let (num, mult) = match s.char_indices().last() {
@@ -154,7 +162,7 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
         _ => (s, 1),
     };
     let n: f64 = num.parse().map_err(|_| format!("`{s}` is not a size"))?;
-    if n.is_nan() || n < 0.0 {
+    if !n.is_finite() || n < 0.0 {
         return Err("a size must not be negative".into());
     }
     Ok((n * mult as f64) as u64)

@@ -1,0 +1,245 @@
+//! Regression tests for what broke under hostile or unusual input (issue 17): deep programs,
+//! huge lines, files that must read back as they were written, and silent acceptance.
+
+mod common;
+
+use std::path::Path;
+
+fn write(dir: &Path, name: &str, text: &str) {
+    std::fs::write(dir.join(name), text).unwrap();
+}
+
+#[test]
+fn a_chain_of_100000_equations_is_checked_without_overflowing_the_stack() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut src = String::from("T0 = 1\n");
+    for k in 1..100_000 {
+        src.push_str(&format!("T{k} = T{} + 1\n", k - 1));
+    }
+    src.push_str("T99999?\n");
+    write(dir.path(), "chain.tl", &src);
+    let out = common::tl(dir.path(), &["check", "chain.tl"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(common::stdout(&out).contains("100000 strata"));
+}
+
+#[test]
+fn an_error_in_a_huge_line_quotes_a_window_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut src = String::from("A = [");
+    src.push_str(&"1, ".repeat(1_000_000));
+    src.push_str("+]\n");
+    write(dir.path(), "big.tl", &src);
+    let out = common::tl(dir.path(), &["check", "big.tl"]);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.contains("error[E0001]"), "{err}");
+    // The column is the original one; the quoted line is a window with its cuts marked.
+    assert!(err.contains("--> big.tl:1:3000006"), "{err}");
+    assert!(err.len() < 2_000, "{} bytes on stderr", err.len());
+    assert!(err.contains("...,"), "{err}");
+}
+
+#[test]
+fn symbols_that_need_quoting_read_back_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    // Fields quoted by the CSV rules: a comma, a tab, a leading `#`, a doubled quote.
+    write(
+        dir.path(),
+        "in.tsv",
+        "\"x,y\"\tp\n\"a\tb\"\tq\n\"#h\"\tr\n\"say \"\"hi\"\"\"\ts\n",
+    );
+    write(
+        dir.path(),
+        "write.tl",
+        "A = \"in.tsv\"\n\"out.csv\" = A\n\"out.tsv\" = A\n",
+    );
+    let out = common::tl(dir.path(), &["run", "write.tl"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    write(
+        dir.path(),
+        "read.tl",
+        "A = \"in.tsv\"\nB = \"out.csv\"\nC = \"out.tsv\"\nA(x, y)?\nB(x, y)?\nC(x, y)?\n",
+    );
+    let out = common::tl(dir.path(), &["run", "read.tl"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let text = common::stdout(&out);
+    let rows = |name: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .map(|l| l[name.len()..].to_string())
+            .collect()
+    };
+    assert_eq!(rows("A("), rows("B("), "{text}");
+    assert_eq!(rows("A("), rows("C("), "{text}");
+    assert_eq!(rows("A(").len(), 4, "{text}");
+    // A relation read from a file is written back without a value column.
+    let csv = std::fs::read_to_string(dir.path().join("out.csv")).unwrap();
+    assert!(csv.lines().all(|l| !l.ends_with(",1")), "{csv}");
+}
+
+#[test]
+fn rows_after_comment_lines_keep_their_line_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    for (file, line) in [
+        ("# header\na\tb\nc\n", 3),
+        ("a\tb\n# between\nc\n", 3),
+        ("a\tb\n\n# two\n# comments\nc\n", 5),
+    ] {
+        write(dir.path(), "r.tsv", file);
+        write(dir.path(), "r.tl", "R = \"r.tsv\"\nR(x, y)?\n");
+        let out = common::tl(dir.path(), &["run", "r.tl"]);
+        let err = common::stderr(&out);
+        assert!(err.contains(&format!("r.tsv:{line}:")), "{file:?}: {err}");
+    }
+}
+
+/// An `.npy` file of f16 values, written byte by byte as NumPy lays it out.
+fn f16_npy(values: &[f32]) -> Vec<u8> {
+    let mut header = format!(
+        "{{'descr': '<f2', 'fortran_order': False, 'shape': ({},), }}",
+        values.len()
+    );
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend((header.len() as u16).to_le_bytes());
+    out.extend(header.as_bytes());
+    for &v in values {
+        out.extend(half::f16::from_f32(v).to_le_bytes());
+    }
+    out
+}
+
+#[test]
+fn f16_npy_files_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("h.npy"), f16_npy(&[1.5, -2.25, 0.125])).unwrap();
+    write(dir.path(), "h.tl", "H = \"h.npy\"\nH[i]?\n");
+    let out = common::tl(dir.path(), &["run", "h.tl"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let text = common::stdout(&out);
+    assert!(text.contains("H[0] = 1.5"), "{text}");
+    assert!(text.contains("H[1] = -2.25"), "{text}");
+    assert!(text.contains("H[2] = 0.125"), "{text}");
+}
+
+#[cfg(unix)]
+#[test]
+fn written_files_get_the_usual_mode_and_stale_temporaries_go() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "w.tl", "A = [1, 2]\n\"a.tsv\" = A\n");
+    // What a run killed before its rename leaves behind.
+    write(dir.path(), ".a.tsv.tl-stale1", "partial");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "umask 022 && '{}' run w.tl",
+            env!("CARGO_BIN_EXE_tl")
+        ))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let mode = std::fs::metadata(dir.path().join("a.tsv"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o644);
+    let left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    // A replaced file keeps its mode.
+    std::fs::set_permissions(
+        dir.path().join("a.tsv"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let out = common::tl(dir.path(), &["run", "w.tl"]);
+    assert!(out.status.success());
+    let mode = std::fs::metadata(dir.path().join("a.tsv"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+#[test]
+fn mistakes_on_the_command_line_are_errors_not_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "p.tl", "N = 3\nA[i] = i\nA : real[N]\nA[i]?\n");
+    let out = common::tl(dir.path(), &["run", "p.tl", "--set", "Nope=3"]);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("error[E0101]") && err.contains("`Nope`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("N"),
+        "the note names the constants there are: {err}"
+    );
+    for bad in ["nan", "inf", "-1"] {
+        let out = common::tl(dir.path(), &["run", "p.tl", "--tol", bad]);
+        assert_eq!(out.status.code(), Some(2), "--tol {bad}");
+    }
+    let out = common::tl(dir.path(), &["run", "p.tl", "--set", "N=4"]);
+    assert!(
+        common::stdout(&out).contains("A[3] = 3"),
+        "{}",
+        common::stderr(&out)
+    );
+}
+
+#[test]
+fn a_ground_query_outside_a_real_tensor_is_an_error_and_of_a_relation_false() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "q.tl", "A = [1, 2]\nA[5]?\n");
+    let out = common::tl(dir.path(), &["run", "q.tl"]);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("error[E0701]") && err.contains("q.tl:2:3"),
+        "{err}"
+    );
+    assert!(err.contains("shape [2]"), "{err}");
+    write(dir.path(), "r.tl", "R(1).\nR(7)?\nR(Zed)?\n");
+    let out = common::tl(dir.path(), &["run", "r.tl"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(common::stdout(&out).matches("false").count(), 2);
+}
+
+#[test]
+fn a_scalar_constant_sizes_a_declared_axis() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "n.tl",
+        "N = 4\nA : real[N, N]\nA ~ ones\nB[i] = A[i, j]\nB[i]?\n",
+    );
+    let out = common::tl(dir.path(), &["run", "n.tl"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(common::stdout(&out).contains("B[3] = 4"));
+}
+
+#[test]
+fn identifiers_may_be_letters_of_any_script() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "u.tl",
+        "Ω = [1, 2]\nβ[i] = 2 Ω[i]\nβ[i]?\nLiebt(Jürgen, Zoë).\nLiebt(Jürgen, ÿ)?\n",
+    );
+    let out = common::tl(dir.path(), &["run", "u.tl"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let text = common::stdout(&out);
+    assert!(text.contains("β[1] = 4"), "{text}");
+    // `Zoë` is a symbol (capitalised) and `ÿ` a variable (lowercase).
+    assert!(text.contains("Liebt(Jürgen, Zoë)"), "{text}");
+}
