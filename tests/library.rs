@@ -120,3 +120,65 @@ fn relations_stay_sparse_at_ten_thousand_nodes() {
     assert_eq!(s.tensor("Back").unwrap().shape, vec![10_000, 10_000]);
     assert_eq!(s.tensor("Two").unwrap().value(&[9_999, 1]), 1.0);
 }
+
+#[test]
+fn running_after_a_failed_load_reports_the_load_errors() {
+    let mut s = Session::new();
+    assert!(s
+        .load_source("bad.tl", "A = [1, 2]\nB = ]\n", Path::new("."))
+        .is_err());
+    let err = s.run(&RunOptions::default()).unwrap_err();
+    assert!(err.0.iter().all(|d| d.code == "E0001"), "{err:?}");
+    // A file that cannot be read leaves no earlier program behind either.
+    let mut s = session("A = [1]\nA?\n");
+    assert!(s.load_file(Path::new("/nonexistent/x.tl")).is_err());
+    let err = s.run(&RunOptions::default()).unwrap_err();
+    assert_eq!(err.0[0].code, "E0501");
+    // A good load clears them.
+    s.load_source("ok.tl", "A = [1]\nA?\n", Path::new("."))
+        .unwrap();
+    assert_eq!(s.run(&RunOptions::default()).unwrap(), vec!["A[0] = 1"]);
+}
+
+#[test]
+fn binding_a_tensor_the_program_lacks_is_an_error() {
+    let mut s = session("X : real[2]\nY[i] = 2 X[i]\n");
+    s.bind(
+        "Z",
+        &Tensor::dense(ElemType::F64, vec![2], vec![1.0, 2.0]).unwrap(),
+    );
+    let err = s.run(&RunOptions::default()).unwrap_err();
+    assert!(
+        err.0
+            .iter()
+            .any(|d| d.code == "E0101" && d.message.contains("`Z`")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn evaluating_without_a_called_function_registered_is_an_error() {
+    use tensor_logic::eval::{Engine, EvalOptions, Reference, Standard};
+    let mut s = Session::new();
+    s.register_function("swish", |x| x, |_| 1.0);
+    s.load_source("f.tl", "X = [0, 1]\nY[i] = swish(X[i])\n", Path::new("."))
+        .unwrap();
+    let checked = s.check(&Default::default()).unwrap().clone();
+    for engine in [&Standard as &dyn Engine, &Reference] {
+        let err = engine
+            .evaluate(&checked, &EvalOptions::default())
+            .unwrap_err();
+        assert_eq!(err.0[0].code, "E0102", "{}", engine.name());
+    }
+}
+
+#[test]
+fn options_have_the_cli_defaults() {
+    let t = tensor_logic::learn::train::TrainOptions::default();
+    assert_eq!((t.loss.as_str(), t.epochs), ("Loss", 1));
+    let c = tensor_logic::learn::optim::Config::default();
+    assert_eq!(
+        (c.kind, c.lr),
+        (tensor_logic::learn::optim::Kind::Adam, 1e-3)
+    );
+}

@@ -13,7 +13,7 @@ mod relational;
 mod standard;
 mod steps;
 
-use crate::diagnostics::Diagnostics;
+use crate::diagnostics::{codes, Diagnostic, Diagnostics};
 use crate::functions::UserFunction;
 use crate::plan::Plan;
 use crate::semantics::{Checked, Query};
@@ -95,6 +95,30 @@ pub struct Evaluation {
     pub values: Vec<Tensor>,
     /// One entry per stratum evaluated, in evaluation order.
     pub log: Vec<Decision>,
+}
+
+/// That every registered function the program calls is in `o`: an evaluation without one
+/// would have no value at those points, which must be an error (E0102), not zeros.
+pub(crate) fn functions_registered(p: &Checked, o: &EvalOptions) -> Result<(), Diagnostics> {
+    let mut missing = Vec::new();
+    for eq in &p.equations {
+        eq.rhs.user_calls(&mut |name| {
+            if !o.functions.contains_key(name) {
+                missing.push(
+                    Diagnostic::error(
+                        codes::UNKNOWN_FUNCTION,
+                        eq.span,
+                        format!("`{name}` is not registered in these evaluation options"),
+                    )
+                    .with_note("register it (`Session::register_function`) before evaluating"),
+                );
+            }
+        });
+    }
+    match missing.is_empty() {
+        true => Ok(()),
+        false => Err(Diagnostics(missing)),
+    }
 }
 
 /// Something that evaluates checked programs. Implementations must agree with [`Reference`].

@@ -153,6 +153,7 @@ struct State<'a> {
 
 impl<'a> State<'a> {
     fn new(p: &'a Checked, plan: &'a Plan, o: &'a EvalOptions) -> Result<State<'a>, Diagnostics> {
+        super::functions_registered(p, o)?;
         let pending = pending(p, plan);
         let mut values = Vec::with_capacity(p.tensors.len());
         // Pending tensors share one empty buffer per element type.

@@ -55,6 +55,23 @@ pub struct State {
     pub v: Vec<Vec<f64>>,
 }
 
+/// `tl train`'s defaults: Adam at 1e-3, no momentum, decay, clipping or warmup, a constant
+/// rate.
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            kind: Kind::Adam,
+            lr: 1e-3,
+            momentum: 0.0,
+            weight_decay: 0.0,
+            clip: None,
+            schedule: Schedule::Constant,
+            warmup: 0,
+            total_steps: 0,
+        }
+    }
+}
+
 impl Config {
     /// The learning rate at step `step` (counting from 0).
     pub fn lr_at(&self, step: u64) -> f64 {

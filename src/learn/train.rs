@@ -48,6 +48,26 @@ pub struct TrainOptions {
     pub eval: Vec<String>,
 }
 
+/// `tl train`'s defaults: the loss `Loss`, one epoch of the whole data, no checkpoint.
+impl Default for TrainOptions {
+    fn default() -> TrainOptions {
+        TrainOptions {
+            loss: "Loss".into(),
+            optimizer: optim::Config::default(),
+            epochs: 1,
+            steps: None,
+            batch: None,
+            shuffle: false,
+            freeze: Vec::new(),
+            seed: 0,
+            save: None,
+            save_every: None,
+            resume: None,
+            eval: Vec::new(),
+        }
+    }
+}
+
 /// Progress of a run, for the caller to display or log.
 #[derive(Clone, Debug)]
 pub enum Event {

@@ -275,6 +275,14 @@ impl Node {
         self.children().into_iter().for_each(|c| c.reads(f));
     }
 
+    /// Calls `f` with the name of every registered function (§16) the node calls.
+    pub fn user_calls(&self, f: &mut dyn FnMut(&str)) {
+        if let Node::Call(Func::User(name), _) = self {
+            f(name);
+        }
+        self.children().into_iter().for_each(|c| c.user_calls(f));
+    }
+
     /// Direct children, so that passes over the tree need not repeat its shape.
     pub fn children(&self) -> Vec<&Node> {
         match self {
