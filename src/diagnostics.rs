@@ -62,6 +62,8 @@ pub mod codes {
     pub const DIVERGED: &str = "E0401";
     /// An extent kept growing for `--max-iters` iterations.
     pub const UNBOUNDED_GROWTH: &str = "E0402";
+    /// Evaluation ended early: `--timeout` ran out, or it was interrupted (Ctrl-C).
+    pub const STOPPED: &str = "E0403";
     /// A file could not be read or written.
     pub const FILE: &str = "E0501";
     /// A file row does not fit the tensor.

@@ -24,6 +24,10 @@ pub struct RunOptions {
     pub write_files: bool,
     /// Worker threads (0 or 1: one); results are identical for every count.
     pub threads: usize,
+    /// Longest an evaluation may run (`--timeout`); it then ends with E0403.
+    pub timeout: Option<std::time::Duration>,
+    /// Set it (from a Ctrl-C handler) to end an evaluation with E0403.
+    pub interrupt: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// A program being worked with: its source, bound data, registered functions and, after a
@@ -382,6 +386,7 @@ fn eval_options(options: &RunOptions, functions: &BTreeMap<String, UserFunction>
         max_memory: options.settings.max_memory,
         functions: functions.clone(),
         threads: options.threads.max(1),
+        stop: crate::eval::Stop::new(options.timeout, options.interrupt.clone()),
     }
 }
 

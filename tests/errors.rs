@@ -315,3 +315,32 @@ fn hostile_input_never_panics() {
         assert!(matches!(out.status.code(), Some(0 | 1)), "{src:?}: {err}");
     }
 }
+
+#[test]
+fn every_code_is_documented_and_every_documented_code_exists() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let source = std::fs::read_to_string(root.join("src/diagnostics.rs")).unwrap();
+    let docs = std::fs::read_to_string(root.join("docs/errors.md")).unwrap();
+    let mut in_source: Vec<&str> = source
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub const "))
+        .filter_map(|l| l.split('"').nth(1))
+        .collect();
+    let mut in_docs: Vec<&str> = docs
+        .lines()
+        .filter_map(|l| l.strip_prefix("| E"))
+        .map(|l| &l[..4])
+        .collect();
+    in_source.iter_mut().for_each(|c| *c = &c[1..]);
+    in_source.sort_unstable();
+    in_docs.sort_unstable();
+    assert_eq!(
+        in_source, in_docs,
+        "codes in src/diagnostics.rs vs docs/errors.md"
+    );
+    // Each documented code has an example.
+    for line in docs.lines().filter(|l| l.starts_with("| E")) {
+        let example = line.trim_end_matches('|').rsplit('|').next().unwrap_or("");
+        assert!(example.contains('`'), "no example: {line}");
+    }
+}

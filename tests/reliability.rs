@@ -243,3 +243,146 @@ fn identifiers_may_be_letters_of_any_script() {
     // `Zoë` is a symbol (capitalised) and `ÿ` a variable (lowercase).
     assert!(text.contains("Liebt(Jürgen, Zoë)"), "{text}");
 }
+
+#[test]
+fn a_timeout_ends_a_run_that_would_not_finish_naming_its_equation() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "hang.tl",
+        "E[1000000000, 1000000000] = 1\nS = E[x, y]\nS?\n",
+    );
+    // 10¹⁸ points on the reference loops: only the timeout ends it.
+    let start = std::time::Instant::now();
+    let out = common::tl(
+        dir.path(),
+        &[
+            "run",
+            "hang.tl",
+            "--engine",
+            "reference",
+            "--timeout",
+            "0.5",
+        ],
+    );
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("error[E0403]") && err.contains("hang.tl:2:1"),
+        "{err}"
+    );
+    assert!(start.elapsed().as_secs() < 30);
+    // The standard engine costs the defined elements.
+    let out = common::tl(dir.path(), &["run", "hang.tl", "--timeout", "60"]);
+    assert_eq!(common::stdout(&out).trim(), "S = 1");
+    for bad in ["0", "-1", "nan"] {
+        let out = common::tl(dir.path(), &["run", "hang.tl", "--timeout", bad]);
+        assert_eq!(out.status.code(), Some(2), "--timeout {bad}");
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_ends_a_run_cleanly_with_the_equation() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "hang.tl",
+        "E[1000000000, 1000000000] = 1\nS = E[x, y]\n\"s.tsv\" = S\n",
+    );
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_tl"))
+        .args(["run", "hang.tl", "--engine", "reference"])
+        .current_dir(dir.path())
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let killed = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("error[E0403]") && err.contains("interrupted"),
+        "{err}"
+    );
+    assert!(!dir.path().join("s.tsv").exists(), "nothing is written");
+}
+
+#[test]
+fn the_memory_check_counts_the_bytes_of_the_storage_type() {
+    let dir = tempfile::tempdir().unwrap();
+    // 10⁶ elements: 4 MB as f32, 8 MB as f64, against a 5 MB cap.
+    write(
+        dir.path(),
+        "m.tl",
+        "N : 1000\nA : real[N, N]\nA ~ ones\nS = A[i, j]\nS?\n",
+    );
+    let out = common::tl(dir.path(), &["run", "m.tl", "--max-memory", "5M"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let out = common::tl(
+        dir.path(),
+        &["run", "m.tl", "--max-memory", "5M", "--precision", "f64"],
+    );
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("error[E0601]") && err.contains("8000000 bytes"),
+        "{err}"
+    );
+}
+
+/// Runs `tl` with `TL_MAX_SIMD` capping the vector width.
+fn capped(dir: &Path, cap: Option<&str>, args: &[&str]) -> std::process::Output {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_tl"));
+    c.args(args).current_dir(dir);
+    match cap {
+        Some(cap) => c.env("TL_MAX_SIMD", cap),
+        None => c.env_remove("TL_MAX_SIMD"),
+    };
+    c.output().unwrap()
+}
+
+#[test]
+fn every_vector_width_gives_the_same_bits() {
+    // Softmax rows in f32, a Viterbi max-product and Adam updates all run on the widest
+    // vectors the processor has; AVX-512 (where present), AVX2 (where present) and the
+    // portable loops must print the same digits (shortest round-trip forms: the same bits).
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut viterbi = String::from("S : 8\nT : 40\nO : 5\nObs : bool[T, O]\n");
+    for t in 0..40 {
+        viterbi.push_str(&format!("Obs({t}, {}).\n", (t * 7 + 3) % 5));
+    }
+    viterbi.push_str(
+        "Trans : real[S, S]\nTrans ~ uniform(0, 0.2)\nEmit : real[S, O]\nEmit ~ uniform(0.5, 1.5)\n\
+         Init : real[S]\nInit ~ uniform(0, 1)\nE[t, s] = Emit[s, o] Obs(t, o)\n\
+         V[0, s] max= Init[s] E[0, s]\nV[t + 1, s] max= V[t, r] Trans[r, s] E[t + 1, s]\n\
+         V[39, s]?\n\
+         Q : real[4, 64]\nQ ~ normal(0, 1)\nK : real[64, 64]\nK ~ normal(0, 1)\n\
+         A[p, q.] = softmax(Q[p, d] K[q, d] / 8)\nA[3, q]?\n",
+    );
+    write(dir.path(), "v.tl", &viterbi);
+    let runs: Vec<(Vec<&str>, &Path)> = vec![
+        (vec!["run", "v.tl"], dir.path()),
+        (
+            vec!["train", "examples/tiny_lm.tl", "--epochs", "2", "--quiet"],
+            root,
+        ),
+    ];
+    for (args, at) in runs {
+        let widest = capped(at, None, &args);
+        assert!(widest.status.success(), "{}", common::stderr(&widest));
+        for cap in ["avx2", "portable"] {
+            let out = capped(at, Some(cap), &args);
+            assert_eq!(
+                common::stdout(&out),
+                common::stdout(&widest),
+                "{args:?} under TL_MAX_SIMD={cap}"
+            );
+        }
+    }
+}

@@ -23,11 +23,12 @@ pub(crate) fn is_sparse(info: &TensorInfo) -> bool {
 /// An error when the tensor would not fit `--max-memory` as a dense array.
 pub(crate) fn fits_dense(info: &TensorInfo, o: &EvalOptions) -> Result<(), Diagnostics> {
     let n: u128 = info.shape.iter().map(|&d| d as u128).product();
-    if n * 8 > o.max_memory as u128 {
+    let bytes = n.saturating_mul(info.elem.dense_bytes());
+    if bytes > o.max_memory as u128 {
         return Err(Diagnostic::error(
             codes::MEMORY,
             info.span,
-            format!("`{}` would need {} bytes as a dense {:?} tensor, over --max-memory ({} bytes)", info.name, n * 8, info.shape, o.max_memory),
+            format!("`{}` would need {} bytes as a dense {:?} tensor, over --max-memory ({} bytes)", info.name, bytes, info.shape, o.max_memory),
         )
         .with_note("use a sparse formulation: a Boolean relation written with parentheses, or `max=`/`min=` over defined elements")
         .into());

@@ -12,6 +12,7 @@ mod reference;
 mod relational;
 mod standard;
 mod steps;
+mod stop;
 
 use crate::diagnostics::{codes, Diagnostic, Diagnostics};
 use crate::functions::UserFunction;
@@ -24,6 +25,7 @@ pub use dense::KeptTerms;
 pub(crate) use reference::{assignments, points, Cx};
 pub use reference::{Record, Reference};
 pub use standard::{evaluate_recorded, Standard, StratumRecord};
+pub use stop::Stop;
 
 /// Options that affect evaluation but not meaning.
 #[derive(Clone, Debug)]
@@ -38,6 +40,8 @@ pub struct EvalOptions {
     pub functions: BTreeMap<String, UserFunction>,
     /// Worker threads; results are identical for every count (§9).
     pub threads: usize,
+    /// When to end early (`--timeout`, Ctrl-C): with an error, never with partial values.
+    pub stop: Stop,
 }
 
 impl Default for EvalOptions {
@@ -48,6 +52,7 @@ impl Default for EvalOptions {
             max_memory: crate::semantics::default_max_memory(),
             functions: BTreeMap::new(),
             threads: 1,
+            stop: Stop::default(),
         }
     }
 }

@@ -119,6 +119,7 @@ fn fixpoint(
 ) -> Result<(), Diagnostics> {
     let mut last_change = 0.0;
     for iteration in 0..o.max_iters {
+        super::stop::check(p, st, &o.stop)?;
         if let Some(r) = rec.as_deref_mut() {
             r.iterates
                 .push(st.tensors.iter().map(|&t| values[t].clone()).collect());
@@ -201,12 +202,7 @@ fn run_equation(
     let info = &p.tensors[eq.target];
     let mut env = vec![0i64; eq.vars.len()];
     let Some(tv) = eq.virtual_var else {
-        let cx = Cx {
-            eq,
-            values,
-            slice: None,
-            o,
-        };
+        let cx = Cx::new(eq, values, None, o);
         return points(eq, &mut env, &mut |env| cx.emit(env, acc));
     };
     let mut slice = match &p.data[eq.target] {
@@ -219,12 +215,7 @@ fn run_equation(
         }
         env[tv] = step as i64;
         let mut next = Accumulator::new(info);
-        let cx = Cx {
-            eq,
-            values,
-            slice: Some(&slice),
-            o,
-        };
+        let cx = Cx::new(eq, values, Some(&slice), o);
         points(eq, &mut env, &mut |env| cx.emit(env, &mut next))?;
         slice = next.finish(info);
     }
@@ -281,6 +272,10 @@ pub(crate) struct Cx<'a> {
     values: &'a [Tensor],
     slice: Option<&'a Tensor>,
     o: &'a EvalOptions,
+    /// Points visited since the last look at `--timeout` and Ctrl-C, and whether one asked to
+    /// stop (every value after that is meaningless, and the evaluation ends with an error).
+    ticks: std::cell::Cell<u64>,
+    stopped: std::cell::Cell<bool>,
 }
 
 impl<'a> Cx<'a> {
@@ -297,12 +292,18 @@ impl<'a> Cx<'a> {
             values,
             slice,
             o,
+            ticks: Default::default(),
+            stopped: Default::default(),
         }
     }
 
     /// Evaluates the right-hand side at one point and writes it to the left-hand side.
     fn emit(&self, env: &mut [i64], acc: &mut Accumulator) -> Result<(), Diagnostics> {
-        let Some(v) = self.eval(&self.eq.rhs, env, false) else {
+        let value = self.eval(&self.eq.rhs, env, false);
+        if self.tick() {
+            return Err(self.o.stop.error(self.eq.span).into());
+        }
+        let Some(v) = value else {
             return Ok(());
         };
         let mut idx = Vec::with_capacity(self.eq.lhs.len());
@@ -314,6 +315,19 @@ impl<'a> Cx<'a> {
         }
         acc.combine(&idx, v);
         Ok(())
+    }
+
+    /// Counts a point; whether the evaluation must stop (asked every `stop::EVERY` points).
+    fn tick(&self) -> bool {
+        if self.stopped.get() {
+            return true;
+        }
+        let n = self.ticks.get() + 1;
+        self.ticks.set(n);
+        if n % super::stop::EVERY == 0 && self.o.stop.requested() {
+            self.stopped.set(true);
+        }
+        self.stopped.get()
     }
 
     /// Sets the flattened variables `parts` of a `concat` from the position of `out`
@@ -457,6 +471,9 @@ impl<'a> Cx<'a> {
         let mut acc: Option<f64> = None;
         let mut count = 0usize;
         loop {
+            if self.tick() {
+                return None;
+            }
             if let Some(x) = self.eval(body, env, total) {
                 count += 1;
                 acc = Some(match (acc, family) {

@@ -228,6 +228,7 @@ impl<'a> State<'a> {
     /// Evaluates stratum `i` on its planned kernel.
     fn stratum(&mut self, i: usize, st: &Stratum) -> Result<(), Diagnostics> {
         let (p, o) = (self.p, self.o);
+        super::stop::check(p, st, &o.stop)?;
         let pool = self.pool.clone();
         let pool = pool.as_deref();
         let sp: &StratumPlan = &self.plan.strata[i];

@@ -32,6 +32,7 @@ pub(super) fn evaluate(
     let mut moved: Vec<Option<DenseEquation>> =
         plan.equations.iter().map(|e| e.dense.clone()).collect();
     for s in 0..plan.count {
+        super::stop::check(p, st, &o.stop)?;
         let mut k = 0;
         while k < plan.equations.len() {
             let target = plan.equations[k].target;

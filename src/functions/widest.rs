@@ -14,15 +14,34 @@ pub(crate) trait Vectorised {
     fn run(self) -> Self::Output;
 }
 
-/// Runs `k` on the widest vectors available.
+/// The widest vectors allowed: `TL_MAX_SIMD=avx2` or `TL_MAX_SIMD=portable` caps the choice
+/// (read once), so that tests can check that every path gives the same bits.
+#[derive(Clone, Copy, PartialEq, PartialOrd)]
+enum Cap {
+    Portable,
+    Avx2,
+    Avx512,
+}
+
+fn cap() -> Cap {
+    static CAP: std::sync::OnceLock<Cap> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| match std::env::var("TL_MAX_SIMD").as_deref() {
+        Ok("portable") => Cap::Portable,
+        Ok("avx2") => Cap::Avx2,
+        _ => Cap::Avx512,
+    })
+}
+
+/// Runs `k` on the widest vectors available (and allowed).
 pub(crate) fn widest<K: Vectorised>(k: K) -> K::Output {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        let cap = cap();
+        if cap >= Cap::Avx512 && std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: the processor has AVX-512F, checked just above.
             return unsafe { on_avx512(k) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
+        if cap >= Cap::Avx2 && std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the processor has AVX2, checked just above.
             return unsafe { on_avx2(k) };
         }

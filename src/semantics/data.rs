@@ -401,12 +401,13 @@ impl Ctx<'_> {
     /// A dense tensor of zeros, or an error if it would exceed `--max-memory`.
     pub(super) fn dense_zeros(&mut self, info: &TensorInfo) -> Option<Tensor> {
         let n: u128 = info.shape.iter().map(|&d| d as u128).product();
-        if n * 8 > self.input.settings.max_memory as u128 {
+        let bytes = n.saturating_mul(info.elem.dense_bytes());
+        if bytes > self.input.settings.max_memory as u128 {
             self.diags.push(
                 Diagnostic::error(
                     codes::MEMORY,
                     info.span,
-                    format!("`{}` would need {} bytes as a dense {:?} tensor, over --max-memory ({} bytes)", info.name, n * 8, info.shape, self.input.settings.max_memory),
+                    format!("`{}` would need {} bytes as a dense {:?} tensor, over --max-memory ({} bytes)", info.name, bytes, info.shape, self.input.settings.max_memory),
                 )
                 .with_note("use a sparse formulation: a Boolean relation written with parentheses, or element facts"),
             );

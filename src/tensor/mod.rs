@@ -35,6 +35,17 @@ pub enum ElemType {
 }
 
 impl ElemType {
+    /// Bytes a dense buffer holds per element (Booleans and integers are stored as f64):
+    /// what `--max-memory` is checked against.
+    pub fn dense_bytes(self) -> u128 {
+        match self {
+            ElemType::Bool | ElemType::Int | ElemType::F64 => 8,
+            ElemType::F32 => 4,
+            ElemType::BF16 | ElemType::F16 => 2,
+            ElemType::FP8 | ElemType::I8 => 1,
+        }
+    }
+
     /// Parses a declaration's type name; `real` resolves to `real_as`.
     pub fn parse(name: &str, real_as: ElemType) -> Option<ElemType> {
         Some(match name {

@@ -13,6 +13,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::{Args, Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use tensor_logic::eval::{Engine, Reference, Standard};
 use tensor_logic::{ElemType, RunOptions, Session, Settings};
 
@@ -114,6 +116,9 @@ struct Common {
     /// Convergence tolerance for real recursive components.
     #[arg(long, default_value_t = 1e-6, value_parser = parse_tol)]
     tol: f64,
+    /// End evaluation with an error after this many seconds (default: no limit).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_timeout)]
+    timeout: Option<f64>,
     /// Largest dense tensor, e.g. `512M`, `4G` (default: 80% of RAM).
     #[arg(long, value_parser = parse_bytes)]
     max_memory: Option<u64>,
@@ -144,6 +149,32 @@ fn parse_tol(s: &str) -> Result<f64, String> {
         Ok(_) => Err("a tolerance must be a finite number, zero or more".into()),
         Err(_) => Err(format!("`{s}` is not a number")),
     }
+}
+
+fn parse_timeout(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(t) if t.is_finite() && t > 0.0 && t < 1e9 => Ok(t),
+        Ok(_) => Err("a timeout must be a positive number of seconds".into()),
+        Err(_) => Err(format!("`{s}` is not a number")),
+    }
+}
+
+/// The flag Ctrl-C sets: the running evaluation then ends with E0403 (a second Ctrl-C
+/// exits at once, as 130).
+fn interrupt() -> Arc<AtomicBool> {
+    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    FLAG.get_or_init(|| {
+        let flag = Arc::new(AtomicBool::new(false));
+        let set = flag.clone();
+        // Without a handler (one is installed already), Ctrl-C keeps its default effect.
+        let _ = ctrlc::set_handler(move || {
+            if set.swap(true, Ordering::SeqCst) {
+                std::process::exit(130);
+            }
+        });
+        flag
+    })
+    .clone()
 }
 
 fn parse_bytes(s: &str) -> Result<u64, String> {
@@ -236,6 +267,8 @@ fn run(command: Command) -> Result<(), String> {
                 tol: Some(common.tol),
                 write_files: true,
                 threads: common.threads as usize,
+                timeout: common.timeout.map(std::time::Duration::from_secs_f64),
+                interrupt: Some(interrupt()),
             };
             let lines = session
                 .run_with(common.engine(), &opts)
@@ -282,6 +315,8 @@ fn run(command: Command) -> Result<(), String> {
                 tol: Some(common.tol),
                 write_files: false,
                 threads: common.threads as usize,
+                timeout: common.timeout.map(std::time::Duration::from_secs_f64),
+                interrupt: Some(interrupt()),
             };
             let mut times = session
                 .time_evaluation(common.engine(), &opts, repeat as usize)
@@ -318,6 +353,8 @@ fn run(command: Command) -> Result<(), String> {
                 tol: Some(common.tol),
                 write_files: true,
                 threads: common.threads as usize,
+                timeout: common.timeout.map(std::time::Duration::from_secs_f64),
+                interrupt: Some(interrupt()),
             };
             if args.check_grad() {
                 let (loss, freeze) = args.loss_and_freeze();
@@ -370,6 +407,8 @@ fn run(command: Command) -> Result<(), String> {
                 tol: Some(common.tol),
                 write_files: false,
                 threads: common.threads as usize,
+                timeout: common.timeout.map(std::time::Duration::from_secs_f64),
+                interrupt: Some(interrupt()),
             };
             let mut session = load(&file)?;
             if let Err(d) = session.check(&opts.settings) {

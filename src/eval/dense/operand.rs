@@ -126,7 +126,8 @@ pub(crate) fn factor_values<'a, T: Num>(
 /// Copies the elements at `offset + Σ strides[a] · idx[a]` for every index of `dims`, in
 /// row-major order (a window's gather, and a permutation): the innermost axis in a tight
 /// loop (a slice copy when it is contiguous), an odometer over the others. Positions outside
-/// `data` read as the type's zero (planning keeps them from occurring).
+/// `data` cannot occur (planning keeps windows inside their tensors): debug builds stop
+/// there, release builds read the type's zero.
 pub(super) fn strided_copy<T: Num>(
     data: &[T],
     offset: i64,
@@ -157,11 +158,13 @@ pub(super) fn strided_copy<T: Num>(
     let mut idx = vec![0usize; outer];
     let mut at = offset;
     let read = |p: i64| {
-        usize::try_from(p)
-            .ok()
-            .and_then(|p| data.get(p))
-            .copied()
-            .unwrap_or_default()
+        let x = usize::try_from(p).ok().and_then(|p| data.get(p));
+        debug_assert!(
+            x.is_some(),
+            "a strided read at {p} outside {} elements",
+            data.len()
+        );
+        x.copied().unwrap_or_default()
     };
     for _ in 0..total.checked_div(inner).unwrap_or(0) {
         let run = usize::try_from(at)

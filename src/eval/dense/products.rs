@@ -126,13 +126,20 @@ pub(super) fn matmul<T: Num>(
     (zero, one): (T, T),
     threads: usize,
 ) {
-    if m == 0 || n == 0 || k == 0 || dst.len() < m * n {
+    if m == 0 || n == 0 || k == 0 {
         return;
     }
+    // Operands and results outside their buffers cannot occur (the contraction sizes them):
+    // debug builds stop there, release builds leave `dst` as it was rather than read out of
+    // bounds.
     let last = |o: usize, r: usize, c: usize, rows: usize, cols: usize| {
         o + (rows - 1) * r + (cols - 1) * c
     };
-    if last(lo, lr, lc, m, k) >= lhs.len() || last(ro, rr, rc, k, n) >= rhs.len() {
+    let inside = dst.len() >= m * n
+        && last(lo, lr, lc, m, k) < lhs.len()
+        && last(ro, rr, rc, k, n) < rhs.len();
+    debug_assert!(inside, "a {m}×{k}·{k}×{n} product outside its buffers");
+    if !inside {
         return;
     }
     // A single row or column would take gemm's matrix-vector kernels, which sum in another

@@ -41,6 +41,7 @@ pub(super) fn evaluate_stratum(
     }
     let mut last_change = 0.0;
     for _ in 0..o.max_iters {
+        crate::eval::stop::check(p, st, &o.stop)?;
         let next: Vec<Tensor> = st
             .tensors
             .iter()
