@@ -324,7 +324,7 @@ impl<'a> Cx<'a> {
         }
         let n = self.ticks.get() + 1;
         self.ticks.set(n);
-        if n % super::stop::EVERY == 0 && self.o.stop.requested() {
+        if n.is_multiple_of(super::stop::EVERY) && self.o.stop.requested() {
             self.stopped.set(true);
         }
         self.stopped.get()
