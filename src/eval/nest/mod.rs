@@ -102,6 +102,26 @@ fn run_equation(
     o: &EvalOptions,
     acc: &mut Accumulator,
 ) -> Result<(), Diagnostics> {
+    // A tensor the plan expected as defined elements may have been stored dense (a
+    // `max=` tensor every element of which was written): its scans then follow all of its
+    // elements.
+    let as_tuples: Vec<Tensor>;
+    let values = match n.scanned().iter().any(|&t| tuples(&values[t]).is_none()) {
+        false => values,
+        true => {
+            as_tuples = values
+                .iter()
+                .enumerate()
+                .map(
+                    |(t, v)| match n.scanned().contains(&t) && tuples(v).is_none() {
+                        true => every_element(v),
+                        false => v.clone(),
+                    },
+                )
+                .collect();
+            &as_tuples
+        }
+    };
     let indexes = Indexes::build(n, values);
     let mut env = vec![0i64; n.vars];
     let Some((var, steps)) = n.steps else {
@@ -567,6 +587,21 @@ pub(super) fn read_affine(
 }
 
 /// The tuples of a sparse tensor, or `None` for a dense one (nothing to scan).
+/// A dense tensor as defined elements, every one of them.
+fn every_element(t: &Tensor) -> Tensor {
+    let mut keys = Vec::new();
+    let mut vals = Vec::new();
+    for (idx, v) in t.entries() {
+        keys.extend(idx.iter().map(|&i| i as u32));
+        vals.push(v);
+    }
+    Tensor {
+        elem: t.elem,
+        shape: t.shape.clone(),
+        storage: Storage::Sparse(crate::tensor::Sparse::from_entries(t.rank(), keys, vals)),
+    }
+}
+
 fn tuples(t: &Tensor) -> Option<&Relation> {
     match &t.storage {
         Storage::Relation(r) => Some(r),
