@@ -55,16 +55,17 @@ impl Stop {
     }
 }
 
-/// `Err` (at the stratum's first equation) when the evaluation must stop: asked between
+/// `Err` (at the stratum's first equation, or its tensor) when the evaluation must stop: asked between
 /// strata and between the rounds of a fixpoint.
 pub(crate) fn check(p: &Checked, st: &Stratum, stop: &Stop) -> Result<(), Diagnostics> {
     if !stop.requested() {
         return Ok(());
     }
-    let span = st
-        .equations
-        .first()
-        .map(|&e| p.equations[e].span)
-        .unwrap_or_default();
+    // A stratum of data alone names its tensor.
+    let span = match (st.equations.first(), st.tensors.first()) {
+        (Some(&e), _) => p.equations[e].span,
+        (None, Some(&t)) => p.tensors[t].span,
+        (None, None) => Span::default(),
+    };
     Err(stop.error(span).into())
 }
