@@ -55,17 +55,12 @@ impl Stop {
     }
 }
 
-/// `Err` (at the stratum's first equation, or its tensor) when the evaluation must stop: asked between
+/// `Err` (at the stratum's first equation) when the evaluation must stop: asked between
 /// strata and between the rounds of a fixpoint.
 pub(crate) fn check(p: &Checked, st: &Stratum, stop: &Stop) -> Result<(), Diagnostics> {
-    if !stop.requested() {
-        return Ok(());
+    // A stratum of data alone costs nothing: the next one with equations is named.
+    match st.equations.first() {
+        Some(&e) if stop.requested() => Err(stop.error(p.equations[e].span).into()),
+        _ => Ok(()),
     }
-    // A stratum of data alone names its tensor.
-    let span = match (st.equations.first(), st.tensors.first()) {
-        (Some(&e), _) => p.equations[e].span,
-        (None, Some(&t)) => p.tensors[t].span,
-        (None, None) => Span::default(),
-    };
-    Err(stop.error(span).into())
 }
