@@ -487,3 +487,15 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_read_past_the_end_inside_not_is_false_on_both_engines() {
+    // §6.5: `not B(x + 1)` at the largest x reads outside B, which is false, so the negation
+    // holds; it must not shorten x's range either.
+    let src = "S(0). S(1). S(2).\nB(1).\nR(x) :- S(x), not B(x + 1).\nR(x)?\n";
+    for engine in [&Standard as &dyn Engine, &Reference] {
+        let s = run(src, engine).unwrap();
+        let lines = s.query("R(x)").unwrap();
+        assert_eq!(lines, vec!["R(1)", "R(2)"], "{}", engine.name());
+    }
+}

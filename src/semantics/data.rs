@@ -87,7 +87,11 @@ impl Ctx<'_> {
                     n.span,
                     format!("a fact must be ground, but `{}` is a variable", n.text),
                 )
-                .with_note("write a rule (`H(x) :- B(x).`) to derive facts for every value")),
+                .with_note(format!(
+                    "constants are capitalised: write `{}` or \"{}\" for a symbol; or write a rule (`H(x) :- B(x).`) to derive facts for every value",
+                    capitalised(&n.text),
+                    n.text
+                ))),
             },
             other => Err(Diagnostic::error(
                 codes::FORM,
@@ -517,15 +521,19 @@ impl Ctx<'_> {
                 .with_label(format!("reading `{}`", src.file))
             };
             if !want.contains(&r.len()) {
+                let fields = |n: usize| format!("{n} field{}", if n == 1 { "" } else { "s" });
                 let expect = if valued {
-                    format!("{rank} index fields and a value")
+                    format!(
+                        "{} and a value",
+                        fields(rank).replace("field", "index field")
+                    )
                 } else {
-                    format!("{rank} fields")
+                    fields(rank)
                 };
                 self.diags.push(bad(format!(
-                    "expected {expect} for `{}`, found {} fields",
+                    "expected {expect} for `{}`, found {}",
                     info.name,
-                    r.len()
+                    fields(r.len())
                 )));
                 continue;
             }
@@ -652,5 +660,15 @@ impl Gather {
             }
             Storage::Dense(_) => tensor,
         }
+    }
+}
+
+/// `name` with its first letter uppercase: the constant a user who wrote a lowercase one
+/// most likely meant.
+fn capitalised(name: &str) -> String {
+    let mut chars = name.chars();
+    match chars.next() {
+        Some(c) => c.to_uppercase().chain(chars).collect(),
+        None => String::new(),
     }
 }

@@ -65,8 +65,8 @@ fn is_hard(t: usize, tensors: &[TensorInfo], current: &[usize]) -> bool {
         || (!current.contains(&t) && tensors[t].kind != Kind::Bool && !tensors[t].sparse_values)
 }
 
-/// Every bare occurrence `(tensor, axis)` of each variable, and every arithmetic one; those
-/// under `not` (whose reads are total, §6.5) are also listed in `total`.
+/// Every bare occurrence `(tensor, axis)` of each variable, and every arithmetic one outside
+/// `not`; bare ones under `not` (whose reads are total, §6.5) are also listed in `total`.
 fn occurrences(
     n: &Node,
     bare: &mut Vec<(VarId, usize, usize)>,
@@ -89,6 +89,8 @@ fn occurrences(
                     }
                 }
                 IndexFn::Const(_) => {}
+                // Under `not` a read past the end is false, not nothing: it bounds nothing.
+                _ if under_not => {}
                 other => arith.push((*tensor, ax, other.clone())),
             }
         }

@@ -324,12 +324,14 @@ fn run(command: Command) -> Result<(), String> {
             times.sort();
             let ms = |d: Option<&std::time::Duration>| d.map_or(0.0, |d| d.as_secs_f64() * 1e3);
             println!(
-                "evaluation: min {:.3} ms, median {:.3} ms over {} runs ({} engine, {} threads)",
+                "evaluation: min {:.3} ms, median {:.3} ms over {} run{} ({} engine, {} thread{})",
                 ms(times.first()),
                 ms(times.get(times.len() / 2)),
                 times.len(),
+                if times.len() == 1 { "" } else { "s" },
                 common.engine().name(),
-                common.threads
+                common.threads,
+                if common.threads == 1 { "" } else { "s" },
             );
             Ok(())
         }
