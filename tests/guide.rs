@@ -18,7 +18,11 @@ fn blocks(text: &str) -> Vec<(String, String, String)> {
                 end += 1;
             }
             let after = lines.get(end + 1).copied().unwrap_or("").to_string();
-            out.push((info.to_string(), lines[start..end.min(lines.len())].join("\n"), after));
+            out.push((
+                info.to_string(),
+                lines[start..end.min(lines.len())].join("\n"),
+                after,
+            ));
             i = end + 1;
         } else {
             i += 1;
@@ -58,7 +62,10 @@ fn the_guide_shows_what_the_examples_contain_and_print() {
     for (k, (info, body, after)) in all.iter().enumerate() {
         if let Some(file) = info.strip_prefix("tl ") {
             let text = std::fs::read_to_string(root.join(file.trim())).unwrap();
-            assert!(text.contains(body.as_str()), "docs/guide.md quotes {file} wrongly:\n{body}");
+            assert!(
+                text.contains(body.as_str()),
+                "docs/guide.md quotes {file} wrongly:\n{body}"
+            );
             excerpts += 1;
         }
         if info == "sh" && after.trim() == "prints" {
@@ -74,5 +81,8 @@ fn the_guide_shows_what_the_examples_contain_and_print() {
             commands += 1;
         }
     }
-    assert!(excerpts >= 6 && commands >= 8, "{excerpts} excerpts, {commands} commands");
+    assert!(
+        excerpts >= 6 && commands >= 8,
+        "{excerpts} excerpts, {commands} commands"
+    );
 }
