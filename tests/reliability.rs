@@ -386,3 +386,20 @@ fn every_vector_width_gives_the_same_bits() {
         }
     }
 }
+
+#[test]
+fn a_timeout_ends_a_long_datalog_fixpoint_between_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut src: String = (0..4000).map(|i| format!("E({i}, {}).\n", i + 1)).collect();
+    src.push_str("P(x, y) :- E(x, y).\nP(x, z) :- P(x, y), E(y, z).\nS = P(x, y)\nS?\n");
+    write(dir.path(), "cl.tl", &src);
+    let start = std::time::Instant::now();
+    let out = common::tl(dir.path(), &["run", "cl.tl", "--timeout", "0.3"]);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("error[E0403]") && err.contains("cl.tl:4001:1"),
+        "{err}"
+    );
+    assert!(start.elapsed().as_secs() < 20);
+}

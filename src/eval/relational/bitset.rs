@@ -7,7 +7,7 @@
 //! Rows of a product are independent, so with a thread pool they are split among workers;
 //! each row is computed the same way whatever the split, so results do not depend on it.
 
-use super::{Store, TooManyRounds};
+use super::{Halt, Store};
 use crate::plan::chains::{Chain, Factor};
 use crate::semantics::{Checked, Stratum, TensorId};
 use crate::tensor::{Relation, Storage, Tensor};
@@ -336,6 +336,8 @@ pub(super) struct State<'a> {
     pub delta: &'a HashMap<TensorId, Store>,
     /// Rounds already run.
     pub rounds: usize,
+    /// Asked after each round: `--timeout`, Ctrl-C.
+    pub stop: &'a crate::eval::Stop,
 }
 
 /// Goes on with a recursive stratum's semi-naive evaluation on bit matrices from `state`,
@@ -349,7 +351,7 @@ pub(super) fn evaluate_bitsets(
     values: &mut [Tensor],
     max_rounds: Option<usize>,
     pool: Option<&rayon::ThreadPool>,
-) -> Result<(), TooManyRounds> {
+) -> Result<(), Halt> {
     let n = state.n;
     let matrix = |s: &Store, transposed: bool| BitRows::from_store(s, n, transposed);
     let mut full: HashMap<TensorId, BitRows> = HashMap::default();
@@ -462,7 +464,10 @@ pub(super) fn evaluate_bitsets(
             break Ok(());
         };
         if rounds >= max_rounds {
-            break Err(TooManyRounds);
+            break Err(Halt::TooManyRounds);
+        }
+        if state.stop.requested() {
+            break Err(Halt::Stopped);
         }
     };
     if outcome.is_ok() {

@@ -113,7 +113,7 @@ pub(super) fn evaluate_stratum(
     };
     let checker = Checker { values, o };
     match fixpoint(rules, &mut full, rounds, &dense, (checker, pool)) {
-        Err(TooManyRounds) => return Err(diverged(p, st, o)),
+        Err(halt) => return Err(halted(p, st, o, halt)),
         Ok(Some((delta, done))) => {
             if let (Some(chains), Some(n)) = (&chains, side) {
                 let state = bitset::State {
@@ -121,10 +121,11 @@ pub(super) fn evaluate_stratum(
                     full: &full,
                     delta: &delta,
                     rounds: done,
+                    stop: &o.stop,
                 };
                 return match bitset::evaluate_bitsets(p, st, chains, state, values, rounds, pool) {
                     Ok(()) => Ok(()),
-                    Err(TooManyRounds) => Err(diverged(p, st, o)),
+                    Err(halt) => Err(halted(p, st, o, halt)),
                 };
             }
         }
@@ -186,8 +187,13 @@ type Run<'a> = (Checker<'a>, Option<&'a rayon::ThreadPool>);
 /// Where [`fixpoint`] stopped early: the last round's new tuples, and the rounds run.
 type Stopped = (HashMap<TensorId, Store>, usize);
 
-/// More rounds were needed than allowed.
-pub(super) struct TooManyRounds;
+/// Why a semi-naive fixpoint ended before its last round.
+pub(super) enum Halt {
+    /// More rounds were needed than `--max-iters` allows.
+    TooManyRounds,
+    /// `--timeout` or Ctrl-C asked it to stop.
+    Stopped,
+}
 
 /// Runs `rules` semi-naively until no new tuple appears, adding what they derive to `full`
 /// (which holds a store for every relation they read or define). The first round runs every
@@ -201,7 +207,7 @@ fn fixpoint(
     max_rounds: Option<usize>,
     switch: &dyn Fn(&HashMap<TensorId, Store>) -> bool,
     run: Run,
-) -> Result<Option<Stopped>, TooManyRounds> {
+) -> Result<Option<Stopped>, Halt> {
     let mut delta: HashMap<TensorId, Store> = HashMap::default();
     let mut new: HashMap<TensorId, Derived> = HashMap::default();
     for r in rules {
@@ -233,7 +239,10 @@ fn fixpoint(
             return Ok(None);
         };
         if rounds >= max_rounds {
-            return Err(TooManyRounds);
+            return Err(Halt::TooManyRounds);
+        }
+        if run.0.o.stop.requested() {
+            return Err(Halt::Stopped);
         }
         if switch(full) {
             return Ok(Some((delta, rounds)));
@@ -378,10 +387,16 @@ fn product_of(
     Some(product::product(a, b, c_extent, pool))
 }
 
-fn diverged(p: &Checked, st: &Stratum, o: &EvalOptions) -> Diagnostics {
-    super::fixpoint::recursion_unsettled(p, st, o.max_iters)
-        .with_note("raise --max-iters: each iteration derives facts one step longer")
-        .into()
+fn halted(p: &Checked, st: &Stratum, o: &EvalOptions, halt: Halt) -> Diagnostics {
+    match halt {
+        Halt::TooManyRounds => super::fixpoint::recursion_unsettled(p, st, o.max_iters)
+            .with_note("raise --max-iters: each iteration derives facts one step longer")
+            .into(),
+        Halt::Stopped => {
+            let span = st.equations.first().map(|&e| p.equations[e].span);
+            o.stop.error(span.unwrap_or_default()).into()
+        }
+    }
 }
 
 /// Runs one rule, with atom `delta_at` reading the last round's new tuples, and collects the
