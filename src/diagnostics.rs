@@ -93,6 +93,22 @@ pub struct Diagnostic {
     pub secondary: Vec<(Span, String)>,
     /// Hints and notes printed after the snippet.
     pub notes: Vec<String>,
+    /// The file, line and column of `span`, once known (the library's [`Session`] fills
+    /// it in), for `Display`.
+    ///
+    /// [`Session`]: crate::Session
+    pub location: Option<Location>,
+}
+
+/// A place in a named source file, counted from 1 (columns in characters).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    /// The file's name as given when it was loaded.
+    pub file: String,
+    /// Line, from 1.
+    pub line: usize,
+    /// Column, from 1, in characters.
+    pub column: usize,
 }
 
 impl Diagnostic {
@@ -105,6 +121,7 @@ impl Diagnostic {
             label: "here".into(),
             secondary: Vec::new(),
             notes: Vec::new(),
+            location: None,
         }
     }
 
@@ -117,6 +134,7 @@ impl Diagnostic {
             label: String::new(),
             secondary: Vec::new(),
             notes: Vec::new(),
+            location: None,
         }
     }
 
@@ -148,6 +166,26 @@ impl Diagnostics {
     pub fn render(&self, file_name: &str, source: &str) -> String {
         render(&self.0, file_name, source)
     }
+
+    /// The same diagnostics with the file, line and column of each span filled in.
+    pub fn located(mut self, file_name: &str, source: &str) -> Diagnostics {
+        for d in &mut self.0 {
+            let Some(span) = d.span else { continue };
+            let at = clamp(span, source.len()).start;
+            let mut at = at;
+            while !source.is_char_boundary(at) {
+                at -= 1;
+            }
+            let before = &source[..at];
+            let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+            d.location = Some(Location {
+                file: file_name.to_string(),
+                line: before.matches('\n').count() + 1,
+                column: before[line_start..].chars().count() + 1,
+            });
+        }
+        self
+    }
 }
 
 impl From<Diagnostic> for Diagnostics {
@@ -159,6 +197,9 @@ impl From<Diagnostic> for Diagnostics {
 impl std::fmt::Display for Diagnostics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for d in &self.0 {
+            if let Some(l) = &d.location {
+                write!(f, "{}:{}:{}: ", l.file, l.line, l.column)?;
+            }
             writeln!(f, "error[{}]: {}", d.code, d.message)?;
         }
         Ok(())

@@ -94,7 +94,7 @@ impl Session {
         if errors.is_empty() {
             return Ok(());
         }
-        let d = Diagnostics(errors);
+        let d = Diagnostics(errors).located(file_name, source);
         self.load_errors = Some(d.clone());
         Err(d)
     }
@@ -175,7 +175,8 @@ impl Session {
         self.check(&options.settings)?;
         let checked = self.checked.as_ref().ok_or_else(not_checked)?;
         let eval = eval_options(options, &self.functions);
-        let trained = crate::learn::train::train(checked, train, &eval, report)?;
+        let trained = crate::learn::train::train(checked, train, &eval, report)
+            .map_err(|d| d.located(&self.file_name, &self.source))?;
         self.parameters = trained.params.clone();
         self.checked = None;
         Ok(trained)
@@ -218,7 +219,8 @@ impl Session {
             settings: settings.clone(),
             parameters: &self.parameters,
         };
-        let checked = semantics::check(&input)?;
+        let checked =
+            semantics::check(&input).map_err(|d| d.located(&self.file_name, &self.source))?;
         self.plan = Some(crate::plan::plan(&checked));
         Ok(self.checked.insert(checked))
     }
@@ -259,7 +261,9 @@ impl Session {
             .as_ref()
             .ok_or_else(|| Diagnostics::from(Diagnostic::global(codes::FORM, "no program")))?;
         let plan = self.plan.as_ref().ok_or_else(not_checked)?;
-        let run = engine.run(checked, plan, &eval_options(options, &self.functions))?;
+        let run = engine
+            .run(checked, plan, &eval_options(options, &self.functions))
+            .map_err(|d| d.located(&self.file_name, &self.source))?;
         self.log = run.log;
         let values = run.values;
         let mut lines = Vec::new();

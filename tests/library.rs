@@ -182,3 +182,19 @@ fn options_have_the_cli_defaults() {
         (tensor_logic::learn::optim::Kind::Adam, 1e-3)
     );
 }
+
+#[test]
+fn diagnostics_display_their_file_line_and_column() {
+    let mut s = session("X = [0, 1]\nY[i] = swish(X[i])\n");
+    let err = s.run(&RunOptions::default()).unwrap_err();
+    let text = err.to_string();
+    assert!(text.starts_with("mem.tl:2:8: error[E0102]"), "{text}");
+    let mut s = Session::new();
+    let err = s
+        .load_source("bad.tl", "A = [1, 2]\nB = ]\n", Path::new("."))
+        .unwrap_err();
+    assert!(
+        err.to_string().starts_with("bad.tl:2:5: error[E0001]"),
+        "{err}"
+    );
+}
