@@ -582,47 +582,6 @@ impl Compiler<'_> {
     }
 }
 
-impl NestEquation {
-    /// The tensors whose tuples its scans follow.
-    pub fn scanned(&self) -> Vec<TensorId> {
-        fn scope(s: &Scope, out: &mut Vec<TensorId>) {
-            for l in &s.levels {
-                match l {
-                    Level::Scan(scan) => out.push(scan.tensor),
-                    Level::Filter(v) => value(v, out),
-                    Level::Range { .. } => {}
-                }
-            }
-            value(&s.body, out);
-        }
-        fn value(v: &Value, out: &mut Vec<TensorId>) {
-            match v {
-                Value::Sum(s) => scope(s, out),
-                Value::Neg(x)
-                | Value::Not(x)
-                | Value::Normalize(_, _, _, x)
-                | Value::Concat(_, _, x) => value(x, out),
-                Value::Product(fs) => fs.iter().for_each(|(_, f)| value(f, out)),
-                Value::Binary(_, a, b) | Value::Compare(_, a, b) => {
-                    value(a, out);
-                    value(b, out);
-                }
-                Value::Call(_, args) => args.iter().for_each(|a| value(a, out)),
-                Value::Const(_)
-                | Value::Var(_)
-                | Value::Read { .. }
-                | Value::Slice { .. }
-                | Value::Scanned(_) => {}
-            }
-        }
-        let mut out = Vec::new();
-        scope(&self.root, &mut out);
-        out.sort_unstable();
-        out.dedup();
-        out
-    }
-}
-
 impl Value {
     /// Adds the tensors the value reads (scanned or looked up) to `out`.
     pub fn tensors(&self, out: &mut Vec<TensorId>) {

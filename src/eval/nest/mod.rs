@@ -105,19 +105,24 @@ fn run_equation(
     // A tensor the plan expected as defined elements may have been stored dense (a
     // `max=` tensor every element of which was written): its scans then follow all of its
     // elements.
+    let mut scans = Vec::new();
+    collect_scans(&n.root, &mut scans);
+    let dense: Vec<usize> = scans
+        .iter()
+        .map(|s| s.tensor)
+        .filter(|&t| tuples(&values[t]).is_none())
+        .collect();
     let as_tuples: Vec<Tensor>;
-    let values = match n.scanned().iter().any(|&t| tuples(&values[t]).is_none()) {
-        false => values,
-        true => {
+    let values = match dense.is_empty() {
+        true => values,
+        false => {
             as_tuples = values
                 .iter()
                 .enumerate()
-                .map(
-                    |(t, v)| match n.scanned().contains(&t) && tuples(v).is_none() {
-                        true => every_element(v),
-                        false => v.clone(),
-                    },
-                )
+                .map(|(t, v)| match dense.contains(&t) {
+                    true => every_element(v),
+                    false => v.clone(),
+                })
                 .collect();
             &as_tuples
         }
