@@ -3,22 +3,11 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tensor_logic::semantics::{Equation, Node};
-use tensor_logic::{RunOptions, Session, Settings};
 
-/// Points the reference evaluator visits for one equation: the product of all ranges, times
-/// the row length for every `softmax`/`lnorm` (each point re-evaluates its row).
-fn cost(e: &Equation) -> u128 {
-    fn normalizers(n: &Node, e: &Equation) -> u128 {
-        let inner = n.children().into_iter().map(|c| normalizers(c, e)).max().unwrap_or(1);
-        match n {
-            Node::Normalize(_, v, _) => e.vars[*v].range.max(1) as u128 * inner,
-            _ => inner,
-        }
-    }
-    let points: u128 = e.vars.iter().map(|v| v.range.max(1) as u128).product();
-    points.saturating_mul(normalizers(&e.rhs, e))
-}
+#[path = "common.rs"]
+#[allow(dead_code)]
+mod common;
+use tensor_logic::{RunOptions, Session, Settings};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(src) = std::str::from_utf8(data) else { return };
@@ -30,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     if s.check(&settings).is_err() {
         return;
     }
-    let cheap = s.checked().map(|c| c.equations.iter().all(|e| cost(e) <= 4096)).unwrap_or(false);
+    let cheap = s.checked().is_some_and(|c| c.equations.iter().all(|e| common::cheap_equation(e, 4096)));
     if cheap {
         let _ = s.run(&RunOptions { settings, ..RunOptions::default() });
     }
