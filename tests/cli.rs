@@ -2,11 +2,8 @@
 //! and files (§11).
 
 mod common;
+use common::write;
 use std::path::Path;
-
-fn write(dir: &Path, name: &str, text: &str) {
-    std::fs::write(dir.join(name), text).unwrap();
-}
 
 const FAMILY: &str = "Parent(Alice, Bob). Parent(Bob, Charlie).\n\
     Ancestor(x, y) :- Parent(x, y).\nAncestor(x, z) :- Ancestor(x, y), Parent(y, z).\n";

@@ -2,12 +2,9 @@
 //! huge lines, files that must read back as they were written, and silent acceptance.
 
 mod common;
+use common::write;
 
 use std::path::Path;
-
-fn write(dir: &Path, name: &str, text: &str) {
-    std::fs::write(dir.join(name), text).unwrap();
-}
 
 #[test]
 fn a_chain_of_100000_equations_is_checked_without_overflowing_the_stack() {

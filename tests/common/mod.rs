@@ -15,6 +15,11 @@ pub fn tl(dir: &Path, args: &[&str]) -> Output {
         .expect("the tl binary runs")
 }
 
+/// Writes `text` to `dir/name`.
+pub fn write(dir: &Path, name: &str, text: &str) {
+    std::fs::write(dir.join(name), text).unwrap();
+}
+
 /// Stdout as text.
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
