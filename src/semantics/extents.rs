@@ -59,19 +59,26 @@ impl Ctx<'_> {
     }
 }
 
+/// A variable read bare at one axis of a tensor.
+struct Bare {
+    var: VarId,
+    tensor: usize,
+    axis: usize,
+    under_not: bool,
+}
+
 /// Whether an axis of `t` fixes ranges (and so must agree with other such axes).
 fn is_hard(t: usize, tensors: &[TensorInfo], current: &[usize]) -> bool {
     tensors[t].declared.is_some()
         || (!current.contains(&t) && tensors[t].kind != Kind::Bool && !tensors[t].sparse_values)
 }
 
-/// Every bare occurrence `(tensor, axis)` of each variable, and every arithmetic one outside
-/// `not`; bare ones under `not` (whose reads are total, §6.5) are also listed in `total`.
+/// Every bare occurrence of each variable, marked when it is under `not` (whose reads are
+/// total, §6.5), and every arithmetic one outside `not`.
 fn occurrences(
     n: &Node,
-    bare: &mut Vec<(VarId, usize, usize)>,
+    bare: &mut Vec<Bare>,
     arith: &mut Vec<(usize, usize, IndexFn)>,
-    total: &mut Vec<(VarId, usize, usize)>,
     under_not: bool,
 ) {
     if let Node::Read {
@@ -82,12 +89,12 @@ fn occurrences(
     {
         for (ax, f) in index.iter().enumerate() {
             match f {
-                IndexFn::Var(v) => {
-                    bare.push((*v, *tensor, ax));
-                    if under_not {
-                        total.push((*v, *tensor, ax));
-                    }
-                }
+                IndexFn::Var(v) => bare.push(Bare {
+                    var: *v,
+                    tensor: *tensor,
+                    axis: ax,
+                    under_not,
+                }),
                 IndexFn::Const(_) => {}
                 // Under `not` a read past the end is false, not nothing: it bounds nothing.
                 _ if under_not => {}
@@ -98,7 +105,7 @@ fn occurrences(
     let under_not = under_not || matches!(n, Node::Not(_));
     n.children()
         .into_iter()
-        .for_each(|c| occurrences(c, bare, arith, total, under_not));
+        .for_each(|c| occurrences(c, bare, arith, under_not));
 }
 
 fn concats(n: &Node, out: &mut Vec<(VarId, Vec<VarId>)>) {
@@ -120,8 +127,7 @@ fn ranges(
     let mut range: Vec<Option<usize>> = vec![None; n];
     let mut bare = Vec::new();
     let mut arith = Vec::new();
-    let mut total = Vec::new();
-    occurrences(&eq.rhs, &mut bare, &mut arith, &mut total, false);
+    occurrences(&eq.rhs, &mut bare, &mut arith, false);
     for (ax, f) in eq.lhs.iter().enumerate() {
         if let IndexFn::Var(v) = f {
             let target = eq.target;
@@ -131,7 +137,12 @@ fn ranges(
                     .get(ax)
                     .is_some_and(|&d| symbolic[d])
             {
-                bare.push((*v, target, ax));
+                bare.push(Bare {
+                    var: *v,
+                    tensor: target,
+                    axis: ax,
+                    under_not: false,
+                });
             }
         }
     }
@@ -144,17 +155,16 @@ fn ranges(
         }
         let mut hard: Option<(usize, usize)> = None;
         // Soft axes bound the variable: outside `not`, a read past one is nothing, and
-        // nothing is absorbing (§5.1), so the smallest bounds it; reads under `not` only
-        // when it has no other.
+        // nothing is absorbing (§5.1), so the smallest bounds it. Reads under `not` are total
+        // (§6.5), so even a dense axis there neither fixes nor conflicts: it bounds the
+        // variable only when nothing else does.
         let mut soft: Option<usize> = None;
         let mut soft_total: Option<usize> = None;
-        for &(w, t, ax) in &bare {
-            if w != v {
-                continue;
-            }
+        for b in bare.iter().filter(|b| b.var == v) {
+            let (t, ax) = (b.tensor, b.axis);
             let ext = tensors[t].shape.get(ax).copied().unwrap_or(0);
             let on_symbols = tensors[t].domains.get(ax).is_some_and(|&d| symbolic[d]);
-            if on_symbols || is_hard(t, tensors, current) {
+            if on_symbols || (!b.under_not && is_hard(t, tensors, current)) {
                 match hard {
                     None => hard = Some((ext, t)),
                     Some((e0, t0)) if e0 != ext => {
@@ -172,7 +182,7 @@ fn ranges(
                     }
                     _ => {}
                 }
-            } else if total.contains(&(w, t, ax)) {
+            } else if b.under_not {
                 soft_total = Some(soft_total.unwrap_or(0).max(ext));
             } else {
                 soft = Some(soft.map_or(ext, |s| s.min(ext)));
@@ -556,6 +566,22 @@ mod tests {
             c.tensors[f].shape,
             vec![2],
             "unlinked axes keep their own extents"
+        );
+    }
+
+    #[test]
+    fn a_dense_axis_under_not_neither_fixes_nor_conflicts() {
+        let c = checked("A = [1, 2, 3, 4, 5]\nB = [1, 0, 1]\nY[i] = A[i] (not B[i])\n");
+        assert_eq!(
+            range(&c, "Y", "i"),
+            5,
+            "B's three elements read false past its end"
+        );
+        let c = checked("B = [1, 0, 1]\nY[i] = not B[i]\n");
+        assert_eq!(
+            range(&c, "Y", "i"),
+            3,
+            "with nothing else, the read under not bounds i"
         );
     }
 }
