@@ -9,42 +9,6 @@ use crate::syntax::ast::*;
 use crate::tensor::{ElemType, Sparse, Storage, Tensor};
 use std::collections::HashMap;
 
-/// Shape and row-major values of a nested list literal; ragged lists are an error.
-pub(super) fn nested_shape(n: &Nested) -> Result<(Vec<usize>, Vec<f64>), Diagnostic> {
-    match n {
-        Nested::Leaf(v, _) => Ok((Vec::new(), vec![*v])),
-        Nested::List(items, span) => {
-            let mut shape: Option<Vec<usize>> = None;
-            let mut values = Vec::new();
-            for it in items {
-                let (s, v) = nested_shape(it)?;
-                match &shape {
-                    None => shape = Some(s),
-                    Some(prev) if *prev != s => {
-                        return Err(Diagnostic::error(
-                            codes::SYNTAX,
-                            nested_span(it),
-                            "ragged literal: every row must have the same shape",
-                        )
-                        .with_secondary(*span, "in this literal"))
-                    }
-                    _ => {}
-                }
-                values.extend(v);
-            }
-            let mut full = vec![items.len()];
-            full.extend(shape.unwrap_or_default());
-            Ok((full, values))
-        }
-    }
-}
-
-fn nested_span(n: &Nested) -> Span {
-    match n {
-        Nested::Leaf(_, s) | Nested::List(_, s) => *s,
-    }
-}
-
 impl Ctx<'_> {
     /// Position of a constant index on axis `ax` of tensor `t`.
     pub(super) fn const_position(
@@ -177,11 +141,9 @@ impl Ctx<'_> {
             }
             for si in self.tensors[t].sources.clone() {
                 if let StmtKind::Literal { value, .. } = &program.statements[si].kind {
-                    if let Ok((ls, _)) = nested_shape(value) {
-                        for (ax, &n) in ls.iter().enumerate().take(rank) {
-                            if !given[ax] {
-                                shape[ax] = shape[ax].max(n);
-                            }
+                    for (ax, &n) in value.shape.iter().enumerate().take(rank) {
+                        if !given[ax] {
+                            shape[ax] = shape[ax].max(n);
                         }
                     }
                 }
@@ -366,9 +328,7 @@ impl Ctx<'_> {
             for si in self.tensors[t].sources.clone() {
                 match &program.statements[si].kind {
                     StmtKind::Literal { value, name } => {
-                        if let Ok((shape, values)) = nested_shape(value) {
-                            self.add_dense(&mut g, &shape, &values, name.span, &name.text);
-                        }
+                        self.add_dense(&mut g, &value.shape, &value.values, name.span, &name.text);
                     }
                     StmtKind::Scalar { value, name, .. } => {
                         let v = self.scalars.get(&name.text).copied().unwrap_or(*value);

@@ -156,10 +156,7 @@ impl Ctx<'_> {
                     self.check_not_function(name);
                     let id = self.tensor_id(&name.text, name.span);
                     self.mark_real(id, name.span);
-                    match super::data::nested_shape(value) {
-                        Ok((shape, _)) => self.use_arity(id, shape.len(), name.span),
-                        Err(d) => self.diags.push(d),
-                    }
+                    self.use_arity(id, value.shape.len(), name.span);
                     self.tensors[id].sources.push(si);
                 }
                 StmtKind::Scalar { name, .. } => {

@@ -52,8 +52,8 @@ pub enum StmtKind {
     Literal {
         /// Tensor name.
         name: Name,
-        /// Nested values.
-        value: Nested,
+        /// Its values.
+        value: DenseLiteral,
     },
     /// `S = 2`.
     Scalar {
@@ -140,13 +140,16 @@ pub enum DomainDef {
     Symbols(Vec<Name>),
 }
 
-/// Nested list literal.
+/// A bracketed literal, flattened while parsing so that a large one costs its values and
+/// nothing per element.
 #[derive(Clone, Debug)]
-pub enum Nested {
-    /// A number.
-    Leaf(f64, Span),
-    /// A bracketed list.
-    List(Vec<Nested>, Span),
+pub struct DenseLiteral {
+    /// Extent of each nesting level, outermost first.
+    pub shape: Vec<usize>,
+    /// The numbers in row-major order.
+    pub values: Vec<f64>,
+    /// From the opening to the closing bracket.
+    pub span: Span,
 }
 
 /// Which brackets an access uses: parentheses make the tensor Boolean (§4).

@@ -105,14 +105,31 @@ pub enum Tok {
     #[token("not")]
     Not,
     /// A name.
-    #[regex(r"[\p{L}_][\p{L}\p{N}_']*", |lex| lex.slice().to_string())]
-    Ident(String),
+    #[regex(r"[\p{L}_][\p{L}\p{N}_']*", |lex| Box::<str>::from(lex.slice()))]
+    Ident(Box<str>),
     /// A number; `is_int` tells whether it was written without a fraction or exponent.
     #[regex(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?", number)]
     Number(Number),
     /// A string with its escapes resolved.
     #[regex(r#""([^"\\\n]|\\.)*""#, string)]
-    Str(String),
+    Str(Box<str>),
+}
+
+/// A token and where it is. Offsets are 4 bytes so that a token of a long literal costs 32
+/// bytes rather than 48 (source is limited to 4 GiB).
+#[derive(Clone, Debug)]
+pub struct Token {
+    /// What was read.
+    pub tok: Tok,
+    start: u32,
+    end: u32,
+}
+
+impl Token {
+    /// Its bytes in the source.
+    pub fn span(&self) -> Span {
+        Span::new(self.start as usize, self.end as usize)
+    }
 }
 
 /// A numeric literal.
@@ -133,7 +150,7 @@ fn number(lex: &mut logos::Lexer<Tok>) -> Option<Number> {
     })
 }
 
-fn string(lex: &mut logos::Lexer<Tok>) -> Option<String> {
+fn string(lex: &mut logos::Lexer<Tok>) -> Option<Box<str>> {
     let s = lex.slice();
     let inner = &s[1..s.len() - 1];
     let mut out = String::with_capacity(inner.len());
@@ -151,13 +168,18 @@ fn string(lex: &mut logos::Lexer<Tok>) -> Option<String> {
             out.push(c);
         }
     }
-    Some(out)
+    Some(out.into())
 }
 
 /// Splits source into tokens, reporting every invalid character or string.
-pub fn lex(source: &str) -> (Vec<(Tok, Span)>, Vec<Diagnostic>) {
+pub fn lex(source: &str) -> (Vec<Token>, Vec<Diagnostic>) {
     let mut tokens = Vec::new();
     let mut errors = Vec::new();
+    if u32::try_from(source.len()).is_err() {
+        let what = "a program must be smaller than 4 GiB (put large data in a file)";
+        errors.push(Diagnostic::error(codes::SYNTAX, Span::new(0, 0), what));
+        return (tokens, errors);
+    }
     let mut depth: usize = 0;
     for (result, range) in Tok::lexer(source).spanned() {
         let span = Span::new(range.start, range.end);
@@ -169,7 +191,11 @@ pub fn lex(source: &str) -> (Vec<(Tok, Span)>, Vec<Diagnostic>) {
                     Tok::Newline if depth > 0 => continue,
                     _ => {}
                 }
-                tokens.push((tok, span));
+                tokens.push(Token {
+                    tok,
+                    start: range.start as u32,
+                    end: range.end as u32,
+                });
             }
             Err(()) => {
                 let text = &source[range.clone()];
@@ -190,7 +216,7 @@ mod tests {
     use super::*;
 
     fn kinds(s: &str) -> Vec<Tok> {
-        lex(s).0.into_iter().map(|(t, _)| t).collect()
+        lex(s).0.into_iter().map(|t| t.tok).collect()
     }
 
     #[test]

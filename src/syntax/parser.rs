@@ -4,7 +4,7 @@
 //! syntax error in a file is reported in one run.
 
 use super::ast::*;
-use super::lexer::{lex, Number, Tok};
+use super::lexer::{lex, Number, Tok, Token};
 use crate::diagnostics::{codes, Diagnostic, Span};
 
 /// Parses a whole program. `is_function` tells a call `f(x)` from a Boolean access `R(x)`.
@@ -48,7 +48,7 @@ pub fn parse_query(text: &str, is_function: &dyn Fn(&str) -> bool) -> Result<Acc
 type PResult<T> = Result<T, Diagnostic>;
 
 struct Parser<'a> {
-    tokens: Vec<(Tok, Span)>,
+    tokens: Vec<Token>,
     /// Whether each token is the first on its source line (recovery stops there even inside
     /// an unclosed bracket).
     line_start: Vec<bool>,
@@ -66,11 +66,12 @@ const MAX_DEPTH: usize = 64;
 const MAX_TERMS: usize = 256;
 
 impl<'a> Parser<'a> {
-    fn new(tokens: Vec<(Tok, Span)>, source: &str, is_function: &'a dyn Fn(&str) -> bool) -> Self {
+    fn new(tokens: Vec<Token>, source: &str, is_function: &'a dyn Fn(&str) -> bool) -> Self {
         let mut prev_end = 0;
         let line_start = tokens
             .iter()
-            .map(|(_, s)| {
+            .map(|t| {
+                let s = t.span();
                 let between = source.get(prev_end..s.start).unwrap_or("");
                 prev_end = s.end;
                 between.contains('\n')
@@ -87,17 +88,17 @@ impl<'a> Parser<'a> {
     }
 
     fn peek(&self) -> Option<&Tok> {
-        self.tokens.get(self.pos).map(|(t, _)| t)
+        self.tokens.get(self.pos).map(|t| &t.tok)
     }
 
     fn peek_at(&self, k: usize) -> Option<&Tok> {
-        self.tokens.get(self.pos + k).map(|(t, _)| t)
+        self.tokens.get(self.pos + k).map(|t| &t.tok)
     }
 
     fn span(&self) -> Span {
         self.tokens
             .get(self.pos)
-            .map(|(_, s)| *s)
+            .map(Token::span)
             .unwrap_or(Span::new(self.end, self.end))
     }
 
@@ -105,7 +106,7 @@ impl<'a> Parser<'a> {
         self.pos
             .checked_sub(1)
             .and_then(|i| self.tokens.get(i))
-            .map(|(_, s)| *s)
+            .map(Token::span)
             .unwrap_or(Span::new(0, 0))
     }
 
@@ -114,7 +115,7 @@ impl<'a> Parser<'a> {
     }
 
     fn bump(&mut self) -> Option<(Tok, Span)> {
-        let t = self.tokens.get(self.pos).cloned();
+        let t = self.tokens.get(self.pos).map(|t| (t.tok.clone(), t.span()));
         if t.is_some() {
             self.pos += 1;
         }
@@ -175,7 +176,7 @@ impl<'a> Parser<'a> {
         match self.peek() {
             Some(Tok::Ident(text)) => {
                 let name = Name {
-                    text: text.clone(),
+                    text: text.to_string(),
                     span: self.span(),
                 };
                 self.pos += 1;
@@ -208,7 +209,10 @@ impl<'a> Parser<'a> {
             self.pos += 1;
             self.expect(&Tok::Assign, "`=` after the output path")?;
             let name = self.name("the name of the tensor to write")?;
-            return Ok(StmtKind::FileWrite { path, name });
+            return Ok(StmtKind::FileWrite {
+                path: path.into(),
+                name,
+            });
         }
         if matches!(self.peek(), Some(Tok::Ident(_))) {
             match self.peek_at(1) {
@@ -261,11 +265,11 @@ impl<'a> Parser<'a> {
                     self.pos += 1;
                     return Ok(StmtKind::FileRead {
                         name: lhs.name,
-                        path,
+                        path: path.into(),
                     });
                 }
                 Some(Tok::LBracket) => {
-                    let value = self.nested()?;
+                    let value = self.literal()?;
                     return Ok(StmtKind::Literal {
                         name: lhs.name,
                         value,
@@ -305,37 +309,82 @@ impl<'a> Parser<'a> {
         Some((if neg { -value } else { value }, is_int))
     }
 
-    fn nested(&mut self) -> PResult<Nested> {
+    fn literal(&mut self) -> PResult<DenseLiteral> {
+        let start = self.span();
+        let mut values = Vec::new();
+        let shape = self.literal_item(&mut values)?;
+        Ok(DenseLiteral {
+            shape,
+            values,
+            span: start.to(self.prev_span()),
+        })
+    }
+
+    /// One item of a literal, its numbers appended to `values`; returns the item's shape.
+    fn literal_item(&mut self, values: &mut Vec<f64>) -> PResult<Vec<usize>> {
         self.enter()?;
-        let r = self.nested_inner();
+        let r = self.literal_item_inner(values);
         self.depth -= 1;
         r
     }
 
-    fn nested_inner(&mut self) -> PResult<Nested> {
+    /// The `]` that closes the list being parsed, for a diagnostic that shows the whole list.
+    fn rest_of_literal(&self) -> Span {
+        let mut depth = 0usize;
+        for t in &self.tokens[self.pos.min(self.tokens.len())..] {
+            match t.tok {
+                Tok::LBracket => depth += 1,
+                Tok::RBracket if depth == 0 => return t.span(),
+                Tok::RBracket => depth -= 1,
+                Tok::Newline | Tok::Semi => break,
+                _ => {}
+            }
+        }
+        self.prev_span()
+    }
+
+    fn literal_item_inner(&mut self, values: &mut Vec<f64>) -> PResult<Vec<usize>> {
         if self.peek() == Some(&Tok::LBracket) {
             let start = self.span();
             self.pos += 1;
-            let mut items = Vec::new();
-            if self.peek() != Some(&Tok::RBracket) {
-                items.push(self.nested()?);
-                while self.eat(&Tok::Comma) {
+            let mut rows = 0usize;
+            let mut row_shape: Option<Vec<usize>> = None;
+            while self.peek() != Some(&Tok::RBracket) {
+                if rows > 0 {
+                    self.expect(&Tok::Comma, "`,` or `]`")?;
                     if self.peek() == Some(&Tok::RBracket) {
                         break;
                     }
-                    items.push(self.nested()?);
                 }
+                let item_start = self.span();
+                let shape = self.literal_item(values)?;
+                match &row_shape {
+                    None => row_shape = Some(shape),
+                    Some(first) if *first != shape => {
+                        let item = item_start.to(self.prev_span());
+                        let literal = start.to(self.rest_of_literal());
+                        return Err(Diagnostic::error(
+                            codes::SYNTAX,
+                            item,
+                            "ragged literal: every row must have the same shape",
+                        )
+                        .with_secondary(literal, "in this literal"));
+                    }
+                    _ => {}
+                }
+                rows += 1;
             }
-            let end = self.expect(&Tok::RBracket, "`,` or `]`")?;
-            return Ok(Nested::List(items, start.to(end)));
+            self.expect(&Tok::RBracket, "`,` or `]`")?;
+            let mut shape = vec![rows];
+            shape.extend(row_shape.unwrap_or_default());
+            return Ok(shape);
         }
-        let start = self.span();
         let neg = self.eat(&Tok::Minus);
         match self.bump() {
-            Some((Tok::Number(n), s)) => Ok(Nested::Leaf(
-                if neg { -n.value } else { n.value },
-                start.to(s),
-            )),
+            Some((Tok::Number(n), _)) => {
+                values.push(if neg { -n.value } else { n.value });
+                Ok(Vec::new())
+            }
             _ => {
                 self.pos -= 1;
                 Err(self.unexpected("a number or `[`"))
@@ -366,9 +415,11 @@ impl<'a> Parser<'a> {
                 let mut symbols = Vec::new();
                 while self.peek() != Some(&Tok::RBrace) {
                     match self.bump() {
-                        Some((Tok::Ident(text), span)) | Some((Tok::Str(text), span)) => {
-                            symbols.push(Name { text, span })
-                        }
+                        Some((Tok::Ident(text), span)) | Some((Tok::Str(text), span)) => symbols
+                            .push(Name {
+                                text: text.into(),
+                                span,
+                            }),
                         Some((Tok::Number(n), span)) if n.is_int => symbols.push(Name {
                             text: format!("{}", n.value),
                             span,
@@ -394,9 +445,10 @@ impl<'a> Parser<'a> {
                 if self.eat(&Tok::LBracket) {
                     loop {
                         match self.bump() {
-                            Some((Tok::Ident(text), span)) => {
-                                dims.push(Dim::Named(Name { text, span }))
-                            }
+                            Some((Tok::Ident(text), span)) => dims.push(Dim::Named(Name {
+                                text: text.into(),
+                                span,
+                            })),
                             Some((Tok::Number(n), span)) => match as_size(n) {
                                 Some(size) => dims.push(Dim::Size(size, span)),
                                 None => {
@@ -583,7 +635,10 @@ impl<'a> Parser<'a> {
     fn iatom_inner(&mut self) -> PResult<Index> {
         let start = self.span();
         match self.bump() {
-            Some((Tok::Ident(text), span)) => Ok(Index::Name(Name { text, span })),
+            Some((Tok::Ident(text), span)) => Ok(Index::Name(Name {
+                text: text.into(),
+                span,
+            })),
             Some((Tok::Number(n), span)) if n.is_int => match index_constant(n) {
                 Some(v) => Ok(Index::Int(v, span)),
                 None => Err(
@@ -594,7 +649,7 @@ impl<'a> Parser<'a> {
                         )),
                 ),
             },
-            Some((Tok::Str(s), span)) => Ok(Index::Str(s, span)),
+            Some((Tok::Str(s), span)) => Ok(Index::Str(s.into(), span)),
             Some((Tok::Minus, _)) => {
                 let inner = self.iatom()?;
                 let span = start.to(inner.span());
@@ -738,7 +793,7 @@ impl<'a> Parser<'a> {
     }
 
     fn peek_at_from(&self, at: usize, k: usize) -> Option<&Tok> {
-        self.tokens.get(at + k).map(|(t, _)| t)
+        self.tokens.get(at + k).map(|t| &t.tok)
     }
 
     fn call(&mut self) -> PResult<Expr> {
@@ -764,7 +819,7 @@ impl<'a> Parser<'a> {
             }
             Some(Tok::Str(s)) => {
                 self.pos += 1;
-                Ok(Expr::Str(s, self.prev_span()))
+                Ok(Expr::Str(s.into(), self.prev_span()))
             }
             Some(Tok::LParen) => {
                 self.pos += 1;
@@ -804,7 +859,7 @@ fn as_size(n: Number) -> Option<usize> {
 
 fn describe(t: &Tok) -> String {
     match t {
-        Tok::Ident(s) => s.clone(),
+        Tok::Ident(s) => s.to_string(),
         Tok::Number(n) => format!("{}", n.value),
         Tok::Str(s) => format!("\"{s}\""),
         other => {
