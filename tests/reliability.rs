@@ -400,3 +400,25 @@ fn a_timeout_ends_a_long_datalog_fixpoint_between_rounds() {
     );
     assert!(start.elapsed().as_secs() < 20);
 }
+
+#[test]
+fn a_timeout_ends_a_join_inside_its_first_round() {
+    let dir = tempfile::tempdir().unwrap();
+    // 600⁴ assignments in one round of one rule: only a look at the clock inside the join
+    // ends it.
+    let mut src: String = (0..600).map(|i| format!("A({i}).\n")).collect();
+    src.push_str("T(x) :- A(x), A(y), A(z), A(w), x != y, y != z, z != w.\nT?\n");
+    write(dir.path(), "join.tl", &src);
+    for threads in ["1", "2"] {
+        let start = std::time::Instant::now();
+        let args = ["run", "join.tl", "--timeout", "0.3", "--threads", threads];
+        let out = common::tl(dir.path(), &args);
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("error[E0403]") && err.contains("join.tl:601:1"),
+            "{err}"
+        );
+        assert!(start.elapsed().as_secs() < 20);
+    }
+}

@@ -274,13 +274,13 @@ impl<'a> State<'a> {
                     &mut self.values,
                     &self.plan.sparse,
                     (o, pool),
-                );
+                )?;
                 self.log(i, Ran::Counts, None);
                 Ok(())
             }
             Kernel::Extremum(rules) => {
                 self.fill_pending(&st.tensors);
-                if relational::evaluate_extremum(p, st, rules, &mut self.values, o) {
+                if relational::evaluate_extremum(p, st, rules, &mut self.values, o)? {
                     self.log(i, Ran::Extremum, None);
                     return Ok(());
                 }

@@ -55,6 +55,40 @@ impl Stop {
     }
 }
 
+/// One thread's count of inner-loop iterations between looks at a [`Stop`]: a join that
+/// enumerates a huge product ends within [`EVERY`] steps of the request, not at the end of
+/// its round.
+pub(crate) struct Ticker<'a> {
+    stop: &'a Stop,
+    count: u64,
+    stopped: bool,
+}
+
+impl<'a> Ticker<'a> {
+    /// A count that looks at `stop`.
+    pub(crate) fn new(stop: &'a Stop) -> Self {
+        Ticker {
+            stop,
+            count: 0,
+            stopped: false,
+        }
+    }
+
+    /// Counts one iteration; `false` once the evaluation must stop (and from then on).
+    pub(crate) fn tick(&mut self) -> bool {
+        if !self.stopped {
+            self.count += 1;
+            self.stopped = self.count.is_multiple_of(EVERY) && self.stop.requested();
+        }
+        !self.stopped
+    }
+
+    /// Whether a tick has seen the request.
+    pub(crate) fn stopped(&self) -> bool {
+        self.stopped
+    }
+}
+
 /// `Err` (at the stratum's first equation) when the evaluation must stop: asked between
 /// strata and between the rounds of a fixpoint.
 pub(crate) fn check(p: &Checked, st: &Stratum, stop: &Stop) -> Result<(), Diagnostics> {

@@ -10,8 +10,10 @@
 //! the same; where the reference would report an error (too many rounds, a value that is not
 //! finite) this evaluator gives up and the caller runs the reference for its diagnostic.
 
-use super::{prepare, Derived, Join, Store};
+use super::{halted, prepare, Derived, Halt, Join, Store};
+use crate::diagnostics::Diagnostics;
 use crate::eval::nest::Checker;
+use crate::eval::stop::Ticker;
 use crate::eval::EvalOptions;
 use crate::plan::datalog::ValuedRule;
 use crate::semantics::{Checked, Family, Kind, Stratum, TensorId};
@@ -26,14 +28,14 @@ struct Candidates {
 }
 
 /// Evaluates the stratum in place; `false` (with `values` untouched) when the reference
-/// evaluator must decide the outcome.
+/// evaluator must decide the outcome, `Err` when the evaluation must stop.
 pub(in crate::eval) fn evaluate_extremum(
     p: &Checked,
     st: &Stratum,
     rules: &[ValuedRule],
     values: &mut [Tensor],
     o: &EvalOptions,
-) -> bool {
+) -> Result<bool, Diagnostics> {
     let family = p.tensors[st.tensors[0]].family;
     let better = |new: f64, old: f64| match family {
         Family::Min => new < old || (old.is_nan() && !new.is_nan()),
@@ -54,19 +56,19 @@ pub(in crate::eval) fn evaluate_extremum(
         rounds += 1;
         let mut candidates: HashMap<TensorId, Candidates> = HashMap::default();
         for vr in rules {
-            if rounds == 1 {
-                run(vr, None, (&mut full, &mut delta), &mut candidates, checker);
-                continue;
-            }
-            for (i, a) in vr.rule.atoms.iter().enumerate() {
-                if delta.contains_key(&a.tensor) {
-                    run(
-                        vr,
-                        Some(i),
-                        (&mut full, &mut delta),
-                        &mut candidates,
-                        checker,
-                    );
+            let atoms = vr.rule.atoms.iter().enumerate();
+            let delta_ats: Vec<Option<usize>> = if rounds == 1 {
+                vec![None]
+            } else {
+                atoms
+                    .filter(|(_, a)| delta.contains_key(&a.tensor))
+                    .map(|(i, _)| Some(i))
+                    .collect()
+            };
+            for at in delta_ats {
+                let sides = (&mut full, &mut delta);
+                if run(vr, at, sides, &mut candidates, checker).is_err() {
+                    return Err(halted(p, st, o, Halt::Stopped));
                 }
             }
         }
@@ -86,7 +88,7 @@ pub(in crate::eval) fn evaluate_extremum(
             for (k, &v) in found.values.iter().enumerate() {
                 let v = info.elem.round(v);
                 if !v.is_finite() {
-                    return false;
+                    return Ok(false);
                 }
                 let tuple = &found.tuples.values[k * arity..(k + 1) * arity];
                 match store.position(tuple) {
@@ -121,7 +123,10 @@ pub(in crate::eval) fn evaluate_extremum(
             break;
         }
         if rounds >= o.max_iters {
-            return false;
+            return Ok(false);
+        }
+        if o.stop.requested() {
+            return Err(halted(p, st, o, Halt::Stopped));
         }
     }
     for &t in &st.tensors {
@@ -138,18 +143,18 @@ pub(in crate::eval) fn evaluate_extremum(
             storage: Storage::Sparse(Sparse::from_entries(store.arity, store.data, values_of)),
         };
     }
-    true
+    Ok(true)
 }
 
 /// Runs one rule, with atom `delta_at` reading the last round's improvements, and collects
-/// its head tuples with their values.
+/// its head tuples with their values; `Err` when the evaluation must stop.
 fn run(
     vr: &ValuedRule,
     delta_at: Option<usize>,
     (full, delta): (&mut HashMap<TensorId, Store>, &mut HashMap<TensorId, Store>),
     out: &mut HashMap<TensorId, Candidates>,
     checker: Checker,
-) {
+) -> Result<(), Halt> {
     let r = &vr.rule;
     let steps = prepare(r, delta_at, full, delta);
     let cx = Join {
@@ -166,12 +171,18 @@ fn run(
     }
     let found = out.entry(r.head).or_default();
     let mut env = vec![0u32; r.vars + steps.len()];
-    cx.join(0, &mut env, &mut |env| {
+    let mut ticks = Ticker::new(&checker.o.stop);
+    let mut keep = |env: &[u32]| {
         let atom_value = |j: usize| {
             let k = step_of[j];
             stores[k].map_or(0.0, |s| s.value(env[r.vars + k]))
         };
         found.values.push(vr.value.eval(&atom_value));
         found.tuples.push(r, env);
-    });
+    };
+    cx.join(0, &mut env, &mut keep, &mut ticks);
+    match ticks.stopped() {
+        true => Err(Halt::Stopped),
+        false => Ok(()),
+    }
 }

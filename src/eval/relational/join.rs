@@ -3,6 +3,7 @@
 
 use super::store::{row, Store};
 use crate::eval::nest::Checker;
+use crate::eval::stop::Ticker;
 use crate::plan::datalog::{join_order, Atom, Filter, Operand, Rule, Term};
 use crate::semantics::TensorId;
 use rustc_hash::FxHashMap as HashMap;
@@ -87,7 +88,15 @@ impl Join<'_> {
         }
     }
 
-    pub(super) fn join(&self, k: usize, env: &mut [u32], emit: &mut dyn FnMut(&[u32])) {
+    /// Enumerates the assignments from step `k` on, calling `emit` for each that the rule
+    /// admits, until they are done or `ticks` says to stop.
+    pub(super) fn join(
+        &self,
+        k: usize,
+        env: &mut [u32],
+        emit: &mut dyn FnMut(&[u32]),
+        ticks: &mut Ticker,
+    ) {
         let Some(step) = self.steps.get(k) else {
             if admits(self.rule, self.full, &self.checker, env) {
                 emit(env);
@@ -99,7 +108,10 @@ impl Join<'_> {
         };
         if step.key_cols.is_empty() {
             for r in 0..store.count {
-                self.bind(k, store, r, env, emit);
+                if !ticks.tick() {
+                    return;
+                }
+                self.bind(k, store, r, env, emit, ticks);
             }
             return;
         }
@@ -112,13 +124,24 @@ impl Join<'_> {
             step.key_terms.len(),
         );
         for r in store.lookup(&step.key_cols, key) {
-            self.bind(k, store, r, env, emit);
+            if !ticks.tick() {
+                return;
+            }
+            self.bind(k, store, r, env, emit, ticks);
         }
     }
 
     /// Binds step `k`'s variables from row `r` of its store (checking repeats), records the
     /// row after the variables (`env[vars + k]`), and goes on.
-    fn bind(&self, k: usize, store: &Store, r: u32, env: &mut [u32], emit: &mut dyn FnMut(&[u32])) {
+    fn bind(
+        &self,
+        k: usize,
+        store: &Store,
+        r: u32,
+        env: &mut [u32],
+        emit: &mut dyn FnMut(&[u32]),
+        ticks: &mut Ticker,
+    ) {
         let this = row(&store.data, store.arity, r);
         env[self.rule.vars + k] = r;
         for &(c, v, repeat) in &self.steps[k].binds {
@@ -130,7 +153,7 @@ impl Join<'_> {
                 env[v] = this[c];
             }
         }
-        self.join(k + 1, env, emit);
+        self.join(k + 1, env, emit, ticks);
     }
 
     /// Runs the join over rows `rows` of the first atom (which is scanned, not looked up).
@@ -139,12 +162,16 @@ impl Join<'_> {
         rows: std::ops::Range<u32>,
         env: &mut [u32],
         emit: &mut dyn FnMut(&[u32]),
+        ticks: &mut Ticker,
     ) {
         let Some(store) = self.steps.first().and_then(|s| self.store(s.version)) else {
             return;
         };
         for r in rows {
-            self.bind(0, store, r, env, emit);
+            if !ticks.tick() {
+                return;
+            }
+            self.bind(0, store, r, env, emit, ticks);
         }
     }
 }

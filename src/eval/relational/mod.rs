@@ -8,6 +8,7 @@
 
 use super::accumulate::Accumulator;
 use super::nest::Checker;
+use super::stop::Ticker;
 use super::EvalOptions;
 use crate::diagnostics::Diagnostics;
 use crate::plan::datalog::{Product, Rule};
@@ -211,7 +212,7 @@ fn fixpoint(
     let mut delta: HashMap<TensorId, Store> = HashMap::default();
     let mut new: HashMap<TensorId, Derived> = HashMap::default();
     for r in rules {
-        run_rule(r, None, (full, &mut delta), &mut new, run);
+        run_rule(r, None, (full, &mut delta), &mut new, run)?;
     }
     let mut rounds = 1;
     loop {
@@ -251,7 +252,7 @@ fn fixpoint(
         for r in rules {
             for (i, a) in r.atoms.iter().enumerate() {
                 if delta.contains_key(&a.tensor) {
-                    run_rule(r, Some(i), (full, &mut delta), &mut new, run);
+                    run_rule(r, Some(i), (full, &mut delta), &mut new, run)?;
                 }
             }
         }
@@ -280,7 +281,7 @@ pub(super) fn evaluate_counts(
     values: &mut [Tensor],
     sparse: &[bool],
     (o, pool): (&EvalOptions, Option<&rayon::ThreadPool>),
-) {
+) -> Result<(), Diagnostics> {
     let t = st.tensors[0];
     let info = &p.tensors[t];
     // One sparse product, the whole count: its sorted result is the tensor as it comes.
@@ -295,7 +296,7 @@ pub(super) fn evaluate_counts(
                     crate::tensor::Sparse::from_sorted(positions, counts).with_zeros(),
                 ),
             };
-            return;
+            return Ok(());
         }
     }
     // Only rules that run as joins need their relations indexed (loaded when reached).
@@ -334,14 +335,20 @@ pub(super) fn evaluate_counts(
         };
         let mut env = vec![0u32; r.vars + steps.len()];
         let mut idx = vec![0usize; r.head_terms.len()];
-        cx.join(0, &mut env, &mut |env| {
+        let mut ticks = Ticker::new(&o.stop);
+        let mut count = |env: &[u32]| {
             for (slot, t) in idx.iter_mut().zip(&r.head_terms) {
                 *slot = value(t, env) as usize;
             }
             acc.combine(&idx, 1.0);
-        });
+        };
+        cx.join(0, &mut env, &mut count, &mut ticks);
+        if ticks.stopped() {
+            return Err(halted(p, st, o, Halt::Stopped));
+        }
     }
     values[t] = acc.finish(info);
+    Ok(())
 }
 
 /// The counts of a rule that counts one relation's tuples by a prefix of their positions
@@ -400,20 +407,21 @@ fn halted(p: &Checked, st: &Stratum, o: &EvalOptions, halt: Halt) -> Diagnostics
 }
 
 /// Runs one rule, with atom `delta_at` reading the last round's new tuples, and collects the
-/// head tuples it derives.
+/// head tuples it derives; `Err` when the evaluation must stop.
 fn run_rule(
     r: &Rule,
     delta_at: Option<usize>,
     (full, delta): (&mut HashMap<TensorId, Store>, &mut HashMap<TensorId, Store>),
     out: &mut HashMap<TensorId, Derived>,
     (checker, pool): Run,
-) {
+) -> Result<(), Halt> {
     if r.cyclic {
         let plan = wcoj::prepare_generic(r, delta_at, full, delta);
-        let found = wcoj::GenericJoin::new(r, plan, (full, delta), checker).derive(pool);
+        let found = wcoj::GenericJoin::new(r, plan, (full, delta), checker).derive(pool)?;
         out.entry(r.head).or_default().append(found);
-        return;
+        return Ok(());
     }
+    let stop = &checker.o.stop;
     let steps = prepare(r, delta_at, full, delta);
     let cx = Join {
         rule: r,
@@ -438,30 +446,45 @@ fn run_rule(
                 .div_ceil(pool.current_num_threads() * 8)
                 .max(PARALLEL_MIN_ROWS / 8);
             let starts: Vec<usize> = (0..first_rows).step_by(chunk).collect();
-            let parts: Vec<Derived> = pool.install(|| {
+            let parts: Vec<Result<Derived, Halt>> = pool.install(|| {
                 starts
                     .par_iter()
                     .map(|&start| {
                         let mut part = Derived::default();
                         let mut env = vec![0u32; r.vars + steps.len()];
+                        let mut ticks = Ticker::new(stop);
                         cx.scan_first(
                             start as u32..(start + chunk).min(first_rows) as u32,
                             &mut env,
                             &mut |env| part.push_unknown(r, env, known),
+                            &mut ticks,
                         );
-                        part
+                        if ticks.stopped() {
+                            return Err(Halt::Stopped);
+                        }
+                        Ok(part)
                     })
                     .collect()
             });
             for part in parts {
-                derived.append(part);
+                derived.append(part?);
             }
         }
         _ => {
             let mut env = vec![0u32; r.vars + steps.len()];
-            cx.join(0, &mut env, &mut |env| derived.push_unknown(r, env, known));
+            let mut ticks = Ticker::new(stop);
+            cx.join(
+                0,
+                &mut env,
+                &mut |env| derived.push_unknown(r, env, known),
+                &mut ticks,
+            );
+            if ticks.stopped() {
+                return Err(Halt::Stopped);
+            }
         }
     }
+    Ok(())
 }
 
 /// Below this many rows in the first atom, a rule runs on one thread.

@@ -7,8 +7,9 @@
 
 use super::join::{admits, fill, Version, MAX_STACK_ARITY};
 use super::store::{row, Store};
-use super::Derived;
+use super::{Derived, Halt};
 use crate::eval::nest::Checker;
+use crate::eval::stop::Ticker;
 use crate::plan::datalog::{variable_order, Rule, Term};
 use crate::semantics::{TensorId, VarId};
 use rayon::prelude::*;
@@ -153,19 +154,20 @@ impl<'a> GenericJoin<'a> {
 
     /// Every head tuple the rule derives, in an order that does not depend on `pool`: the
     /// first variable's candidates are split into chunks whose results are concatenated.
-    pub(super) fn derive(&self, pool: Option<&rayon::ThreadPool>) -> Derived {
+    pub(super) fn derive(&self, pool: Option<&rayon::ThreadPool>) -> Result<Derived, Halt> {
         let r = self.rule;
+        let stop = &self.checker.o.stop;
         let mut out = Derived::default();
         let holds = |(v, t): &(Version, Vec<u32>)| self.store(*v).is_some_and(|s| s.contains(t));
         if !self.ground.iter().all(holds) {
-            return out;
+            return Ok(out);
         }
         let mut env = vec![0u32; r.vars];
         if self.levels.is_empty() {
             if admits(r, self.full, &self.checker, &mut env) {
                 out.push(r, &env);
             }
-            return out;
+            return Ok(out);
         }
         let first = self.candidates(0, &env);
         match pool {
@@ -174,36 +176,44 @@ impl<'a> GenericJoin<'a> {
                     .len()
                     .div_ceil(pool.current_num_threads() * 8)
                     .max(PARALLEL_MIN_CANDIDATES / 8);
-                let parts: Vec<Derived> = pool.install(|| {
+                let parts: Vec<Result<Derived, Halt>> = pool.install(|| {
                     first
                         .par_chunks(chunk)
                         .map(|values| {
                             let mut part = Derived::default();
                             let mut env = vec![0u32; r.vars];
+                            let mut ticks = Ticker::new(stop);
                             for &c in values {
                                 env[self.levels[0].var] = c;
-                                self.bind(1, &mut env, &mut part);
+                                self.bind(1, &mut env, &mut part, &mut ticks);
                             }
-                            part
+                            if ticks.stopped() {
+                                return Err(Halt::Stopped);
+                            }
+                            Ok(part)
                         })
                         .collect()
                 });
                 for part in parts {
-                    out.append(part);
+                    out.append(part?);
                 }
             }
             _ => {
+                let mut ticks = Ticker::new(stop);
                 for c in first {
                     env[self.levels[0].var] = c;
-                    self.bind(1, &mut env, &mut out);
+                    self.bind(1, &mut env, &mut out, &mut ticks);
+                }
+                if ticks.stopped() {
+                    return Err(Halt::Stopped);
                 }
             }
         }
-        out
+        Ok(out)
     }
 
     /// Binds level `i`'s variable to each of its candidates in turn and goes on.
-    fn bind(&self, i: usize, env: &mut [u32], out: &mut Derived) {
+    fn bind(&self, i: usize, env: &mut [u32], out: &mut Derived, ticks: &mut Ticker) {
         let Some(level) = self.levels.get(i) else {
             if admits(self.rule, self.full, &self.checker, env) {
                 out.push(self.rule, env);
@@ -211,8 +221,11 @@ impl<'a> GenericJoin<'a> {
             return;
         };
         for c in self.candidates(i, env) {
+            if !ticks.tick() {
+                return;
+            }
             env[level.var] = c;
-            self.bind(i + 1, env, out);
+            self.bind(i + 1, env, out, ticks);
         }
     }
 
