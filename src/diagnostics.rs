@@ -76,6 +76,10 @@ pub mod codes {
     pub const TRAIN: &str = "E0801";
     /// A checkpoint that does not fit the program (shapes, names, unreadable contents).
     pub const CHECKPOINT: &str = "E0802";
+    /// Warning: a rule variable that occurs only in negated atoms (write `_`).
+    pub const NEGATED_ONLY: &str = "W0301";
+    /// Warning: a lowercase query position (a variable) named like a constant of its domain.
+    pub const QUERY_VARIABLE_LIKE_CONSTANT: &str = "W0701";
 }
 
 /// One problem found in a program or its data, pointing at the source that caused it.
@@ -83,6 +87,8 @@ pub mod codes {
 pub struct Diagnostic {
     /// Stable code such as `E0201`.
     pub code: &'static str,
+    /// Whether it stops the program (an error) or only points at a likely mistake.
+    pub severity: Severity,
     /// One-line summary.
     pub message: String,
     /// Where the problem is; `None` for problems with no place in the source.
@@ -98,6 +104,25 @@ pub struct Diagnostic {
     ///
     /// [`Session`]: crate::Session
     pub location: Option<Location>,
+}
+
+/// How serious a diagnostic is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Severity {
+    /// The program cannot run.
+    Error,
+    /// The program runs, but probably not as meant (a `W` code).
+    Warning,
+}
+
+impl Severity {
+    /// The word rustc prints: `error` or `warning`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        }
+    }
 }
 
 /// A place in a named source file, counted from 1 (columns in characters).
@@ -116,6 +141,7 @@ impl Diagnostic {
     pub fn error(code: &'static str, span: Span, message: impl Into<String>) -> Self {
         Diagnostic {
             code,
+            severity: Severity::Error,
             message: message.into(),
             span: Some(span),
             label: "here".into(),
@@ -129,6 +155,7 @@ impl Diagnostic {
     pub fn global(code: &'static str, message: impl Into<String>) -> Self {
         Diagnostic {
             code,
+            severity: Severity::Error,
             message: message.into(),
             span: None,
             label: String::new(),
@@ -136,6 +163,31 @@ impl Diagnostic {
             notes: Vec::new(),
             location: None,
         }
+    }
+
+    /// A warning at `span`: the program runs, but this is probably not what was meant.
+    pub fn warning(code: &'static str, span: Span, message: impl Into<String>) -> Self {
+        Diagnostic {
+            severity: Severity::Warning,
+            ..Diagnostic::error(code, span, message)
+        }
+    }
+
+    /// The same diagnostic with its file, line and column filled in from `source`.
+    pub fn located(mut self, file_name: &str, source: &str) -> Diagnostic {
+        let Some(span) = self.span else { return self };
+        let mut at = clamp(span, source.len()).start;
+        while !source.is_char_boundary(at) {
+            at -= 1;
+        }
+        let before = &source[..at];
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        self.location = Some(Location {
+            file: file_name.to_string(),
+            line: before.matches('\n').count() + 1,
+            column: before[line_start..].chars().count() + 1,
+        });
+        self
     }
 
     /// Replaces the caret's label.
@@ -168,23 +220,13 @@ impl Diagnostics {
     }
 
     /// The same diagnostics with the file, line and column of each span filled in.
-    pub fn located(mut self, file_name: &str, source: &str) -> Diagnostics {
-        for d in &mut self.0 {
-            let Some(span) = d.span else { continue };
-            let at = clamp(span, source.len()).start;
-            let mut at = at;
-            while !source.is_char_boundary(at) {
-                at -= 1;
-            }
-            let before = &source[..at];
-            let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-            d.location = Some(Location {
-                file: file_name.to_string(),
-                line: before.matches('\n').count() + 1,
-                column: before[line_start..].chars().count() + 1,
-            });
-        }
-        self
+    pub fn located(self, file_name: &str, source: &str) -> Diagnostics {
+        Diagnostics(
+            self.0
+                .into_iter()
+                .map(|d| d.located(file_name, source))
+                .collect(),
+        )
     }
 }
 
@@ -200,7 +242,7 @@ impl std::fmt::Display for Diagnostics {
             if let Some(l) = &d.location {
                 write!(f, "{}:{}:{}: ", l.file, l.line, l.column)?;
             }
-            writeln!(f, "error[{}]: {}", d.code, d.message)?;
+            writeln!(f, "{}[{}]: {}", d.severity.word(), d.code, d.message)?;
         }
         Ok(())
     }
@@ -242,7 +284,11 @@ fn emit<'f, F: Files<'f, FileId = ()>>(
     };
     let mut out = term::termcolor::NoColor::new(Vec::new());
     for d in diags {
-        let mut cs = CsDiagnostic::error()
+        let cs = match d.severity {
+            Severity::Error => CsDiagnostic::error(),
+            Severity::Warning => CsDiagnostic::warning(),
+        };
+        let mut cs = cs
             .with_code(d.code)
             .with_message(&d.message)
             .with_notes(d.notes.clone());
@@ -259,7 +305,7 @@ fn emit<'f, F: Files<'f, FileId = ()>>(
         if term::emit(&mut out, &config, file, &cs).is_err() {
             return diags
                 .iter()
-                .map(|d| format!("error[{}]: {}\n", d.code, d.message))
+                .map(|d| format!("{}[{}]: {}\n", d.severity.word(), d.code, d.message))
                 .collect();
         }
     }

@@ -10,7 +10,7 @@ use crate::plan::datalog::{join_order, variable_order, Atom, JoinStep, Rule, Ter
 use crate::plan::einsum::{Contraction, Expr, Path};
 use crate::plan::nest::{Level, Position, Scope, Value};
 use crate::plan::{Kernel, Plan};
-use crate::semantics::{Checked, Equation, Family, Stratum};
+use crate::semantics::{Checked, Equation, Family, Stratum, TensorId};
 use crate::tensor::Storage;
 use std::fmt::Write;
 
@@ -430,6 +430,17 @@ fn afterwards(out: &mut String, p: &Checked, r: &Rule, eq: &Equation) {
     for a in &r.negated {
         let _ = writeln!(out, "    then: not {} (a lookup)", atom(p, a, eq));
     }
+    for a in &r.absent {
+        let mut terms = vec![Some("_".to_string()); p.tensors[a.tensor].shape.len()];
+        for (&c, t) in a.cols.iter().zip(&a.terms) {
+            terms[c] = Some(term(p, a.tensor, c, t, eq));
+        }
+        let shown = access(p, a.tensor, terms.into_iter().flatten().collect());
+        let _ = writeln!(
+            out,
+            "    then: not {shown} (a lookup by the named positions)"
+        );
+    }
     if !r.checks.is_empty() {
         let mut read = Vec::new();
         r.checks.iter().for_each(|c| c.tensors(&mut read));
@@ -485,16 +496,24 @@ fn data_size(p: &Checked, t: usize) -> usize {
 }
 
 fn atom(p: &Checked, a: &Atom, eq: &Equation) -> String {
-    let terms: Vec<String> = a
-        .terms
-        .iter()
-        .enumerate()
-        .map(|(ax, t)| match t {
-            Term::Var(v) => eq.vars[*v].name.clone(),
-            Term::Const(c) => label(p, a.tensor, ax, *c as usize, true),
-        })
-        .collect();
-    let info = &p.tensors[a.tensor];
+    let terms = a.terms.iter().enumerate();
+    access(
+        p,
+        a.tensor,
+        terms.map(|(ax, t)| term(p, a.tensor, ax, t, eq)).collect(),
+    )
+}
+
+fn term(p: &Checked, tensor: TensorId, ax: usize, t: &Term, eq: &Equation) -> String {
+    match t {
+        Term::Var(v) => eq.vars[*v].name.clone(),
+        Term::Const(c) => label(p, tensor, ax, *c as usize, true),
+    }
+}
+
+/// `R(x, y)` for a Boolean tensor, `W[x, y]` for another.
+fn access(p: &Checked, tensor: TensorId, terms: Vec<String>) -> String {
+    let info = &p.tensors[tensor];
     if info.kind == crate::semantics::Kind::Bool {
         format!("{}({})", info.name, terms.join(", "))
     } else {

@@ -37,7 +37,7 @@ pub(crate) mod syntax;
 pub mod tensor;
 pub mod verify;
 
-pub use diagnostics::{Diagnostic, Diagnostics, Location};
+pub use diagnostics::{Diagnostic, Diagnostics, Location, Severity};
 pub use functions::{Builtin, Structural, UserFunction};
 pub use plan::Plan;
 pub use semantics::Settings;

@@ -219,10 +219,19 @@ impl Session {
             settings: settings.clone(),
             parameters: &self.parameters,
         };
-        let checked =
+        let mut checked =
             semantics::check(&input).map_err(|d| d.located(&self.file_name, &self.source))?;
+        checked.warnings = std::mem::take(&mut checked.warnings)
+            .into_iter()
+            .map(|w| w.located(&self.file_name, &self.source))
+            .collect();
         self.plan = Some(crate::plan::plan(&checked));
         Ok(self.checked.insert(checked))
+    }
+
+    /// What the last check found suspicious but not wrong (`W` codes), with their locations.
+    pub fn warnings(&self) -> &[Diagnostic] {
+        self.checked.as_ref().map_or(&[], |c| &c.warnings)
     }
 
     /// The plan of the last check: what evaluation executes and `tl explain` prints.

@@ -499,3 +499,33 @@ fn a_read_past_the_end_inside_not_is_false_on_both_engines() {
         assert_eq!(lines, vec!["R(1)", "R(2)"], "{}", engine.name());
     }
 }
+
+#[test]
+fn an_anonymous_variable_in_a_negated_atom_means_no_row_matches() {
+    // `not F(x, _)` is "no F(x, y) for any y" (as in Soufflé); a named variable there is summed
+    // outside the negation (§6.2): "some y without F(x, y)". Each `_` is its own variable.
+    let src = "E(0, 1). E(1, 2). E(2, 0). E(3, 3).\nF(0, 1). F(3, 0).\n\
+               None(x) :- E(x, _), not F(x, _).\n\
+               Some(x) :- E(x, y), not F(x, z).\n\
+               Both(x) :- E(x, _), E(_, x).\n\
+               Loop(x) :- E(x, y), E(y, x).\n\
+               Reach(y) :- E(0, y), not F(y, _).\nReach(z) :- Reach(y), E(y, z), not F(z, _).\n";
+    for engine in [&Standard as &dyn Engine, &Reference] {
+        let s = run(src, engine).unwrap();
+        let q = |text: &str| s.query(text).unwrap();
+        let name = engine.name();
+        assert_eq!(q("None(x)"), vec!["None(1)", "None(2)"], "{name}");
+        assert_eq!(
+            q("Some(x)"),
+            vec!["Some(0)", "Some(1)", "Some(2)", "Some(3)"],
+            "{name}"
+        );
+        assert_eq!(
+            q("Both(x)"),
+            vec!["Both(0)", "Both(1)", "Both(2)", "Both(3)"],
+            "{name}"
+        );
+        assert_eq!(q("Loop(x)"), vec!["Loop(3)"], "{name}");
+        assert_eq!(q("Reach(x)"), vec!["Reach(1)", "Reach(2)"], "{name}");
+    }
+}

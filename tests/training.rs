@@ -180,6 +180,19 @@ fn log_plot_eval_and_gradient_check() {
         text.contains("W: worst relative error") && text.contains("B: worst relative error"),
         "{text}"
     );
+    assert!(
+        text.ends_with("gradient check passed: every worst relative error is within 1e-3\n"),
+        "{text}"
+    );
+    // relu's kink at 0: the central difference reads 0.5 where the gradient is 0.
+    common::write(d, "kink.tl", "W ~ zeros\nW : real[3]\nLoss = relu(W[i])\n");
+    let out = common::tl(d, &["train", "kink.tl", "--check-grad"]);
+    assert_eq!(out.status.code(), Some(1), "{}", common::stderr(&out));
+    let text = common::stdout(&out);
+    assert!(
+        text.ends_with("gradient check failed: W over the tolerance 1e-3\n"),
+        "{text}"
+    );
 }
 
 fn fails(dir: &Path, args: &[&str], code: &str) -> String {

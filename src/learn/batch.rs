@@ -84,6 +84,7 @@ pub fn slice(p: &Checked, b: &Batching, rows: &[usize]) -> Checked {
         params: p.params.clone(),
         outputs: p.outputs.clone(),
         scalars: p.scalars.clone(),
+        warnings: Vec::new(),
     };
     let mut new_pos = vec![None; b.examples];
     for (k, &r) in rows.iter().enumerate() {

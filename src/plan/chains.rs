@@ -43,7 +43,7 @@ fn chain(r: &Rule) -> Option<Chain> {
     let [Term::Var(a), Term::Var(b)] = r.head_terms[..] else {
         return None;
     };
-    if a == b || !r.checks.is_empty() || !r.lets.is_empty() {
+    if a == b || !r.checks.is_empty() || !r.lets.is_empty() || !r.absent.is_empty() {
         return None;
     }
     let pair = |at: &Atom| match at.terms[..] {

@@ -25,6 +25,18 @@ pub struct Atom {
     pub terms: Vec<Term>,
 }
 
+/// A negated atom with anonymous positions (`not F(x, _)`): it holds when no row of
+/// `tensor` has `terms` at columns `cols`, whatever its other columns hold.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Absent {
+    /// The relation read.
+    pub tensor: TensorId,
+    /// The positions that are not anonymous.
+    pub cols: Vec<usize>,
+    /// Their terms.
+    pub terms: Vec<Term>,
+}
+
 /// A comparison between variables and numbers (`x != y`, `x == 3`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Filter {
@@ -56,6 +68,8 @@ pub struct Rule {
     pub atoms: Vec<Atom>,
     /// Negated atoms, over relations of lower strata.
     pub negated: Vec<Atom>,
+    /// Negated atoms with anonymous positions, over relations of lower strata.
+    pub absent: Vec<Absent>,
     /// Comparisons.
     pub filters: Vec<Filter>,
     /// Comparisons of computed values (`W[x, y] > 0.5`, `x < y + 1`), checked once every
@@ -300,7 +314,7 @@ pub struct Product {
 pub fn product(r: &Rule) -> Option<Product> {
     let ([x, y], true, true) = (
         r.atoms.as_slice(),
-        r.negated.is_empty(),
+        r.negated.is_empty() && r.absent.is_empty(),
         r.filters.is_empty() && r.checks.is_empty(),
     ) else {
         return None;
@@ -331,7 +345,7 @@ pub fn product(r: &Rule) -> Option<Product> {
 pub fn run_lengths(r: &Rule) -> bool {
     let ([a], true, true) = (
         r.atoms.as_slice(),
-        r.negated.is_empty(),
+        r.negated.is_empty() && r.absent.is_empty(),
         r.filters.is_empty() && r.checks.is_empty(),
     ) else {
         return false;
@@ -418,6 +432,7 @@ pub fn plan_extremum(p: &Checked, st: &Stratum) -> Option<Vec<ValuedRule>> {
                 head_terms: eq.lhs.iter().map(term).collect::<Option<Vec<_>>>()?,
                 atoms: Vec::new(),
                 negated: Vec::new(),
+                absent: Vec::new(),
                 filters: Vec::new(),
                 checks: Vec::new(),
                 lets: Vec::new(),
@@ -531,6 +546,7 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
         head_terms,
         atoms: Vec::new(),
         negated: Vec::new(),
+        absent: Vec::new(),
         filters: Vec::new(),
         checks: Vec::new(),
         vars: eq.vars.len() + lets.len(),
@@ -551,9 +567,12 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
         };
         match plain {
             Node::Read { .. } => rule.atoms.push(atom(p, plain)?),
-            Node::Not(inner) if !sums_here => match atom(p, strip(inner)) {
-                Some(a) => rule.negated.push(a),
-                None => {
+            Node::Not(inner) if !sums_here => match (atom(p, strip(inner)), inner.as_ref()) {
+                (Some(a), Node::Sum { vars, .. }) if !vars.is_empty() => {
+                    rule.absent.push(absent(a, vars)?)
+                }
+                (Some(a), _) => rule.negated.push(a),
+                (None, _) => {
                     rule.checks.push(nest::check(p, e, plain, own)?);
                     plain.mentioned_vars(&mut checked_vars);
                 }
@@ -586,6 +605,7 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
     let safe = !rule.atoms.is_empty()
         && rule.head_terms.iter().all(bound)
         && rule.negated.iter().all(|a| a.terms.iter().all(bound))
+        && rule.absent.iter().all(|a| a.terms.iter().all(bound))
         && rule
             .filters
             .iter()
@@ -601,6 +621,27 @@ fn strip(n: &Node) -> &Node {
         Node::Sum { body, .. } => strip(body),
         other => other,
     }
+}
+
+/// `a` with the positions of `anonymous` (each once, bare) left open.
+fn absent(a: Atom, anonymous: &[VarId]) -> Option<Absent> {
+    let open = |t: &Term| matches!(t, Term::Var(v) if anonymous.contains(v));
+    let once = |&v: &VarId| a.terms.iter().filter(|t| **t == Term::Var(v)).count() == 1;
+    if !anonymous.iter().all(once) {
+        return None;
+    }
+    let (cols, terms) = a
+        .terms
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !open(t))
+        .map(|(c, t)| (c, *t))
+        .unzip();
+    Some(Absent {
+        tensor: a.tensor,
+        cols,
+        terms,
+    })
 }
 
 fn term(f: &IndexFn) -> Option<Term> {

@@ -101,7 +101,10 @@ pub fn plan_demand(p: &Checked, q: &Query) -> Option<DemandPlan> {
     let negated = rules_of
         .values()
         .flatten()
-        .flat_map(|r| r.negated.iter().map(|a| a.tensor))
+        .flat_map(|r| {
+            let negated = r.negated.iter().map(|a| a.tensor);
+            negated.chain(r.absent.iter().map(|a| a.tensor))
+        })
         .chain(checked);
     let others = reach.iter().copied().filter(|t| !rules_of.contains_key(t));
     let full = closure(p, negated.chain(others).collect::<Vec<_>>());
@@ -203,6 +206,7 @@ impl Rewrite<'_> {
                                 head_terms,
                                 atoms: body.clone(),
                                 negated: Vec::new(),
+                                absent: Vec::new(),
                                 filters: Vec::new(),
                                 checks: Vec::new(),
                                 lets: Vec::new(),
@@ -230,6 +234,7 @@ impl Rewrite<'_> {
                     head_terms: r.head_terms.clone(),
                     atoms: body,
                     negated: r.negated.clone(),
+                    absent: r.absent.clone(),
                     filters: r.filters.clone(),
                     checks: r.checks.clone(),
                     lets: r.lets.clone(),

@@ -35,6 +35,8 @@ pub struct Checked {
     pub outputs: Vec<Output>,
     /// Scalar constants, for resolving queries given later.
     pub scalars: std::collections::BTreeMap<String, f64>,
+    /// Likely mistakes that do not stop the program (`W` codes), in source order.
+    pub warnings: Vec<crate::diagnostics::Diagnostic>,
 }
 
 impl Checked {
@@ -337,10 +339,13 @@ pub struct Query {
     pub tensor: TensorId,
     /// Per axis: a fixed position, or a variable (by number within the query).
     pub pattern: Vec<QueryIndex>,
-    /// Whether it was written with parentheses.
+    /// Whether it was written with parentheses, or bare (`Ancestor?`): a Boolean tensor's
+    /// answers then print as atoms, `Ancestor(Alice, Bob)`.
     pub paren: bool,
     /// Where it is.
     pub span: Span,
+    /// Likely mistakes in it (a variable named like a constant of its axis).
+    pub warnings: Vec<crate::diagnostics::Diagnostic>,
 }
 
 /// One position of a query.

@@ -21,6 +21,9 @@ pub(super) struct EqMeta {
     pub head_span: Span,
 }
 
+/// The name of the anonymous variable: each occurrence is a variable of its own.
+pub(super) const ANONYMOUS: &str = "_";
+
 /// An equation with its metadata.
 pub(super) type Lowered = (Equation, EqMeta);
 
@@ -35,6 +38,8 @@ struct Builder<'c, 'a> {
     normalized: Option<VarId>,
     virtual_var: Option<VarId>,
     slices: usize,
+    /// Each `_` inside a `not`, summed just inside it: `not F(x, _)` is "no F(x, y)".
+    anonymous_negated: Vec<VarId>,
 }
 
 impl Ctx<'_> {
@@ -50,7 +55,12 @@ impl Ctx<'_> {
                         self.lower_equation(si, t, lhs, *op, Some(rhs), &[], st.span)
                     }
                     StmtKind::Rule { head, body } => {
-                        self.lower_equation(si, t, head, AccumOp::Assign, None, body, st.span)
+                        let lowered =
+                            self.lower_equation(si, t, head, AccumOp::Assign, None, body, st.span);
+                        if let Some((eq, _)) = &lowered {
+                            self.warn_negated_only(eq);
+                        }
+                        lowered
                     }
                     _ => None,
                 };
@@ -59,6 +69,40 @@ impl Ctx<'_> {
         }
         out.sort_by_key(|(e, _)| e.span.start);
         out
+    }
+
+    /// Warns of a rule variable named only inside `not`: it is summed outside the negation
+    /// (§6.2), so `not F(x, z)` means "some z without F(x, z)", where a Datalog user means
+    /// "no z", which is `_`; a misspelt head variable looks the same.
+    fn warn_negated_only(&mut self, eq: &Equation) {
+        let mut outside = Vec::new();
+        let mut inside = Vec::new();
+        split_by_not(&eq.rhs, false, &mut outside, &mut inside);
+        for f in &eq.lhs {
+            f.vars(&mut outside);
+        }
+        let mut warned = Vec::new();
+        for v in inside {
+            let var = &eq.vars[v];
+            if outside.contains(&v) || warned.contains(&v) || var.name == ANONYMOUS {
+                continue;
+            }
+            warned.push(v);
+            self.warnings.push(
+                Diagnostic::warning(
+                    codes::NEGATED_ONLY,
+                    var.span,
+                    format!("`{}` occurs only inside `not`", var.name),
+                )
+                .with_label("only here")
+                .with_note(format!(
+                    "so the body holds when some value of `{}` makes the negated atom false; \
+                     write `_` there for \"no value does\" (as in Soufflé), or bind `{}` in \
+                     a positive atom",
+                    var.name, var.name
+                )),
+            );
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -87,6 +131,7 @@ impl Ctx<'_> {
             normalized: None,
             virtual_var: None,
             slices: 0,
+            anonymous_negated: Vec::new(),
         };
         let slice_lhs = lhs.brackets == Brackets::None && rhs.is_some_and(has_slices);
         if !slice_lhs && super::names::axes(&lhs.indices) != b.ctx.tensors[target].rank() {
@@ -157,6 +202,9 @@ impl Ctx<'_> {
         if let Some(v) = b.virtual_var {
             bound[v] = true;
         }
+        for &v in &b.anonymous_negated {
+            bound[v] = true;
+        }
         mark_concat_parts(&root, &mut bound);
         let mut assigned = vec![false; n];
         assign(&mut root, &total, &bound, &mut assigned);
@@ -196,6 +244,7 @@ impl Ctx<'_> {
 }
 
 impl Builder<'_, '_> {
+    /// The variable called `name`; every `_` is a new one (anonymous, as in Soufflé).
     fn var(&mut self, name: &str, span: Span) -> VarId {
         if let Some(&v) = self.ids.get(name) {
             return v;
@@ -206,7 +255,9 @@ impl Builder<'_, '_> {
             range: 0,
             span,
         });
-        self.ids.insert(name.to_string(), v);
+        if name != ANONYMOUS {
+            self.ids.insert(name.to_string(), v);
+        }
         v
     }
 
@@ -435,7 +486,22 @@ impl Builder<'_, '_> {
             }
             Expr::Call { func, args, span } => self.call(func, args, *span, negated),
             Expr::Neg(x, _) => Node::Neg(Box::new(self.expr(x, negated))),
-            Expr::Not(x, _) => Node::Not(Box::new(self.expr(x, true))),
+            Expr::Not(x, _) => {
+                let before = self.vars.len();
+                let operand = self.expr(x, true);
+                let anonymous: Vec<VarId> = (before..self.vars.len())
+                    .filter(|&v| self.vars[v].name == ANONYMOUS)
+                    .collect();
+                if anonymous.is_empty() {
+                    Node::Not(Box::new(operand))
+                } else {
+                    self.anonymous_negated.extend(&anonymous);
+                    Node::Not(Box::new(Node::Sum {
+                        vars: anonymous,
+                        body: Box::new(operand),
+                    }))
+                }
+            }
             Expr::Binary(op, a, b, _) => Node::Binary(
                 *op,
                 Box::new(self.expr(a, negated)),
@@ -663,6 +729,23 @@ fn assign(n: &mut Node, total: &[usize], bound: &[bool], assigned: &mut [bool]) 
     }
 }
 
+/// The variables mentioned outside and inside `not` (a variable can be in both).
+fn split_by_not(n: &Node, under_not: bool, outside: &mut Vec<VarId>, inside: &mut Vec<VarId>) {
+    let here = match under_not {
+        true => &mut *inside,
+        false => &mut *outside,
+    };
+    match n {
+        Node::Var(v) => here.push(*v),
+        Node::Read { index, .. } => index.iter().for_each(|f| f.vars(here)),
+        _ => {}
+    }
+    let under_not = under_not || matches!(n, Node::Not(_));
+    for c in n.children() {
+        split_by_not(c, under_not, outside, inside);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::semantics::tests::checked;
@@ -702,5 +785,24 @@ mod tests {
     fn concat_parts_are_not_summed() {
         let c = checked("Z = [[[1, 2], [3, 4]], [[5, 6], [7, 8]]]\nM[p, m] = concat(Z[h, p, v])\n");
         assert!(sums(&c, "M").is_empty());
+    }
+
+    #[test]
+    fn a_rule_variable_only_under_not_is_warned_of_and_underscore_is_not() {
+        let warned = |src: &str| -> Vec<String> {
+            let c = checked(src);
+            c.warnings.iter().map(|w| w.message.clone()).collect()
+        };
+        let facts = "E(0, 1). F(0, 1).\n";
+        assert_eq!(
+            warned(&format!("{facts}R(x) :- E(x, y), not F(x, z).\n")),
+            vec!["`z` occurs only inside `not`"]
+        );
+        assert!(warned(&format!("{facts}R(x) :- E(x, _), not F(x, _).\n")).is_empty());
+        assert!(warned(&format!("{facts}R(x) :- E(x, y), not F(x, y).\n")).is_empty());
+        assert!(
+            warned("F = [[1, 0], [0, 1]]\nG[i] = not F[i, j]\n").is_empty(),
+            "equations sum as written; only rules are Datalog"
+        );
     }
 }

@@ -122,6 +122,7 @@ pub fn check(input: &CheckInput) -> Result<Checked, Diagnostics> {
         params,
         outputs,
         scalars: ctx.scalars.into_iter().collect(),
+        warnings: ctx.warnings,
     })
 }
 
@@ -142,6 +143,8 @@ pub(crate) struct Draft {
     span: Span,
     arity: Option<(usize, Span)>,
     paren: Option<Span>,
+    /// Whether `paren` is a read (not a definition), the likelier mistake in a conflict.
+    paren_read: bool,
     real: Option<Span>,
     elem: Option<ElemType>,
     declared: Option<usize>,
@@ -160,6 +163,7 @@ impl Draft {
             span,
             arity: None,
             paren: None,
+            paren_read: false,
             real: None,
             elem: None,
             declared: None,
@@ -205,6 +209,7 @@ pub(crate) struct Ctx<'a> {
     program: &'a Program,
     input: &'a CheckInput<'a>,
     diags: Vec<Diagnostic>,
+    warnings: Vec<Diagnostic>,
     tensors: Vec<Draft>,
     by_name: HashMap<String, usize>,
     scalars: HashMap<String, f64>,
@@ -226,6 +231,7 @@ impl<'a> Ctx<'a> {
             program: input.program,
             input,
             diags: Vec::new(),
+            warnings: Vec::new(),
             tensors: Vec::new(),
             by_name: HashMap::new(),
             scalars: HashMap::new(),

@@ -340,8 +340,9 @@ impl Ctx<'_> {
         if a.brackets != Brackets::None {
             self.use_arity(id, axes(&a.indices), a.span);
         }
-        if a.brackets == Brackets::Paren {
-            self.mark_paren(id, a.span);
+        if a.brackets == Brackets::Paren && self.tensors[id].paren.is_none() {
+            self.tensors[id].paren = Some(a.span);
+            self.tensors[id].paren_read = true;
         }
     }
 
@@ -376,22 +377,33 @@ impl Ctx<'_> {
         }
     }
 
-    /// Reports tensors that are both Boolean and real.
+    /// Reports tensors that are both Boolean and real, at the read when parentheses on a read
+    /// made it Boolean (the definition is then what the user meant).
     pub(super) fn check_kinds(&mut self) {
         for t in &self.tensors {
-            if let (Some(p), Some(r)) = (t.paren, t.real) {
-                self.diags.push(
-                    Diagnostic::error(
-                        codes::TYPE,
-                        r,
-                        format!(
-                            "`{}` is defined as real here but is Boolean elsewhere",
-                            t.name
-                        ),
-                    )
-                    .with_secondary(p, "written with parentheses here, which makes it Boolean"),
-                );
-            }
+            let (Some(p), Some(r)) = (t.paren, t.real) else {
+                continue;
+            };
+            let d = match t.paren_read {
+                true => Diagnostic::error(
+                    codes::TYPE,
+                    p,
+                    format!("`{}` is real, but this read's parentheses make it Boolean", t.name),
+                )
+                .with_label("read with parentheses")
+                .with_secondary(r, "defined as real here")
+                .with_note(format!(
+                    "read a real tensor with brackets (`{}[...]`), or compare it (`{}[i] > 0`) for a Boolean",
+                    t.name, t.name
+                )),
+                false => Diagnostic::error(
+                    codes::TYPE,
+                    r,
+                    format!("`{}` is defined as real here but is Boolean elsewhere", t.name),
+                )
+                .with_secondary(p, "written with parentheses here, which makes it Boolean"),
+            };
+            self.diags.push(d);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Queries (§10) resolved against a checked program, and the outputs list of a program.
 
 use super::{Checked, Ctx, Domain, Output, Query, QueryIndex, TensorInfo};
-use crate::diagnostics::{codes, Diagnostic};
+use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::syntax::ast::{Access, Brackets, Index, StmtKind};
 use std::collections::BTreeMap;
 
@@ -31,6 +31,7 @@ fn resolve(
     access: &Access,
 ) -> Result<Query, Diagnostic> {
     let rank = info.shape.len();
+    let mut warnings = Vec::new();
     let mut names: Vec<String> = Vec::new();
     let mut var = |n: &str| match names.iter().position(|x| x == n) {
         Some(k) => QueryIndex::Var(k),
@@ -84,7 +85,14 @@ fn resolve(
                     match scalar {
                         Some(&v) => position(v as i64),
                         None if n.text.starts_with(char::is_uppercase) => symbol(&n.text),
-                        None => var(&n.text),
+                        None => {
+                            let like = dom.symbols.iter().find(|s| s.to_lowercase() == n.text);
+                            if let Some(constant) = like {
+                                warnings
+                                    .push(variable_like_constant(&n.text, constant, n.span, ax));
+                            }
+                            var(&n.text)
+                        }
                     }
                 }
                 Index::Str(s, _) => symbol(s),
@@ -116,9 +124,23 @@ fn resolve(
     Ok(Query {
         tensor: t,
         pattern,
-        paren: access.brackets == Brackets::Paren,
+        paren: access.brackets != Brackets::Square,
         span: access.span,
+        warnings,
     })
+}
+
+fn variable_like_constant(name: &str, constant: &str, span: Span, ax: usize) -> Diagnostic {
+    Diagnostic::warning(
+        codes::QUERY_VARIABLE_LIKE_CONSTANT,
+        span,
+        format!("`{name}` is a variable (lowercase), so this asks for every value of it"),
+    )
+    .with_label("a variable")
+    .with_note(format!(
+        "axis {} has the constant `{constant}`: write `{constant}` to ask about it",
+        ax + 1
+    ))
 }
 
 impl Ctx<'_> {
@@ -135,7 +157,10 @@ impl Ctx<'_> {
                         continue;
                     };
                     match resolve(&tensors[t], t, &self.domains, &scalars, a) {
-                        Ok(q) => out.push(Output::Query(q)),
+                        Ok(mut q) => {
+                            self.warnings.append(&mut q.warnings);
+                            out.push(Output::Query(q))
+                        }
                         Err(d) => self.diags.push(d),
                     }
                 }

@@ -270,9 +270,9 @@ fn run(command: Command) -> Result<(), String> {
                 timeout: common.timeout.map(std::time::Duration::from_secs_f64),
                 interrupt: Some(interrupt()),
             };
-            let lines = session
-                .run_with(common.engine(), &opts)
-                .map_err(|d| render(&session, &d))?;
+            let result = session.run_with(common.engine(), &opts);
+            warn(&session);
+            let lines = result.map_err(|d| render(&session, &d))?;
             print_lines(&lines);
             if verify {
                 let diffs = session.verify(&opts).map_err(|d| render(&session, &d))?;
@@ -363,18 +363,35 @@ fn run(command: Command) -> Result<(), String> {
                 let checks = session
                     .check_gradients(&opts, loss, freeze, 20)
                     .map_err(|d| render(&session, &d))?;
-                for c in checks {
+                for c in &checks {
                     println!(
                         "{}: worst relative error {:.3e} over {} elements (at element {}; largest gradient {:.3e})",
                         c.name, c.worst, c.checked, c.at, c.largest
                     );
                 }
-                return Ok(());
+                let tolerance = tensor_logic::learn::gradcheck::TOLERANCE;
+                let failed: Vec<&str> = checks
+                    .iter()
+                    .filter(|c| !c.passes())
+                    .map(|c| c.name.as_str())
+                    .collect();
+                if failed.is_empty() {
+                    println!(
+                        "gradient check passed: every worst relative error is within {tolerance:e}"
+                    );
+                    return Ok(());
+                }
+                println!(
+                    "gradient check failed: {} over the tolerance {tolerance:e}",
+                    failed.join(", ")
+                );
+                return Err(String::new());
             }
             let mut progress = train::Progress::new(common.quiet);
             let result = session.train(&opts, &args.options(resume, common.seed), &mut |e| {
                 progress.event(e)
             });
+            warn(&session);
             let last = progress.finish();
             if let Some(path) = args.log_path() {
                 progress
@@ -388,10 +405,11 @@ fn run(command: Command) -> Result<(), String> {
             }
             let trained = result.map_err(|d| render(&session, &d))?;
             if !common.quiet {
-                println!(
+                let last = last.map(|l| tensor_logic::tensor::format_number(l, ElemType::F32));
+                eprintln!(
                     "trained {} steps; last loss {}",
                     trained.step,
-                    last.map_or("-".to_string(), |l| l.to_string())
+                    last.as_deref().unwrap_or("-")
                 );
             }
             let lines = session.run(&opts).map_err(|d| render(&session, &d))?;
@@ -416,9 +434,16 @@ fn run(command: Command) -> Result<(), String> {
             if let Err(d) = session.check(&opts.settings) {
                 return Err(render(&session, &d));
             }
+            warn(&session);
             let q = session
                 .prepare_query(&query)
                 .map_err(|d| d.render("<query>", &query))?;
+            if !q.warnings.is_empty() {
+                eprint!(
+                    "{}",
+                    tensor_logic::diagnostics::render(&q.warnings, "<query>", &query)
+                );
+            }
             let lines = session
                 .answer(common.engine(), &opts, &q)
                 .map_err(|d| render(&session, &d))?;
@@ -434,7 +459,17 @@ fn load_checked(file: &Path, common: &Common) -> Result<Session, String> {
     if let Err(d) = session.check(&common.settings(&[])) {
         return Err(render(&session, &d));
     }
+    warn(&session);
     Ok(session)
+}
+
+/// Prints the last check's warnings on stderr.
+fn warn(session: &Session) {
+    let warnings = session.warnings();
+    if !warnings.is_empty() {
+        let (name, src) = session.source();
+        eprint!("{}", tensor_logic::diagnostics::render(warnings, name, src));
+    }
 }
 
 fn render(session: &Session, d: &tensor_logic::Diagnostics) -> String {

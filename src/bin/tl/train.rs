@@ -6,6 +6,8 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use tensor_logic::learn::optim;
 use tensor_logic::learn::train::{Event, TrainOptions};
+use tensor_logic::tensor::format_number;
+use tensor_logic::ElemType;
 
 /// Options of §12.
 #[derive(Args, Clone)]
@@ -201,7 +203,7 @@ impl Progress {
                 if self.quiet {
                     return;
                 }
-                if std::io::stdout().is_terminal() {
+                if std::io::stderr().is_terminal() {
                     let bar = self.bar.get_or_insert_with(|| {
                         let b = indicatif::ProgressBar::new(total);
                         if let Ok(style) = indicatif::ProgressStyle::with_template(
@@ -216,7 +218,7 @@ impl Progress {
                         "epoch {epoch}  loss {loss:.6}  {examples_per_sec:.0} examples/s"
                     ));
                 } else if step == total || step % (total / 20).max(1) == 0 {
-                    println!(
+                    eprintln!(
                         "step {step}/{total}  epoch {epoch}  loss {loss:.6}  lr {lr:.3e}  {examples_per_sec:.0} examples/s"
                     );
                 }
@@ -228,17 +230,19 @@ impl Progress {
                 if self.quiet {
                     return;
                 }
-                let shown: Vec<String> =
-                    metrics.iter().map(|(n, v)| format!("{n} = {v}")).collect();
+                let shown: Vec<String> = metrics
+                    .iter()
+                    .map(|(n, v)| format!("{n} = {}", format_number(*v, ElemType::F32)))
+                    .collect();
                 let line = format!("epoch {epoch}: {}", shown.join(", "));
                 match &self.bar {
                     Some(bar) => bar.println(line),
-                    None => println!("{line}"),
+                    None => eprintln!("{line}"),
                 }
             }
             Event::Saved { path, step } => {
                 if !self.quiet && self.bar.is_none() {
-                    println!("saved {} at step {step}", path.display());
+                    eprintln!("saved {} at step {step}", path.display());
                 }
             }
         }

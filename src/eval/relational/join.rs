@@ -4,7 +4,7 @@
 use super::store::{row, Store};
 use crate::eval::nest::Checker;
 use crate::eval::stop::Ticker;
-use crate::plan::datalog::{join_order, Atom, Filter, Operand, Rule, Term};
+use crate::plan::datalog::{join_order, Absent, Atom, Filter, Operand, Rule, Term};
 use crate::semantics::TensorId;
 use rustc_hash::FxHashMap as HashMap;
 
@@ -34,6 +34,7 @@ pub(super) fn prepare(
     delta: &mut HashMap<TensorId, Store>,
 ) -> Vec<Step> {
     let steps = order(r, delta_at, full);
+    index_absent(r, full);
     for s in &steps {
         let store = match s.version {
             Version::Full(t) => full.get_mut(&t),
@@ -44,6 +45,15 @@ pub(super) fn prepare(
         }
     }
     steps
+}
+
+/// Builds the indexes that the rule's negated atoms with anonymous positions look up.
+pub(super) fn index_absent(r: &Rule, full: &mut HashMap<TensorId, Store>) {
+    for a in &r.absent {
+        if let Some(store) = full.get_mut(&a.tensor) {
+            store.ensure_index(&a.cols);
+        }
+    }
 }
 
 /// The planned join order for one run of a rule, each step reading the right version.
@@ -199,7 +209,22 @@ pub(super) fn admits(
         );
         full.get(&a.tensor).is_some_and(|s| s.contains(tuple))
     };
+    let absent = |a: &Absent| {
+        let mut buf = [0u32; MAX_STACK_ARITY];
+        let mut heap = Vec::new();
+        let key = fill(
+            &mut buf,
+            &mut heap,
+            a.terms.iter().map(|t| value(t, env)),
+            a.terms.len(),
+        );
+        full.get(&a.tensor).is_none_or(|s| match a.cols.is_empty() {
+            true => s.count == 0,
+            false => s.lookup_len(&a.cols, key) == 0,
+        })
+    };
     rule.negated.iter().all(|a| !holds(a))
+        && rule.absent.iter().all(absent)
         && rule.filters.iter().all(|f| passes(f, env))
         && checker.holds(&rule.checks, &env[..rule.vars])
 }

@@ -262,9 +262,16 @@ fn fixpoint(
 /// Adds a store for every relation the rules read that has none yet.
 fn load_atoms(rules: &[Rule], values: &[Tensor], full: &mut HashMap<TensorId, Store>) {
     for r in rules {
-        for a in r.atoms.iter().chain(&r.negated) {
-            full.entry(a.tensor)
-                .or_insert_with(|| Store::from_tensor(&values[a.tensor]));
+        let absent = r.absent.iter().map(|a| a.tensor);
+        for t in r
+            .atoms
+            .iter()
+            .chain(&r.negated)
+            .map(|a| a.tensor)
+            .chain(absent)
+        {
+            full.entry(t)
+                .or_insert_with(|| Store::from_tensor(&values[t]));
         }
     }
 }

@@ -62,6 +62,7 @@ pub(super) fn prepare_generic(
     delta: &mut HashMap<TensorId, Store>,
 ) -> Plan {
     let order = variable_order(r, delta_at);
+    super::join::index_absent(r, full);
     let version = |k: usize| {
         let t = r.atoms[k].tensor;
         if Some(k) == delta_at {
