@@ -509,7 +509,8 @@ fn an_anonymous_variable_in_a_negated_atom_means_no_row_matches() {
                Some(x) :- E(x, y), not F(x, z).\n\
                Both(x) :- E(x, _), E(_, x).\n\
                Loop(x) :- E(x, y), E(y, x).\n\
-               Reach(y) :- E(0, y), not F(y, _).\nReach(z) :- Reach(y), E(y, z), not F(z, _).\n";
+               Reach(y) :- E(0, y), not F(y, _).\nReach(z) :- Reach(y), E(y, z), not F(z, _).\n\
+               Mixed(x) :- E(x, y), not F(z, _).\n";
     for engine in [&Standard as &dyn Engine, &Reference] {
         let s = run(src, engine).unwrap();
         let q = |text: &str| s.query(text).unwrap();
@@ -527,5 +528,13 @@ fn an_anonymous_variable_in_a_negated_atom_means_no_row_matches() {
         );
         assert_eq!(q("Loop(x)"), vec!["Loop(3)"], "{name}");
         assert_eq!(q("Reach(x)"), vec!["Reach(1)", "Reach(2)"], "{name}");
+        // `z` is summed over the body, outside the negation, though a `_` shares its atom:
+        // some z (1, say) has no F(z, _), so every x with an edge qualifies. Summed inside,
+        // it would read "there is no F at all", which is false.
+        assert_eq!(
+            q("Mixed(x)"),
+            vec!["Mixed(0)", "Mixed(1)", "Mixed(2)", "Mixed(3)"],
+            "{name}"
+        );
     }
 }

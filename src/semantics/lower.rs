@@ -713,11 +713,15 @@ fn mark_concat_parts(n: &Node, bound: &mut [bool]) {
 }
 
 /// Bottom-up: a summation point takes every free variable all of whose occurrences it holds.
+/// One made with its variables already (the `_`s of a `not`) takes no others.
 fn assign(n: &mut Node, total: &[usize], bound: &[bool], assigned: &mut [bool]) {
     n.children_mut()
         .into_iter()
         .for_each(|c| assign(c, total, bound, assigned));
     if let Node::Sum { vars, body } = n {
+        if !vars.is_empty() {
+            return;
+        }
         let mut here = vec![0usize; total.len()];
         count(body, &mut here);
         for v in 0..total.len() {
