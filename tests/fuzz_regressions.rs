@@ -64,3 +64,48 @@ fn engine_disagreements_the_fuzzer_found_stay_fixed() {
     }
     assert!(n > 0);
 }
+
+#[test]
+fn file_reader_findings_end_promptly() {
+    // `fuzz/fuzz_targets/read_files.rs`: the first byte picks the extension, the rest is the
+    // file. Each must be read or rejected within seconds (a nested `.npy` header once made the
+    // header parser backtrack for minutes).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_regressions/read_files");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        let Some((&pick, contents)) = bytes.split_first() else {
+            continue;
+        };
+        let ext = ["tsv", "csv", "npy", "safetensors", "txt"][pick as usize % 5];
+        let work = tempfile::tempdir().unwrap();
+        std::fs::write(work.path().join(format!("f.{ext}")), contents).unwrap();
+        common::write(work.path(), "read.tl", &format!("A = \"f.{ext}\"\nA?\n"));
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tl"))
+            .args(["run", "read.tl"])
+            .current_dir(work.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed().as_secs() > 60 {
+                child.kill().unwrap();
+                panic!("{}: still reading after a minute", path.display());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert!(
+            matches!(status.code(), Some(0 | 1)),
+            "{}: {status}",
+            path.display()
+        );
+        n += 1;
+    }
+    assert!(n > 0);
+}

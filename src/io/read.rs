@@ -196,7 +196,7 @@ fn read_delimited(bytes: &[u8], delimiter: u8, shown: &str) -> Result<RawData, S
 }
 
 fn read_npy(bytes: &[u8]) -> Result<RawData, String> {
-    check_npy_shape(bytes)?;
+    check_npy_header(bytes)?;
     let npy = npyz::NpyFile::new(bytes).map_err(|e| e.to_string())?;
     let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
     if npy.order() == npyz::Order::Fortran && shape.len() > 1 {
@@ -275,9 +275,13 @@ fn read_npy(bytes: &[u8]) -> Result<RawData, String> {
     })
 }
 
-/// Rejects a header whose shape could not fit in the file before `npyz` multiplies it out
-/// (its product can overflow, which must be an error rather than a panic).
-fn check_npy_shape(bytes: &[u8]) -> Result<(), String> {
+/// Deepest bracket nesting accepted in a `.npy` header.
+const MAX_HEADER_NESTING: usize = 8;
+
+/// Rejects, before `npyz` reads it, a header nested too deep for its parser, or whose shape
+/// could not fit in the file (its product can overflow, which must be an error rather than
+/// a panic).
+fn check_npy_header(bytes: &[u8]) -> Result<(), String> {
     let (len_at, width) = match bytes.get(6) {
         Some(1) => (8, 2),
         Some(2 | 3) => (8, 4),
@@ -297,6 +301,21 @@ fn check_npy_shape(bytes: &[u8]) -> Result<(), String> {
     else {
         return Ok(());
     };
+    // npyz parses the header with a grammar that backtracks exponentially on nested brackets
+    // (45 `[` take minutes); a header it accepts nests three deep at most.
+    let mut depth = 0usize;
+    for c in header.chars() {
+        match c {
+            '[' | '(' | '{' => depth += 1,
+            ']' | ')' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if depth > MAX_HEADER_NESTING {
+            return Err(format!(
+                "malformed header: brackets nested more than {MAX_HEADER_NESTING} deep"
+            ));
+        }
+    }
     let Some(tuple) = header
         .split("'shape':")
         .nth(1)
