@@ -199,34 +199,34 @@ pub(super) fn admits(
     }
     let env = &*env;
     let holds = |a: &Atom| {
-        let mut buf = [0u32; MAX_STACK_ARITY];
-        let mut heap = Vec::new();
-        let tuple = fill(
-            &mut buf,
-            &mut heap,
-            a.terms.iter().map(|t| value(t, env)),
-            a.terms.len(),
-        );
-        full.get(&a.tensor).is_some_and(|s| s.contains(tuple))
+        with_values(&a.terms, env, |tuple| {
+            full.get(&a.tensor).is_some_and(|s| s.contains(tuple))
+        })
     };
     let absent = |a: &Absent| {
-        let mut buf = [0u32; MAX_STACK_ARITY];
-        let mut heap = Vec::new();
-        let key = fill(
-            &mut buf,
-            &mut heap,
-            a.terms.iter().map(|t| value(t, env)),
-            a.terms.len(),
-        );
-        full.get(&a.tensor).is_none_or(|s| match a.cols.is_empty() {
-            true => s.count == 0,
-            false => s.lookup_len(&a.cols, key) == 0,
+        with_values(&a.terms, env, |key| {
+            full.get(&a.tensor).is_none_or(|s| match a.cols.is_empty() {
+                true => s.count == 0,
+                false => s.lookup_len(&a.cols, key) == 0,
+            })
         })
     };
     rule.negated.iter().all(|a| !holds(a))
         && rule.absent.iter().all(absent)
         && rule.filters.iter().all(|f| passes(f, env))
         && checker.holds(&rule.checks, &env[..rule.vars])
+}
+
+/// `f` of the values `terms` take under `env`, gathered on the stack when they fit.
+fn with_values<R>(terms: &[Term], env: &[u32], f: impl FnOnce(&[u32]) -> R) -> R {
+    let mut buf = [0u32; MAX_STACK_ARITY];
+    let mut heap = Vec::new();
+    f(fill(
+        &mut buf,
+        &mut heap,
+        terms.iter().map(|t| value(t, env)),
+        terms.len(),
+    ))
 }
 
 /// Binds each computed head position; `false` when one leaves its axis.
