@@ -1,5 +1,6 @@
 //! Evaluate small programs on both engines: where both finish, every tensor must agree within
-//! `verify::TOLERANCE` (a difference is a finding, as a panic is).
+//! `verify::TOLERANCE` (a difference is a finding, as a panic is), except tensors that
+//! step or compare an inexact real value ([`fragile`]), where the engines may rightly differ.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -8,7 +9,55 @@ use libfuzzer_sys::fuzz_target;
 #[allow(dead_code)]
 mod common;
 use tensor_logic::eval::{Engine, EvalOptions, Reference, Standard};
-use tensor_logic::{ElemType, Session, Settings};
+use tensor_logic::semantics::{Checked, Func, Kind, Node};
+use tensor_logic::{Builtin, ElemType, Session, Settings};
+
+/// Tensors that are a discontinuous function (a step, a comparison) of a real value that is
+/// not exact — a sum of reals, or a computed real tensor — or that read one. Summed in another
+/// order (both engines may), a value that is 0 up to rounding lands on either side of the
+/// step: `step(0.7 - 0.4 + 0.3 - 0.6)` is 1 in one order and 0 in another.
+fn fragile(p: &Checked) -> Vec<bool> {
+    let computed: Vec<bool> = (0..p.tensors.len())
+        .map(|t| p.equations.iter().any(|e| e.target == t))
+        .collect();
+    let real = |t: usize| p.tensors[t].kind == Kind::Real;
+    fn any_read(n: &Node, f: &dyn Fn(usize) -> bool) -> bool {
+        let mut hit = false;
+        n.reads(&mut |t, _| hit |= f(t));
+        hit
+    }
+    fn inexact(n: &Node, real: &dyn Fn(usize) -> bool, computed: &[bool]) -> bool {
+        let summed = matches!(n, Node::Sum { vars, .. } if !vars.is_empty()) && any_read(n, real);
+        summed || any_read(n, &|t| real(t) && computed[t])
+    }
+    fn cliff(n: &Node, real: &dyn Fn(usize) -> bool, computed: &[bool]) -> bool {
+        let discontinuous = match n {
+            Node::Compare(..) => true,
+            Node::Call(Func::Builtin(Builtin::Step), _) => true,
+            Node::Call(Func::Builtin(Builtin::Sig), args) => args.len() == 2,
+            _ => false,
+        };
+        (discontinuous && inexact(n, real, computed))
+            || n.children().into_iter().any(|c| cliff(c, real, computed))
+    }
+    let mut out = vec![false; p.tensors.len()];
+    // Until nothing changes: a recursive component reads its own tensors.
+    loop {
+        let mut changed = false;
+        for e in &p.equations {
+            let hit = out[e.target]
+                || cliff(&e.rhs, &real, &computed)
+                || any_read(&e.rhs, &|t| out[t]);
+            if hit && !out[e.target] {
+                out[e.target] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            return out;
+        }
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
     let Ok(src) = std::str::from_utf8(data) else { return };
@@ -32,7 +81,9 @@ fuzz_target!(|data: &[u8]| {
     let (Ok(engine), Ok(reference)) = (Standard.evaluate(&checked, &o), Reference.evaluate(&checked, &o)) else {
         return;
     };
+    let fragile = fragile(&checked);
     for d in tensor_logic::verify::compare(&checked, &engine, &reference) {
-        assert!(d.agrees(), "the engines disagree on `{}`: {d:?}\n{src}", d.tensor);
+        let skip = checked.tensor_id(&d.tensor).is_some_and(|t| fragile[t]);
+        assert!(skip || d.agrees(), "the engines disagree on `{}`: {d:?}\n{src}", d.tensor);
     }
 });
