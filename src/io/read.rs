@@ -278,8 +278,8 @@ fn read_npy(bytes: &[u8]) -> Result<RawData, String> {
 /// Deepest bracket nesting accepted in a `.npy` header.
 const MAX_HEADER_NESTING: usize = 8;
 
-/// Rejects, before `npyz` reads it, a header nested too deep for its parser, or whose shape
-/// could not fit in the file (its product can overflow, which must be an error rather than
+/// Rejects, before `npyz` reads it, a header longer than the file, one nested too deep for
+/// its parser, or one whose shape could not fit in the file (its product can overflow, which must be an error rather than
 /// a panic).
 fn check_npy_header(bytes: &[u8]) -> Result<(), String> {
     let (len_at, width) = match bytes.get(6) {
@@ -295,8 +295,15 @@ fn check_npy_header(bytes: &[u8]) -> Result<(), String> {
         .rev()
         .fold(0usize, |a, &b| (a << 8) | b as usize);
     let start = len_at + width;
+    // npyz allocates the declared length before reading it (4 bytes of a version-2 header
+    // can ask for 4 GiB).
+    if start.saturating_add(len) > bytes.len() {
+        return Err(format!(
+            "the header says it is {len} bytes long, more than the file"
+        ));
+    }
     let Some(header) = bytes
-        .get(start..start.saturating_add(len))
+        .get(start..start + len)
         .and_then(|h| std::str::from_utf8(h).ok())
     else {
         return Ok(());
