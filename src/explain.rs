@@ -314,6 +314,7 @@ fn index_text(f: &crate::semantics::IndexFn, eq: &Equation) -> String {
                 ArithOp::Sub => "-",
                 ArithOp::Mul => "*",
                 ArithOp::Div => "/",
+                ArithOp::Rem => "%",
             };
             format!("{} {op} {}", index_text(a, eq), index_text(b, eq))
         }

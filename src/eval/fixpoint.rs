@@ -17,6 +17,25 @@ pub(crate) fn tolerance(p: &Checked, t: TensorId, o: &EvalOptions) -> f64 {
     }
 }
 
+/// The most iterations recursive component `st` may take (§9): `--max-iters`, or for a
+/// component of Boolean tensors only, at least one more than the elements they can hold.
+/// Such a component only ever adds elements within finite extents, so it settles within
+/// that many iterations however long its chains are (`Nat(x + 1) :- Nat(x), x < 100000`
+/// takes 100,001), and the cap still ends one that does not.
+pub(crate) fn iteration_cap(p: &Checked, st: &Stratum, max_iters: usize) -> usize {
+    if !st.tensors.iter().all(|&t| p.tensors[t].kind == Kind::Bool) {
+        return max_iters;
+    }
+    let cells = st.tensors.iter().fold(0usize, |sum, &t| {
+        let size = p.tensors[t]
+            .shape
+            .iter()
+            .fold(1usize, |a, &n| a.saturating_mul(n));
+        sum.saturating_add(size)
+    });
+    max_iters.max(cells.saturating_add(1))
+}
+
 /// A non-finite value that appeared where the previous iterate was finite.
 pub(crate) fn blew_up(old: &Tensor, new: &Tensor) -> Option<f64> {
     let (Storage::Dense(a), Storage::Dense(b)) = (&old.storage, &new.storage) else {

@@ -118,7 +118,8 @@ fn fixpoint(
     mut rec: Option<&mut Record>,
 ) -> Result<(), Diagnostics> {
     let mut last_change = 0.0;
-    for iteration in 0..o.max_iters {
+    let cap = fixpoint::iteration_cap(p, st, o.max_iters);
+    for iteration in 0..cap {
         super::stop::check(p, st, &o.stop)?;
         if let Some(r) = rec.as_deref_mut() {
             r.iterates
@@ -157,7 +158,7 @@ fn fixpoint(
             return Ok(());
         }
     }
-    Err(fixpoint::not_converged(p, st, o.max_iters, last_change).into())
+    Err(fixpoint::not_converged(p, st, cap, last_change).into())
 }
 
 /// One tensor's value: its data combined with every equation's contributions.
@@ -411,6 +412,7 @@ impl<'a> Cx<'a> {
                     BinOp::Add => a + b,
                     BinOp::Sub => a - b,
                     BinOp::Pow => a.powf(b),
+                    BinOp::Rem => a % b,
                 })
             }
             Node::Compare(op, a, b) => {

@@ -230,6 +230,8 @@ impl Back<'_, '_, '_> {
                         let dy = if u > 0.0 { u.powf(v) * u.ln() } else { 0.0 };
                         (v * u.powf(v - 1.0), dy)
                     }
+                    // x % y = x - trunc(x / y) y, whose quotient is locally constant.
+                    BinOp::Rem => (1.0, -(u / v).trunc()),
                 };
                 self.node(x, env, a * dx, total);
                 self.node(y, env, a * dy, total);

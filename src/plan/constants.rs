@@ -55,6 +55,7 @@ pub fn value(p: &Checked, n: &Node) -> Option<f64> {
                 BinOp::Add => a + b,
                 BinOp::Sub => a - b,
                 BinOp::Pow => a.powf(b),
+                BinOp::Rem => a % b,
             }
         }
         Node::Compare(op, a, b) => {

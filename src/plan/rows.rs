@@ -32,6 +32,8 @@ pub enum RowOp {
     Sub(usize, usize),
     /// `x ^ y`.
     Pow(usize, usize),
+    /// `x % y`.
+    Rem(usize, usize),
     /// 1 where the comparison holds, else 0.
     Compare(CmpOp, usize, usize),
     /// A built-in function of its arguments.
@@ -98,6 +100,7 @@ impl RowProgram {
                     BinOp::Add => RowOp::Add(a, b),
                     BinOp::Sub => RowOp::Sub(a, b),
                     BinOp::Pow => RowOp::Pow(a, b),
+                    BinOp::Rem => RowOp::Rem(a, b),
                 }
             }
             Expr::Compare(op, a, b) => {

@@ -172,7 +172,8 @@ impl IndexFn {
                     ArithOp::Add => a.checked_add(b),
                     ArithOp::Sub => a.checked_sub(b),
                     ArithOp::Mul => a.checked_mul(b),
-                    ArithOp::Div => (b != 0).then(|| a.div_euclid(b)),
+                    ArithOp::Div => a.checked_div(b),
+                    ArithOp::Rem => a.checked_rem(b),
                 }
             }
         }

@@ -6,6 +6,7 @@
 mod data;
 mod domains;
 mod extents;
+mod interval;
 pub mod ir;
 mod lower;
 mod names;

@@ -218,8 +218,10 @@ pub enum ArithOp {
     Sub,
     /// `*`
     Mul,
-    /// `/` (floor division)
+    /// `/`: integer division, truncating toward zero as in Soufflé.
     Div,
+    /// `%`: the remainder of that division, with the dividend's sign.
+    Rem,
 }
 
 /// Binary arithmetic on values.
@@ -231,6 +233,8 @@ pub enum BinOp {
     Sub,
     /// `^`
     Pow,
+    /// `%`: the remainder, with the dividend's sign (`fmod`).
+    Rem,
 }
 
 /// Comparison operators (§6.5).

@@ -101,6 +101,9 @@ pub enum Tok {
     /// `^`
     #[token("^")]
     Caret,
+    /// `%`: the remainder.
+    #[token("%")]
+    Percent,
     /// Negation.
     #[token("not")]
     Not,

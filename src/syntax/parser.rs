@@ -598,6 +598,7 @@ impl<'a> Parser<'a> {
         self.index_chain(Self::iatom, |t| match t {
             Tok::Star => Some(ArithOp::Mul),
             Tok::Slash => Some(ArithOp::Div),
+            Tok::Percent => Some(ArithOp::Rem),
             _ => None,
         })
     }
@@ -736,6 +737,19 @@ impl<'a> Parser<'a> {
                 Some(Tok::Slash) => {
                     self.pos += 1;
                     true
+                }
+                Some(Tok::Percent) => {
+                    // `a b % c d` is `((a b) % c) d`: the remainder takes the product so far.
+                    self.pos += 1;
+                    let divisor = self.factor()?;
+                    let dividend = match factors.len() {
+                        1 => factors.remove(0).1,
+                        _ => Expr::Term(std::mem::take(&mut factors), span),
+                    };
+                    span = span.to(divisor.span());
+                    let rem = Expr::Binary(BinOp::Rem, Box::new(dividend), Box::new(divisor), span);
+                    factors.push((false, rem));
+                    continue;
                 }
                 _ if self.starts_factor() => false,
                 _ => break,
@@ -893,6 +907,7 @@ fn describe(t: &Tok) -> String {
                 Tok::Star => "*".into(),
                 Tok::Slash => "/".into(),
                 Tok::Caret => "^".into(),
+                Tok::Percent => "%".into(),
                 Tok::Not => "not".into(),
                 Tok::Semi => ";".into(),
                 _ => s,

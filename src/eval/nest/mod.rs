@@ -40,7 +40,8 @@ pub(super) fn evaluate_stratum(
         return Ok(());
     }
     let mut last_change = 0.0;
-    for _ in 0..o.max_iters {
+    let cap = fixpoint::iteration_cap(p, st, o.max_iters);
+    for _ in 0..cap {
         crate::eval::stop::check(p, st, &o.stop)?;
         let next: Vec<Tensor> = st
             .tensors
@@ -70,7 +71,7 @@ pub(super) fn evaluate_stratum(
             return Ok(());
         }
     }
-    Err(fixpoint::not_converged(p, st, o.max_iters, last_change).into())
+    Err(fixpoint::not_converged(p, st, cap, last_change).into())
 }
 
 /// One tensor's value: its data combined with every equation's contributions in `acc`.
@@ -407,6 +408,7 @@ impl Cx<'_> {
                     BinOp::Add => a + b,
                     BinOp::Sub => a - b,
                     BinOp::Pow => a.powf(b),
+                    BinOp::Rem => a % b,
                 })
             }
             Value::Compare(op, a, b) => {

@@ -114,6 +114,7 @@ impl Cx<'_> {
                     BinOp::Add => |x: f64, y: f64| x + y,
                     BinOp::Sub => |x: f64, y: f64| x - y,
                     BinOp::Pow => f64::powf,
+                    BinOp::Rem => |x: f64, y: f64| x % y,
                 };
                 zip(a, &b, f)
             }

@@ -90,7 +90,9 @@ pub(super) fn evaluate_stratum(
     o: &EvalOptions,
     pool: Option<&rayon::ThreadPool>,
 ) -> Result<(), Diagnostics> {
-    let rounds = st.recursive.then_some(o.max_iters);
+    let rounds = st
+        .recursive
+        .then(|| super::fixpoint::iteration_cap(p, st, o.max_iters));
     let members = &st.tensors;
     let mut full: HashMap<TensorId, Store> = HashMap::default();
     for &t in members {
@@ -403,9 +405,13 @@ fn product_of(
 
 fn halted(p: &Checked, st: &Stratum, o: &EvalOptions, halt: Halt) -> Diagnostics {
     match halt {
-        Halt::TooManyRounds => super::fixpoint::recursion_unsettled(p, st, o.max_iters)
-            .with_note("raise --max-iters: each iteration derives facts one step longer")
-            .into(),
+        Halt::TooManyRounds => super::fixpoint::recursion_unsettled(
+            p,
+            st,
+            super::fixpoint::iteration_cap(p, st, o.max_iters),
+        )
+        .with_note("raise --max-iters: each iteration derives facts one step longer")
+        .into(),
         Halt::Stopped => {
             let span = st.equations.first().map(|&e| p.equations[e].span);
             o.stop.error(span.unwrap_or_default()).into()
