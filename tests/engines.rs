@@ -220,13 +220,15 @@ fn engines_agree_on_every_example_and_conformance_case() {
 }
 
 #[test]
-fn engines_agree_on_when_max_iters_is_exceeded() {
+fn a_boolean_recursion_settles_on_both_engines_whatever_max_iters_says() {
+    // Its relations only grow within finite extents, so it may take as many rounds as they
+    // hold elements (§9, docs/language.md); twelve rounds here.
     let mut src = String::new();
     for i in 0..11 {
         src.push_str(&format!("Edge(N{i}, N{}).\n", i + 1));
     }
     src.push_str("Path(x, y) :- Edge(x, y).\nPath(x, z) :- Path(x, y), Edge(y, z).\n");
-    for max_iters in 9..14 {
+    for max_iters in [1, 9, 12, 13] {
         let outcome = |engine: &dyn Engine| {
             let mut s = Session::new();
             s.load_source("c.tl", &src, Path::new(".")).unwrap();
@@ -234,21 +236,16 @@ fn engines_agree_on_when_max_iters_is_exceeded() {
                 max_iters,
                 ..Default::default()
             };
-            s.run_with(
-                engine,
-                &RunOptions {
-                    settings,
-                    ..RunOptions::default()
-                },
-            )
-            .map_err(|d| d.0[0].code)
+            let options = RunOptions {
+                settings,
+                ..RunOptions::default()
+            };
+            s.run_with(engine, &options)
+                .map(|_| format!("{:?}", s.tensor("Path").map(|t| t.entries())))
+                .map_err(|d| d.0[0].code)
         };
         let (a, b) = (outcome(&Reference), outcome(&Standard));
-        assert_eq!(
-            a.is_ok(),
-            max_iters >= 12,
-            "reference at --max-iters {max_iters}"
-        );
+        assert!(a.is_ok(), "reference at --max-iters {max_iters}: {a:?}");
         assert_eq!(a, b, "--max-iters {max_iters}");
     }
 }

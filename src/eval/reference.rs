@@ -413,6 +413,7 @@ impl<'a> Cx<'a> {
                     BinOp::Sub => a - b,
                     BinOp::Pow => a.powf(b),
                     BinOp::Rem => a % b,
+                    BinOp::Quot => (a / b).trunc(),
                 })
             }
             Node::Compare(op, a, b) => {

@@ -232,6 +232,8 @@ impl Back<'_, '_, '_> {
                     }
                     // x % y = x - trunc(x / y) y, whose quotient is locally constant.
                     BinOp::Rem => (1.0, -(u / v).trunc()),
+                    // A quotient is locally constant.
+                    BinOp::Quot => (0.0, 0.0),
                 };
                 self.node(x, env, a * dx, total);
                 self.node(y, env, a * dy, total);

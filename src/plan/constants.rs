@@ -56,6 +56,7 @@ pub fn value(p: &Checked, n: &Node) -> Option<f64> {
                 BinOp::Sub => a - b,
                 BinOp::Pow => a.powf(b),
                 BinOp::Rem => a % b,
+                BinOp::Quot => (a / b).trunc(),
             }
         }
         Node::Compare(op, a, b) => {

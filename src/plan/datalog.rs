@@ -502,7 +502,7 @@ fn value_expr(
                     a,
                     Box::new(value_expr(p, st, b, false, atoms)?),
                 )),
-                BinOp::Pow | BinOp::Rem => None,
+                BinOp::Pow | BinOp::Rem | BinOp::Quot => None,
             }
         }
         _ => None,

@@ -34,6 +34,8 @@ pub enum RowOp {
     Pow(usize, usize),
     /// `x % y`.
     Rem(usize, usize),
+    /// `x / y` truncated to an integer.
+    Quot(usize, usize),
     /// 1 where the comparison holds, else 0.
     Compare(CmpOp, usize, usize),
     /// A built-in function of its arguments.
@@ -101,6 +103,7 @@ impl RowProgram {
                     BinOp::Sub => RowOp::Sub(a, b),
                     BinOp::Pow => RowOp::Pow(a, b),
                     BinOp::Rem => RowOp::Rem(a, b),
+                    BinOp::Quot => RowOp::Quot(a, b),
                 }
             }
             Expr::Compare(op, a, b) => {

@@ -4,6 +4,7 @@
 use super::lower::{EqMeta, Lowered};
 use super::{Ctx, Equation, IndexFn, Kind, Node, Stratum, TensorInfo, VarId};
 use crate::diagnostics::{codes, Diagnostic};
+use crate::syntax::ast::BinOp;
 
 /// Largest value a scan for a "valid" range goes to.
 const SCAN_LIMIT: i64 = 1 << 22;
@@ -75,8 +76,9 @@ struct Scope<'a> {
     symbolic: &'a [bool],
     /// The tensors of the component being sized, whose extents may still grow.
     current: &'a [usize],
-    /// Whether a variable that only the component's own axes and its guards bound takes
-    /// the guards' range (the component's extents are then the largest the guards allow).
+    /// Whether a variable that only the component's own axes, its guards and its shifted
+    /// reads bound takes the range those allow (the component's extents are then the
+    /// largest the guards allow).
     widen: bool,
 }
 
@@ -215,7 +217,7 @@ fn ranges(
             Some((e, _)) => Some(e),
             // Without a hard axis, shifted reads and guards bound it too (§5.1).
             None => match (soft.or(soft_total), upper_bound(eq, v, &arith, tensors)) {
-                (Some(_), _) if scope.widen && only_current => guard_bound(eq, v).or(soft),
+                (Some(_), Some(b)) if scope.widen && only_current => Some(b),
                 (Some(r), Some(b)) => Some(r.min(b)),
                 (r, _) => r,
             },
@@ -330,16 +332,6 @@ fn upper_bound(
     bound.map(|b| b.max(0) as usize)
 }
 
-/// One more than the largest value of `v` that the right-hand side's guards allow, if any
-/// guard limits it from above.
-fn guard_bound(eq: &Equation, v: VarId) -> Option<usize> {
-    let mut bound: Option<i64> = None;
-    guards(&eq.rhs, v, &mut |b| {
-        bound = Some(bound.map_or(b, |x| x.min(b)))
-    });
-    bound.map(|b| b.max(0) as usize)
-}
-
 /// `(k, c)` when `f` is `k·v + c` in `v` alone, built from `+`, `-` and `*` by constants.
 fn single_shift(f: &IndexFn, v: VarId) -> Option<(i64, i64)> {
     use crate::syntax::ast::ArithOp;
@@ -403,11 +395,20 @@ fn guard_limits(n: &Node, v: VarId, limit: &mut dyn FnMut(Side, i64)) {
             .filter(|(div, _)| !div)
             .for_each(|(_, f)| guard_limits(f.inside_empty_sums(), v, limit)),
         Node::Compare(op, a, b) => {
-            // Written as `v op c`.
-            let (op, c) = match (a.inside_empty_sums(), op, b.inside_empty_sums()) {
-                (Node::Var(x), op, Node::Const(c)) if *x == v => (*op, *c),
-                (Node::Const(c), op, Node::Var(x)) if *x == v => (op.flipped(), *c),
-                _ => return,
+            // Written as `k·v + d op c` (or the other way round), solved for `v`.
+            let (op, (k, d), c) = match (linear(a, v), op, b.inside_empty_sums()) {
+                (Some(kd), op, Node::Const(c)) => (*op, kd, *c),
+                _ => match (a.inside_empty_sums(), linear(b, v)) {
+                    (Node::Const(c), Some(kd)) => (op.flipped(), kd, *c),
+                    _ => return,
+                },
+            };
+            if k == 0.0 {
+                return;
+            }
+            let (op, c) = match k > 0.0 {
+                true => (op, (c - d) / k),
+                false => (op.flipped(), (c - d) / k),
             };
             let found = match op {
                 CmpOp::Lt => vec![(Side::Below, c.ceil())],
@@ -424,6 +425,30 @@ fn guard_limits(n: &Node, v: VarId, limit: &mut dyn FnMut(Side, i64)) {
             }
         }
         _ => {}
+    }
+}
+
+/// `(k, d)` when `n` is `k·v + d` in `v` alone (`v`, `y + 1`, `2 * y - 3`).
+fn linear(n: &Node, v: VarId) -> Option<(f64, f64)> {
+    match n.inside_empty_sums() {
+        Node::Var(x) if *x == v => Some((1.0, 0.0)),
+        Node::Const(c) => Some((0.0, *c)),
+        Node::Neg(a) => linear(a, v).map(|(k, d)| (-k, -d)),
+        Node::Binary(op @ (BinOp::Add | BinOp::Sub), a, b) => {
+            let ((ka, da), (kb, db)) = (linear(a, v)?, linear(b, v)?);
+            let sign = if *op == BinOp::Add { 1.0 } else { -1.0 };
+            Some((ka + sign * kb, da + sign * db))
+        }
+        Node::Product(fs) => fs.iter().try_fold((0.0, 1.0), |(k, d), (div, f)| {
+            let (kf, df) = linear(f, v)?;
+            match (div, k == 0.0, kf == 0.0) {
+                (false, true, _) => Some((d * kf, d * df)),
+                (false, false, true) => Some((k * df, d * df)),
+                (true, _, true) if df != 0.0 => Some((k / df, d / df)),
+                _ => None,
+            }
+        }),
+        _ => None,
     }
 }
 

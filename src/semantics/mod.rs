@@ -3,6 +3,7 @@
 //! Input is a parsed program plus data bound from outside; output is a [`Checked`] program in
 //! which every name is resolved and every extent is known, or every error found.
 
+mod bindings;
 mod data;
 mod domains;
 mod extents;
@@ -86,6 +87,32 @@ pub struct CheckInput<'a> {
 
 /// Checks a program, reporting every error found.
 pub fn check(input: &CheckInput) -> Result<Checked, Diagnostics> {
+    let constants: std::collections::HashSet<String> = input
+        .program
+        .statements
+        .iter()
+        .filter_map(|st| match &st.kind {
+            crate::syntax::ast::StmtKind::Scalar { name, .. } => Some(name.text.clone()),
+            _ => None,
+        })
+        .chain(input.settings.scalars.iter().map(|(n, _)| n.clone()))
+        .collect();
+    let substituted = bindings::substitute(input.program, &constants);
+    let rewritten;
+    let input = match &substituted {
+        Some(program) => {
+            rewritten = CheckInput {
+                program,
+                base_dir: input.base_dir.clone(),
+                bindings: input.bindings,
+                user_functions: input.user_functions.clone(),
+                settings: input.settings.clone(),
+                parameters: input.parameters,
+            };
+            &rewritten
+        }
+        None => input,
+    };
     let mut ctx = Ctx::new(input);
     ctx.collect_scalars();
     ctx.collect_definitions();

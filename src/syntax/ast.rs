@@ -235,6 +235,9 @@ pub enum BinOp {
     Pow,
     /// `%`: the remainder, with the dividend's sign (`fmod`).
     Rem,
+    /// Integer division truncating toward zero. It has no syntax (`/` between values is real
+    /// division, §4): a value binding's `y = x / 2` becomes it where `y` is used as a value.
+    Quot,
 }
 
 /// Comparison operators (§6.5).

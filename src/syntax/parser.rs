@@ -229,9 +229,9 @@ impl<'a> Parser<'a> {
             }
             Some(Tok::Arrow) => {
                 self.pos += 1;
-                let mut body = vec![self.cmp()?];
+                let mut body = vec![self.body_literal()?];
                 while self.eat(&Tok::Comma) {
-                    body.push(self.cmp()?);
+                    body.push(self.body_literal()?);
                 }
                 Ok(StmtKind::Rule { head: lhs, body })
             }
@@ -671,6 +671,18 @@ impl<'a> Parser<'a> {
                 Err(self.unexpected("an index (a variable, an integer or a symbol)"))
             }
         }
+    }
+
+    /// A rule body's literal: as [`Self::cmp`], where `=` also means `==` (Soufflé's
+    /// equality, which binds a variable no atom binds).
+    fn body_literal(&mut self) -> PResult<Expr> {
+        let lhs = self.cmp()?;
+        if matches!(lhs, Expr::Compare(..)) || !self.eat(&Tok::Assign) {
+            return Ok(lhs);
+        }
+        let rhs = self.sum()?;
+        let span = lhs.span().to(rhs.span());
+        Ok(Expr::Compare(CmpOp::Eq, Box::new(lhs), Box::new(rhs), span))
     }
 
     fn cmp(&mut self) -> PResult<Expr> {

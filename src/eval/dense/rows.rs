@@ -162,6 +162,7 @@ fn forward_row(
             RowOp::Sub(a, b) => bin(*a, *b, out, |x, y| x - y),
             RowOp::Pow(a, b) => bin(*a, *b, out, f64::powf),
             RowOp::Rem(a, b) => bin(*a, *b, out, |x, y| x % y),
+            RowOp::Quot(a, b) => bin(*a, *b, out, |x, y| (x / y).trunc()),
             RowOp::Compare(c, a, b) => map2((row(*a), row(*b)), out, |x, y| {
                 if c.holds(x, y) {
                     1.0
@@ -328,6 +329,7 @@ pub(crate) fn backward(
                     add_scaled(&mut before[*x][..n], a, |j| 1.0 / vy[j]);
                     add_scaled(&mut before[*y][..n], a, |j| -vx[j] / (vy[j] * vy[j]));
                 }
+                RowOp::Quot(..) => {}
                 RowOp::Rem(x, y) => {
                     let (vx, vy) = (v(*x), v(*y));
                     add_scaled(&mut before[*x][..n], a, |_| 1.0);

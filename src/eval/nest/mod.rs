@@ -409,6 +409,7 @@ impl Cx<'_> {
                     BinOp::Sub => a - b,
                     BinOp::Pow => a.powf(b),
                     BinOp::Rem => a % b,
+                    BinOp::Quot => (a / b).trunc(),
                 })
             }
             Value::Compare(op, a, b) => {

@@ -115,6 +115,7 @@ impl Cx<'_> {
                     BinOp::Sub => |x: f64, y: f64| x - y,
                     BinOp::Pow => f64::powf,
                     BinOp::Rem => |x: f64, y: f64| x % y,
+                    BinOp::Quot => |x: f64, y: f64| (x / y).trunc(),
                 };
                 zip(a, &b, f)
             }
