@@ -95,7 +95,7 @@ fn next_binding(
             let value = as_index(value)?;
             let mut mentioned = HashSet::new();
             names_in_index(&value, &mut mentioned);
-            (!mentioned.contains(&v)).then(|| (k, v, value))
+            (!mentioned.contains(&v)).then_some((k, v, value))
         })
     })
 }
