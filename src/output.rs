@@ -8,7 +8,8 @@ use crate::tensor::{format_number, Storage, Tensor};
 pub fn label(p: &Checked, t: usize, axis: usize, pos: usize, quoted: bool) -> String {
     let dom = &p.domains[p.tensors[t].domains[axis]];
     if !dom.symbolic {
-        return pos.to_string();
+        let offset = p.tensors[t].offsets.get(axis).copied().unwrap_or(0);
+        return (pos as i64).saturating_add(offset).to_string();
     }
     let Some(s) = dom.symbols.get(pos) else {
         return pos.to_string();

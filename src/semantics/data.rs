@@ -2,7 +2,7 @@
 //! their final shapes, with errors that name the file and line of a bad row (§11).
 
 use super::names::{element_value, IndexName};
-use super::{Ctx, Kind, TensorInfo};
+use super::{Ctx, IndexFn, Kind, TensorInfo};
 use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::io::RawData;
 use crate::syntax::ast::*;
@@ -10,7 +10,8 @@ use crate::tensor::{ElemType, Sparse, Storage, Tensor};
 use std::collections::HashMap;
 
 impl Ctx<'_> {
-    /// Position of a constant index on axis `ax` of tensor `t`.
+    /// Value of a constant index on axis `ax` of tensor `t`: an integer (`-3`, `2 * N`) or
+    /// a symbol's position. [`Ctx::axis_offset`] turns a value into a position.
     pub(super) fn const_position(
         &mut self,
         t: usize,
@@ -57,6 +58,19 @@ impl Ctx<'_> {
                     n.text
                 ))),
             },
+            Index::Arith(a, op, b, span) => {
+                let a = self.const_position(t, ax, a)?;
+                let b = self.const_position(t, ax, b)?;
+                IndexFn::Arith(Box::new(IndexFn::Const(a)), *op, Box::new(IndexFn::Const(b)))
+                    .eval(&[])
+                    .ok_or_else(|| {
+                        Diagnostic::error(
+                            codes::OUT_OF_DOMAIN,
+                            *span,
+                            "this constant overflows 64 bits or divides by zero",
+                        )
+                    })
+            }
             other => Err(Diagnostic::error(
                 codes::FORM,
                 other.span(),
@@ -105,7 +119,8 @@ impl Ctx<'_> {
                     _ => continue,
                 };
                 for (ax, i) in idx.iter().enumerate().take(rank) {
-                    if let Ok(p) = self.const_position(t, ax, i) {
+                    if let Ok(v) = self.const_position(t, ax, i) {
+                        let p = v.saturating_sub(self.axis_offset(t, ax));
                         if !given[ax] && p >= 0 {
                             shape[ax] = shape[ax].max((p as usize).saturating_add(1));
                         }
@@ -113,7 +128,7 @@ impl Ctx<'_> {
                 }
             }
             for s in self.sources.iter().filter(|s| s.tensor == t) {
-                match &s.raw {
+                match &*s.raw {
                     RawData::Dense { shape: ds, .. } => {
                         for (ax, &n) in ds.iter().enumerate().take(rank) {
                             if !given[ax] {
@@ -124,7 +139,8 @@ impl Ctx<'_> {
                     RawData::Table(rows) => {
                         for r in rows.rows() {
                             for (ax, f) in r.fields().enumerate().take(rank) {
-                                if let (false, Ok(p)) = (given[ax], f.parse::<i64>()) {
+                                if let (false, Ok(v)) = (given[ax], f.parse::<i64>()) {
+                                    let p = v.saturating_sub(self.axis_offset(t, ax));
                                     if p >= 0 {
                                         shape[ax] = shape[ax].max((p as usize).saturating_add(1));
                                     }
@@ -165,7 +181,7 @@ impl Ctx<'_> {
                             }) || self
                                 .sources
                                 .iter()
-                                .any(|s| s.tensor == t && matches!(s.raw, RawData::Dense { .. }));
+                                .any(|s| s.tensor == t && matches!(*s.raw, RawData::Dense { .. }));
                             let wrong = shape[ax] > n || (dense && shape[ax] != n);
                             if has_data && wrong && shape[ax] != 0 {
                                 let at = self.tensors[t]
@@ -342,7 +358,7 @@ impl Ctx<'_> {
                     continue;
                 }
                 let src = self.sources[k].clone();
-                match &src.raw {
+                match &*src.raw {
                     RawData::Dense { shape, values, .. } => {
                         self.add_dense(&mut g, shape, values, src.span, &src.file)
                     }
@@ -386,7 +402,10 @@ impl Ctx<'_> {
         }
         let mut pos = Vec::with_capacity(idx.len());
         for (ax, i) in idx.iter().enumerate() {
-            match self.const_position(t, ax, i) {
+            match self
+                .const_position(t, ax, i)
+                .map(|v| v - self.axis_offset(t, ax))
+            {
                 Ok(p) if p >= 0 => pos.push(p as usize),
                 Ok(_) => {
                     self.diags.push(Diagnostic::error(
@@ -512,12 +531,13 @@ impl Ctx<'_> {
                         }
                     }
                 } else {
-                    match f.parse::<i64>() {
-                        Ok(p) if p >= 0 && (p as usize) < info.shape[ax] => Some(p as usize),
-                        Ok(p) => {
+                    let offset = self.axis_offset(t, ax);
+                    match f.parse::<i64>().map(|v| (v, v.saturating_sub(offset))) {
+                        Ok((_, p)) if p >= 0 && (p as usize) < info.shape[ax] => Some(p as usize),
+                        Ok((v, _)) => {
+                            let end = offset.saturating_add(info.shape[ax] as i64);
                             self.diags.push(bad(format!(
-                                "index {p} is outside 0..{} on axis {}",
-                                info.shape[ax],
+                                "index {v} is outside {offset}..{end} on axis {}",
                                 ax + 1
                             )));
                             None

@@ -56,13 +56,20 @@ impl UnionFind {
 
 impl Ctx<'_> {
     /// Reads every file in statement order, then the bound data.
-    pub(super) fn load_files(&mut self) {
+    /// `files` keeps what was read for the program's next check (`offsets.rs`).
+    pub(super) fn load_files(&mut self, files: &mut super::Files) {
         let program = self.program;
         for st in &program.statements {
             if let StmtKind::FileRead { name, path } = &st.kind {
                 let id = self.by_name[&name.text];
                 let full = self.input.base_dir.join(path);
-                match crate::io::read_file(&full, &name.text) {
+                let read = files
+                    .entry(full.clone())
+                    .or_insert_with(|| {
+                        crate::io::read_file(&full, &name.text).map(std::sync::Arc::new)
+                    })
+                    .clone();
+                match read {
                     Ok(raw) => {
                         self.rank_from_file(id, &raw, st.span);
                         self.sources.push(super::Source {
@@ -91,7 +98,7 @@ impl Ctx<'_> {
             self.rank_from_file(id, raw, Span::default());
             self.sources.push(super::Source {
                 tensor: id,
-                raw: raw.clone(),
+                raw: std::sync::Arc::new(raw.clone()),
                 span: Span::default(),
                 file: format!("binding `{name}`"),
             });
@@ -229,7 +236,7 @@ impl Ctx<'_> {
     }
 
     fn place_source(&mut self, k: usize, placements: &mut Vec<Pending>) {
-        match &self.sources[k].raw {
+        match &*self.sources[k].raw {
             RawData::Table(_) => placements.push(Pending::Table(k)),
             RawData::Words(_) => placements.push(Pending::Words(k)),
             RawData::Dense { .. } => {}
@@ -346,7 +353,7 @@ impl Ctx<'_> {
                 }
                 Pending::Table(k) => {
                     let t = self.sources[*k].tensor;
-                    if let RawData::Table(rows) = &self.sources[*k].raw {
+                    if let RawData::Table(rows) = &*self.sources[*k].raw {
                         for ax in 0..self.tensors[t].rank() {
                             if rows
                                 .rows()
@@ -424,9 +431,8 @@ impl Ctx<'_> {
                         continue;
                     }
                     // Taken out while its symbols are interned, so that they need no copy.
-                    let raw =
-                        std::mem::replace(&mut self.sources[k].raw, RawData::Words(Vec::new()));
-                    if let RawData::Table(rows) = &raw {
+                    let raw = std::sync::Arc::clone(&self.sources[k].raw);
+                    if let RawData::Table(rows) = &*raw {
                         for r in rows.rows() {
                             for (ax, f) in r.fields().take(rank).enumerate() {
                                 if self.domains[doms[ax]].symbolic {
@@ -435,7 +441,6 @@ impl Ctx<'_> {
                             }
                         }
                     }
-                    self.sources[k].raw = raw;
                 }
                 Pending::Words(k) => {
                     let t = self.sources[k].tensor;
@@ -449,7 +454,7 @@ impl Ctx<'_> {
                         continue;
                     }
                     let d = self.axis_domain(t, 1);
-                    let words = match &self.sources[k].raw {
+                    let words = match &*self.sources[k].raw {
                         RawData::Words(w) => w.clone(),
                         _ => Vec::new(),
                     };

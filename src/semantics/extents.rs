@@ -25,6 +25,15 @@ impl Ctx<'_> {
         let mut eqs = eqs;
         let max_iters = self.input.settings.max_iters.max(1);
         let symbolic: Vec<bool> = self.domains.iter().map(|d| d.symbolic).collect();
+        let by_value: Vec<bool> = (0..tensors.len()).map(|t| self.value_indexed(t)).collect();
+        let roots: Vec<Vec<usize>> = (0..tensors.len())
+            .map(|t| {
+                (0..tensors[t].shape.len())
+                    .map(|ax| self.axis_root(t, ax))
+                    .collect()
+            })
+            .collect();
+        let mut below = Vec::new();
         for st in strata {
             if st.equations.is_empty() {
                 continue;
@@ -45,7 +54,18 @@ impl Ctx<'_> {
                     for (v, r) in ranges.iter().enumerate() {
                         eq.vars[v].range = *r;
                     }
-                    changed |= grow_lhs(eq, tensors, &symbolic, &ranges, &mut errors);
+                    let target = Target {
+                        symbolic: &symbolic,
+                        by_value: &by_value,
+                        roots: &roots,
+                        below: &mut below,
+                    };
+                    changed |= grow_lhs(eq, tensors, target, &ranges, &mut errors);
+                }
+                if !below.is_empty() {
+                    // Checked again with lower offsets (`offsets.rs`).
+                    self.below_offsets = below;
+                    return eqs.into_iter().map(|(e, _)| e).collect();
                 }
                 if !changed {
                     self.diags.extend(errors);
@@ -527,15 +547,29 @@ fn bounds(
     Some((lo, hi))
 }
 
+/// What [`grow_lhs`] knows of the tensors it writes.
+struct Target<'a> {
+    /// Whether each domain is symbolic.
+    symbolic: &'a [bool],
+    /// Whether each tensor's integer axes are indexed by value (`offsets.rs`).
+    by_value: &'a [bool],
+    /// Each axis's union-find root, which identifies its integer domain.
+    roots: &'a [Vec<usize>],
+    /// Domains written below their offset, and by how much.
+    below: &'a mut Vec<(usize, i64)>,
+}
+
 /// Grows the target's integer extents to hold every index written; reports writes outside a
-/// declared extent. Returns whether anything grew.
+/// declared extent, and notes writes below a value-indexed axis's first position. Returns
+/// whether anything grew.
 fn grow_lhs(
     eq: &Equation,
     tensors: &mut [TensorInfo],
-    symbolic: &[bool],
+    target: Target,
     ranges: &[usize],
     errors: &mut Vec<Diagnostic>,
 ) -> bool {
+    let symbolic = target.symbolic;
     let t = eq.target;
     let r: Vec<Option<usize>> = ranges.iter().map(|&x| Some(x)).collect();
     // Guards such as `y > 0` keep a write `y - 1` off negative positions.
@@ -548,6 +582,12 @@ fn grow_lhs(
         let Some((lo, hi)) = bounds(f, &r, &low, None) else {
             continue;
         };
+        if lo < 0 && target.by_value[t] {
+            if let Some(&root) = target.roots[t].get(ax) {
+                target.below.push((root, lo.saturating_neg()));
+            }
+            continue;
+        }
         if lo < 0 {
             errors.push(Diagnostic::error(
                 codes::OUT_OF_DOMAIN,

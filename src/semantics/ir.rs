@@ -83,6 +83,9 @@ pub struct TensorInfo {
     pub domains: Vec<DomainId>,
     /// Final extent of each axis.
     pub shape: Vec<usize>,
+    /// The value at position 0 of each axis: 0, or the most negative value of an integer
+    /// column (§8); a position plus its offset is the value printed and written.
+    pub offsets: Vec<i64>,
     /// Accumulation family of its equations.
     pub family: Family,
     /// Whether only defined elements exist (element facts, `max=`/`min=`, valued files).

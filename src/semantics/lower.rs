@@ -19,6 +19,8 @@ pub(super) struct EqMeta {
     pub fixed_ranges: HashMap<VarId, usize>,
     /// Head span (for safety messages).
     pub head_span: Span,
+    /// The statement, whose variables' domains are known by name.
+    pub stmt: usize,
 }
 
 /// The name of the anonymous variable: each occurrence is a variable of its own.
@@ -125,6 +127,7 @@ impl Ctx<'_> {
             ids: HashMap::new(),
             meta: EqMeta {
                 head_span: lhs.span,
+                stmt,
                 ..EqMeta::default()
             },
             lhs_vars: Vec::new(),
@@ -485,7 +488,11 @@ impl Builder<'_, '_> {
                 self.read(a, negated)
             }
             Expr::Call { func, args, span } => self.call(func, args, *span, negated),
-            Expr::Neg(x, _) => Node::Neg(Box::new(self.expr(x, negated))),
+            // `-3` is the constant -3, so that guards such as `x > -3` bound ranges.
+            Expr::Neg(x, _) => match self.expr(x, negated) {
+                Node::Const(c) => Node::Const(-c),
+                inner => Node::Neg(Box::new(inner)),
+            },
             Expr::Not(x, _) => {
                 let before = self.vars.len();
                 let operand = self.expr(x, true);

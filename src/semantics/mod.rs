@@ -11,6 +11,7 @@ mod interval;
 pub mod ir;
 mod lower;
 mod names;
+mod offsets;
 mod params;
 mod query;
 mod strata;
@@ -113,24 +114,90 @@ pub fn check(input: &CheckInput) -> Result<Checked, Diagnostics> {
         }
         None => input,
     };
+    let mut found = offsets::Offsets::default();
+    let mut files = HashMap::new();
+    for _ in 0..MAX_OFFSET_CHECKS {
+        match check_once(input, &found, &mut files) {
+            Attempt::Done(result) => return result,
+            Attempt::Lower(below) => {
+                for (d, by) in below {
+                    found.lower(d, by);
+                }
+            }
+        }
+    }
+    Err(Diagnostic::global(
+        crate::diagnostics::codes::UNBOUNDED_GROWTH,
+        format!("the values of an integer column keep falling after {MAX_OFFSET_CHECKS} checks"),
+    )
+    .with_note("bound the recursion that counts down with a guard (`x > -100`)")
+    .into())
+}
+
+/// How many times a program is checked again with lower offsets (each at least doubles
+/// how far below 0 a domain reaches, so 2⁶² is reached first).
+const MAX_OFFSET_CHECKS: usize = 64;
+
+/// The outcome of one check of a program.
+enum Attempt {
+    /// Checked, or its errors.
+    Done(Result<Checked, Diagnostics>),
+    /// Equations write below these domains' offsets, by these amounts: check again.
+    Lower(Vec<(usize, i64)>),
+}
+
+/// Files read by the first check, for the next ones.
+type Files = HashMap<PathBuf, Result<std::sync::Arc<RawData>, String>>;
+
+fn check_once(input: &CheckInput, found: &offsets::Offsets, files: &mut Files) -> Attempt {
+    match check_with(input, found, files) {
+        Ok(checked) => Attempt::Done(Ok(checked)),
+        Err(Retry::Lower(below)) => Attempt::Lower(below),
+        Err(Retry::Failed(d)) => Attempt::Done(Err(d)),
+    }
+}
+
+/// Why [`check_with`] did not return a program.
+enum Retry {
+    Lower(Vec<(usize, i64)>),
+    Failed(Diagnostics),
+}
+
+impl From<Diagnostics> for Retry {
+    fn from(d: Diagnostics) -> Retry {
+        Retry::Failed(d)
+    }
+}
+
+fn check_with(
+    input: &CheckInput,
+    found: &offsets::Offsets,
+    files: &mut Files,
+) -> Result<Checked, Retry> {
     let mut ctx = Ctx::new(input);
     ctx.collect_scalars();
     ctx.collect_definitions();
     ctx.collect_reads();
     ctx.check_kinds();
-    ctx.load_files();
+    ctx.load_files(files);
     ctx.build_domains();
     ctx.intern();
+    ctx.find_offsets(found);
     ctx.data_extents();
-    let equations = ctx.lower_all();
+    let mut equations = ctx.lower_all();
     let kinds = ctx.infer_kinds(&equations);
     let families = ctx.families(&equations);
     ctx.bail()?;
     let strata = ctx.stratify(&equations);
     ctx.check_safety(&equations);
     ctx.bail()?;
+    ctx.shift_equations(&mut equations);
     let mut tensors = ctx.tensor_infos(&kinds, &families, &equations);
+    ctx.check_dense_offsets(&tensors, &equations);
     let equations = ctx.infer_extents(&mut tensors, equations, &strata);
+    if !ctx.below_offsets.is_empty() {
+        return Err(Retry::Lower(std::mem::take(&mut ctx.below_offsets)));
+    }
     ctx.bail()?;
     let mut data = ctx.materialise_data(&tensors);
     let mut has_equations = vec![false; tensors.len()];
@@ -227,7 +294,7 @@ impl Draft {
 #[derive(Clone, Debug)]
 pub(crate) struct Source {
     tensor: usize,
-    raw: RawData,
+    raw: std::sync::Arc<RawData>,
     span: Span,
     file: String,
 }
@@ -251,6 +318,11 @@ pub(crate) struct Ctx<'a> {
     data_shape: Vec<Vec<usize>>,
     placements: Vec<domains::Pending>,
     declared_symbols: HashMap<DomainId, usize>,
+    offsets: offsets::Offsets,
+    /// Roots whose offset data gives (not only an equation's writes).
+    data_offsets: std::collections::HashSet<usize>,
+    /// Integer domains (by root) whose offset an equation wrote below, and by how much.
+    below_offsets: Vec<(usize, i64)>,
 }
 
 impl<'a> Ctx<'a> {
@@ -273,6 +345,9 @@ impl<'a> Ctx<'a> {
             data_shape: Vec::new(),
             placements: Vec::new(),
             declared_symbols: HashMap::new(),
+            offsets: offsets::Offsets::default(),
+            data_offsets: Default::default(),
+            below_offsets: Vec::new(),
         }
     }
 
@@ -407,10 +482,17 @@ pub(crate) mod tests {
         assert_eq!(error_codes(guarded), Vec::<&str>::new());
         let c = checked(guarded);
         assert_eq!(c.tensors[c.tensor_id("P").unwrap()].shape, vec![2, 2]);
-        let unguarded = guarded.replace(", y > 0", "");
+        let unguarded = checked(&guarded.replace(", y > 0", ""));
+        let p = &unguarded.tensors[unguarded.tensor_id("P").unwrap()];
         assert_eq!(
-            error_codes(&unguarded),
-            vec![crate::diagnostics::codes::OUT_OF_DOMAIN]
+            (p.offsets.clone(), p.shape.clone()),
+            (vec![0, -1], vec![2, 3]),
+            "a relation's column holds the value -1"
+        );
+        assert_eq!(
+            error_codes("W = [1, 2]\nY[i - 1] = W[i]\n"),
+            vec![crate::diagnostics::codes::OUT_OF_DOMAIN],
+            "a dense real tensor still counts from 0"
         );
     }
 

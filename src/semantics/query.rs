@@ -72,7 +72,9 @@ fn resolve(
                 Some(p) => QueryIndex::Fixed(p),
                 None => QueryIndex::Missing,
             };
-            let position = |p: i64| {
+            let offset = info.offsets.get(ax).copied().unwrap_or(0);
+            let position = |v: i64| {
+                let p = v.saturating_sub(offset);
                 if p >= 0 && (p as usize) < info.shape[ax] {
                     QueryIndex::Fixed(p as usize)
                 } else {
@@ -97,6 +99,16 @@ fn resolve(
                 }
                 Index::Str(s, _) => symbol(s),
                 Index::Int(p, _) if !dom.symbolic => position(*p),
+                Index::Arith(..) if !dom.symbolic => match constant(idx) {
+                    Some(v) => position(v),
+                    None => {
+                        return Err(Diagnostic::error(
+                            codes::QUERY,
+                            idx.span(),
+                            "a query index must be a variable, an integer or a symbol",
+                        ))
+                    }
+                },
                 other => {
                     return Err(Diagnostic::error(
                         codes::QUERY,
@@ -178,5 +190,19 @@ impl Ctx<'_> {
             }
         }
         out
+    }
+}
+
+/// The value of a constant written with arithmetic (`-3`).
+fn constant(i: &Index) -> Option<i64> {
+    match i {
+        Index::Int(v, _) => Some(*v),
+        Index::Arith(a, op, b, _) => super::IndexFn::Arith(
+            Box::new(super::IndexFn::Const(constant(a)?)),
+            *op,
+            Box::new(super::IndexFn::Const(constant(b)?)),
+        )
+        .eval(&[]),
+        _ => None,
     }
 }

@@ -38,7 +38,7 @@ impl Ctx<'_> {
                     self.sources
                         .iter()
                         .filter(|s| s.tensor == t)
-                        .any(|s| match &s.raw {
+                        .any(|s| match &*s.raw {
                             RawData::Dense { elem, .. } => !elem.is_integral(),
                             RawData::Table(_) => true,
                             RawData::Words(_) => false,
@@ -228,7 +228,7 @@ impl Ctx<'_> {
         }
         let mut dense_sources = vec![false; self.tensors.len()];
         for s in self.sources.iter() {
-            if matches!(s.raw, RawData::Dense { .. }) {
+            if matches!(*s.raw, RawData::Dense { .. }) {
                 dense_sources[s.tensor] = true;
             }
         }
@@ -257,6 +257,7 @@ impl Ctx<'_> {
                     elem,
                     domains: (0..d.rank()).map(|ax| self.axis_domain(t, ax)).collect(),
                     shape: self.data_shape[t].clone(),
+                    offsets: (0..d.rank()).map(|ax| self.axis_offset(t, ax)).collect(),
                     family: families[t],
                     sparse_values,
                     span: d.span,
