@@ -6,7 +6,7 @@
 //! or slow. It prints the plan `plan::plan` makes, which is the one evaluation follows.
 
 use crate::output::label;
-use crate::plan::datalog::{join_order, variable_order, Atom, JoinStep, Rule, Term};
+use crate::plan::datalog::{join_order, variable_order, Atom, JoinStep, LetValue, Rule, Term};
 use crate::plan::einsum::{Contraction, Expr, Path};
 use crate::plan::nest::{Level, Position, Scope, Value};
 use crate::plan::{Kernel, Plan};
@@ -421,12 +421,19 @@ fn rule_plan(out: &mut String, p: &Checked, st: &Stratum, r: &Rule, source: &str
 /// negated atoms and value comparisons.
 fn afterwards(out: &mut String, p: &Checked, r: &Rule, eq: &Equation) {
     for l in &r.lets {
-        let _ = writeln!(
-            out,
-            "    then: head position {} computed (outside 0..{} derives nothing)",
-            index_text(&l.value, eq),
-            l.extent
-        );
+        let _ = match &l.value {
+            LetValue::Index(f) => writeln!(
+                out,
+                "    then: head position {} computed (outside 0..{} derives nothing)",
+                index_text(f, eq),
+                l.extent
+            ),
+            LetValue::Computed { .. } => writeln!(
+                out,
+                "    then: `{}` bound to its computed value (outside 0..{} derives nothing)",
+                eq.vars[l.var].name, l.extent
+            ),
+        };
     }
     for a in &r.negated {
         let _ = writeln!(out, "    then: not {} (a lookup)", atom(p, a, eq));

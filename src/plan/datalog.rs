@@ -86,16 +86,32 @@ pub struct Rule {
     pub cyclic: bool,
 }
 
-/// A variable bound to index arithmetic over the variables the atoms bind; an assignment
-/// where it leaves `0..extent` derives nothing (a write outside the tensor).
+/// A variable bound to a position computed from the variables the atoms bind; an
+/// assignment where it leaves `0..extent` derives nothing (a write outside the tensor).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Let {
     /// The variable bound.
     pub var: VarId,
-    /// Its value.
-    pub value: IndexFn,
-    /// The extent of the head axis it indexes.
+    /// Its position.
+    pub value: LetValue,
+    /// The extent of the axis it indexes.
     pub extent: usize,
+}
+
+/// How a [`Let`]'s position is computed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LetValue {
+    /// Head arithmetic (`Nat(n + 1) :- Nat(n)`): a variable of its own.
+    Index(IndexFn),
+    /// A value read from tensors of lower strata (`Deg(x, n) :- Node(x), n = Kids[x]`):
+    /// the equation's own variable, at the value minus `shift` (its domain's offset), where
+    /// the value is an integer.
+    Computed {
+        /// The value, compiled as the loop nests' value checks are.
+        value: Value,
+        /// Subtracted from the value to give the position.
+        shift: i64,
+    },
 }
 
 impl Rule {
@@ -526,7 +542,7 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
                 let var = eq.vars.len() + lets.len();
                 lets.push(Let {
                     var,
-                    value: f.clone(),
+                    value: LetValue::Index(f.clone()),
                     extent,
                 });
                 Term::Var(var)
@@ -554,6 +570,17 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
         equation: e,
         cyclic: false,
     };
+    let mut in_atoms = vec![false; eq.vars.len()];
+    for lit in &literals {
+        if let Node::Read { index, .. } = strip(lit) {
+            for f in index {
+                if let IndexFn::Var(v) = f {
+                    in_atoms[*v] = true;
+                }
+            }
+        }
+    }
+    let mut computed = Vec::new();
     let mut checked_vars = Vec::new();
     for lit in literals {
         let sums_here = matches!(lit, Node::Sum { vars, .. } if !vars.is_empty());
@@ -579,6 +606,16 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
             },
             Node::Compare(op, a, b) if !sums_here => match filter(op, a, b) {
                 Some(f) => rule.filters.push(f),
+                None if *op == CmpOp::Eq && binding(p, e, (a, b), &in_atoms, own).is_some() => {
+                    let (var, value, shift) = binding(p, e, (a, b), &in_atoms, own)?;
+                    value_vars(a, b, var, &mut checked_vars);
+                    computed.push(Let {
+                        var,
+                        value: LetValue::Computed { value, shift },
+                        extent: eq.vars[var].range,
+                    });
+                    in_atoms[var] = true;
+                }
                 None => {
                     rule.checks.push(nest::check(p, e, plain, own)?);
                     plain.mentioned_vars(&mut checked_vars);
@@ -587,6 +624,8 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
             _ => return None,
         }
     }
+    computed.append(&mut rule.lets);
+    rule.lets = computed;
     let mut positive = vec![false; rule.vars];
     for a in &rule.atoms {
         for t in &a.terms {
@@ -597,7 +636,9 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
     }
     let mut let_vars = Vec::new();
     for l in &rule.lets {
-        l.value.vars(&mut let_vars);
+        if let LetValue::Index(f) = &l.value {
+            f.vars(&mut let_vars);
+        }
         positive[l.var] = true;
     }
     let bound = |t: &Term| !matches!(t, Term::Var(v) if !positive[*v]);
@@ -613,6 +654,43 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
         && checked_vars.iter().all(|&v| positive[v])
         && let_vars.iter().all(|&v| positive[v] && v < eq.vars.len());
     safe.then(|| rule.planned())
+}
+
+/// `(v, value, shift)` when an equality `v + shift == value` (either way round) binds a
+/// variable `v` that no atom binds to a value read from lower strata, which mentions only
+/// variables atoms bind.
+fn binding(
+    p: &Checked,
+    e: usize,
+    (a, b): (&Node, &Node),
+    in_atoms: &[bool],
+    own: &[TensorId],
+) -> Option<(VarId, Value, i64)> {
+    let shifted = |n: &Node| match n.inside_empty_sums() {
+        Node::Var(v) => Some((*v, 0)),
+        Node::Binary(BinOp::Add, x, k) => match (x.inside_empty_sums(), k.inside_empty_sums()) {
+            (Node::Var(v), Node::Const(k)) if k.fract() == 0.0 => Some((*v, *k as i64)),
+            _ => None,
+        },
+        _ => None,
+    };
+    [(a, b), (b, a)].into_iter().find_map(|(var, value)| {
+        let (v, shift) = shifted(var)?;
+        let mut mentioned = Vec::new();
+        value.mentioned_vars(&mut mentioned);
+        if in_atoms.get(v).copied().unwrap_or(true) || !mentioned.iter().all(|&u| in_atoms[u]) {
+            return None;
+        }
+        Some((v, nest::computed(p, e, value, own)?, shift))
+    })
+}
+
+/// Adds the variables of the value side of a binding `a == b` of `var`.
+fn value_vars(a: &Node, b: &Node, var: VarId, out: &mut Vec<VarId>) {
+    let mut all = Vec::new();
+    a.mentioned_vars(&mut all);
+    b.mentioned_vars(&mut all);
+    out.extend(all.into_iter().filter(|&u| u != var));
 }
 
 /// The node inside summation points (their summed variables become join variables).

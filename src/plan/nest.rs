@@ -235,6 +235,18 @@ pub(super) fn plan_bound(
 /// 0, or nothing where a read leaves its tensor (the assignment is then not counted, as a
 /// sum drops nothing-points).
 pub fn check(p: &Checked, e: usize, n: &Node, own: &[TensorId]) -> Option<Value> {
+    let compares = match n {
+        Node::Compare(..) => true,
+        Node::Not(x) => matches!(x.inside_empty_sums(), Node::Compare(..)),
+        _ => false,
+    };
+    compares.then(|| computed(p, e, n, own))?
+}
+
+/// A value of equation `e` computed from the variables of one assignment and tensors of
+/// lower strata (not `own`), as [`check`] compiles a comparison: a value binding's value
+/// (`n = Kids[x]`). `None` where it reads the stratum's own tensors.
+pub fn computed(p: &Checked, e: usize, n: &Node, own: &[TensorId]) -> Option<Value> {
     fn simple(n: &Node, own: &[TensorId]) -> bool {
         match n {
             Node::Read { tensor, slice, .. } => !slice && !own.contains(tensor),
@@ -243,12 +255,7 @@ pub fn check(p: &Checked, e: usize, n: &Node, own: &[TensorId]) -> Option<Value>
             _ => n.children().into_iter().all(|c| simple(c, own)),
         }
     }
-    let compares = match n {
-        Node::Compare(..) => true,
-        Node::Not(x) => matches!(x.inside_empty_sums(), Node::Compare(..)),
-        _ => false,
-    };
-    if !compares || !simple(n, own) {
+    if !simple(n, own) {
         return None;
     }
     let eq = &p.equations[e];

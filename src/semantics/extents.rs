@@ -2,6 +2,7 @@
 //! stratum order; a recursive component is iterated until its extents stop growing.
 
 use super::lower::{EqMeta, Lowered};
+use super::values::{bound_by_value, value_bounds, Bounds};
 use super::{Ctx, Equation, IndexFn, Kind, Node, Stratum, TensorInfo, VarId};
 use crate::diagnostics::{codes, Diagnostic};
 use crate::syntax::ast::BinOp;
@@ -34,6 +35,7 @@ impl Ctx<'_> {
             })
             .collect();
         let mut below = Vec::new();
+        let mut bounds: Vec<Bounds> = (0..tensors.len()).map(|t| self.data_bounds(t)).collect();
         for st in strata {
             if st.equations.is_empty() {
                 continue;
@@ -47,6 +49,7 @@ impl Ctx<'_> {
                     symbolic: &symbolic,
                     current: &st.tensors,
                     widen: iter > WIDEN_AFTER,
+                    bounds: &bounds,
                 };
                 for &i in &st.equations {
                     let (eq, meta) = &mut eqs[i];
@@ -69,6 +72,8 @@ impl Ctx<'_> {
                 }
                 if !changed {
                     self.diags.extend(errors);
+                    let settled: Vec<&Equation> = st.equations.iter().map(|&i| &eqs[i].0).collect();
+                    value_bounds(st, &settled, tensors, &mut bounds);
                     break;
                 }
                 if iter >= max_iters {
@@ -100,6 +105,8 @@ struct Scope<'a> {
     /// reads bound takes the range those allow (the component's extents are then the
     /// largest the guards allow).
     widen: bool,
+    /// Bounds on the values of each tensor of earlier strata.
+    bounds: &'a [Bounds],
 }
 
 /// A variable read bare at one axis of a tensor.
@@ -242,6 +249,15 @@ fn ranges(
                 (r, _) => r,
             },
         };
+    }
+    for v in 0..n {
+        if range[v].is_none() {
+            if let Some(r) = bound_by_value(eq, v, &range, scope.bounds, errors) {
+                // Its guards bound it too (`n = Out[x] + m, n < 20`).
+                let guarded = upper_bound(eq, v, &arith, tensors);
+                range[v] = Some(guarded.map_or(r, |b| b.min(r)));
+            }
+        }
     }
     let mut cs = Vec::new();
     concats(&eq.rhs, &mut cs);
@@ -694,3 +710,4 @@ mod tests {
         );
     }
 }
+

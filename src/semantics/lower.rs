@@ -21,6 +21,9 @@ pub(super) struct EqMeta {
     pub head_span: Span,
     /// The statement, whose variables' domains are known by name.
     pub stmt: usize,
+    /// Equalities `v == e` outside `not`, with the variables `e` mentions: `v` takes the
+    /// value of `e` (`n = Kids[x]`), so it is safe once they are.
+    pub equalities: Vec<(VarId, Vec<VarId>)>,
 }
 
 /// The name of the anonymous variable: each occurrence is a variable of its own.
@@ -566,10 +569,18 @@ impl Builder<'_, '_> {
             ));
         }
         if op == CmpOp::Eq && !negated {
-            if let (Node::Var(v), Node::Const(_)) | (Node::Const(_), Node::Var(v)) =
-                (unwrap_sum(&left), unwrap_sum(&right))
-            {
-                self.positive(*v);
+            match (unwrap_sum(&left), unwrap_sum(&right)) {
+                (Node::Var(v), Node::Const(_)) | (Node::Const(_), Node::Var(v)) => {
+                    self.positive(*v)
+                }
+                (Node::Var(v), other) | (other, Node::Var(v)) => {
+                    let mut mentioned = Vec::new();
+                    other.mentioned_vars(&mut mentioned);
+                    if !mentioned.contains(v) {
+                        self.meta.equalities.push((*v, mentioned));
+                    }
+                }
+                _ => {}
             }
         }
         Node::Compare(op, Box::new(left), Box::new(right))

@@ -15,6 +15,7 @@ mod offsets;
 mod params;
 mod query;
 mod strata;
+mod values;
 
 use crate::diagnostics::{Diagnostic, Diagnostics, Span};
 use crate::io::RawData;

@@ -197,8 +197,21 @@ impl Ctx<'_> {
             if !eq.bool_head {
                 continue;
             }
+            let mut safe = meta.bound_positively.clone();
+            safe.resize(eq.vars.len(), false);
+            // A variable equal to a value of safe variables is safe (`n = Kids[x]`).
+            let mut grew = true;
+            while grew {
+                grew = false;
+                for (v, deps) in &meta.equalities {
+                    if !safe[*v] && deps.iter().all(|&d| safe.get(d).copied().unwrap_or(false)) {
+                        safe[*v] = true;
+                        grew = true;
+                    }
+                }
+            }
             for &v in &eq.loop_vars {
-                if !meta.bound_positively.get(v).copied().unwrap_or(false) {
+                if !safe[v] {
                     self.diags.push(
                         Diagnostic::error(
                             codes::UNSAFE,
@@ -207,7 +220,7 @@ impl Ctx<'_> {
                         )
                         .with_label("not bound by a positive body atom")
                         .with_secondary(meta.head_span, "in this head")
-                        .with_note("every head variable must occur in a positive body atom or be compared `==` with a constant"),
+                        .with_note("every head variable must occur in a positive body atom, be compared `==` with a constant, or be bound to a value with `=`"),
                     );
                 }
             }

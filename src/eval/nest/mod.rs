@@ -696,6 +696,18 @@ impl Checker<'_> {
             .iter()
             .all(|c| matches!(cx.eval(c, point, &mut []), Some(x) if x != 0.0))
     }
+
+    /// A computed value at a point (an assignment of the equation's variables); `None`
+    /// where it is nothing.
+    pub(in crate::eval) fn value_at(&self, value: &Value, point: &mut [i64]) -> Option<f64> {
+        let cx = Cx {
+            values: self.values,
+            o: self.o,
+            indexes: &NO_INDEXES,
+            slice: None,
+        };
+        cx.eval(value, point, &mut [])
+    }
 }
 
 /// For each scan whose key is not a prefix of the tuple, its tuples sorted by the key's

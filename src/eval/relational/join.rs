@@ -4,7 +4,7 @@
 use super::store::{row, Store};
 use crate::eval::nest::Checker;
 use crate::eval::stop::Ticker;
-use crate::plan::datalog::{join_order, Absent, Atom, Filter, Operand, Rule, Term};
+use crate::plan::datalog::{join_order, Absent, Atom, Filter, LetValue, Operand, Rule, Term};
 use crate::semantics::TensorId;
 use rustc_hash::FxHashMap as HashMap;
 
@@ -194,7 +194,7 @@ pub(super) fn admits(
     checker: &Checker,
     env: &mut [u32],
 ) -> bool {
-    if !rule.lets.is_empty() && !bind_lets(rule, env) {
+    if !rule.lets.is_empty() && !bind_lets(rule, checker, env) {
         return false;
     }
     let env = &*env;
@@ -229,8 +229,9 @@ fn with_values<R>(terms: &[Term], env: &[u32], f: impl FnOnce(&[u32]) -> R) -> R
     ))
 }
 
-/// Binds each computed head position; `false` when one leaves its axis.
-fn bind_lets(rule: &Rule, env: &mut [u32]) -> bool {
+/// Binds each computed position, in order (a head position may use a bound value); `false`
+/// when one leaves its axis, or a value is nothing or not an integer.
+fn bind_lets(rule: &Rule, checker: &Checker, env: &mut [u32]) -> bool {
     let mut stack = [0i64; 16];
     let mut heap = Vec::new();
     let point: &mut [i64] = if rule.vars <= stack.len() {
@@ -243,8 +244,18 @@ fn bind_lets(rule: &Rule, env: &mut [u32]) -> bool {
         *p = i64::from(v);
     }
     for l in &rule.lets {
-        match l.value.eval(point) {
-            Some(i) if i >= 0 && (i as u64) < l.extent as u64 => env[l.var] = i as u32,
+        let position = match &l.value {
+            LetValue::Index(f) => f.eval(point),
+            LetValue::Computed { value, shift } => checker
+                .value_at(value, point)
+                .filter(|x| x.fract() == 0.0 && x.abs() < 9.0e15)
+                .and_then(|x| (x as i64).checked_sub(*shift)),
+        };
+        match position {
+            Some(i) if i >= 0 && (i as u64) < l.extent as u64 => {
+                env[l.var] = i as u32;
+                point[l.var] = i;
+            }
             _ => return false,
         }
     }

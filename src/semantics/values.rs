@@ -1,0 +1,235 @@
+//! Bounds on the values tensors hold, so that a variable bound to a value (`Deg(x, n) :-
+//! Node(x), n = Kids[x]`) gets a range (§8): a count over relations is at most the number
+//! of points it sums, data holds what it holds, a Boolean is 0 or 1. Unknown where an
+//! equation is real-valued in ways no interval follows (`exp`, division) or recursive.
+
+use super::{Equation, Family, IndexFn, Kind, Node, Stratum, TensorInfo, VarId};
+use crate::diagnostics::{codes, Diagnostic};
+use crate::syntax::ast::BinOp;
+
+/// A closed interval of values, or `None` where nothing bounds them.
+pub(crate) type Bounds = Option<(f64, f64)>;
+
+/// The interval of a right-hand side `n` when each variable `v` lies in `0..range(v)` (a
+/// position; its value adds `offset(v)`) and each tensor's values in `tensor(t)`.
+pub(crate) fn node_bounds(
+    n: &Node,
+    range: &dyn Fn(VarId) -> Option<(usize, i64)>,
+    tensor: &dyn Fn(usize) -> Bounds,
+) -> Bounds {
+    let hull = |xs: [f64; 4]| {
+        let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (lo.is_finite() && hi.is_finite()).then_some((lo, hi))
+    };
+    match n {
+        Node::Const(c) => Some((*c, *c)),
+        Node::Var(v) => {
+            let (r, offset) = range(*v)?;
+            let last = r.checked_sub(1)? as f64;
+            Some((offset as f64, last + offset as f64))
+        }
+        Node::Read { tensor: t, .. } => tensor(*t),
+        Node::Sum { vars, body } => {
+            let (lo, hi) = node_bounds(body, range, tensor)?;
+            let points = vars
+                .iter()
+                .try_fold(1f64, |acc, v| Some(acc * range(*v)?.0 as f64))?;
+            match vars.is_empty() {
+                true => Some((lo, hi)),
+                false => Some((lo.min(0.0) * points, hi.max(0.0) * points)),
+            }
+        }
+        Node::Product(fs) => fs.iter().try_fold(Some((1.0, 1.0)), |acc, (div, f)| {
+            let (a, b) = (acc?, node_bounds(f, range, tensor)?);
+            if *div {
+                return None;
+            }
+            Some(hull([a.0 * b.0, a.0 * b.1, a.1 * b.0, a.1 * b.1]))
+        })?,
+        Node::Neg(x) => node_bounds(x, range, tensor).map(|(lo, hi)| (-hi, -lo)),
+        Node::Not(_) | Node::Compare(..) => Some((0.0, 1.0)),
+        Node::Binary(op, a, b) => {
+            let (a, b) = (
+                node_bounds(a, range, tensor)?,
+                node_bounds(b, range, tensor)?,
+            );
+            match op {
+                BinOp::Add => Some((a.0 + b.0, a.1 + b.1)),
+                BinOp::Sub => Some((a.0 - b.1, a.1 - b.0)),
+                BinOp::Rem => {
+                    let m = b.0.abs().max(b.1.abs());
+                    Some((a.0.min(0.0).max(-m), a.1.max(0.0).min(m)))
+                }
+                BinOp::Pow | BinOp::Quot => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Joins what one more equation contributes to a tensor's bounds: equations of one tensor
+/// are added (§7), or combined by their `max=`/`min=`.
+pub(crate) fn combine(info: &TensorInfo, so_far: Bounds, more: Bounds) -> Bounds {
+    let ((a0, a1), (b0, b1)) = (so_far?, more?);
+    match info.family {
+        Family::Sum => Some((a0 + b0, a1 + b1)),
+        _ => Some((a0.min(b0), a1.max(b1))),
+    }
+}
+
+/// What a tensor holds before its equations: a Boolean is 0 or 1 whatever its data.
+pub(crate) fn start(info: &TensorInfo, data: Bounds) -> Bounds {
+    match info.kind {
+        Kind::Bool => Some((0.0, 1.0)),
+        _ => data,
+    }
+}
+
+impl super::Ctx<'_> {
+    /// The values data gives tensor `t` (literals, scalars, element facts, files): `(0, 0)`
+    /// without any, as its elements are then 0 (§4).
+    pub(super) fn data_bounds(&self, t: usize) -> Bounds {
+        use crate::io::RawData;
+        use crate::syntax::ast::StmtKind;
+        let mut lo = 0f64;
+        let mut hi = 0f64;
+        let mut see = |v: f64| {
+            lo = lo.min(v);
+            hi = hi.max(v);
+        };
+        let d = &self.tensors[t];
+        for &si in d.sources.iter().chain(&d.elements) {
+            match &self.program.statements[si].kind {
+                StmtKind::Literal { value, .. } => value.values.iter().for_each(|&v| see(v)),
+                StmtKind::Scalar { value, .. } => see(*value),
+                StmtKind::Equation { rhs, .. } => see(super::names::element_value(rhs)?),
+                _ => {}
+            }
+        }
+        if !d.facts.is_empty() {
+            see(1.0);
+        }
+        let rank = d.rank();
+        for s in self.sources.iter().filter(|s| s.tensor == t) {
+            match &*s.raw {
+                RawData::Dense { values, .. } => values.iter().for_each(|&v| see(v)),
+                RawData::Table(rows) => {
+                    for r in rows.rows() {
+                        match r.len() > rank {
+                            true => see(r.field(rank)?.parse::<f64>().ok()?),
+                            false => see(1.0),
+                        }
+                    }
+                }
+                RawData::Words(_) => see(1.0),
+            }
+        }
+        (lo.is_finite() && hi.is_finite()).then_some((lo, hi))
+    }
+}
+
+/// The range of a variable bound to a value (`n = Kids[x]`, §8): the positions the value
+/// can take, from the bounds of what it reads; `None` when `v` is bound so nowhere, or the
+/// value is unbounded (then it has no range, E0202).
+pub(super) fn bound_by_value(
+    eq: &Equation,
+    v: VarId,
+    range: &[Option<usize>],
+    bounds: &[Bounds],
+    errors: &mut Vec<Diagnostic>,
+) -> Option<usize> {
+    let mut found = None;
+    equalities(&eq.rhs, v, &mut |shift, value| {
+        let vars = |u: VarId| range.get(u).copied().flatten().map(|r| (r, 0));
+        let tensor = |t: usize| bounds.get(t).copied().flatten();
+        let Some((lo, hi)) = node_bounds(value, &vars, &tensor) else {
+            return;
+        };
+        let (lo, hi) = (lo.ceil() - shift as f64, hi.floor() - shift as f64);
+        if lo < 0.0 {
+            errors.push(
+                Diagnostic::error(
+                    codes::OUT_OF_DOMAIN,
+                    eq.vars[v].span,
+                    format!("`{}` may be bound to a negative value here", eq.vars[v].name),
+                )
+                .with_note("binding a variable to a computed value that may be negative is not supported yet"),
+            );
+            return;
+        }
+        if hi >= crate::tensor::MAX_EXTENT as f64 {
+            return;
+        }
+        let r = hi.max(-1.0) as usize + 1;
+        found = Some(found.map_or(r, |f: usize| f.min(r)));
+    });
+    found
+}
+
+/// Calls `f` with `(shift, value)` for each equality `v + shift == value` that multiplies
+/// the right-hand side's value, `v` not being mentioned by `value`.
+fn equalities<'n>(n: &'n Node, v: VarId, f: &mut dyn FnMut(i64, &'n Node)) {
+    use crate::syntax::ast::CmpOp;
+    match n {
+        Node::Sum { body, .. } => equalities(body, v, f),
+        Node::Product(fs) => fs
+            .iter()
+            .filter(|(div, _)| !div)
+            .for_each(|(_, x)| equalities(x, v, f)),
+        Node::Compare(CmpOp::Eq, a, b) => {
+            for (var, value) in [(a, b), (b, a)] {
+                let shift = match var.inside_empty_sums() {
+                    Node::Var(x) if *x == v => 0,
+                    Node::Binary(BinOp::Add, x, k) => {
+                        match (x.inside_empty_sums(), k.inside_empty_sums()) {
+                            (Node::Var(x), Node::Const(k)) if *x == v && k.fract() == 0.0 => {
+                                *k as i64
+                            }
+                            _ => continue,
+                        }
+                    }
+                    _ => continue,
+                };
+                let mut mentioned = Vec::new();
+                value.mentioned_vars(&mut mentioned);
+                if !mentioned.contains(&v) {
+                    f(shift, value);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The bounds of the tensors of a stratum whose extents have settled: what their data holds
+/// combined with what each equation writes. Unknown for a recursion over values (it could
+/// grow without bound) and where an equation's left-hand side sums several points into one
+/// element through arithmetic.
+pub(super) fn value_bounds(st: &Stratum, eqs: &[&Equation], tensors: &[TensorInfo], bounds: &mut [Bounds]) {
+    for &t in &st.tensors {
+        let info = &tensors[t];
+        let known = info.kind == Kind::Bool || !st.recursive;
+        let mut b = start(info, bounds[t]);
+        for eq in eqs.iter().filter(|e| e.target == t) {
+            let injective = eq
+                .lhs
+                .iter()
+                .all(|f| matches!(f, IndexFn::Var(_) | IndexFn::Const(_)));
+            let vars = |u: VarId| eq.vars.get(u).map(|x| (x.range, 0));
+            let tensor = |u: usize| bounds.get(u).copied().flatten();
+            let more = match injective {
+                true => node_bounds(&eq.rhs, &vars, &tensor),
+                false => None,
+            };
+            b = combine(info, b, more);
+        }
+        bounds[t] = if info.kind == Kind::Bool {
+            Some((0.0, 1.0))
+        } else if known {
+            b
+        } else {
+            None
+        };
+    }
+}
