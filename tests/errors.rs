@@ -114,7 +114,9 @@ fn write_outside_declared_extent() {
 
 #[test]
 fn positions_beyond_u32_are_errors_not_wrapped() {
-    has(&fails("E(0, 10000000000).\nE?\n", &[], &[]), "E0001", "1:6");
+    // The value is reported where it is written.
+    has(&fails("E(0, 10000000000).\nE?\n", &[], &[]), "E0203", "1:6");
+    has(&fails("E(0, 1e300).\nE?\n", &[], &[]), "E0001", "1:6");
     has(
         &fails("E(0, 1).\nF(x, y * 4294967295 * 2) :- E(x, y).\n", &[], &[]),
         "E0203",

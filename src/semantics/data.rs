@@ -112,6 +112,7 @@ impl Ctx<'_> {
                 .chain(&self.tensors[t].elements)
                 .copied()
                 .collect();
+            let mut too_far = None;
             for si in stmts {
                 let idx = match &program.statements[si].kind {
                     StmtKind::Fact(a) => &a.indices,
@@ -121,6 +122,9 @@ impl Ctx<'_> {
                 for (ax, i) in idx.iter().enumerate().take(rank) {
                     if let Ok(v) = self.const_position(t, ax, i) {
                         let p = v.saturating_sub(self.axis_offset(t, ax));
+                        if p >= crate::tensor::MAX_EXTENT as i64 && too_far.is_none() {
+                            too_far = Some((i.span(), v, ax));
+                        }
                         if !given[ax] && p >= 0 {
                             shape[ax] = shape[ax].max((p as usize).saturating_add(1));
                         }
@@ -205,7 +209,23 @@ impl Ctx<'_> {
                     }
                 }
             }
-            if shape.iter().any(|&n| n > crate::tensor::MAX_EXTENT) {
+            if let (Some((span, v, ax)), true) = (
+                too_far,
+                shape.iter().any(|&n| n > crate::tensor::MAX_EXTENT),
+            ) {
+                let low = self.axis_offset(t, ax);
+                self.diags.push(
+                    Diagnostic::error(
+                        codes::OUT_OF_DOMAIN,
+                        span,
+                        format!("`{v}` is too far above the smallest value of this column ({low})"),
+                    )
+                    .with_note(format!(
+                        "the values of one integer column may span at most {} consecutive integers",
+                        crate::tensor::MAX_EXTENT
+                    )),
+                );
+            } else if shape.iter().any(|&n| n > crate::tensor::MAX_EXTENT) {
                 let span = self.tensors[t].span;
                 self.diags.push(Diagnostic::error(
                     codes::OUT_OF_DOMAIN,

@@ -206,7 +206,12 @@ fn equalities<'n>(n: &'n Node, v: VarId, f: &mut dyn FnMut(i64, &'n Node)) {
 /// combined with what each equation writes. Unknown for a recursion over values (it could
 /// grow without bound) and where an equation's left-hand side sums several points into one
 /// element through arithmetic.
-pub(super) fn value_bounds(st: &Stratum, eqs: &[&Equation], tensors: &[TensorInfo], bounds: &mut [Bounds]) {
+pub(super) fn value_bounds(
+    st: &Stratum,
+    eqs: &[&Equation],
+    tensors: &[TensorInfo],
+    bounds: &mut [Bounds],
+) {
     for &t in &st.tensors {
         let info = &tensors[t];
         let known = info.kind == Kind::Bool || !st.recursive;

@@ -644,10 +644,7 @@ impl<'a> Parser<'a> {
                 Some(v) => Ok(Index::Int(v, span)),
                 None => Err(
                     Diagnostic::error(codes::SYNTAX, span, "index constant out of range")
-                        .with_note(format!(
-                            "positions go up to {}",
-                            crate::tensor::MAX_EXTENT - 1
-                        )),
+                        .with_note("integers in indices go up to 2⁵³ (9007199254740992)"),
                 ),
             },
             Some((Tok::Str(s), span)) => Ok(Index::Str(s.into(), span)),
@@ -874,9 +871,13 @@ impl<'a> Parser<'a> {
     }
 }
 
-/// An integer written in an index position, if it is a supported position.
+/// Integers up to 2⁵³ are exact in the lexer's numbers.
+const EXACT_INTEGERS: f64 = 9_007_199_254_740_992.0;
+
+/// An integer written in an index position (a position, or a value of a column), if it
+/// is exact.
 fn index_constant(n: Number) -> Option<i64> {
-    (n.is_int && n.value <= crate::tensor::MAX_EXTENT as f64).then_some(n.value as i64)
+    (n.is_int && n.value <= EXACT_INTEGERS).then_some(n.value as i64)
 }
 
 fn as_size(n: Number) -> Option<usize> {
