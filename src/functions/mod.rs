@@ -42,6 +42,16 @@ pub enum Builtin {
     Max,
     /// Smaller of two values.
     Min,
+    /// Bitwise and of two integers (§8).
+    Band,
+    /// Bitwise or of two integers.
+    Bor,
+    /// Bitwise exclusive or of two integers.
+    Bxor,
+    /// An integer shifted left.
+    Bshl,
+    /// An integer shifted right, keeping its sign.
+    Bshr,
 }
 
 /// Structural functions that look at a whole axis rather than one element (§6.4).
@@ -72,6 +82,11 @@ pub fn builtin(name: &str) -> Option<(Builtin, &'static [usize])> {
         "softplus" => (Builtin::Softplus, &[1]),
         "max" => (Builtin::Max, &[2]),
         "min" => (Builtin::Min, &[2]),
+        "band" => (Builtin::Band, &[2]),
+        "bor" => (Builtin::Bor, &[2]),
+        "bxor" => (Builtin::Bxor, &[2]),
+        "bshl" => (Builtin::Bshl, &[2]),
+        "bshr" => (Builtin::Bshr, &[2]),
         _ => return None,
     })
 }
@@ -126,8 +141,35 @@ impl Builtin {
             Builtin::Softplus => x.max(0.0) + (-x.abs()).exp().ln_1p(),
             Builtin::Max => x.max(args.get(1).copied().unwrap_or(x)),
             Builtin::Min => x.min(args.get(1).copied().unwrap_or(x)),
+            Builtin::Band | Builtin::Bor | Builtin::Bxor | Builtin::Bshl | Builtin::Bshr => {
+                let y = args.get(1).copied().unwrap_or(0.0);
+                match (integer(x), integer(y)) {
+                    (Some(a), Some(b)) => bitwise(self, a, b).map_or(f64::NAN, |v| v as f64),
+                    _ => f64::NAN,
+                }
+            }
         }
     }
+}
+
+/// `x` as an integer, when it is one that an f64 holds exactly.
+fn integer(x: f64) -> Option<i64> {
+    (x.fract() == 0.0 && x.abs() <= 9_007_199_254_740_992.0).then_some(x as i64)
+}
+
+/// The bitwise functions on i64 (two's complement, as in Soufflé); a shift by a count
+/// outside `0..64` shifts every bit out (`bshr` of a negative number gives -1). `None`
+/// for a function that is not bitwise.
+pub fn bitwise(f: Builtin, a: i64, b: i64) -> Option<i64> {
+    let shift = u32::try_from(b).ok().filter(|&s| s < 64);
+    Some(match f {
+        Builtin::Band => a & b,
+        Builtin::Bor => a | b,
+        Builtin::Bxor => a ^ b,
+        Builtin::Bshl => shift.map_or(0, |s| a.wrapping_shl(s)),
+        Builtin::Bshr => shift.map_or(if a < 0 { -1 } else { 0 }, |s| a >> s),
+        _ => return None,
+    })
 }
 
 impl Builtin {
@@ -138,7 +180,13 @@ impl Builtin {
         let x = args.first().copied().unwrap_or(0.0);
         let logistic = |z: f64| 1.0 / (1.0 + (-z).exp());
         match self {
-            Builtin::Step => 0.0,
+            // Integer functions are piecewise constant.
+            Builtin::Step
+            | Builtin::Band
+            | Builtin::Bor
+            | Builtin::Bxor
+            | Builtin::Bshl
+            | Builtin::Bshr => 0.0,
             Builtin::Sig => match args.get(1) {
                 Some(0.0) => 0.0,
                 Some(&t) => {

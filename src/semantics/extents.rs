@@ -50,10 +50,12 @@ impl Ctx<'_> {
                     current: &st.tensors,
                     widen: iter > WIDEN_AFTER,
                     bounds: &bounds,
+                    by_value: &by_value,
+                    roots: &roots,
                 };
                 for &i in &st.equations {
                     let (eq, meta) = &mut eqs[i];
-                    let ranges = ranges(eq, meta, tensors, &scope, &mut errors);
+                    let ranges = ranges(eq, meta, tensors, &scope, &mut below, &mut errors);
                     for (v, r) in ranges.iter().enumerate() {
                         eq.vars[v].range = *r;
                     }
@@ -107,6 +109,10 @@ struct Scope<'a> {
     widen: bool,
     /// Bounds on the values of each tensor of earlier strata.
     bounds: &'a [Bounds],
+    /// Whether each tensor's integer axes are indexed by value (`offsets.rs`).
+    by_value: &'a [bool],
+    /// Each axis's union-find root, which identifies its integer domain.
+    roots: &'a [Vec<usize>],
 }
 
 /// A variable read bare at one axis of a tensor.
@@ -170,6 +176,7 @@ fn ranges(
     meta: &EqMeta,
     tensors: &[TensorInfo],
     scope: &Scope,
+    below: &mut Vec<(usize, i64)>,
     errors: &mut Vec<Diagnostic>,
 ) -> Vec<usize> {
     let (symbolic, current) = (scope.symbolic, scope.current);
@@ -252,7 +259,20 @@ fn ranges(
     }
     for v in 0..n {
         if range[v].is_none() {
-            if let Some(r) = bound_by_value(eq, v, &range, scope.bounds, errors) {
+            // A head column may hold a negative value: its offset is then lowered.
+            let mut lower = |by: i64| {
+                let head = eq.lhs.iter().position(|f| *f == IndexFn::Var(v));
+                let root = head
+                    .filter(|_| scope.by_value[eq.target])
+                    .and_then(|ax| scope.roots[eq.target].get(ax));
+                root.map(|&r| below.push((r, by))).is_some()
+            };
+            // Positions of the other variables, narrowed by their guards (`x > 0`).
+            let vars = |u: VarId| {
+                let r = range.get(u).copied().flatten()?.checked_sub(1)? as f64;
+                Some((lower_bound(&eq.rhs, u) as f64, r))
+            };
+            if let Some(r) = bound_by_value(eq, v, &vars, scope.bounds, &mut lower, errors) {
                 // Its guards bound it too (`n = Out[x] + m, n < 20`).
                 let guarded = upper_bound(eq, v, &arith, tensors);
                 range[v] = Some(guarded.map_or(r, |b| b.min(r)));

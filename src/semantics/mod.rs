@@ -357,7 +357,10 @@ impl<'a> Ctx<'a> {
             Ok(())
         } else {
             let mut d = std::mem::take(&mut self.diags);
-            d.sort_by_key(|d| d.span.map(|s| s.start).unwrap_or(usize::MAX));
+            d.sort_by(|a, b| {
+                let at = |d: &Diagnostic| d.span.map(|s| s.start).unwrap_or(usize::MAX);
+                (at(a), a.code).cmp(&(at(b), b.code))
+            });
             d.dedup();
             Err(Diagnostics(d))
         }

@@ -3,18 +3,20 @@
 //! of points it sums, data holds what it holds, a Boolean is 0 or 1. Unknown where an
 //! equation is real-valued in ways no interval follows (`exp`, division) or recursive.
 
-use super::{Equation, Family, IndexFn, Kind, Node, Stratum, TensorInfo, VarId};
+use super::{Equation, Family, Func, IndexFn, Kind, Node, Stratum, TensorInfo, VarId};
 use crate::diagnostics::{codes, Diagnostic};
+use crate::functions::Builtin;
 use crate::syntax::ast::BinOp;
 
 /// A closed interval of values, or `None` where nothing bounds them.
 pub(crate) type Bounds = Option<(f64, f64)>;
 
-/// The interval of a right-hand side `n` when each variable `v` lies in `0..range(v)` (a
-/// position; its value adds `offset(v)`) and each tensor's values in `tensor(t)`.
+/// The interval of a right-hand side `n` when each variable `v`'s position lies in
+/// `range(v)` (a variable used as a value is its position; `offsets.rs` adds the offset in
+/// the expression) and each tensor's values in `tensor(t)`.
 pub(crate) fn node_bounds(
     n: &Node,
-    range: &dyn Fn(VarId) -> Option<(usize, i64)>,
+    range: &dyn Fn(VarId) -> Option<(f64, f64)>,
     tensor: &dyn Fn(usize) -> Bounds,
 ) -> Bounds {
     let hull = |xs: [f64; 4]| {
@@ -24,17 +26,14 @@ pub(crate) fn node_bounds(
     };
     match n {
         Node::Const(c) => Some((*c, *c)),
-        Node::Var(v) => {
-            let (r, offset) = range(*v)?;
-            let last = r.checked_sub(1)? as f64;
-            Some((offset as f64, last + offset as f64))
-        }
+        Node::Var(v) => range(*v),
         Node::Read { tensor: t, .. } => tensor(*t),
         Node::Sum { vars, body } => {
             let (lo, hi) = node_bounds(body, range, tensor)?;
-            let points = vars
-                .iter()
-                .try_fold(1f64, |acc, v| Some(acc * range(*v)?.0 as f64))?;
+            let points = vars.iter().try_fold(1f64, |acc, v| {
+                let (lo, hi) = range(*v)?;
+                Some(acc * (hi - lo + 1.0).max(0.0))
+            })?;
             match vars.is_empty() {
                 true => Some((lo, hi)),
                 false => Some((lo.min(0.0) * points, hi.max(0.0) * points)),
@@ -63,6 +62,56 @@ pub(crate) fn node_bounds(
                 }
                 BinOp::Pow | BinOp::Quot => None,
             }
+        }
+        Node::Call(Func::Builtin(f), args) => match args.as_slice() {
+            [a, b] => call_bounds(
+                *f,
+                node_bounds(a, range, tensor)?,
+                node_bounds(b, range, tensor)?,
+            ),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Bounds of a two-argument integer function (`min`, `max`, the bitwise ones).
+fn call_bounds(f: Builtin, a: (f64, f64), b: (f64, f64)) -> Bounds {
+    // Every integer of magnitude below `2^k` for the smallest such power above both.
+    let span = |m: f64| {
+        let p = (m.abs().max(1.0) + 1.0).log2().ceil().exp2();
+        (p.is_finite() && p < 9.0e15).then_some(p)
+    };
+    let largest = a.0.abs().max(a.1.abs()).max(b.0.abs()).max(b.1.abs());
+    let natural = a.0 >= 0.0 && b.0 >= 0.0;
+    match f {
+        Builtin::Min => Some((a.0.min(b.0), a.1.min(b.1))),
+        Builtin::Max => Some((a.0.max(b.0), a.1.max(b.1))),
+        // `a & b` with one side non-negative lies between 0 and that side.
+        Builtin::Band if natural => Some((0.0, a.1.min(b.1))),
+        Builtin::Band if a.0 >= 0.0 => Some((0.0, a.1)),
+        Builtin::Band if b.0 >= 0.0 => Some((0.0, b.1)),
+        Builtin::Band | Builtin::Bor | Builtin::Bxor => {
+            let p = span(largest)?;
+            Some(if natural {
+                (0.0, p - 1.0)
+            } else {
+                (-p, p - 1.0)
+            })
+        }
+        Builtin::Bshl | Builtin::Bshr => {
+            let (s0, s1) = (b.0.clamp(0.0, 63.0), b.1.clamp(0.0, 63.0));
+            let corners = [(a.0, s0), (a.0, s1), (a.1, s0), (a.1, s1)].map(|(x, s)| {
+                let k = s.exp2();
+                if f == Builtin::Bshl {
+                    x * k
+                } else {
+                    (x / k).floor()
+                }
+            });
+            let lo = corners.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = corners.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            (lo > -9.0e15 && hi < 9.0e15).then_some((lo, hi))
         }
         _ => None,
     }
@@ -135,26 +184,35 @@ impl super::Ctx<'_> {
 pub(super) fn bound_by_value(
     eq: &Equation,
     v: VarId,
-    range: &[Option<usize>],
+    vars: &dyn Fn(VarId) -> Option<(f64, f64)>,
     bounds: &[Bounds],
+    below: &mut dyn FnMut(i64) -> bool,
     errors: &mut Vec<Diagnostic>,
 ) -> Option<usize> {
     let mut found = None;
     equalities(&eq.rhs, v, &mut |shift, value| {
-        let vars = |u: VarId| range.get(u).copied().flatten().map(|r| (r, 0));
         let tensor = |t: usize| bounds.get(t).copied().flatten();
-        let Some((lo, hi)) = node_bounds(value, &vars, &tensor) else {
+        let Some((lo, hi)) = node_bounds(value, vars, &tensor) else {
             return;
         };
         let (lo, hi) = (lo.ceil() - shift as f64, hi.floor() - shift as f64);
+        // The column's offset is lowered and the program checked again (`offsets.rs`).
+        if lo < 0.0 && lo > -9.0e15 && below(-lo as i64) {
+            return;
+        }
         if lo < 0.0 {
             errors.push(
                 Diagnostic::error(
                     codes::OUT_OF_DOMAIN,
                     eq.vars[v].span,
-                    format!("`{}` may be bound to a negative value here", eq.vars[v].name),
+                    format!(
+                        "`{}` may be bound to a negative value here",
+                        eq.vars[v].name
+                    ),
                 )
-                .with_note("binding a variable to a computed value that may be negative is not supported yet"),
+                .with_note(
+                    "only a variable written in the head may hold a computed negative value",
+                ),
             );
             return;
         }
@@ -221,7 +279,10 @@ pub(super) fn value_bounds(
                 .lhs
                 .iter()
                 .all(|f| matches!(f, IndexFn::Var(_) | IndexFn::Const(_)));
-            let vars = |u: VarId| eq.vars.get(u).map(|x| (x.range, 0));
+            let vars = |u: VarId| {
+                let r = eq.vars.get(u)?.range;
+                Some((0.0, r.checked_sub(1)? as f64))
+            };
             let tensor = |u: usize| bounds.get(u).copied().flatten();
             let more = match injective {
                 true => node_bounds(&eq.rhs, &vars, &tensor),

@@ -56,7 +56,17 @@ struct Parser<'a> {
     end: usize,
     is_function: &'a dyn Fn(&str) -> bool,
     depth: usize,
+    /// Integer functions called in the indices of the rule being parsed (`H(band(x, 3))`),
+    /// each standing for a fresh variable the rule's body binds to the call (§8).
+    index_calls: Vec<(Name, Expr)>,
 }
+
+/// Functions that may be called in an index of a rule, on integer values.
+const INDEX_FUNCTIONS: [&str; 7] = ["band", "bor", "bxor", "bshl", "bshr", "min", "max"];
+
+/// Names of the variables standing for index calls start with `#`, which no source
+/// identifier can (it starts a comment).
+pub const CALL_VARIABLE: &str = "#call";
 
 /// Deepest nesting of brackets and prefix operators the parser accepts; deeper input is an
 /// error rather than a stack overflow.
@@ -84,6 +94,7 @@ impl<'a> Parser<'a> {
             end: source.len(),
             is_function,
             depth: 0,
+            index_calls: Vec::new(),
         }
     }
 
@@ -198,8 +209,19 @@ impl<'a> Parser<'a> {
 
     fn statement(&mut self) -> PResult<Statement> {
         let start = self.span();
+        self.index_calls.clear();
         let kind = self.statement_kind()?;
         let span = start.to(self.prev_span());
+        if let Some((_, call)) = self.index_calls.first() {
+            if !matches!(kind, StmtKind::Rule { .. }) {
+                return Err(Diagnostic::error(
+                    codes::SYNTAX,
+                    call.span(),
+                    "a function may be called in an index only in a rule",
+                )
+                .with_note("in an equation, compute the index in a rule first (`I(x, y) :- X(x), y = band(x, 3).`)"));
+            }
+        }
         self.end_statement()?;
         Ok(Statement { kind, span })
     }
@@ -232,6 +254,21 @@ impl<'a> Parser<'a> {
                 let mut body = vec![self.body_literal()?];
                 while self.eat(&Tok::Comma) {
                     body.push(self.body_literal()?);
+                }
+                for (var, call) in std::mem::take(&mut self.index_calls) {
+                    let span = call.span();
+                    let var = Expr::Access(Access {
+                        span: var.span,
+                        name: var,
+                        brackets: Brackets::None,
+                        indices: Vec::new(),
+                    });
+                    body.push(Expr::Compare(
+                        CmpOp::Eq,
+                        Box::new(var),
+                        Box::new(call),
+                        span,
+                    ));
                 }
                 Ok(StmtKind::Rule { head: lhs, body })
             }
@@ -636,6 +673,18 @@ impl<'a> Parser<'a> {
     fn iatom_inner(&mut self) -> PResult<Index> {
         let start = self.span();
         match self.bump() {
+            Some((Tok::Ident(text), _))
+                if self.peek() == Some(&Tok::LParen) && INDEX_FUNCTIONS.contains(&&*text) =>
+            {
+                self.pos -= 1;
+                let call = self.call()?;
+                let var = Name {
+                    text: format!("{CALL_VARIABLE}{}", self.index_calls.len()),
+                    span: call.span(),
+                };
+                self.index_calls.push((var.clone(), call));
+                Ok(Index::Name(var))
+            }
             Some((Tok::Ident(text), span)) => Ok(Index::Name(Name {
                 text: text.into(),
                 span,
