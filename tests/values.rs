@@ -95,9 +95,10 @@ proptest! {
             (Ok(a), Ok(b)) => (a, b),
             (a, b) => panic!("{src}\nreference: {:?}\nstandard: {:?}", a.err(), b.err()),
         };
-        for k in 0..templates.len() {
+        for (k, t) in templates.iter().enumerate() {
             let name = format!("T{k}");
-            let query = format!("{name}({})", if matches!(templates[k], Template::Negated(_) | Template::Down(..)) { "x" } else { "x, y" });
+            let unary = matches!(t, Template::Negated(_) | Template::Down(..));
+            let query = format!("{name}({})", if unary { "x" } else { "x, y" });
             prop_assert_eq!(a.query(&query).unwrap(), b.query(&query).unwrap(), "{} differs in\n{}", name, src);
         }
     }
