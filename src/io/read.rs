@@ -123,7 +123,8 @@ pub fn read_file(path: &Path, entry: &str) -> Result<RawData, String> {
         .to_ascii_lowercase();
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read `{shown}`: {e}"))?;
     match ext.as_str() {
-        "tsv" => read_delimited(&bytes, b'\t', &shown.to_string()),
+        // `.facts` is Soufflé's tab-separated input.
+        "tsv" | "facts" => read_delimited(&bytes, b'\t', &shown.to_string()),
         "csv" => read_delimited(&bytes, b',', &shown.to_string()),
         "npy" => read_npy(&bytes).map_err(|e| format!("`{shown}` is not a readable .npy file: {e}")),
         "safetensors" => read_safetensors(&bytes, entry)
@@ -135,7 +136,7 @@ pub fn read_file(path: &Path, entry: &str) -> Result<RawData, String> {
             ))
         }
         _ => Err(format!(
-            "`{shown}`: unknown file type `.{ext}` (expected .tsv, .csv, .npy, .safetensors or .txt)"
+            "`{shown}`: unknown file type `.{ext}` (expected .tsv, .facts, .csv, .npy, .safetensors or .txt)"
         )),
     }
 }

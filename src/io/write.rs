@@ -51,7 +51,7 @@ pub fn write_files(requests: &[WriteRequest]) -> Result<(), String> {
             }
         }
         let bytes = match ext.as_str() {
-            "tsv" => delimited(req, b'\t')?,
+            "tsv" | "facts" => delimited(req, b'\t')?,
             "csv" => delimited(req, b',')?,
             "npy" => npy(req.tensor)?,
             "safetensors" => {
@@ -61,7 +61,7 @@ pub fn write_files(requests: &[WriteRequest]) -> Result<(), String> {
             }
             _ => {
                 return Err(format!(
-                    "cannot write `{}`: unknown file type `.{ext}` (expected .tsv, .csv, .npy or .safetensors)",
+                    "cannot write `{}`: unknown file type `.{ext}` (expected .tsv, .facts, .csv, .npy or .safetensors)",
                     req.path.display()
                 ))
             }
