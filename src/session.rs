@@ -290,6 +290,36 @@ impl Session {
         Ok(lines)
     }
 
+    /// As [`Session::run_with`] for a caller that only wants the answers (`tl run`): when
+    /// every output of the program is a query that binds a constant backward chaining can
+    /// use (`Samegen(16384, x)?`), each is answered by [`Session::answer`], deriving only
+    /// the facts relevant to it; otherwise the whole program runs. After answering by
+    /// demand, [`Session::tensor`] reads nothing, as other tensors may be partial.
+    pub fn run_for_answers(
+        &mut self,
+        engine: &dyn Engine,
+        options: &RunOptions,
+    ) -> Result<Vec<String>, Diagnostics> {
+        self.check(&options.settings)?;
+        let checked = self.checked.as_ref().ok_or_else(not_checked)?;
+        let queries: Option<Vec<semantics::Query>> = checked
+            .outputs
+            .iter()
+            .map(|out| match out {
+                Output::Query(q) => crate::plan::demand::plan_demand(checked, q).map(|_| q.clone()),
+                Output::Write { .. } => None,
+            })
+            .collect();
+        let Some(queries) = queries.filter(|q| !q.is_empty()) else {
+            return self.run_with(engine, options);
+        };
+        let mut lines = Vec::new();
+        for q in &queries {
+            lines.extend(self.answer(engine, options, q)?);
+        }
+        Ok(lines)
+    }
+
     /// Resolves a query such as `Ancestor(Alice, x)` against the checked program, for
     /// [`Session::answer`]; diagnostics point into the query text.
     pub fn prepare_query(&self, text: &str) -> Result<semantics::Query, Diagnostics> {

@@ -535,3 +535,37 @@ fn an_anonymous_variable_in_a_negated_atom_means_no_row_matches() {
         );
     }
 }
+
+#[test]
+fn backward_chaining_through_negation_with_constants_answers_like_forward_chaining() {
+    // `not Path(y, s)` with `s` bound by the query: the negated relation is answered by its
+    // own demand for that constant (plan/demand.rs), not evaluated whole.
+    let mut x: u64 = 7;
+    let mut src = String::new();
+    for _ in 0..120 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let (a, b) = ((x >> 33) % 60, (x >> 13) % 60);
+        src.push_str(&format!("Edge({a}, {b}).\n"));
+    }
+    src.push_str(
+        "Path(x, y) :- Edge(x, y).\nPath(x, z) :- Path(x, y), Edge(y, z).\n\
+         OneWay(s, y) :- Path(s, y), not Path(y, s).\nNotBack(y) :- Path(3, y), not Path(y, 3).\n",
+    );
+    let full = run(&src, &Standard).unwrap();
+    for text in [
+        "OneWay(0, x)",
+        "OneWay(5, x)",
+        "OneWay(17, x)",
+        "NotBack(x)",
+        "OneWay(x, 4)",
+    ] {
+        let mut s = Session::new();
+        s.load_source("p.tl", &src, Path::new(".")).unwrap();
+        s.check(&Default::default()).unwrap();
+        let q = s.prepare_query(text).unwrap();
+        let backward = s.answer(&Standard, &RunOptions::default(), &q).unwrap();
+        assert_eq!(full.query(text).unwrap(), backward, "{text}");
+    }
+}

@@ -57,6 +57,13 @@ impl Engine for Standard {
                 .into_iter()
                 .collect();
             run_for(&mut state, &mut done, &full)?;
+            // Relations read only under `not` with constants: their own demand first.
+            for sub in &demand.negated {
+                let values = self.evaluate_for(p, o, sub)?;
+                if let Some(v) = values.into_iter().nth(sub.tensor) {
+                    state.values[sub.tensor] = v;
+                }
+            }
             let pool = state.pool.clone();
             if relational::evaluate_demand(
                 p,

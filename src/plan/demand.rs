@@ -12,7 +12,7 @@
 //! rewritten program free of negation through recursion.
 
 use super::datalog::{plan_stratum, Atom, Rule, Term};
-use crate::semantics::{Checked, Node, Query, QueryIndex, TensorId};
+use crate::semantics::{Checked, Node, Query, QueryIndex, TensorId, VarId};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The rewritten program for one query. New relations (adorned and magic) take ids from
@@ -30,6 +30,10 @@ pub struct DemandPlan {
     pub answer: TensorId,
     /// Original tensors the rules read as they are: they must be evaluated in full first.
     pub full: BTreeSet<TensorId>,
+    /// Relations read only under `not`, always with the same constants (`not Path(y, 0)`):
+    /// each is answered first by its own backward chaining for those constants, which
+    /// gives every tuple a lookup can ask for, instead of being evaluated in full.
+    pub negated: Vec<Query>,
 }
 
 /// Per original tensor, the tensors its equations read.
@@ -98,6 +102,22 @@ pub fn plan_demand(p: &Checked, q: &Query) -> Option<DemandPlan> {
     for r in rules_of.values().flatten() {
         r.checks.iter().for_each(|c| c.tensors(&mut checked));
     }
+    // Unless a rule reads the queried relation, its rules only ever run for the query's
+    // constants, so those stand for the head variables they bind.
+    let read_back = rules_of
+        .values()
+        .flatten()
+        .any(|r| r.atoms.iter().any(|a| a.tensor == q.tensor));
+    let seed = (!read_back).then_some(q);
+    let asked = negated_patterns(p, &rules_of, &checked, seed);
+    let by_demand: Vec<Query> = asked
+        .iter()
+        .filter_map(|(&t, pattern)| {
+            let q = negated_query(t, pattern.as_ref()?);
+            plan_demand(p, &q).map(|_| q)
+        })
+        .collect();
+    let demanded = |t: &TensorId| by_demand.iter().any(|q| q.tensor == *t);
     let negated = rules_of
         .values()
         .flatten()
@@ -105,8 +125,12 @@ pub fn plan_demand(p: &Checked, q: &Query) -> Option<DemandPlan> {
             let negated = r.negated.iter().map(|a| a.tensor);
             negated.chain(r.absent.iter().map(|a| a.tensor))
         })
+        .filter(|t| !demanded(t))
         .chain(checked);
-    let others = reach.iter().copied().filter(|t| !rules_of.contains_key(t));
+    let others = reach
+        .iter()
+        .copied()
+        .filter(|t| !rules_of.contains_key(t) && !demanded(t));
     let full = closure(p, negated.chain(others).collect::<Vec<_>>());
     rules_of.retain(|t, _| !full.contains(t));
     if !rules_of.contains_key(&q.tensor) {
@@ -139,7 +163,86 @@ pub fn plan_demand(p: &Checked, q: &Query) -> Option<DemandPlan> {
         seed: (magic, seed),
         answer,
         full: rw.full,
+        negated: by_demand,
     })
+}
+
+/// Per relation read under `not` in `rules_of`, the constants it is read with, when every
+/// negated read of it there has the same constants in the same positions, at least one,
+/// and no value check reads it (`None` otherwise: it is needed whole). A constant may be
+/// the query's own, standing for a head variable it binds (`seed`).
+fn negated_patterns(
+    p: &Checked,
+    rules_of: &BTreeMap<TensorId, Vec<Rule>>,
+    checked: &[TensorId],
+    seed: Option<&Query>,
+) -> BTreeMap<TensorId, Option<Vec<Option<u32>>>> {
+    let mut asked: BTreeMap<TensorId, Option<Vec<Option<u32>>>> = BTreeMap::new();
+    for r in rules_of.values().flatten() {
+        // Head variables the query's constants bind, in a rule of the queried relation.
+        let mut fixed: BTreeMap<VarId, u32> = BTreeMap::new();
+        if let Some(q) = seed.filter(|q| q.tensor == r.head) {
+            for (t, x) in r.head_terms.iter().zip(&q.pattern) {
+                if let (Term::Var(v), QueryIndex::Fixed(c)) = (t, x) {
+                    if let Ok(c) = u32::try_from(*c) {
+                        fixed.insert(*v, c);
+                    }
+                }
+            }
+        }
+        for a in &r.negated {
+            let pattern: Vec<Option<u32>> = a
+                .terms
+                .iter()
+                .map(|t| match t {
+                    Term::Const(c) => Some(*c),
+                    Term::Var(v) => fixed.get(v).copied(),
+                })
+                .collect();
+            let entry = asked
+                .entry(a.tensor)
+                .or_insert_with(|| Some(pattern.clone()));
+            if entry.as_ref() != Some(&pattern) {
+                *entry = None;
+            }
+        }
+        for a in &r.absent {
+            asked.insert(a.tensor, None);
+        }
+    }
+    // Positive reads are of adorned copies, which start from whatever the relation holds;
+    // a value check reads the relation itself, so it is then needed whole.
+    for (t, pattern) in asked.iter_mut() {
+        let has_constant = pattern
+            .as_ref()
+            .is_some_and(|p| p.iter().any(Option::is_some));
+        if checked.contains(t)
+            || !has_constant
+            || p.tensors[*t].kind != crate::semantics::Kind::Bool
+        {
+            *pattern = None;
+        }
+    }
+    asked
+}
+
+/// The query `t(…)` with `pattern`'s constants and a variable of its own at every other
+/// position.
+fn negated_query(t: TensorId, pattern: &[Option<u32>]) -> Query {
+    Query {
+        tensor: t,
+        pattern: pattern
+            .iter()
+            .enumerate()
+            .map(|(k, c)| match c {
+                Some(c) => QueryIndex::Fixed(*c as usize),
+                None => QueryIndex::Var(k),
+            })
+            .collect(),
+        paren: true,
+        span: crate::diagnostics::Span::default(),
+        warnings: Vec::new(),
+    }
 }
 
 struct Rewrite<'a> {
@@ -299,12 +402,27 @@ mod tests {
     #[test]
     fn free_queries_and_negated_relations_are_not_rewritten() {
         assert!(plan(TC, "Path(x, y)").is_none());
-        let neg = format!("{TC}N(0). N(1). N(2).\nFar(x, y) :- N(x), N(y), not Path(x, y).\n");
+        let neg = format!("{TC}N(0). N(1). N(2).\nFar(x, y) :- N(x), N(y), not Path(z, z), N(z).\n");
         let d = plan(&neg, "Far(0, y)").unwrap();
         let path = checked(&neg).tensor_id("Path").unwrap();
         assert!(
             d.full.contains(&path),
-            "Path is read under `not`, so it is evaluated in full"
+            "Path is read under `not` with no constant, so it is evaluated in full"
+        );
+    }
+
+    #[test]
+    fn a_negated_relation_read_with_constants_gets_its_own_demand() {
+        let neg = format!("{TC}N(0). N(1). N(2).\nFar(x, y) :- N(x), N(y), not Path(x, y).\n");
+        let d = plan(&neg, "Far(0, y)").unwrap();
+        let path = checked(&neg).tensor_id("Path").unwrap();
+        assert!(!d.full.contains(&path));
+        assert_eq!(d.negated.len(), 1);
+        assert_eq!(d.negated[0].tensor, path);
+        assert_eq!(
+            d.negated[0].pattern,
+            vec![QueryIndex::Fixed(0), QueryIndex::Var(1)],
+            "the query's constant stands for x"
         );
     }
 }

@@ -270,7 +270,11 @@ fn run(command: Command) -> Result<(), String> {
                 timeout: common.timeout.map(std::time::Duration::from_secs_f64),
                 interrupt: Some(interrupt()),
             };
-            let result = session.run_with(common.engine(), &opts);
+            // `--verify` compares every tensor, so it needs them all.
+            let result = match verify {
+                true => session.run_with(common.engine(), &opts),
+                false => session.run_for_answers(common.engine(), &opts),
+            };
             warn(&session);
             let lines = result.map_err(|d| render(&session, &d))?;
             print_lines(&lines);
