@@ -188,6 +188,18 @@ def main():
             result["tl"] = timed([TL, "query", prog, "Path(0, x)"])
             wall, rss, out = result["tl"]
             result["tl"] = (wall, rss, len(out.splitlines()) if wall else out)
+            # The same bound query written in the program: `tl run` answers it by demand.
+            asked = os.path.join(d, "asked.tl")
+            with open(asked, "w") as f:
+                f.write(TL_PROGRAMS[kind] + "Path(0, x)?\n")
+            wall, rss, out = timed([TL, "run", asked])
+            result["tl run, `Path(0, x)?` in the file"] = (wall, rss, len(out.splitlines()) if wall else out)
+            # Through negation: `not Path(y, 0)` is answered by its own demand.
+            negated = os.path.join(d, "negated.tl")
+            with open(negated, "w") as f:
+                f.write(TL_PROGRAMS[kind] + "OneWay(s, y) :- Path(s, y), not Path(y, s).\n")
+            wall, rss, out = timed([TL, "query", negated, "OneWay(0, x)"])
+            result["tl query `OneWay(0, x)` (through not)"] = (wall, rss, len(out.splitlines()) if wall else out)
             full = timed([TL, "run", prog])
             result["tl full closure"] = (full[0], full[1], "-")
         else:

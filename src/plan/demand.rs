@@ -402,7 +402,8 @@ mod tests {
     #[test]
     fn free_queries_and_negated_relations_are_not_rewritten() {
         assert!(plan(TC, "Path(x, y)").is_none());
-        let neg = format!("{TC}N(0). N(1). N(2).\nFar(x, y) :- N(x), N(y), not Path(z, z), N(z).\n");
+        let neg =
+            format!("{TC}N(0). N(1). N(2).\nFar(x, y) :- N(x), N(y), not Path(z, z), N(z).\n");
         let d = plan(&neg, "Far(0, y)").unwrap();
         let path = checked(&neg).tensor_id("Path").unwrap();
         assert!(

@@ -40,11 +40,15 @@ impl Ctx<'_> {
             if st.equations.is_empty() {
                 continue;
             }
+            let depth = recursion_depth(st, &eqs, tensors);
             let mut iter = 0;
             loop {
                 iter += 1;
                 let mut errors = Vec::new();
                 let mut changed = false;
+                // Past the depth its counter allows, no derivation is longer: the extents
+                // hold every value it can write (`Fib(n + 1, x + y) :- …, n < 20`).
+                let settled = depth.is_some_and(|d| iter > d);
                 let scope = Scope {
                     symbolic: &symbolic,
                     current: &st.tensors,
@@ -58,6 +62,9 @@ impl Ctx<'_> {
                     let ranges = ranges(eq, meta, tensors, &scope, &mut below, &mut errors);
                     for (v, r) in ranges.iter().enumerate() {
                         eq.vars[v].range = *r;
+                    }
+                    if settled {
+                        continue;
                     }
                     let target = Target {
                         symbolic: &symbolic,
@@ -95,6 +102,58 @@ impl Ctx<'_> {
         }
         eqs.into_iter().map(|(e, _)| e).collect()
     }
+}
+
+/// How many iterations a recursive component of one tensor can derive something new in,
+/// when each of its recursive equations counts along one axis (writes `v + c`, `c ≥ 1`,
+/// reads itself at `v + d`, `d ≤ 0`, on that axis) below a guard (`v < B`): a derivation
+/// then has at most `(B - 1) / c + 1` recursive steps, whatever other columns compute.
+/// `None` otherwise.
+fn recursion_depth(st: &Stratum, eqs: &[Lowered], tensors: &[TensorInfo]) -> Option<usize> {
+    let [t] = st.tensors[..] else {
+        return None;
+    };
+    if !st.recursive || tensors[t].kind != Kind::Bool {
+        return None;
+    }
+    let mut depth = 0usize;
+    for &i in &st.equations {
+        let eq = &eqs[i].0;
+        let mut own = Vec::new();
+        eq.rhs.reads(&mut |tensor, index| {
+            if tensor == t {
+                own.push(index.to_vec());
+            }
+        });
+        if own.is_empty() {
+            continue;
+        }
+        let steps = eq.lhs.iter().enumerate().find_map(|(ax, f)| {
+            let mut vs = Vec::new();
+            f.vars(&mut vs);
+            let [v] = vs[..] else {
+                return None;
+            };
+            let (1, c @ 1..) = single_shift(f, v)? else {
+                return None;
+            };
+            // Every read of itself is at `v + d`, `d ≤ 0`: the head's counter is larger.
+            let counted = own.iter().all(|index| {
+                index
+                    .get(ax)
+                    .and_then(|f| single_shift(f, v))
+                    .is_some_and(|(k, d)| k == 1 && d <= 0)
+            });
+            let mut bound = None;
+            guards(&eq.rhs, v, &mut |b| {
+                bound = Some(bound.map_or(b, |x: i64| x.min(b)))
+            });
+            // From a counter at 0 or more, step k writes at most `(k - 1)·c < B` on.
+            (counted && bound? >= 1).then(|| bound.map(|b| ((b - 1) / c + 1) as usize))?
+        })?;
+        depth = depth.max(steps);
+    }
+    Some(depth)
 }
 
 /// What the ranges of one equation are inferred against.
