@@ -479,7 +479,9 @@ fn guards(n: &Node, v: VarId, bound: &mut dyn FnMut(i64)) {
 }
 
 /// The smallest value of `v` that the right-hand side's guards allow (`v > 0`, `v ≥ 2`,
-/// `v == 3`, either way round): at smaller values every point is 0, so nothing is written.
+/// `v == 3`, either way round) and its reads shifting it alone keep at a position
+/// (`Init[v - 1]`: `v ≥ 1`): at smaller values every point is 0 or nothing, so nothing is
+/// written. Reads under `not` are total and do not bound it.
 fn lower_bound(n: &Node, v: VarId) -> i64 {
     let mut low = 0i64;
     guard_limits(n, v, &mut |side, b| {
@@ -487,7 +489,33 @@ fn lower_bound(n: &Node, v: VarId) -> i64 {
             low = low.max(b)
         }
     });
+    shifted_reads(n, v, &mut |k, c| {
+        // k·v + c ≥ 0 with k > 0.
+        low = low.max((-c).div_euclid(k) + i64::from((-c).rem_euclid(k) != 0));
+    });
     low
+}
+
+/// Calls `f` with `(k, c)` for each read outside `not` at `k·v + c`, `k > 0`, in `v` alone.
+fn shifted_reads(n: &Node, v: VarId, f: &mut dyn FnMut(i64, i64)) {
+    match n {
+        Node::Not(_) => {}
+        Node::Read {
+            index,
+            slice: false,
+            ..
+        } => {
+            for ix in index {
+                if let Some((k @ 1.., c)) = single_shift(ix, v) {
+                    f(k, c);
+                }
+            }
+        }
+        other => other
+            .children()
+            .into_iter()
+            .for_each(|ch| shifted_reads(ch, v, f)),
+    }
 }
 
 /// Which end of a variable's range a guard limits.
