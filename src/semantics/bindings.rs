@@ -16,10 +16,7 @@ use std::collections::HashSet;
 /// rather than variables.
 pub(super) fn substitute(program: &Program, constants: &HashSet<String>) -> Option<Program> {
     let has_binding = |st: &Statement| match &st.kind {
-        StmtKind::Rule { body, .. } => {
-            let mut rule = (Access::clone_empty(), body.clone());
-            next_binding(&mut rule, constants).is_some()
-        }
+        StmtKind::Rule { body, .. } => next_binding(body, constants).is_some(),
         _ => false,
     };
     if !program.statements.iter().any(has_binding) {
@@ -30,19 +27,15 @@ pub(super) fn substitute(program: &Program, constants: &HashSet<String>) -> Opti
         .iter()
         .map(|st| match &st.kind {
             StmtKind::Rule { head, body } => {
-                let mut rule = (head.clone(), body.clone());
-                while let Some((k, var, value)) = next_binding(&mut rule, constants) {
-                    rule.1.remove(k);
-                    replace_in_access(&mut rule.0, &var, &value);
-                    rule.1
-                        .iter_mut()
+                let (mut head, mut body) = (head.clone(), body.clone());
+                while let Some((k, var, value)) = next_binding(&body, constants) {
+                    body.remove(k);
+                    replace_in_access(&mut head, &var, &value);
+                    body.iter_mut()
                         .for_each(|e| replace_in_expr(e, &var, &value));
                 }
                 Statement {
-                    kind: StmtKind::Rule {
-                        head: rule.0,
-                        body: rule.1,
-                    },
+                    kind: StmtKind::Rule { head, body },
                     span: st.span,
                 }
             }
@@ -52,27 +45,9 @@ pub(super) fn substitute(program: &Program, constants: &HashSet<String>) -> Opti
     Some(Program { statements })
 }
 
-impl Access {
-    /// A placeholder head, for scanning a body alone.
-    fn clone_empty() -> Access {
-        Access {
-            name: Name {
-                text: String::new(),
-                span: crate::diagnostics::Span::default(),
-            },
-            brackets: Brackets::None,
-            indices: Vec::new(),
-            span: crate::diagnostics::Span::default(),
-        }
-    }
-}
-
 /// The first body literal `v = e` (either way round) that binds a variable `v` named in no
 /// positive atom and not in `e` to index arithmetic `e`: its position, `v`, and `e`.
-fn next_binding(
-    (_, body): &mut (Access, Vec<Expr>),
-    constants: &HashSet<String>,
-) -> Option<(usize, String, Index)> {
+fn next_binding(body: &[Expr], constants: &HashSet<String>) -> Option<(usize, String, Index)> {
     let mut positive = HashSet::new();
     for e in body.iter() {
         if let Expr::Access(a) = peel(e) {

@@ -66,7 +66,7 @@ const INDEX_FUNCTIONS: [&str; 7] = ["band", "bor", "bxor", "bshl", "bshr", "min"
 
 /// Names of the variables standing for index calls start with `#`, which no source
 /// identifier can (it starts a comment).
-pub const CALL_VARIABLE: &str = "#call";
+const CALL_VARIABLE: &str = "#call";
 
 /// Deepest nesting of brackets and prefix operators the parser accepts; deeper input is an
 /// error rather than a stack overflow.
