@@ -1,6 +1,8 @@
 //! The standard engine must agree exactly with the reference evaluator (the oracle) on random
 //! Datalog programs: recursion, several strata, negation, constants, comparisons, arities 1–3.
 
+mod common;
+
 use proptest::prelude::*;
 use std::path::Path;
 use tensor_logic::eval::{Engine, Reference, Standard};
@@ -100,12 +102,7 @@ fn program(facts: &[(usize, usize, usize, usize)], rules: &[GenRule]) -> String 
 }
 
 fn run(src: &str, engine: &dyn Engine) -> Result<Session, String> {
-    let mut s = Session::new();
-    s.load_source("p.tl", src, Path::new("."))
-        .map_err(|d| d.render("p.tl", src))?;
-    s.run_with(engine, &RunOptions::default())
-        .map_err(|d| d.render("p.tl", src))?;
-    Ok(s)
+    common::run_source(src, engine)
 }
 
 fn rule_strategy() -> impl Strategy<Value = GenRule> {

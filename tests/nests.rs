@@ -3,10 +3,11 @@
 //! elements, dense tensors, comparisons, constants, nested summations, `max=`/`min=`/`avg=`
 //! and recursion — and the decision log must show that they, not the reference loops, ran.
 
+mod common;
+
 use proptest::prelude::*;
-use std::path::Path;
 use tensor_logic::eval::{Engine, Ran, Reference, Standard};
-use tensor_logic::{RunOptions, Session};
+use tensor_logic::Session;
 
 /// A random program: sizes, facts and values, and which equations it holds.
 #[derive(Clone, Debug)]
@@ -113,12 +114,7 @@ fn program(g: &Gen) -> String {
 }
 
 fn run(src: &str, engine: &dyn Engine) -> Session {
-    let mut s = Session::new();
-    s.load_source("p.tl", src, Path::new("."))
-        .unwrap_or_else(|d| panic!("{}", d.render("p.tl", src)));
-    s.run_with(engine, &RunOptions::default())
-        .unwrap_or_else(|d| panic!("{}", d.render("p.tl", src)));
-    s
+    common::run_source(src, engine).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn gen() -> impl Strategy<Value = Gen> {

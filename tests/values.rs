@@ -3,10 +3,11 @@
 //! counts, `/` and `%`, bitwise calls and negation, on which the standard engine must agree
 //! exactly with the reference evaluator.
 
+mod common;
+
 use proptest::prelude::*;
-use std::path::Path;
 use tensor_logic::eval::{Engine, Reference, Standard};
-use tensor_logic::{RunOptions, Session};
+use tensor_logic::Session;
 
 /// One rule template and its constants.
 #[derive(Clone, Debug)]
@@ -73,12 +74,7 @@ fn program(pairs: &[(i64, i64)], singles: &[i64], templates: &[Template]) -> Str
 }
 
 fn run(src: &str, engine: &dyn Engine) -> Result<Session, String> {
-    let mut s = Session::new();
-    s.load_source("p.tl", src, Path::new("."))
-        .map_err(|d| d.render("p.tl", src))?;
-    s.run_with(engine, &RunOptions::default())
-        .map_err(|d| d.render("p.tl", src))?;
-    Ok(s)
+    common::run_source(src, engine)
 }
 
 proptest! {

@@ -9,7 +9,7 @@ use crate::syntax::ast::*;
 use crate::tensor::{ElemType, Sparse, Storage, Tensor};
 use std::collections::HashMap;
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
     /// Value of a constant index on axis `ax` of tensor `t`: an integer (`-3`, `2 * N`) or
     /// a symbol's position. [`Ctx::axis_offset`] turns a value into a position.
     pub(super) fn const_position(
@@ -79,6 +79,21 @@ impl Ctx<'_> {
         }
     }
 
+    /// The indices of tensor `t`'s facts and element facts (`R(-3, 4).`, `W[2] = 0.5`).
+    pub(super) fn constant_indices(&self, t: usize) -> Vec<&'a [Index]> {
+        let program = self.program;
+        let d = &self.tensors[t];
+        d.facts
+            .iter()
+            .chain(&d.elements)
+            .filter_map(|&si| match &program.statements[si].kind {
+                StmtKind::Fact(a) => Some(&a.indices[..]),
+                StmtKind::Equation { lhs, .. } => Some(&lhs.indices[..]),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Extent of each axis as given by data and declarations alone.
     pub(super) fn data_extents(&mut self) {
         let program = self.program;
@@ -106,22 +121,12 @@ impl Ctx<'_> {
                     given[ax] = true;
                 }
             }
-            let stmts: Vec<usize> = self.tensors[t]
-                .facts
-                .iter()
-                .chain(&self.tensors[t].elements)
-                .copied()
-                .collect();
+            let offsets: Vec<i64> = (0..rank).map(|ax| self.axis_offset(t, ax)).collect();
             let mut too_far = None;
-            for si in stmts {
-                let idx = match &program.statements[si].kind {
-                    StmtKind::Fact(a) => &a.indices,
-                    StmtKind::Equation { lhs, .. } => &lhs.indices,
-                    _ => continue,
-                };
+            for idx in self.constant_indices(t) {
                 for (ax, i) in idx.iter().enumerate().take(rank) {
                     if let Ok(v) = self.const_position(t, ax, i) {
-                        let p = v.saturating_sub(self.axis_offset(t, ax));
+                        let p = v.saturating_sub(offsets[ax]);
                         if p >= crate::tensor::MAX_EXTENT as i64 && too_far.is_none() {
                             too_far = Some((i.span(), v, ax));
                         }
@@ -144,7 +149,7 @@ impl Ctx<'_> {
                         for r in rows.rows() {
                             for (ax, f) in r.fields().enumerate().take(rank) {
                                 if let (false, Ok(v)) = (given[ax], f.parse::<i64>()) {
-                                    let p = v.saturating_sub(self.axis_offset(t, ax));
+                                    let p = v.saturating_sub(offsets[ax]);
                                     if p >= 0 {
                                         shape[ax] = shape[ax].max((p as usize).saturating_add(1));
                                     }
@@ -213,7 +218,7 @@ impl Ctx<'_> {
                 too_far,
                 shape.iter().any(|&n| n > crate::tensor::MAX_EXTENT),
             ) {
-                let low = self.axis_offset(t, ax);
+                let low = offsets[ax];
                 self.diags.push(
                     Diagnostic::error(
                         codes::OUT_OF_DOMAIN,
@@ -551,7 +556,7 @@ impl Ctx<'_> {
                         }
                     }
                 } else {
-                    let offset = self.axis_offset(t, ax);
+                    let offset = info.offsets.get(ax).copied().unwrap_or(0);
                     match f.parse::<i64>().map(|v| (v, v.saturating_sub(offset))) {
                         Ok((_, p)) if p >= 0 && (p as usize) < info.shape[ax] => Some(p as usize),
                         Ok((v, _)) => {

@@ -320,6 +320,8 @@ pub(crate) struct Ctx<'a> {
     placements: Vec<domains::Pending>,
     declared_symbols: HashMap<DomainId, usize>,
     offsets: offsets::Offsets,
+    /// Whether each tensor is indexed by value (`offsets.rs`).
+    by_value: Vec<bool>,
     /// Roots whose offset data gives (not only an equation's writes).
     data_offsets: std::collections::HashSet<usize>,
     /// Integer domains (by root) whose offset an equation wrote below, and by how much.
@@ -347,6 +349,7 @@ impl<'a> Ctx<'a> {
             placements: Vec::new(),
             declared_symbols: HashMap::new(),
             offsets: offsets::Offsets::default(),
+            by_value: Vec::new(),
             data_offsets: Default::default(),
             below_offsets: Vec::new(),
         }

@@ -42,8 +42,12 @@ impl Offsets {
 
 impl Ctx<'_> {
     /// Whether tensor `t`'s integer axes are indexed by value: it is neither declared nor
-    /// given as dense data.
+    /// given as dense data. Known once files are read ([`Ctx::find_offsets`]).
     pub(super) fn value_indexed(&self, t: TensorId) -> bool {
+        self.by_value.get(t).copied().unwrap_or(false)
+    }
+
+    fn counts_by_value(&self, t: TensorId) -> bool {
         let d = &self.tensors[t];
         if d.declared.is_some() {
             return false;
@@ -82,7 +86,9 @@ impl Ctx<'_> {
     /// Fixes each integer domain's offset: the smallest value that data gives any
     /// value-indexed axis of it, or what an earlier check found its equations write.
     pub(super) fn find_offsets(&mut self, found: &Offsets) {
-        let program = self.program;
+        self.by_value = (0..self.tensors.len())
+            .map(|t| self.counts_by_value(t))
+            .collect();
         let mut low: HashMap<usize, i64> = HashMap::new();
         let mut note = |d: usize, v: i64| {
             if v < 0 {
@@ -97,18 +103,7 @@ impl Ctx<'_> {
             let rank = self.tensors[t].rank();
             let doms: Vec<DomainId> = (0..rank).map(|ax| self.axis_domain(t, ax)).collect();
             let roots: Vec<usize> = (0..rank).map(|ax| self.axis_root(t, ax)).collect();
-            let stmts: Vec<usize> = self.tensors[t]
-                .facts
-                .iter()
-                .chain(&self.tensors[t].elements)
-                .copied()
-                .collect();
-            for si in stmts {
-                let idx = match &program.statements[si].kind {
-                    StmtKind::Fact(a) => &a.indices,
-                    StmtKind::Equation { lhs, .. } => &lhs.indices,
-                    _ => continue,
-                };
+            for idx in self.constant_indices(t) {
                 for (ax, i) in idx.iter().enumerate().take(rank) {
                     if !self.domains[doms[ax]].symbolic {
                         if let Ok(v) = self.const_position(t, ax, i) {

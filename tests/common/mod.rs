@@ -6,6 +6,19 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+/// Loads and runs `src` on `engine` in a session, the errors rendered.
+pub fn run_source(
+    src: &str,
+    engine: &dyn tensor_logic::eval::Engine,
+) -> Result<tensor_logic::Session, String> {
+    let mut s = tensor_logic::Session::new();
+    s.load_source("p.tl", src, Path::new("."))
+        .map_err(|d| d.render("p.tl", src))?;
+    s.run_with(engine, &tensor_logic::RunOptions::default())
+        .map_err(|d| d.render("p.tl", src))?;
+    Ok(s)
+}
+
 /// Runs `tl` with `args` in `dir`.
 pub fn tl(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tl"))
