@@ -378,11 +378,7 @@ impl Ctx<'_> {
         roots.sort();
         for r in roots {
             self.domain_of_root.insert(r, self.domains.len());
-            self.domains.push(Domain {
-                name: None,
-                symbols: Vec::new(),
-                symbolic: true,
-            });
+            self.domains.push(Domain::new(None, true));
         }
         let mut names: Vec<(String, usize, Option<usize>)> = self
             .named_domains
@@ -409,11 +405,7 @@ impl Ctx<'_> {
                 }
                 None => {
                     self.domain_of_root.insert(root, self.domains.len());
-                    self.domains.push(Domain {
-                        name: Some(name),
-                        symbols: Vec::new(),
-                        symbolic: false,
-                    });
+                    self.domains.push(Domain::new(Some(name), false));
                 }
             }
         }
@@ -475,19 +467,12 @@ impl Ctx<'_> {
         if d == 0 {
             return;
         }
-        let dom = &mut self.domains[d];
-        if !dom.symbols.contains(&s) {
-            dom.symbols.push(s);
-        }
+        self.domains[d].add(s);
     }
 
     /// Position of `symbol` in domain `d`.
     pub(super) fn symbol_index(&self, d: usize, symbol: &str) -> Option<usize> {
-        self.domains
-            .get(d)?
-            .symbols
-            .iter()
-            .position(|s| s == symbol)
+        self.domains.get(d)?.position(symbol)
     }
 
     /// Domain of a variable of statement `stmt`.

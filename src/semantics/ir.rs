@@ -105,6 +105,32 @@ pub struct Domain {
     pub symbols: Vec<String>,
     /// Whether any symbol was ever placed in it.
     pub symbolic: bool,
+    /// Each symbol's position, so that interning a file of a million symbols stays linear.
+    pub(crate) index: std::collections::HashMap<String, usize>,
+}
+
+impl Domain {
+    /// A domain with no symbols yet.
+    pub(crate) fn new(name: Option<String>, symbolic: bool) -> Domain {
+        Domain {
+            name,
+            symbolic,
+            ..Domain::default()
+        }
+    }
+
+    /// Where `symbol` is numbered, if it was ever placed here.
+    pub fn position(&self, symbol: &str) -> Option<usize> {
+        self.index.get(symbol).copied()
+    }
+
+    /// Numbers `symbol` after the others unless it already has a number.
+    pub(crate) fn add(&mut self, symbol: String) {
+        if let std::collections::hash_map::Entry::Vacant(e) = self.index.entry(symbol) {
+            self.symbols.push(e.key().clone());
+            e.insert(self.symbols.len() - 1);
+        }
+    }
 }
 
 /// One strongly connected component of the dependency graph.

@@ -68,7 +68,7 @@ fn resolve(
         let valued = info.kind != super::Kind::Bool;
         for (ax, idx) in access.indices.iter().enumerate() {
             let dom = &domains[info.domains[ax]];
-            let symbol = |s: &str| match dom.symbols.iter().position(|x| x == s) {
+            let symbol = |s: &str| match dom.position(s) {
                 Some(p) => QueryIndex::Fixed(p),
                 None => QueryIndex::Missing,
             };
