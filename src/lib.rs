@@ -33,6 +33,7 @@ pub(crate) mod output;
 pub(crate) mod plan;
 pub mod semantics;
 mod session;
+pub(crate) mod string_rounds;
 pub(crate) mod syntax;
 pub mod tensor;
 pub mod verify;

@@ -172,7 +172,7 @@ impl Session {
         train: &crate::learn::train::TrainOptions,
         report: &mut dyn FnMut(crate::learn::train::Event),
     ) -> Result<crate::learn::train::Trained, Diagnostics> {
-        self.check(&options.settings)?;
+        self.check_for(options)?;
         let checked = self.checked.as_ref().ok_or_else(not_checked)?;
         let eval = eval_options(options, &self.functions);
         let trained = crate::learn::train::train(checked, train, &eval, report)
@@ -206,21 +206,44 @@ impl Session {
         crate::learn::gradcheck::check(checked, &eval, loss, &params, per_param)
     }
 
-    /// Checks the program without evaluating it.
+    /// Checks the program without evaluating it. A program with string calls (§8) is
+    /// evaluated as often as filling their tables takes.
     pub fn check(&mut self, settings: &Settings) -> Result<&Checked, Diagnostics> {
+        self.check_for(&RunOptions {
+            settings: settings.clone(),
+            ..RunOptions::default()
+        })
+    }
+
+    /// As [`Session::check`], with the run's threads and limits for the evaluations that
+    /// fill string tables.
+    fn check_for(&mut self, options: &RunOptions) -> Result<&Checked, Diagnostics> {
         if let Some(errors) = &self.load_errors {
             return Err(errors.clone());
         }
-        let input = CheckInput {
-            program: &self.program,
-            base_dir: self.base_dir.clone(),
-            bindings: &self.bindings,
-            user_functions: self.functions.keys().cloned().collect(),
-            settings: settings.clone(),
-            parameters: &self.parameters,
+        let eval = eval_options(options, &self.functions);
+        let mut tables = semantics::StringTables::default();
+        let mut round = 0;
+        let mut checked = loop {
+            let input = CheckInput {
+                program: &self.program,
+                base_dir: self.base_dir.clone(),
+                bindings: &self.bindings,
+                user_functions: self.functions.keys().cloned().collect(),
+                settings: options.settings.clone(),
+                parameters: &self.parameters,
+                strings: &tables,
+            };
+            let located = |d: Diagnostics| d.located(&self.file_name, &self.source);
+            let checked = semantics::check(&input).map_err(located)?;
+            if crate::string_rounds::fill(&checked, &eval, &mut tables).map_err(located)? == 0 {
+                break checked;
+            }
+            round += 1;
+            if round >= options.settings.max_iters {
+                return Err(located(crate::string_rounds::unsettled(&checked, round)));
+            }
         };
-        let mut checked =
-            semantics::check(&input).map_err(|d| d.located(&self.file_name, &self.source))?;
         checked.warnings = std::mem::take(&mut checked.warnings)
             .into_iter()
             .map(|w| w.located(&self.file_name, &self.source))
@@ -264,7 +287,7 @@ impl Session {
         engine: &dyn Engine,
         options: &RunOptions,
     ) -> Result<Vec<String>, Diagnostics> {
-        self.check(&options.settings)?;
+        self.check_for(options)?;
         let checked = self
             .checked
             .as_ref()
@@ -300,7 +323,7 @@ impl Session {
         engine: &dyn Engine,
         options: &RunOptions,
     ) -> Result<Vec<String>, Diagnostics> {
-        self.check(&options.settings)?;
+        self.check_for(options)?;
         let checked = self.checked.as_ref().ok_or_else(not_checked)?;
         let queries: Option<Vec<semantics::Query>> = checked
             .outputs
@@ -360,7 +383,7 @@ impl Session {
         options: &RunOptions,
         repeat: usize,
     ) -> Result<Vec<std::time::Duration>, Diagnostics> {
-        self.check(&options.settings)?;
+        self.check_for(options)?;
         let checked = self.checked.as_ref().ok_or_else(not_checked)?;
         let eval = eval_options(options, &self.functions);
         let plan = self.plan.as_ref().ok_or_else(not_checked)?;

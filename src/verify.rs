@@ -91,8 +91,13 @@ pub fn compare(p: &Checked, engine: &[Tensor], reference: &[Tensor]) -> Vec<Diff
 /// The report `tl run --verify` prints: one line per tensor.
 pub fn report(engine: &str, diffs: &[Difference]) -> String {
     let mut out = format!("verify: {engine} engine against the reference evaluator\n");
-    let width = diffs.iter().map(|d| d.tensor.len()).max().unwrap_or(0);
-    for d in diffs {
+    // Relations a rewrite made (`#cat_0`, §8) are listed only when they differ.
+    let shown: Vec<&Difference> = diffs
+        .iter()
+        .filter(|d| !d.tensor.starts_with('#') || !d.agrees())
+        .collect();
+    let width = shown.iter().map(|d| d.tensor.len()).max().unwrap_or(0);
+    for d in shown {
         let verdict = if !d.agrees() && d.defined_differ == 0 {
             format!(
                 "DIFFERS: largest difference {:e} (relative {:e}; largest magnitude {:e})",

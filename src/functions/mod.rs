@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 pub(crate) mod fast_rows;
 pub mod normalize;
+pub(crate) mod strings;
 pub(crate) mod widest;
 
 pub use normalize::{normalize_row, RowStats};
@@ -103,7 +104,9 @@ pub fn structural(name: &str) -> Option<Structural> {
 
 /// Whether `name` is a built-in function of any kind.
 pub fn is_builtin(name: &str) -> bool {
-    builtin(name).is_some() || structural(name).is_some()
+    builtin(name).is_some()
+        || structural(name).is_some()
+        || strings::StringFn::named(name).is_some()
 }
 
 /// Heaviside step with `step(0) = 0`.

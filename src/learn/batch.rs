@@ -85,6 +85,7 @@ pub fn slice(p: &Checked, b: &Batching, rows: &[usize]) -> Checked {
         outputs: p.outputs.clone(),
         scalars: p.scalars.clone(),
         warnings: Vec::new(),
+        strings: p.strings.clone(),
     };
     let mut new_pos = vec![None; b.examples];
     for (k, &r) in rows.iter().enumerate() {

@@ -91,7 +91,8 @@ fn variable(e: &Expr, constants: &HashSet<String>) -> Option<String> {
     match peel(e) {
         Expr::Access(a) if a.brackets == Brackets::None && a.indices.is_empty() => {
             let t = &a.name.text;
-            let lower = t.starts_with(|c: char| c.is_lowercase());
+            // Lower case, or a variable a rewrite made (`#arg1`, §8's string calls).
+            let lower = t.starts_with(|c: char| c.is_lowercase() || c == '#');
             (lower && !constants.contains(t)).then(|| t.clone())
         }
         _ => None,
@@ -99,7 +100,7 @@ fn variable(e: &Expr, constants: &HashSet<String>) -> Option<String> {
 }
 
 /// `e` as index arithmetic, if it is written with names, integers, strings and `+ - * / %`.
-fn as_index(e: &Expr) -> Option<Index> {
+pub(super) fn as_index(e: &Expr) -> Option<Index> {
     Some(match peel(e) {
         Expr::Number(v, span) if v.fract() == 0.0 && v.abs() < 9.0e15 => {
             Index::Int(*v as i64, *span)

@@ -77,6 +77,7 @@ impl Ctx<'_> {
                             raw,
                             span: st.span,
                             file: path.clone(),
+                            symbolic: Vec::new(),
                         })
                     }
                     Err(msg) => self.diags.push(
@@ -101,6 +102,20 @@ impl Ctx<'_> {
                 raw: std::sync::Arc::new(raw.clone()),
                 span: Span::default(),
                 file: format!("binding `{name}`"),
+                symbolic: Vec::new(),
+            });
+        }
+        for table in self.tables {
+            let Some(&id) = self.by_name.get(&table.name) else {
+                continue;
+            };
+            self.rank_from_file(id, &table.raw, Span::default());
+            self.sources.push(super::Source {
+                tensor: id,
+                raw: std::sync::Arc::clone(&table.raw),
+                span: Span::default(),
+                file: format!("the results of `{}`", table.name),
+                symbolic: table.symbolic.clone(),
             });
         }
     }
@@ -353,11 +368,13 @@ impl Ctx<'_> {
                 }
                 Pending::Table(k) => {
                     let t = self.sources[*k].tensor;
+                    let forced = &self.sources[*k].symbolic;
                     if let RawData::Table(rows) = &*self.sources[*k].raw {
                         for ax in 0..self.tensors[t].rank() {
-                            if rows
-                                .rows()
-                                .any(|r| r.field(ax).is_some_and(|f| f.parse::<i64>().is_err()))
+                            if forced.get(ax).copied().unwrap_or(false)
+                                || rows
+                                    .rows()
+                                    .any(|r| r.field(ax).is_some_and(|f| f.parse::<i64>().is_err()))
                             {
                                 symbolic.insert(self.uf.find(self.axis_base[t] + ax));
                             }

@@ -37,6 +37,8 @@ pub struct Checked {
     pub scalars: std::collections::BTreeMap<String, f64>,
     /// Likely mistakes that do not stop the program (`W` codes), in source order.
     pub warnings: Vec<crate::diagnostics::Diagnostic>,
+    /// The rules' string calls, whose tables the session fills in rounds (§8).
+    pub strings: Vec<super::StringSite>,
 }
 
 impl Checked {

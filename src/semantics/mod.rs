@@ -15,6 +15,7 @@ mod offsets;
 mod params;
 mod query;
 mod strata;
+pub mod strings;
 mod values;
 
 use crate::diagnostics::{Diagnostic, Diagnostics, Span};
@@ -25,6 +26,7 @@ pub use ir::*;
 pub use query::resolve_query;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+pub use strings::{SiteArg, StringSite, StringTables};
 
 /// Options that change what a program means.
 #[derive(Clone, Debug)]
@@ -85,6 +87,8 @@ pub struct CheckInput<'a> {
     /// Values of parameters from a checkpoint, replacing their initialisation (§12); each
     /// must have its parameter's shape.
     pub parameters: &'a BTreeMap<String, crate::tensor::Tensor>,
+    /// Results of the program's string calls known so far (§8): see [`StringTables`].
+    pub strings: &'a StringTables,
 }
 
 /// Checks a program, reporting every error found.
@@ -99,27 +103,48 @@ pub fn check(input: &CheckInput) -> Result<Checked, Diagnostics> {
         })
         .chain(input.settings.scalars.iter().map(|(n, _)| n.clone()))
         .collect();
-    let substituted = bindings::substitute(input.program, &constants);
-    let rewritten;
-    let input = match &substituted {
-        Some(program) => {
-            rewritten = CheckInput {
-                program,
-                base_dir: input.base_dir.clone(),
-                bindings: input.bindings,
-                user_functions: input.user_functions.clone(),
-                settings: input.settings.clone(),
-                parameters: input.parameters,
-            };
-            &rewritten
-        }
-        None => input,
+    let mut strings = strings::rewrite(input.program, &constants, input.strings);
+    let (sites, tables, early) =
+        strings
+            .as_mut()
+            .map_or((Vec::new(), Vec::new(), Vec::new()), |r| {
+                (
+                    std::mem::take(&mut r.sites),
+                    std::mem::take(&mut r.tables),
+                    std::mem::take(&mut r.diags),
+                )
+            });
+    let program = strings.as_ref().map_or(input.program, |r| &r.program);
+    let substituted = bindings::substitute(program, &constants);
+    let program = substituted.as_ref().unwrap_or(program);
+    let rewritten = CheckInput {
+        program,
+        base_dir: input.base_dir.clone(),
+        bindings: input.bindings,
+        user_functions: input.user_functions.clone(),
+        settings: input.settings.clone(),
+        parameters: input.parameters,
+        strings: input.strings,
     };
     let mut found = offsets::Offsets::default();
     let mut files = HashMap::new();
     for _ in 0..MAX_OFFSET_CHECKS {
-        match check_once(input, &found, &mut files) {
-            Attempt::Done(result) => return result,
+        match check_once(&rewritten, &tables, &found, &mut files) {
+            Attempt::Done(result) => {
+                return match result {
+                    Ok(mut checked) if early.is_empty() => {
+                        checked.strings = sites;
+                        Ok(checked)
+                    }
+                    Ok(_) => Err(Diagnostics(early)),
+                    Err(Diagnostics(later)) => {
+                        let mut all = early;
+                        all.extend(later);
+                        all.sort_by_key(|d| d.span.map(|s| s.start));
+                        Err(Diagnostics(all))
+                    }
+                }
+            }
             Attempt::Lower(below) => {
                 for (d, by) in below {
                     found.lower(d, by);
@@ -150,8 +175,13 @@ enum Attempt {
 /// Files read by the first check, for the next ones.
 type Files = HashMap<PathBuf, Result<std::sync::Arc<RawData>, String>>;
 
-fn check_once(input: &CheckInput, found: &offsets::Offsets, files: &mut Files) -> Attempt {
-    match check_with(input, found, files) {
+fn check_once(
+    input: &CheckInput,
+    tables: &[strings::Table],
+    found: &offsets::Offsets,
+    files: &mut Files,
+) -> Attempt {
+    match check_with(input, tables, found, files) {
         Ok(checked) => Attempt::Done(Ok(checked)),
         Err(Retry::Lower(below)) => Attempt::Lower(below),
         Err(Retry::Failed(d)) => Attempt::Done(Err(d)),
@@ -170,12 +200,14 @@ impl From<Diagnostics> for Retry {
     }
 }
 
-fn check_with(
-    input: &CheckInput,
+fn check_with<'a>(
+    input: &'a CheckInput<'a>,
+    tables: &'a [strings::Table],
     found: &offsets::Offsets,
     files: &mut Files,
 ) -> Result<Checked, Retry> {
     let mut ctx = Ctx::new(input);
+    ctx.tables = tables;
     ctx.collect_scalars();
     ctx.collect_definitions();
     ctx.collect_reads();
@@ -219,6 +251,7 @@ fn check_with(
         outputs,
         scalars: ctx.scalars.into_iter().collect(),
         warnings: ctx.warnings,
+        strings: Vec::new(),
     })
 }
 
@@ -298,6 +331,8 @@ pub(crate) struct Source {
     raw: std::sync::Arc<RawData>,
     span: Span,
     file: String,
+    /// Columns that hold symbols whatever their text (a string call's table, §8).
+    symbolic: Vec<bool>,
 }
 
 /// Shared state of the checker's passes.
@@ -326,6 +361,8 @@ pub(crate) struct Ctx<'a> {
     data_offsets: std::collections::HashSet<usize>,
     /// Integer domains (by root) whose offset an equation wrote below, and by how much.
     below_offsets: Vec<(usize, i64)>,
+    /// The tables of the program's string calls (§8), read after the bound data.
+    tables: &'a [strings::Table],
 }
 
 impl<'a> Ctx<'a> {
@@ -352,6 +389,7 @@ impl<'a> Ctx<'a> {
             by_value: Vec::new(),
             data_offsets: Default::default(),
             below_offsets: Vec::new(),
+            tables: &[],
         }
     }
 
@@ -398,6 +436,7 @@ pub(crate) mod tests {
             user_functions: Vec::new(),
             settings: Settings::default(),
             parameters: &BTreeMap::new(),
+            strings: &StringTables::default(),
         })
     }
 

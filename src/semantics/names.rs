@@ -319,6 +319,12 @@ impl Ctx<'_> {
     fn known(&mut self, name: &Name) -> bool {
         match self.by_name.get(&name.text) {
             Some(&id) if self.tensors[id].is_defined() => true,
+            // A string call's table (§8) is defined while its results are still unknown.
+            _ if super::strings::is_table(&name.text) => {
+                let id = self.tensor_id(&name.text, name.span);
+                self.tensors[id].bound = true;
+                true
+            }
             _ => {
                 self.diags.push(
                     Diagnostic::error(

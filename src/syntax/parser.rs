@@ -61,7 +61,8 @@ struct Parser<'a> {
     index_calls: Vec<(Name, Expr)>,
 }
 
-/// Functions that may be called in an index of a rule, on integer values.
+/// Functions that may be called in an index of a rule, on integer values (the string
+/// functions of §8 may be too).
 const INDEX_FUNCTIONS: [&str; 7] = ["band", "bor", "bxor", "bshl", "bshr", "min", "max"];
 
 /// Names of the variables standing for index calls start with `#`, which no source
@@ -674,7 +675,9 @@ impl<'a> Parser<'a> {
         let start = self.span();
         match self.bump() {
             Some((Tok::Ident(text), _))
-                if self.peek() == Some(&Tok::LParen) && INDEX_FUNCTIONS.contains(&&*text) =>
+                if self.peek() == Some(&Tok::LParen)
+                    && (INDEX_FUNCTIONS.contains(&&*text)
+                        || crate::functions::strings::StringFn::named(&text).is_some()) =>
             {
                 self.pos -= 1;
                 let call = self.call()?;

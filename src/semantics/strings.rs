@@ -1,0 +1,875 @@
+//! String functions in rules (§8). Each call of `cat`, `strlen`, `substr`, `ord`,
+//! `to_number`, `to_string` or `contains` in a rule (a *site*) becomes a join with a table
+//! relation of the function's results, and gets an *ask* rule: the argument tuples the rule
+//! calls it on. The tables are facts; whoever runs the program fills them in rounds (run,
+//! compute the results of every ask tuple not in the table yet, check again), so that every
+//! engine sees only relations, extents are known before planning, and the symbols a call
+//! creates are numbered after the program's own, in a fixed order.
+//!
+//! `Full(z) :- First(x), Last(y), z = cat(x, " ", y)` becomes
+//! `Full(z) :- First(x), Last(y), #cat_0(x, y, z).` with `#ask_0(x, y) :- First(x), Last(y).`
+//! and, once known, facts `#cat_0("Ada", "Lovelace", "Ada Lovelace").`
+//!
+//! An ask rule keeps the literals of its rule that do not depend on the call's result, nor
+//! on the results of the rule's other calls except those its arguments need: so it asks for
+//! at least every tuple the rule can use, and a round never waits on a table that waits on
+//! it. A call on constants alone is computed here.
+
+use crate::diagnostics::{codes, Diagnostic, Span};
+use crate::functions::strings::{Returns, StringFn, Value};
+use crate::syntax::ast::*;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// Results of string-function calls known so far, per site (in source order).
+#[derive(Clone, Debug, Default)]
+pub struct StringTables {
+    entries: Vec<BTreeMap<Vec<Value>, Option<Value>>>,
+}
+
+impl StringTables {
+    /// Whether site `site` has a result (or knows it has none) for `args`.
+    pub fn has(&self, site: usize, args: &[Value]) -> bool {
+        self.entries.get(site).is_some_and(|e| e.contains_key(args))
+    }
+
+    /// Records the result of site `site` on `args` (`None`: the function is undefined there).
+    pub fn insert(&mut self, site: usize, args: Vec<Value>, result: Option<Value>) {
+        if self.entries.len() <= site {
+            self.entries.resize_with(site + 1, BTreeMap::new);
+        }
+        self.entries[site].insert(args, result);
+    }
+
+    /// How many results are known, over all sites.
+    pub fn len(&self) -> usize {
+        self.entries.iter().map(BTreeMap::len).sum()
+    }
+
+    /// Whether no result is known yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A call of a string function in a rule, which reads its results from a table.
+#[derive(Clone, Debug)]
+pub struct StringSite {
+    /// The function.
+    pub func: StringFn,
+    /// Its arguments: columns of the ask relation, or constants.
+    pub args: Vec<SiteArg>,
+    /// The relation of the argument tuples the rule calls it on.
+    pub ask: String,
+    /// The relation of its results that the rule joins.
+    pub table: String,
+    /// The call.
+    pub span: Span,
+}
+
+/// One argument of a [`StringSite`].
+#[derive(Clone, Debug)]
+pub enum SiteArg {
+    /// The ask relation's column of this number.
+    Column(usize),
+    /// A constant.
+    Const(Value),
+    /// Integer arithmetic over the ask relation's columns.
+    Arith(Arith),
+}
+
+/// Integer arithmetic over an ask relation's columns (`n + 1`).
+#[derive(Clone, Debug)]
+pub enum Arith {
+    /// A column's value.
+    Column(usize),
+    /// A constant.
+    Int(i64),
+    /// `a op b`.
+    Op(Box<Arith>, ArithOp, Box<Arith>),
+}
+
+impl Arith {
+    /// The value for one row: `None` where it is undefined (a division by zero, an
+    /// overflow, a symbol).
+    fn value(&self, row: &[Value]) -> Option<i64> {
+        match self {
+            Arith::Column(c) => match row.get(*c)? {
+                Value::Int(v) => Some(*v),
+                Value::Sym(_) => None,
+            },
+            Arith::Int(v) => Some(*v),
+            Arith::Op(a, op, b) => {
+                let (a, b) = (a.value(row)?, b.value(row)?);
+                match op {
+                    ArithOp::Add => a.checked_add(b),
+                    ArithOp::Sub => a.checked_sub(b),
+                    ArithOp::Mul => a.checked_mul(b),
+                    ArithOp::Div => a.checked_div(b),
+                    ArithOp::Rem => a.checked_rem(b),
+                }
+            }
+        }
+    }
+}
+
+impl StringSite {
+    /// The call's arguments for one row of its ask relation; `None` when arithmetic in one
+    /// is undefined there (the call then has no result).
+    pub fn arguments(&self, row: &[Value]) -> Option<Vec<Value>> {
+        self.args
+            .iter()
+            .map(|a| match a {
+                SiteArg::Column(c) => row.get(*c).cloned(),
+                SiteArg::Const(v) => Some(v.clone()),
+                SiteArg::Arith(e) => e.value(row).map(Value::Int),
+            })
+            .collect()
+    }
+}
+
+/// Whether a tensor name was made by this pass: a table, which is defined even while it has
+/// no rows (no source name can start with `#`, which starts a comment).
+pub(super) fn is_table(name: &str) -> bool {
+    name.starts_with('#') && !name.starts_with(ASK)
+}
+
+const ASK: &str = "#ask_";
+
+/// The program with its string calls rewritten, its sites, their tables, and the errors
+/// found.
+pub(super) struct Rewritten {
+    pub program: Program,
+    pub sites: Vec<StringSite>,
+    pub tables: Vec<Table>,
+    pub diags: Vec<Diagnostic>,
+}
+
+/// A site's table as data, read as a bound file is (so that a million results cost what a
+/// million-row file does): the argument columns, then the result (none for `contains`).
+pub(super) struct Table {
+    /// The table relation's name.
+    pub name: String,
+    /// Its rows.
+    pub raw: std::sync::Arc<crate::io::RawData>,
+    /// Which columns hold symbols, whatever their text (`to_string(7)` is the symbol `7`).
+    pub symbolic: Vec<bool>,
+}
+
+fn table(site: &StringSite, entries: Option<&BTreeMap<Vec<Value>, Option<Value>>>) -> Table {
+    let mut rows = crate::io::Table::default();
+    let mut symbolic: Vec<bool> = Vec::new();
+    let mut mark = |c: usize, v: &Value| {
+        if symbolic.len() <= c {
+            symbolic.resize(c + 1, false);
+        }
+        symbolic[c] |= matches!(v, Value::Sym(_));
+    };
+    for (line, (args, result)) in entries.into_iter().flatten().enumerate() {
+        let Some(result) = result else { continue };
+        let mut fields: Vec<String> = Vec::with_capacity(args.len() + 1);
+        for (c, v) in args.iter().enumerate() {
+            mark(c, v);
+            fields.push(text(v));
+        }
+        if site.func.returns() != Returns::Truth {
+            mark(args.len(), result);
+            fields.push(text(result));
+        }
+        rows.push(line + 1, fields);
+    }
+    Table {
+        name: site.table.clone(),
+        raw: std::sync::Arc::new(crate::io::RawData::Table(rows)),
+        symbolic,
+    }
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::Int(n) => n.to_string(),
+        Value::Sym(s) => s.clone(),
+    }
+}
+
+/// Rewrites every string call, given the results known so far; `None` when the program
+/// calls none (the common case, which then costs no copy). `constants` are the names of
+/// scalar constants.
+pub(super) fn rewrite(
+    program: &Program,
+    constants: &HashSet<String>,
+    tables: &StringTables,
+) -> Option<Rewritten> {
+    if !program.statements.iter().any(|st| mentions_call(st)) {
+        return None;
+    }
+    let mut out = Rewritten {
+        program: Program::default(),
+        sites: Vec::new(),
+        tables: Vec::new(),
+        diags: Vec::new(),
+    };
+    let mut asks = Vec::new();
+    for st in &program.statements {
+        match &st.kind {
+            StmtKind::Rule { head, body } if body.iter().any(expr_calls) => {
+                let mut r = RuleRewrite {
+                    constants,
+                    sites: &mut out.sites,
+                    diags: &mut out.diags,
+                    locals: Vec::new(),
+                    body: Vec::new(),
+                    fresh: 0,
+                    dead: false,
+                };
+                for lit in body {
+                    r.literal(lit);
+                }
+                asks.extend(r.ask_rules());
+                let mut body = std::mem::take(&mut r.body);
+                if r.dead {
+                    body.push(never(st.span));
+                }
+                out.program.statements.push(Statement {
+                    kind: StmtKind::Rule {
+                        head: head.clone(),
+                        body,
+                    },
+                    span: st.span,
+                });
+            }
+            StmtKind::Equation { lhs, op, rhs } if expr_calls(rhs) => {
+                let mut rhs = rhs.clone();
+                refuse_calls(&mut rhs, &mut out.diags);
+                out.program.statements.push(Statement {
+                    kind: StmtKind::Equation {
+                        lhs: lhs.clone(),
+                        op: *op,
+                        rhs,
+                    },
+                    span: st.span,
+                });
+            }
+            _ => out.program.statements.push(st.clone()),
+        }
+    }
+    out.program.statements.extend(asks);
+    out.tables = out
+        .sites
+        .iter()
+        .enumerate()
+        .map(|(k, site)| table(site, tables.entries.get(k)))
+        .collect();
+    Some(out)
+}
+
+/// The rewriting of one rule.
+struct RuleRewrite<'a> {
+    constants: &'a HashSet<String>,
+    sites: &'a mut Vec<StringSite>,
+    diags: &'a mut Vec<Diagnostic>,
+    locals: Vec<Local>,
+    /// The rewritten body so far.
+    body: Vec<Expr>,
+    fresh: usize,
+    /// A call on constants is undefined: the rule never holds.
+    dead: bool,
+}
+
+/// A site of the rule being rewritten.
+struct Local {
+    /// Its number among all sites.
+    site: usize,
+    /// The variable bound to its result (none for `contains`).
+    out: Option<String>,
+    /// The variables among its arguments: the ask relation's columns.
+    cols: Vec<String>,
+}
+
+/// A call's rewriting: its value when its arguments are constants, or else the table
+/// atom it became.
+enum Call {
+    Folded(Option<Value>),
+    Atom(Expr),
+}
+
+/// One argument of a call being rewritten.
+enum Arg {
+    Var(String),
+    Const(Value),
+    /// Integer arithmetic over variables (`n + 1`), computed when the table is filled, so
+    /// that the table joins on the variables themselves.
+    Arith(Index),
+}
+
+impl RuleRewrite<'_> {
+    fn literal(&mut self, lit: &Expr) {
+        let e = peel(lit);
+        if let Expr::Compare(CmpOp::Eq, l, r, span) = e {
+            for (var, value) in [(l, r), (r, l)] {
+                let (
+                    Some(v),
+                    Expr::Call {
+                        func,
+                        args,
+                        span: cs,
+                    },
+                ) = (variable(var, self.constants), peel(value))
+                else {
+                    continue;
+                };
+                let Some(f) = StringFn::named(&func.text) else {
+                    continue;
+                };
+                if f.returns() == Returns::Truth {
+                    continue;
+                }
+                match self.call(f, args, *cs, Some(v.clone())) {
+                    Call::Folded(value) => {
+                        if value.is_none() {
+                            self.dead = true;
+                        }
+                        let value = value.unwrap_or(Value::Int(0));
+                        self.body.push(Expr::Compare(
+                            CmpOp::Eq,
+                            Box::new(var_expr(&v, *span)),
+                            Box::new(value_expr(&value, *cs)),
+                            *span,
+                        ));
+                    }
+                    Call::Atom(a) => self.body.push(a),
+                }
+                return;
+            }
+        }
+        let (negated, inner) = match e {
+            Expr::Not(inner, _) => (true, peel(inner)),
+            other => (false, other),
+        };
+        if let Expr::Call { func, args, span } = inner {
+            if let Some(f @ StringFn::Contains) = StringFn::named(&func.text) {
+                match self.call(f, args, *span, None) {
+                    Call::Folded(holds) => {
+                        if holds.is_some() == negated {
+                            self.dead = true;
+                        }
+                    }
+                    Call::Atom(a) if negated => self.body.push(Expr::Not(Box::new(a), *span)),
+                    Call::Atom(a) => self.body.push(a),
+                }
+                return;
+            }
+        }
+        let mut lit = lit.clone();
+        self.replace(&mut lit);
+        self.body.push(lit);
+    }
+
+    /// Replaces each string call inside `e` by a fresh variable bound by its table atom.
+    fn replace(&mut self, e: &mut Expr) {
+        match e {
+            Expr::Call { func, args, span } => {
+                let Some(f) = StringFn::named(&func.text) else {
+                    args.iter_mut().for_each(|a| self.replace(a));
+                    return;
+                };
+                let span = *span;
+                if f.returns() == Returns::Truth {
+                    self.diags.push(
+                        Diagnostic::error(codes::FORM, span, "`contains` is a condition, not a value")
+                            .with_note("write it as a literal of the body: `contains(a, b)` or `not contains(a, b)`"),
+                    );
+                    *e = Expr::Number(0.0, span);
+                    return;
+                }
+                let out = self.fresh_var("#str");
+                let args = args.clone();
+                *e = match self.call(f, &args, span, Some(out.clone())) {
+                    Call::Folded(Some(v)) => value_expr(&v, span),
+                    Call::Folded(None) => {
+                        self.dead = true;
+                        Expr::Number(0.0, span)
+                    }
+                    Call::Atom(a) => {
+                        self.body.push(a);
+                        var_expr(&out, span)
+                    }
+                };
+            }
+            Expr::Neg(x, _) | Expr::Not(x, _) => self.replace(x),
+            Expr::Binary(_, a, b, _) | Expr::Compare(_, a, b, _) => {
+                self.replace(a);
+                self.replace(b);
+            }
+            Expr::Term(fs, _) => fs.iter_mut().for_each(|(_, x)| self.replace(x)),
+            Expr::Number(..) | Expr::Str(..) | Expr::Access(_) => {}
+        }
+    }
+
+    fn fresh_var(&mut self, prefix: &str) -> String {
+        self.fresh += 1;
+        format!("{prefix}{}", self.fresh)
+    }
+
+    /// Rewrites a call whose result `out` is bound to (none for `contains`).
+    fn call(&mut self, f: StringFn, args: &[Expr], span: Span, out: Option<String>) -> Call {
+        if !f.takes(args.len()) {
+            self.diags.push(
+                Diagnostic::error(
+                    codes::ARITY,
+                    span,
+                    format!(
+                        "`{}` takes {}, not {}",
+                        f.name(),
+                        f.arity_text(),
+                        args.len()
+                    ),
+                )
+                .with_label("called here"),
+            );
+            return Call::Folded(None);
+        }
+        let args: Vec<Arg> = args.iter().map(|a| self.argument(a)).collect();
+        if args.iter().all(|a| matches!(a, Arg::Const(_))) {
+            let values: Vec<Value> = args
+                .into_iter()
+                .filter_map(|a| match a {
+                    Arg::Const(v) => Some(v),
+                    Arg::Var(_) | Arg::Arith(_) => None,
+                })
+                .collect();
+            return match f.apply(&values) {
+                Ok(v) => Call::Folded(v),
+                Err(msg) => {
+                    self.diags
+                        .push(Diagnostic::error(codes::TYPE, span, msg).with_label("called here"));
+                    Call::Folded(None)
+                }
+            };
+        }
+        let mut cols: Vec<String> = Vec::new();
+        let mut column = |v: String| match cols.iter().position(|c| *c == v) {
+            Some(c) => c,
+            None => {
+                cols.push(v);
+                cols.len() - 1
+            }
+        };
+        let site_args = args
+            .into_iter()
+            .map(|a| match a {
+                Arg::Const(v) => SiteArg::Const(v),
+                Arg::Var(v) => SiteArg::Column(column(v)),
+                Arg::Arith(i) => {
+                    let mut names: Vec<String> = Vec::new();
+                    index_names_ordered(&i, &mut names);
+                    let at: HashMap<String, usize> =
+                        names.into_iter().map(|n| (n.clone(), column(n))).collect();
+                    SiteArg::Arith(columns_of(&i, &at))
+                }
+            })
+            .collect();
+        // A result bound to one of its own arguments is compared with it instead.
+        let out = match out {
+            Some(v) if cols.contains(&v) => {
+                let fresh = self.fresh_var("#str");
+                self.body.push(Expr::Compare(
+                    CmpOp::Eq,
+                    Box::new(var_expr(&v, span)),
+                    Box::new(var_expr(&fresh, span)),
+                    span,
+                ));
+                Some(fresh)
+            }
+            other => other,
+        };
+        let site = self.sites.len();
+        let table = format!("#{}_{site}", f.name());
+        self.sites.push(StringSite {
+            func: f,
+            args: site_args,
+            ask: format!("{ASK}{site}"),
+            table: table.clone(),
+            span,
+        });
+        let indices = cols
+            .iter()
+            .chain(out.iter())
+            .map(|v| name_index(v, span))
+            .collect();
+        self.locals.push(Local { site, out, cols });
+        Call::Atom(Expr::Access(atom(&table, indices, span)))
+    }
+
+    fn argument(&mut self, e: &Expr) -> Arg {
+        let span = e.span();
+        match peel(e) {
+            Expr::Str(s, _) => return Arg::Const(Value::Sym(s.clone())),
+            Expr::Number(v, _) if v.fract() == 0.0 && v.abs() < 9.0e15 => {
+                return Arg::Const(Value::Int(*v as i64))
+            }
+            Expr::Neg(inner, _) => {
+                if let Expr::Number(v, _) = peel(inner) {
+                    if v.fract() == 0.0 && v.abs() < 9.0e15 {
+                        return Arg::Const(Value::Int(-(*v as i64)));
+                    }
+                }
+            }
+            Expr::Access(a) if a.brackets == Brackets::None && a.indices.is_empty() => {
+                let t = &a.name.text;
+                if let Some(v) = variable(e, self.constants) {
+                    return Arg::Var(v);
+                }
+                if t.starts_with(char::is_uppercase) && !self.constants.contains(t) {
+                    return Arg::Const(Value::Sym(t.clone()));
+                }
+            }
+            _ => {}
+        }
+        let mut e = e.clone();
+        self.replace(&mut e);
+        match peel(&e) {
+            Expr::Str(s, _) => return Arg::Const(Value::Sym(s.clone())),
+            Expr::Number(v, _) if v.fract() == 0.0 && v.abs() < 9.0e15 => {
+                return Arg::Const(Value::Int(*v as i64))
+            }
+            _ => {}
+        }
+        if let Some(v) = variable(&e, self.constants) {
+            return Arg::Var(v);
+        }
+        if let Some(i) = super::bindings::as_index(&e) {
+            let mut names = HashSet::new();
+            index_names(&i, &mut names);
+            let var = |n: &String| {
+                n.starts_with(|c: char| c.is_lowercase() || c == '#') && !self.constants.contains(n)
+            };
+            if names.is_empty() {
+                return match columns_of(&i, &HashMap::new()).value(&[]) {
+                    Some(v) => Arg::Const(Value::Int(v)),
+                    None => {
+                        self.dead = true;
+                        Arg::Const(Value::Int(0))
+                    }
+                };
+            }
+            if names.iter().all(var) {
+                return Arg::Arith(i);
+            }
+        }
+        let v = self.fresh_var("#arg");
+        self.body.push(Expr::Compare(
+            CmpOp::Eq,
+            Box::new(var_expr(&v, span)),
+            Box::new(e),
+            span,
+        ));
+        Arg::Var(v)
+    }
+
+    /// The ask rule of each site of the rule.
+    fn ask_rules(&self) -> Vec<Statement> {
+        // Variables bound by a value (`v = e`, in no atom of the rule), and what from.
+        let mut atom_vars = HashSet::new();
+        for lit in &self.body {
+            if let Expr::Access(a) = peel(lit) {
+                if a.brackets != Brackets::None && !a.name.text.starts_with('#') {
+                    a.indices
+                        .iter()
+                        .for_each(|i| index_names(i, &mut atom_vars));
+                }
+            }
+        }
+        let mut from: HashMap<String, HashSet<String>> = HashMap::new();
+        for lit in &self.body {
+            if let Expr::Compare(CmpOp::Eq, l, r, _) = peel(lit) {
+                for (var, value) in [(l, r), (r, l)] {
+                    if let Some(v) = variable(var, self.constants) {
+                        if !atom_vars.contains(&v) {
+                            expr_names(value, from.entry(v).or_default());
+                        }
+                    }
+                }
+            }
+        }
+        for l in &self.locals {
+            if let Some(o) = &l.out {
+                from.entry(o.clone())
+                    .or_default()
+                    .extend(l.cols.iter().cloned());
+            }
+        }
+        self.locals
+            .iter()
+            .map(|l| self.ask_rule(l, &from))
+            .collect()
+    }
+
+    fn ask_rule(&self, me: &Local, from: &HashMap<String, HashSet<String>>) -> Statement {
+        let span = self.sites[me.site].span;
+        // What the arguments are computed from.
+        let mut needed: HashSet<String> = HashSet::new();
+        let mut stack: Vec<String> = me.cols.clone();
+        while let Some(v) = stack.pop() {
+            if needed.insert(v.clone()) {
+                stack.extend(from.get(&v).into_iter().flatten().cloned());
+            }
+        }
+        let ancestor = |l: &Local| l.out.as_ref().is_some_and(|o| needed.contains(o));
+        // Everything that depends on a result the arguments do not need.
+        let mut tainted: HashSet<String> = self
+            .locals
+            .iter()
+            .filter(|l| !ancestor(l))
+            .filter_map(|l| l.out.clone())
+            .collect();
+        loop {
+            let before = tainted.len();
+            for (v, srcs) in from {
+                if !tainted.contains(v) && srcs.iter().any(|s| tainted.contains(s)) {
+                    tainted.insert(v.clone());
+                }
+            }
+            if tainted.len() == before {
+                break;
+            }
+        }
+        let tables: HashMap<&str, &Local> = self
+            .locals
+            .iter()
+            .map(|l| (self.sites[l.site].table.as_str(), l))
+            .collect();
+        let mut body = Vec::new();
+        for lit in &self.body {
+            let (negated, atom_of) = match peel(lit) {
+                Expr::Access(a) => (false, Some(a)),
+                Expr::Not(x, _) => match peel(x) {
+                    Expr::Access(a) => (true, Some(a)),
+                    _ => (true, None),
+                },
+                _ => (false, None),
+            };
+            if let Some(a) = atom_of {
+                if let Some(l) = tables.get(a.name.text.as_str()) {
+                    if l.site != me.site && ancestor(l) {
+                        body.push(lit.clone());
+                    }
+                    continue;
+                }
+                if !negated && a.brackets != Brackets::None {
+                    if let Some(kept) = without(a, &tainted) {
+                        body.push(Expr::Access(kept));
+                    }
+                    continue;
+                }
+            }
+            let mut names = HashSet::new();
+            expr_names(lit, &mut names);
+            if names.is_disjoint(&tainted) {
+                body.push(lit.clone());
+            }
+        }
+        let head = atom(
+            &self.sites[me.site].ask,
+            me.cols.iter().map(|v| name_index(v, span)).collect(),
+            span,
+        );
+        Statement {
+            kind: StmtKind::Rule { head, body },
+            span,
+        }
+    }
+}
+
+/// An atom with its tainted variables made anonymous, or `None` when one is inside
+/// arithmetic (the atom then constrains nothing the ask can use).
+fn without(a: &Access, tainted: &HashSet<String>) -> Option<Access> {
+    let mut a = a.clone();
+    for i in &mut a.indices {
+        let mut names = HashSet::new();
+        index_names(i, &mut names);
+        if names.is_disjoint(tainted) {
+            continue;
+        }
+        match i {
+            Index::Name(n) => n.text = super::lower::ANONYMOUS.to_string(),
+            _ => return None,
+        }
+    }
+    Some(a)
+}
+
+/// Reports a string call outside a rule and replaces it, so that checking goes on.
+fn refuse_calls(e: &mut Expr, diags: &mut Vec<Diagnostic>) {
+    match e {
+        Expr::Call { func, args, span } if StringFn::named(&func.text).is_some() => {
+            diags.push(
+                Diagnostic::error(
+                    codes::FORM,
+                    *span,
+                    format!("`{}` works on the symbols of relations: call it in a rule", func.text),
+                )
+                .with_note("compute it in a rule (`L(s, n) :- Word(s), n = strlen(s).`) and read that relation here"),
+            );
+            *e = Expr::Number(0.0, *span);
+        }
+        Expr::Call { args, .. } => args.iter_mut().for_each(|a| refuse_calls(a, diags)),
+        Expr::Neg(x, _) | Expr::Not(x, _) => refuse_calls(x, diags),
+        Expr::Binary(_, a, b, _) | Expr::Compare(_, a, b, _) => {
+            refuse_calls(a, diags);
+            refuse_calls(b, diags);
+        }
+        Expr::Term(fs, _) => fs.iter_mut().for_each(|(_, x)| refuse_calls(x, diags)),
+        Expr::Number(..) | Expr::Str(..) | Expr::Access(_) => {}
+    }
+}
+
+fn mentions_call(st: &Statement) -> bool {
+    match &st.kind {
+        StmtKind::Rule { body, .. } => body.iter().any(expr_calls),
+        StmtKind::Equation { rhs, .. } => expr_calls(rhs),
+        _ => false,
+    }
+}
+
+fn expr_calls(e: &Expr) -> bool {
+    match e {
+        Expr::Call { func, args, .. } => {
+            StringFn::named(&func.text).is_some() || args.iter().any(expr_calls)
+        }
+        Expr::Neg(x, _) | Expr::Not(x, _) => expr_calls(x),
+        Expr::Binary(_, a, b, _) | Expr::Compare(_, a, b, _) => expr_calls(a) || expr_calls(b),
+        Expr::Term(fs, _) => fs.iter().any(|(_, x)| expr_calls(x)),
+        Expr::Number(..) | Expr::Str(..) | Expr::Access(_) => false,
+    }
+}
+
+/// `e` without the summation points that hold it alone (`Term([e])`).
+fn peel(mut e: &Expr) -> &Expr {
+    while let Expr::Term(fs, _) = e {
+        match fs.as_slice() {
+            [(false, inner)] => e = inner,
+            _ => break,
+        }
+    }
+    e
+}
+
+/// The name of a bare variable: lower case, or made by a rewrite (`#str1`); not a scalar
+/// constant, not `_`.
+fn variable(e: &Expr, constants: &HashSet<String>) -> Option<String> {
+    match peel(e) {
+        Expr::Access(a) if a.brackets == Brackets::None && a.indices.is_empty() => {
+            let t = &a.name.text;
+            let var = t.starts_with(|c: char| c.is_lowercase() || c == '#');
+            (var && !constants.contains(t)).then(|| t.clone())
+        }
+        _ => None,
+    }
+}
+
+fn expr_names(e: &Expr, out: &mut HashSet<String>) {
+    match e {
+        Expr::Access(a) => {
+            if a.brackets == Brackets::None && a.indices.is_empty() {
+                out.insert(a.name.text.clone());
+            }
+            a.indices.iter().for_each(|i| index_names(i, out));
+        }
+        Expr::Call { args, .. } => args.iter().for_each(|x| expr_names(x, out)),
+        Expr::Neg(x, _) | Expr::Not(x, _) => expr_names(x, out),
+        Expr::Binary(_, a, b, _) | Expr::Compare(_, a, b, _) => {
+            expr_names(a, out);
+            expr_names(b, out);
+        }
+        Expr::Term(fs, _) => fs.iter().for_each(|(_, x)| expr_names(x, out)),
+        Expr::Number(..) | Expr::Str(..) => {}
+    }
+}
+
+fn index_names(i: &Index, out: &mut HashSet<String>) {
+    match i {
+        Index::Name(n) | Index::Normalized(n) => {
+            out.insert(n.text.clone());
+        }
+        Index::Arith(a, _, b, _) => {
+            index_names(a, out);
+            index_names(b, out);
+        }
+        Index::Virtual(inner, _) => index_names(inner, out),
+        Index::Int(..) | Index::Str(..) | Index::Slice(..) => {}
+    }
+}
+
+/// The names of an index expression, in order of first appearance.
+fn index_names_ordered(i: &Index, out: &mut Vec<String>) {
+    match i {
+        Index::Name(n) if !out.contains(&n.text) => out.push(n.text.clone()),
+        Index::Arith(a, _, b, _) => {
+            index_names_ordered(a, out);
+            index_names_ordered(b, out);
+        }
+        _ => {}
+    }
+}
+
+/// Index arithmetic with its variables replaced by the columns they are.
+fn columns_of(i: &Index, at: &HashMap<String, usize>) -> Arith {
+    match i {
+        Index::Name(n) => Arith::Column(at.get(&n.text).copied().unwrap_or(0)),
+        Index::Int(v, _) => Arith::Int(*v),
+        Index::Arith(a, op, b, _) => Arith::Op(
+            Box::new(columns_of(a, at)),
+            *op,
+            Box::new(columns_of(b, at)),
+        ),
+        _ => Arith::Int(0),
+    }
+}
+
+fn name_index(v: &str, span: Span) -> Index {
+    Index::Name(Name {
+        text: v.to_string(),
+        span,
+    })
+}
+
+fn var_expr(v: &str, span: Span) -> Expr {
+    Expr::Access(Access {
+        name: Name {
+            text: v.to_string(),
+            span,
+        },
+        brackets: Brackets::None,
+        indices: Vec::new(),
+        span,
+    })
+}
+
+fn value_expr(v: &Value, span: Span) -> Expr {
+    match v {
+        Value::Int(n) => Expr::Number(*n as f64, span),
+        Value::Sym(s) => Expr::Str(s.clone(), span),
+    }
+}
+
+fn atom(name: &str, indices: Vec<Index>, span: Span) -> Access {
+    Access {
+        name: Name {
+            text: name.to_string(),
+            span,
+        },
+        brackets: Brackets::Paren,
+        indices,
+        span,
+    }
+}
+
+/// A literal that never holds.
+fn never(span: Span) -> Expr {
+    Expr::Compare(
+        CmpOp::Eq,
+        Box::new(Expr::Number(0.0, span)),
+        Box::new(Expr::Number(1.0, span)),
+        span,
+    )
+}
