@@ -131,7 +131,7 @@ pub fn check(input: &CheckInput) -> Result<Checked, Diagnostics> {
     for _ in 0..MAX_OFFSET_CHECKS {
         match check_once(&rewritten, &tables, &found, &mut files) {
             Attempt::Done(result) => {
-                return match result {
+                return match *result {
                     Ok(mut checked) if early.is_empty() => {
                         checked.strings = sites;
                         Ok(checked)
@@ -167,7 +167,7 @@ const MAX_OFFSET_CHECKS: usize = 64;
 /// The outcome of one check of a program.
 enum Attempt {
     /// Checked, or its errors.
-    Done(Result<Checked, Diagnostics>),
+    Done(Box<Result<Checked, Diagnostics>>),
     /// Equations write below these domains' offsets, by these amounts: check again.
     Lower(Vec<(usize, i64)>),
 }
@@ -182,9 +182,9 @@ fn check_once(
     files: &mut Files,
 ) -> Attempt {
     match check_with(input, tables, found, files) {
-        Ok(checked) => Attempt::Done(Ok(checked)),
+        Ok(checked) => Attempt::Done(Box::new(Ok(checked))),
         Err(Retry::Lower(below)) => Attempt::Lower(below),
-        Err(Retry::Failed(d)) => Attempt::Done(Err(d)),
+        Err(Retry::Failed(d)) => Attempt::Done(Box::new(Err(d))),
     }
 }
 

@@ -199,7 +199,7 @@ pub(super) fn rewrite(
     constants: &HashSet<String>,
     tables: &StringTables,
 ) -> Option<Rewritten> {
-    if !program.statements.iter().any(|st| mentions_call(st)) {
+    if !program.statements.iter().any(mentions_call) {
         return None;
     }
     let mut out = Rewritten {
@@ -212,8 +212,19 @@ pub(super) fn rewrite(
     for st in &program.statements {
         match &st.kind {
             StmtKind::Rule { head, body } if body.iter().any(expr_calls) => {
+                let mut atom_vars = HashSet::new();
+                for lit in body {
+                    if let Expr::Access(a) = peel(lit) {
+                        if a.brackets != Brackets::None {
+                            a.indices
+                                .iter()
+                                .for_each(|i| index_names(i, &mut atom_vars));
+                        }
+                    }
+                }
                 let mut r = RuleRewrite {
                     constants,
+                    atom_vars,
                     sites: &mut out.sites,
                     diags: &mut out.diags,
                     locals: Vec::new(),
@@ -265,6 +276,8 @@ pub(super) fn rewrite(
 /// The rewriting of one rule.
 struct RuleRewrite<'a> {
     constants: &'a HashSet<String>,
+    /// The variables the rule's own atoms bind: a call equal to one is a filter.
+    atom_vars: HashSet<String>,
     sites: &'a mut Vec<StringSite>,
     diags: &'a mut Vec<Diagnostic>,
     locals: Vec<Local>,
@@ -468,9 +481,10 @@ impl RuleRewrite<'_> {
                 }
             })
             .collect();
-        // A result bound to one of its own arguments is compared with it instead.
+        // A result equal to a variable bound elsewhere (by an atom, or one of its own
+        // arguments) is compared with it instead.
         let out = match out {
-            Some(v) if cols.contains(&v) => {
+            Some(v) if cols.contains(&v) || self.atom_vars.contains(&v) => {
                 let fresh = self.fresh_var("#str");
                 self.body.push(Expr::Compare(
                     CmpOp::Eq,
@@ -872,4 +886,86 @@ fn never(span: Span) -> Expr {
         Box::new(Expr::Number(1.0, span)),
         span,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names of the atoms in each rule body of `src` once rewritten, by head name.
+    fn bodies(src: &str) -> Vec<(String, Vec<String>)> {
+        let (program, errors) = crate::syntax::parse(src, &crate::functions::is_builtin);
+        assert!(errors.is_empty(), "{errors:?}");
+        let r = rewrite(&program, &HashSet::new(), &StringTables::default()).unwrap();
+        assert!(r.diags.is_empty());
+        r.program
+            .statements
+            .iter()
+            .filter_map(|st| match &st.kind {
+                StmtKind::Rule { head, body } => Some((
+                    head.name.text.clone(),
+                    body.iter()
+                        .map(|e| match peel(e) {
+                            Expr::Access(a) => a.name.text.clone(),
+                            Expr::Not(x, _) => match peel(x) {
+                                Expr::Access(a) => format!("not {}", a.name.text),
+                                _ => "not".into(),
+                            },
+                            _ => "condition".into(),
+                        })
+                        .collect(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_ask_keeps_what_its_arguments_need_and_not_what_depends_on_its_result() {
+        let got = bodies(
+            "Full(z) :- First(x), Last(y), z = cat(x, \" \", y), strlen(z) < 5, not Bad(z).",
+        );
+        let want: Vec<(String, Vec<String>)> = vec![
+            (
+                "Full".into(),
+                vec![
+                    "First",
+                    "Last",
+                    "#cat_0",
+                    "#strlen_1",
+                    "condition",
+                    "not Bad",
+                ]
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            ),
+            // cat's arguments need neither strlen's result nor the tests on `z`.
+            ("#ask_0".into(), vec!["First".into(), "Last".into()]),
+            // strlen's argument is cat's result: its ask joins cat's table, and keeps the
+            // test on `z` that does not need strlen's result.
+            (
+                "#ask_1".into(),
+                vec!["First", "Last", "#cat_0", "not Bad"]
+                    .into_iter()
+                    .map(String::from)
+                    .collect(),
+            ),
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_call_on_constants_is_computed_and_an_undefined_one_makes_the_rule_never_hold() {
+        let got =
+            bodies("A(x) :- B(x), x = cat(\"a\", \"b\").\nC(x) :- B(x), to_number(\"q\") == 1.");
+        assert_eq!(got[0], ("A".into(), vec!["B".into(), "condition".into()]));
+        assert_eq!(
+            got[1],
+            (
+                "C".into(),
+                vec!["B".into(), "condition".into(), "condition".into()]
+            )
+        );
+    }
 }
