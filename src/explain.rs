@@ -278,6 +278,10 @@ fn nest_plan(out: &mut String, p: &Checked, eq: &Equation, scope: &Scope, indent
                         Position::Var(v) => var(*v).to_string(),
                         Position::Const(c) => label(p, s.tensor, ax, *c as usize, true),
                         Position::Known(f) => index_text(f, eq),
+                        Position::Shifted { var: v, by, .. } if *by < 0 => {
+                            format!("{} - {}", var(*v), -by)
+                        }
+                        Position::Shifted { var: v, by, .. } => format!("{} + {by}", var(*v)),
                     })
                     .collect();
                 let how = if s.key.is_empty() {

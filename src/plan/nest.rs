@@ -103,6 +103,24 @@ pub enum Position {
     /// Index arithmetic over variables bound outside the scope (`Obs(t + 1, o)` at a step
     /// of `t`): known when the scan starts, so the tuples are looked up by it.
     Known(IndexFn),
+    /// A variable plus a constant (`Fib(n - 1, y)` once values are positions): binds the
+    /// variable to the tuple's position less `by` where that falls in `0..range`.
+    Shifted {
+        /// The variable.
+        var: VarId,
+        /// What the position adds to it.
+        by: i64,
+        /// The variable's range.
+        range: usize,
+    },
+}
+
+/// `f` as a variable plus a constant, if it is one.
+fn shifted(f: &IndexFn) -> Option<(VarId, i64)> {
+    match super::einsum::affine(f)? {
+        (coefs, c) if coefs.len() == 1 && coefs[0].1 == 1 => Some((coefs[0].0, c)),
+        _ => None,
+    }
 }
 
 /// A compiled right-hand-side expression, evaluated at one point; `None` is "nothing" (§5.1).
@@ -215,7 +233,12 @@ pub(super) fn plan_bound(
     } else {
         merged(&eq.rhs, &mut vars)
     };
-    let root = cx.scope(&vars, body, eq.family, skip_at_root, false);
+    let skip = match skip_at_root {
+        false => Skip::Never,
+        true if eq.family == Family::Sum && target.kind == Kind::Bool => Skip::Relation,
+        true => Skip::WhereDefined,
+    };
+    let root = cx.scope(&vars, body, eq.family, skip, false);
     NestEquation {
         equation: e,
         target: eq.target,
@@ -277,6 +300,18 @@ struct Compiler<'a> {
     sparse: &'a [bool],
 }
 
+/// Whether points of a scope may be left out when a scanned factor or a filter is 0.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Skip {
+    /// No: every point is written (an element written 0 differs from one not written).
+    Never,
+    /// Where no other factor can be nothing at the point (the value would then differ).
+    WhereDefined,
+    /// Always: the root of a rule, where a point that is nothing writes nothing, as a
+    /// skipped 0 does (`Fib(n - 1, y)` at `n = 0`).
+    Relation,
+}
+
 impl Compiler<'_> {
     /// A scope over `vars` (bound in it, not outside) whose points are worth `body`.
     /// `skip` says whether points may be left out where a scanned factor or a filter is 0;
@@ -286,7 +321,7 @@ impl Compiler<'_> {
         vars: &[VarId],
         body: &Node,
         family: Family,
-        skip: bool,
+        skip: Skip,
         total: bool,
     ) -> Scope {
         // The factors of the point's value, in order; only multiplied ones may be scanned or
@@ -301,7 +336,9 @@ impl Compiler<'_> {
         let relational = matches!(family, Family::Max | Family::Min);
         // Skipping is exact when no other factor can be nothing at a skipped point.
         let whole = self.always_defined(body);
-        let may_skip = skip && !total && (relational || (family == Family::Sum && whole));
+        let may_skip = skip != Skip::Never
+            && !total
+            && (relational || (family == Family::Sum && (whole || skip == Skip::Relation)));
         let mut levels = Vec::new();
         let mut bound: Vec<VarId> = Vec::new();
         let mut scanned: Vec<(usize, usize)> = Vec::new();
@@ -342,13 +379,22 @@ impl Compiler<'_> {
                     slot,
                 };
                 for (ax, f) in index.iter().enumerate() {
+                    let unbound = |v: &VarId| !bound.contains(v) && vars.contains(v);
                     let pos = match f {
                         IndexFn::Var(v) => Position::Var(*v),
                         IndexFn::Const(c) => Position::Const(*c),
-                        IndexFn::Arith(..) => Position::Known(f.clone()),
+                        IndexFn::Arith(..) => match shifted(f) {
+                            Some((var, by)) if unbound(&var) => Position::Shifted {
+                                var,
+                                by,
+                                range: self.eq.vars[var].range,
+                            },
+                            _ => Position::Known(f.clone()),
+                        },
                     };
                     let known = match pos {
-                        Position::Var(v) => bound.contains(&v) || !vars.contains(&v),
+                        Position::Var(v) => !unbound(&v),
+                        Position::Shifted { .. } => false,
                         Position::Const(_) | Position::Known(_) => true,
                     };
                     if known {
@@ -357,7 +403,7 @@ impl Compiler<'_> {
                     scan.positions.push(pos);
                 }
                 for p in &scan.positions {
-                    if let Position::Var(v) = p {
+                    if let Position::Var(v) | Position::Shifted { var: v, .. } = p {
                         if !bound.contains(v) {
                             bound.push(*v);
                         }
@@ -457,11 +503,13 @@ impl Compiler<'_> {
         };
         let plain = index.iter().all(|f| match f {
             IndexFn::Var(_) | IndexFn::Const(_) => true,
-            IndexFn::Arith(..) => outside(f),
+            IndexFn::Arith(..) => outside(f) || shifted(f).is_some(),
         });
-        let binds = index
-            .iter()
-            .any(|f| matches!(f, IndexFn::Var(v) if vars.contains(v)));
+        let binds = index.iter().any(|f| match f {
+            IndexFn::Var(v) => vars.contains(v),
+            IndexFn::Arith(..) => shifted(f).is_some_and(|(v, _)| vars.contains(&v)),
+            IndexFn::Const(_) => false,
+        });
         sparse && plain && binds && !index.is_empty()
     }
 
@@ -555,7 +603,13 @@ impl Compiler<'_> {
                     },
                     _ => merged(n, &mut vars),
                 };
-                Value::Sum(Box::new(self.scope(&vars, body, self.family, true, total)))
+                Value::Sum(Box::new(self.scope(
+                    &vars,
+                    body,
+                    self.family,
+                    Skip::WhereDefined,
+                    total,
+                )))
             }
             Node::Neg(x) => Value::Neg(Box::new(sub(self, x))),
             Node::Not(x) => Value::Not(Box::new(self.value(x, true))),
@@ -730,6 +784,28 @@ mod tests {
     fn huge_element_facts_are_scanned() {
         let n = nest("E[1000000000, 1000000000] = 1\nS = E[x, y]\n", "S");
         assert!(matches!(n.root.levels.as_slice(), [Level::Scan(_)]));
+    }
+
+    #[test]
+    fn a_rule_reading_itself_at_a_shifted_value_scans_both_reads() {
+        // `Fib(n - 1, y)` may be out of range at the smallest `n`; a rule's point that is
+        // nothing writes nothing, as a skipped 0 does, so both reads are scanned.
+        let n = nest(
+            "Fib(0, 0). Fib(1, 1).\nFib(n + 1, x + y) :- Fib(n, x), Fib(n - 1, y), n < 30.\n",
+            "Fib",
+        );
+        let scans = n
+            .root
+            .levels
+            .iter()
+            .filter(|l| matches!(l, Level::Scan(_)))
+            .count();
+        assert_eq!(scans, 2, "{:?}", n.root.levels);
+        assert!(!n
+            .root
+            .levels
+            .iter()
+            .any(|l| matches!(l, Level::Range { .. })));
     }
 
     #[test]

@@ -622,6 +622,7 @@ fn tuples(t: &Tensor) -> Option<&Relation> {
 fn known(pos: &Position, env: &[i64]) -> Option<u32> {
     let v = match pos {
         Position::Var(x) => env[*x],
+        Position::Shifted { var, by, .. } => env[*var].checked_add(*by)?,
         Position::Const(c) => *c,
         Position::Known(f) => f.eval(env)?,
     };
@@ -635,17 +636,25 @@ fn bind(s: &Scan, tuple: &[u32], env: &mut [i64]) -> bool {
         if s.key.contains(&ax) {
             continue;
         }
-        let &Position::Var(v) = pos else {
-            continue;
+        let (v, by) = match pos {
+            Position::Var(v) => (*v, 0),
+            Position::Shifted { var, by, .. } => (*var, *by),
+            Position::Const(_) | Position::Known(_) => continue,
         };
+        let value = i64::from(tuple[ax]) - by;
         // A variable unknown when the scan starts is bound by its first axis.
-        let first = !s.positions[..ax]
-            .iter()
-            .enumerate()
-            .any(|(a, q)| q == pos && !s.key.contains(&a));
+        let first = !s.positions[..ax].iter().enumerate().any(|(a, q)| {
+            !s.key.contains(&a)
+                && matches!(q, Position::Var(w) | Position::Shifted { var: w, .. } if *w == v)
+        });
         if first {
-            env[v] = i64::from(tuple[ax]);
-        } else if env[v] != i64::from(tuple[ax]) {
+            if let Position::Shifted { range, .. } = pos {
+                if value < 0 || value >= *range as i64 {
+                    return false;
+                }
+            }
+            env[v] = value;
+        } else if env[v] != value {
             return false;
         }
     }
