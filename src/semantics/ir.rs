@@ -108,7 +108,7 @@ pub struct Domain {
     /// Whether any symbol was ever placed in it.
     pub symbolic: bool,
     /// Each symbol's position, so that interning a file of a million symbols stays linear.
-    pub(crate) index: std::collections::HashMap<String, usize>,
+    pub(crate) index: rustc_hash::FxHashMap<String, usize>,
 }
 
 impl Domain {
