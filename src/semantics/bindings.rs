@@ -16,7 +16,10 @@ use std::collections::HashSet;
 /// rather than variables.
 pub(super) fn substitute(program: &Program, constants: &HashSet<String>) -> Option<Program> {
     let has_binding = |st: &Statement| match &st.kind {
-        StmtKind::Rule { body, .. } => next_binding(body, constants).is_some(),
+        StmtKind::Rule { head, body } => {
+            next_binding(body, constants).is_some()
+                || next_test_binding(head, body, constants).is_some()
+        }
         _ => false,
     };
     if !program.statements.iter().any(has_binding) {
@@ -33,6 +36,15 @@ pub(super) fn substitute(program: &Program, constants: &HashSet<String>) -> Opti
                     replace_in_access(&mut head, &var, &value);
                     body.iter_mut()
                         .for_each(|e| replace_in_expr(e, &var, &value));
+                }
+                while let Some((k, var, value)) = next_test_binding(&head, &body, constants) {
+                    let span = body[k].span();
+                    body[k] = whole(value.clone(), span);
+                    for (j, e) in body.iter_mut().enumerate() {
+                        if j != k {
+                            replace_var_by_expr(e, &var, &value);
+                        }
+                    }
                 }
                 Statement {
                     kind: StmtKind::Rule { head, body },
@@ -73,6 +85,113 @@ fn next_binding(body: &[Expr], constants: &HashSet<String>) -> Option<(usize, St
             (!mentioned.contains(&v)).then_some((k, v, value))
         })
     })
+}
+
+/// The first body literal `v = e` whose `v` is used only as a value in tests (in no index of
+/// the head or of any atom) and whose `e` is not index arithmetic (`n = Out[x] - In[x]`,
+/// then `n < 0`): its position, `v`, and `e`. The tests then read `e` itself, so `v` needs
+/// no range, and a negative value is as good as any.
+fn next_test_binding(
+    head: &Access,
+    body: &[Expr],
+    constants: &HashSet<String>,
+) -> Option<(usize, String, Expr)> {
+    let mut indexed = HashSet::new();
+    head.indices
+        .iter()
+        .for_each(|i| names_in_index(i, &mut indexed));
+    for e in body {
+        indices_in_expr(e, &mut indexed);
+    }
+    body.iter().enumerate().find_map(|(k, e)| {
+        let Expr::Compare(CmpOp::Eq, l, r, _) = e else {
+            return None;
+        };
+        [(l, r), (r, l)].into_iter().find_map(|(var, value)| {
+            let v = variable(var, constants)?;
+            if indexed.contains(&v)
+                || as_index(value).is_some()
+                || variable(value, constants).is_some()
+            {
+                return None;
+            }
+            let mut mentioned = HashSet::new();
+            indices_in_expr(value, &mut mentioned);
+            value_names(value, &mut mentioned);
+            (!mentioned.contains(&v)).then(|| (k, v, (**value).clone()))
+        })
+    })
+}
+
+/// The test a value binding leaves: the value is a whole number (`e % 1 == 0`), as a
+/// binding requires (a value that is not an integer derives nothing, §8).
+fn whole(value: Expr, span: crate::diagnostics::Span) -> Expr {
+    Expr::Compare(
+        CmpOp::Eq,
+        Box::new(Expr::Binary(
+            BinOp::Rem,
+            Box::new(value),
+            Box::new(Expr::Number(1.0, span)),
+            span,
+        )),
+        Box::new(Expr::Number(0.0, span)),
+        span,
+    )
+}
+
+/// Every name used in an index of an access inside `e`.
+fn indices_in_expr(e: &Expr, out: &mut HashSet<String>) {
+    match e {
+        Expr::Access(a) => a.indices.iter().for_each(|i| names_in_index(i, out)),
+        Expr::Number(..) | Expr::Str(..) => {}
+        Expr::Call { args, .. } => args.iter().for_each(|x| indices_in_expr(x, out)),
+        Expr::Neg(x, _) | Expr::Not(x, _) => indices_in_expr(x, out),
+        Expr::Binary(_, a, b, _) | Expr::Compare(_, a, b, _) => {
+            indices_in_expr(a, out);
+            indices_in_expr(b, out);
+        }
+        Expr::Term(fs, _) => fs.iter().for_each(|(_, x)| indices_in_expr(x, out)),
+    }
+}
+
+/// Every bare name used as a value inside `e`.
+fn value_names(e: &Expr, out: &mut HashSet<String>) {
+    match e {
+        Expr::Access(a) if a.brackets == Brackets::None && a.indices.is_empty() => {
+            out.insert(a.name.text.clone());
+        }
+        Expr::Access(_) | Expr::Number(..) | Expr::Str(..) => {}
+        Expr::Call { args, .. } => args.iter().for_each(|x| value_names(x, out)),
+        Expr::Neg(x, _) | Expr::Not(x, _) => value_names(x, out),
+        Expr::Binary(_, a, b, _) | Expr::Compare(_, a, b, _) => {
+            value_names(a, out);
+            value_names(b, out);
+        }
+        Expr::Term(fs, _) => fs.iter().for_each(|(_, x)| value_names(x, out)),
+    }
+}
+
+/// `e` with every use of the variable `var` as a value replaced by `value`.
+fn replace_var_by_expr(e: &mut Expr, var: &str, value: &Expr) {
+    match e {
+        Expr::Access(a) if a.brackets == Brackets::None && a.indices.is_empty() => {
+            if a.name.text == var {
+                *e = value.clone();
+            }
+        }
+        Expr::Access(_) | Expr::Number(..) | Expr::Str(..) => {}
+        Expr::Call { args, .. } => args
+            .iter_mut()
+            .for_each(|x| replace_var_by_expr(x, var, value)),
+        Expr::Neg(x, _) | Expr::Not(x, _) => replace_var_by_expr(x, var, value),
+        Expr::Binary(_, a, b, _) | Expr::Compare(_, a, b, _) => {
+            replace_var_by_expr(a, var, value);
+            replace_var_by_expr(b, var, value);
+        }
+        Expr::Term(fs, _) => fs
+            .iter_mut()
+            .for_each(|(_, x)| replace_var_by_expr(x, var, value)),
+    }
 }
 
 /// `e` without the summation points that hold it alone (`Term([e])`).
