@@ -39,16 +39,6 @@ impl StringTables {
         }
         self.entries[site].insert(args, result);
     }
-
-    /// How many results are known, over all sites.
-    pub fn len(&self) -> usize {
-        self.entries.iter().map(BTreeMap::len).sum()
-    }
-
-    /// Whether no result is known yet.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// A call of a string function in a rule, which reads its results from a table.
