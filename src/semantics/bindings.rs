@@ -140,7 +140,7 @@ fn whole(value: Expr, span: crate::diagnostics::Span) -> Expr {
 }
 
 /// Every name used in an index of an access inside `e`.
-fn indices_in_expr(e: &Expr, out: &mut HashSet<String>) {
+pub(super) fn indices_in_expr(e: &Expr, out: &mut HashSet<String>) {
     match e {
         Expr::Access(a) => a.indices.iter().for_each(|i| names_in_index(i, out)),
         Expr::Number(..) | Expr::Str(..) => {}
@@ -155,7 +155,7 @@ fn indices_in_expr(e: &Expr, out: &mut HashSet<String>) {
 }
 
 /// Every bare name used as a value inside `e`.
-fn value_names(e: &Expr, out: &mut HashSet<String>) {
+pub(super) fn value_names(e: &Expr, out: &mut HashSet<String>) {
     match e {
         Expr::Access(a) if a.brackets == Brackets::None && a.indices.is_empty() => {
             out.insert(a.name.text.clone());
@@ -195,7 +195,7 @@ fn replace_var_by_expr(e: &mut Expr, var: &str, value: &Expr) {
 }
 
 /// `e` without the summation points that hold it alone (`Term([e])`).
-fn peel(mut e: &Expr) -> &Expr {
+pub(super) fn peel(mut e: &Expr) -> &Expr {
     while let Expr::Term(fs, _) = e {
         match fs.as_slice() {
             [(false, inner)] => e = inner,
@@ -206,11 +206,11 @@ fn peel(mut e: &Expr) -> &Expr {
 }
 
 /// The name of a bare variable (not a scalar constant, not `_`).
-fn variable(e: &Expr, constants: &HashSet<String>) -> Option<String> {
+pub(super) fn variable(e: &Expr, constants: &HashSet<String>) -> Option<String> {
     match peel(e) {
         Expr::Access(a) if a.brackets == Brackets::None && a.indices.is_empty() => {
             let t = &a.name.text;
-            // Lower case, or a variable a rewrite made (`#arg1`, §8's string calls).
+            // Lower case, or a variable a rewrite made (`#str1`, §8's string calls).
             let lower = t.starts_with(|c: char| c.is_lowercase() || c == '#');
             (lower && !constants.contains(t)).then(|| t.clone())
         }
@@ -259,7 +259,7 @@ pub(super) fn as_index(e: &Expr) -> Option<Index> {
 }
 
 /// Every name an index expression mentions.
-fn names_in_index(i: &Index, out: &mut HashSet<String>) {
+pub(super) fn names_in_index(i: &Index, out: &mut HashSet<String>) {
     match i {
         Index::Name(n) | Index::Normalized(n) => {
             out.insert(n.text.clone());

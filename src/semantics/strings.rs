@@ -15,6 +15,7 @@
 //! at least every tuple the rule can use, and a round never waits on a table that waits on
 //! it. A call on constants alone is computed here.
 
+use super::bindings::{indices_in_expr, names_in_index, peel, value_names, variable};
 use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::functions::strings::{Returns, StringFn, Value};
 use crate::syntax::ast::*;
@@ -208,7 +209,7 @@ pub(super) fn rewrite(
                         if a.brackets != Brackets::None {
                             a.indices
                                 .iter()
-                                .for_each(|i| index_names(i, &mut atom_vars));
+                                .for_each(|i| names_in_index(i, &mut atom_vars));
                         }
                     }
                 }
@@ -543,7 +544,7 @@ impl RuleRewrite<'_> {
         }
         if let Some(i) = super::bindings::as_index(&e) {
             let mut names = HashSet::new();
-            index_names(&i, &mut names);
+            names_in_index(&i, &mut names);
             let var = |n: &String| {
                 n.starts_with(|c: char| c.is_lowercase() || c == '#') && !self.constants.contains(n)
             };
@@ -579,7 +580,7 @@ impl RuleRewrite<'_> {
                 if a.brackets != Brackets::None && !a.name.text.starts_with('#') {
                     a.indices
                         .iter()
-                        .for_each(|i| index_names(i, &mut atom_vars));
+                        .for_each(|i| names_in_index(i, &mut atom_vars));
                 }
             }
         }
@@ -690,7 +691,7 @@ fn without(a: &Access, tainted: &HashSet<String>) -> Option<Access> {
     let mut a = a.clone();
     for i in &mut a.indices {
         let mut names = HashSet::new();
-        index_names(i, &mut names);
+        names_in_index(i, &mut names);
         if names.is_disjoint(tainted) {
             continue;
         }
@@ -747,61 +748,10 @@ fn expr_calls(e: &Expr) -> bool {
     }
 }
 
-/// `e` without the summation points that hold it alone (`Term([e])`).
-fn peel(mut e: &Expr) -> &Expr {
-    while let Expr::Term(fs, _) = e {
-        match fs.as_slice() {
-            [(false, inner)] => e = inner,
-            _ => break,
-        }
-    }
-    e
-}
-
-/// The name of a bare variable: lower case, or made by a rewrite (`#str1`); not a scalar
-/// constant, not `_`.
-fn variable(e: &Expr, constants: &HashSet<String>) -> Option<String> {
-    match peel(e) {
-        Expr::Access(a) if a.brackets == Brackets::None && a.indices.is_empty() => {
-            let t = &a.name.text;
-            let var = t.starts_with(|c: char| c.is_lowercase() || c == '#');
-            (var && !constants.contains(t)).then(|| t.clone())
-        }
-        _ => None,
-    }
-}
-
+/// Every name `e` uses, as a value or in an index.
 fn expr_names(e: &Expr, out: &mut HashSet<String>) {
-    match e {
-        Expr::Access(a) => {
-            if a.brackets == Brackets::None && a.indices.is_empty() {
-                out.insert(a.name.text.clone());
-            }
-            a.indices.iter().for_each(|i| index_names(i, out));
-        }
-        Expr::Call { args, .. } => args.iter().for_each(|x| expr_names(x, out)),
-        Expr::Neg(x, _) | Expr::Not(x, _) => expr_names(x, out),
-        Expr::Binary(_, a, b, _) | Expr::Compare(_, a, b, _) => {
-            expr_names(a, out);
-            expr_names(b, out);
-        }
-        Expr::Term(fs, _) => fs.iter().for_each(|(_, x)| expr_names(x, out)),
-        Expr::Number(..) | Expr::Str(..) => {}
-    }
-}
-
-fn index_names(i: &Index, out: &mut HashSet<String>) {
-    match i {
-        Index::Name(n) | Index::Normalized(n) => {
-            out.insert(n.text.clone());
-        }
-        Index::Arith(a, _, b, _) => {
-            index_names(a, out);
-            index_names(b, out);
-        }
-        Index::Virtual(inner, _) => index_names(inner, out),
-        Index::Int(..) | Index::Str(..) | Index::Slice(..) => {}
-    }
+    indices_in_expr(e, out);
+    value_names(e, out);
 }
 
 /// The names of an index expression, in order of first appearance.
