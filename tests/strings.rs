@@ -147,25 +147,16 @@ fn a_recursion_through_cat_builds_paths_until_its_guard_stops_it() {
 #[test]
 fn a_recursion_that_keeps_making_symbols_ends_with_a_located_error() {
     let src = "G(\"a\").\nG(cat(x, \"a\")) :- G(x).\n";
-    let mut s = tensor_logic::Session::new();
-    s.load_source("p.tl", src, std::path::Path::new("."))
-        .unwrap();
     let mut options = tensor_logic::RunOptions::default();
     options.settings.max_iters = 20;
-    let err = s.run(&options).unwrap_err().render("p.tl", src);
+    let err = run_error(src, &options);
     assert!(err.contains("E0402") && err.contains("2:3"), "{err}");
 }
 
 #[test]
 fn wrong_calls_are_located_errors_reported_together() {
     let src = "A(Al).\nC(y) :- A(x), y = cat(x).\nD(y) :- A(x), y = contains(x, \"l\") + 1.\nE[x] = strlen(x)\n";
-    let mut s = tensor_logic::Session::new();
-    s.load_source("p.tl", src, std::path::Path::new("."))
-        .unwrap();
-    let err = s
-        .run(&tensor_logic::RunOptions::default())
-        .unwrap_err()
-        .render("p.tl", src);
+    let err = run_error(src, &tensor_logic::RunOptions::default());
     for code in ["E0103", "E0105"] {
         assert!(err.contains(code), "{err}");
     }
@@ -178,12 +169,14 @@ fn wrong_calls_are_located_errors_reported_together() {
 #[test]
 fn a_symbol_where_substr_needs_a_count_is_a_type_error_at_the_call() {
     let src = "A(Al).\nB(x, y) :- A(x), y = substr(x, x, 1).\n";
+    let err = run_error(src, &tensor_logic::RunOptions::default());
+    assert!(err.contains("E0104") && err.contains("2:22"), "{err}");
+}
+
+/// The rendered errors of running `src`, which must fail.
+fn run_error(src: &str, options: &tensor_logic::RunOptions) -> String {
     let mut s = tensor_logic::Session::new();
     s.load_source("p.tl", src, std::path::Path::new("."))
         .unwrap();
-    let err = s
-        .run(&tensor_logic::RunOptions::default())
-        .unwrap_err()
-        .render("p.tl", src);
-    assert!(err.contains("E0104") && err.contains("2:22"), "{err}");
+    s.run(options).unwrap_err().render("p.tl", src)
 }
