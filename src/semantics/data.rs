@@ -510,6 +510,11 @@ impl<'a> Ctx<'a> {
         let rank = info.shape.len();
         let valued = info.kind != Kind::Bool;
         let doms: Vec<usize> = (0..rank).map(|ax| self.axis_domain(t, ax)).collect();
+        let symbolic: Vec<bool> = doms.iter().map(|&d| self.domains[d].symbolic).collect();
+        let declared: Vec<Option<usize>> = doms
+            .iter()
+            .map(|d| self.declared_symbols.get(d).copied())
+            .collect();
         for r in rows.rows() {
             let want = if valued {
                 [rank, rank + 1]
@@ -544,9 +549,9 @@ impl<'a> Ctx<'a> {
             let mut pos = Vec::with_capacity(rank);
             let mut ok = true;
             for (ax, (f, &d)) in r.fields().zip(&doms).enumerate() {
-                let p = if self.domains[d].symbolic {
+                let p = if symbolic[ax] {
                     match self.symbol_index(d, f) {
-                        Some(p) if self.declared_symbols.get(&d).is_none_or(|&n| p < n) => Some(p),
+                        Some(p) if declared[ax].is_none_or(|n| p < n) => Some(p),
                         _ => {
                             self.diags.push(bad(format!(
                                 "`{f}` is not in the declared domain of axis {}",

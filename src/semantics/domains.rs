@@ -430,7 +430,7 @@ impl Ctx<'_> {
             match p {
                 Pending::Symbol(node, s) => {
                     let d = self.domain_of_node(node);
-                    self.add_symbol(d, s);
+                    self.add_symbol(d, &s);
                 }
                 Pending::Table(k) => {
                     let t = self.sources[k].tensor;
@@ -445,7 +445,7 @@ impl Ctx<'_> {
                         for r in rows.rows() {
                             for (ax, f) in r.fields().take(rank).enumerate() {
                                 if self.domains[doms[ax]].symbolic {
-                                    self.add_symbol(doms[ax], f.to_string());
+                                    self.add_symbol(doms[ax], f);
                                 }
                             }
                         }
@@ -468,7 +468,7 @@ impl Ctx<'_> {
                         _ => Vec::new(),
                     };
                     for w in words {
-                        self.add_symbol(d, w);
+                        self.add_symbol(d, &w);
                     }
                 }
             }
@@ -480,7 +480,7 @@ impl Ctx<'_> {
         self.domain_of_root.get(&root).copied().unwrap_or(0)
     }
 
-    fn add_symbol(&mut self, d: usize, s: String) {
+    fn add_symbol(&mut self, d: usize, s: &str) {
         if d == 0 {
             return;
         }

@@ -126,11 +126,12 @@ impl Domain {
         self.index.get(symbol).copied()
     }
 
-    /// Numbers `symbol` after the others unless it already has a number.
-    pub(crate) fn add(&mut self, symbol: String) {
-        if let std::collections::hash_map::Entry::Vacant(e) = self.index.entry(symbol) {
-            self.symbols.push(e.key().clone());
-            e.insert(self.symbols.len() - 1);
+    /// Numbers `symbol` after the others unless it already has a number (copying it only
+    /// then: a file repeats its symbols).
+    pub(crate) fn add(&mut self, symbol: &str) {
+        if !self.index.contains_key(symbol) {
+            self.index.insert(symbol.to_string(), self.symbols.len());
+            self.symbols.push(symbol.to_string());
         }
     }
 }
