@@ -16,6 +16,7 @@
 //! it. A call on constants alone is computed here.
 
 use super::bindings::{indices_in_expr, names_in_index, peel, value_names, variable};
+use super::ir::IndexFn;
 use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::functions::strings::{Returns, StringFn, Value};
 use crate::syntax::ast::*;
@@ -64,43 +65,27 @@ pub enum SiteArg {
     Column(usize),
     /// A constant.
     Const(Value),
-    /// Integer arithmetic over the ask relation's columns.
-    Arith(Arith),
+    /// Integer arithmetic over the ask relation's columns (`n + 1`): its variables are
+    /// the columns' numbers.
+    Arith(IndexFn),
 }
 
-/// Integer arithmetic over an ask relation's columns (`n + 1`).
-#[derive(Clone, Debug)]
-pub enum Arith {
-    /// A column's value.
-    Column(usize),
-    /// A constant.
-    Int(i64),
-    /// `a op b`.
-    Op(Box<Arith>, ArithOp, Box<Arith>),
-}
-
-impl Arith {
-    /// The value for one row: `None` where it is undefined (a division by zero, an
-    /// overflow, a symbol).
-    fn value(&self, row: &[Value]) -> Option<i64> {
-        match self {
-            Arith::Column(c) => match row.get(*c)? {
-                Value::Int(v) => Some(*v),
-                Value::Sym(_) => None,
-            },
-            Arith::Int(v) => Some(*v),
-            Arith::Op(a, op, b) => {
-                let (a, b) = (a.value(row)?, b.value(row)?);
-                match op {
-                    ArithOp::Add => a.checked_add(b),
-                    ArithOp::Sub => a.checked_sub(b),
-                    ArithOp::Mul => a.checked_mul(b),
-                    ArithOp::Div => a.checked_div(b),
-                    ArithOp::Rem => a.checked_rem(b),
-                }
-            }
-        }
-    }
+/// The value of arithmetic over a row's columns: `None` where it is undefined (a division
+/// by zero, an overflow, a symbol).
+fn arith_value(f: &IndexFn, row: &[Value]) -> Option<i64> {
+    let mut used = Vec::new();
+    f.vars(&mut used);
+    let env: Vec<i64> = row
+        .iter()
+        .map(|v| match v {
+            Value::Int(n) => *n,
+            Value::Sym(_) => 0,
+        })
+        .collect();
+    let ints = used
+        .iter()
+        .all(|&c| matches!(row.get(c), Some(Value::Int(_))));
+    ints.then(|| f.eval(&env)).flatten()
 }
 
 impl StringSite {
@@ -112,7 +97,7 @@ impl StringSite {
             .map(|a| match a {
                 SiteArg::Column(c) => row.get(*c).cloned(),
                 SiteArg::Const(v) => Some(v.clone()),
-                SiteArg::Arith(e) => e.value(row).map(Value::Int),
+                SiteArg::Arith(e) => arith_value(e, row).map(Value::Int),
             })
             .collect()
     }
@@ -507,35 +492,19 @@ impl RuleRewrite<'_> {
 
     fn argument(&mut self, e: &Expr) -> Arg {
         let span = e.span();
-        match peel(e) {
-            Expr::Str(s, _) => return Arg::Const(Value::Sym(s.clone())),
-            Expr::Number(v, _) if v.fract() == 0.0 && v.abs() < 9.0e15 => {
-                return Arg::Const(Value::Int(*v as i64))
-            }
-            Expr::Neg(inner, _) => {
-                if let Expr::Number(v, _) = peel(inner) {
-                    if v.fract() == 0.0 && v.abs() < 9.0e15 {
-                        return Arg::Const(Value::Int(-(*v as i64)));
-                    }
-                }
-            }
-            Expr::Access(a) if a.brackets == Brackets::None && a.indices.is_empty() => {
-                let t = &a.name.text;
-                if let Some(v) = variable(e, self.constants) {
-                    return Arg::Var(v);
-                }
-                if t.starts_with(char::is_uppercase) && !self.constants.contains(t) {
-                    return Arg::Const(Value::Sym(t.clone()));
-                }
-            }
-            _ => {}
-        }
+        // Nested calls first: a call on constants leaves its value.
         let mut e = e.clone();
         self.replace(&mut e);
         match peel(&e) {
             Expr::Str(s, _) => return Arg::Const(Value::Sym(s.clone())),
             Expr::Number(v, _) if v.fract() == 0.0 && v.abs() < 9.0e15 => {
                 return Arg::Const(Value::Int(*v as i64))
+            }
+            Expr::Access(a) if a.brackets == Brackets::None && a.indices.is_empty() => {
+                let t = &a.name.text;
+                if t.starts_with(char::is_uppercase) && !self.constants.contains(t) {
+                    return Arg::Const(Value::Sym(t.clone()));
+                }
             }
             _ => {}
         }
@@ -549,7 +518,7 @@ impl RuleRewrite<'_> {
                 n.starts_with(|c: char| c.is_lowercase() || c == '#') && !self.constants.contains(n)
             };
             if names.is_empty() {
-                return match columns_of(&i, &HashMap::new()).value(&[]) {
+                return match columns_of(&i, &HashMap::new()).eval(&[]) {
                     Some(v) => Arg::Const(Value::Int(v)),
                     None => {
                         self.dead = true;
@@ -767,16 +736,16 @@ fn index_names_ordered(i: &Index, out: &mut Vec<String>) {
 }
 
 /// Index arithmetic with its variables replaced by the columns they are.
-fn columns_of(i: &Index, at: &HashMap<String, usize>) -> Arith {
+fn columns_of(i: &Index, at: &HashMap<String, usize>) -> IndexFn {
     match i {
-        Index::Name(n) => Arith::Column(at.get(&n.text).copied().unwrap_or(0)),
-        Index::Int(v, _) => Arith::Int(*v),
-        Index::Arith(a, op, b, _) => Arith::Op(
+        Index::Name(n) => IndexFn::Var(at.get(&n.text).copied().unwrap_or(0)),
+        Index::Int(v, _) => IndexFn::Const(*v),
+        Index::Arith(a, op, b, _) => IndexFn::Arith(
             Box::new(columns_of(a, at)),
             *op,
             Box::new(columns_of(b, at)),
         ),
-        _ => Arith::Int(0),
+        _ => IndexFn::Const(0),
     }
 }
 
