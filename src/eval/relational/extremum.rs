@@ -10,7 +10,7 @@
 //! the same; where the reference would report an error (too many rounds, a value that is not
 //! finite) this evaluator gives up and the caller runs the reference for its diagnostic.
 
-use super::{halted, prepare, Derived, Halt, Join, Store};
+use super::{halted, prepare, Derived, Earlier, Halt, Join, Store};
 use crate::diagnostics::Diagnostics;
 use crate::eval::nest::Checker;
 use crate::eval::stop::Ticker;
@@ -156,15 +156,9 @@ fn run(
     checker: Checker,
 ) -> Result<(), Halt> {
     let r = &vr.rule;
-    let steps = prepare(r, delta_at, full, delta);
-    let cx = Join {
-        rule: r,
-        steps: &steps,
-        full,
-        delta,
-        checker,
-    };
-    let stores: Vec<Option<&Store>> = steps.iter().map(|s| cx.store(s.version)).collect();
+    let steps = prepare(r, (delta_at, Earlier::Full), full, delta);
+    let cx = Join::new(r, &steps, (full, delta), checker);
+    let stores: Vec<Option<&Store>> = (0..steps.len()).map(|k| cx.step_store(k)).collect();
     let mut step_of = vec![0usize; r.atoms.len()];
     for (k, s) in steps.iter().enumerate() {
         step_of[s.atom] = k;

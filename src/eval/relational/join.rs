@@ -1,6 +1,7 @@
 //! Joins: the order atoms are visited in, and the nested-loop join over index lookups that
 //! enumerates every assignment satisfying a rule body.
 
+use super::index::IndexId;
 use super::store::{row, Store};
 use crate::eval::nest::Checker;
 use crate::eval::stop::Ticker;
@@ -23,25 +24,61 @@ pub(super) struct Step {
     pub(super) version: Version,
     pub(super) key_cols: Vec<usize>,
     pub(super) key_terms: Vec<Term>,
+    /// `(column, variable, repeat)`: a scanned row binds `variable` from `column`.
     pub(super) binds: Vec<(usize, usize, bool)>,
+    /// The index on `key_cols` (`None` when the atom is scanned).
+    index: Option<IndexId>,
+    /// `binds` with each column replaced by its place in the index's entries.
+    slots: Vec<(usize, usize, bool)>,
+    /// Only rows below this are read: the relation as it was before the last round's new
+    /// tuples (see [`prepare`]).
+    below: u32,
+}
+
+/// How a run of a rule with an atom reading the last round's new tuples reads the atoms
+/// before that one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Earlier {
+    /// In full.
+    Full,
+    /// As they were before the last round, whose new tuples are the last rows of their
+    /// stores: each combination of new tuples is then derived by one run only (the run whose
+    /// atom reading new tuples comes first), where reading them in full derives it once per
+    /// atom with new tuples.
+    Old,
 }
 
 /// The join order for one run of a rule, with the indexes its lookups need built.
 pub(super) fn prepare(
     r: &Rule,
-    delta_at: Option<usize>,
+    (delta_at, earlier): (Option<usize>, Earlier),
     full: &mut HashMap<TensorId, Store>,
     delta: &mut HashMap<TensorId, Store>,
 ) -> Vec<Step> {
-    let steps = order(r, delta_at, full);
+    let mut steps = order(r, delta_at, full);
     index_absent(r, full);
-    for s in &steps {
+    for s in &mut steps {
+        let new = match (s.version, delta_at) {
+            (Version::Full(t), Some(d)) if earlier == Earlier::Old && s.atom < d => {
+                delta.get(&t).map_or(0, |n| n.count)
+            }
+            _ => 0,
+        };
         let store = match s.version {
             Version::Full(t) => full.get_mut(&t),
             Version::Delta(t) => delta.get_mut(&t),
         };
         if let Some(store) = store {
-            store.ensure_index(&s.key_cols);
+            s.below = store.count - new;
+            s.index = store.ensure_index(&s.key_cols);
+            if let Some(id) = s.index {
+                let ix = store.index(id);
+                s.slots = s
+                    .binds
+                    .iter()
+                    .filter_map(|&(c, v, repeat)| Some((ix.slot_of(c)?, v, repeat)))
+                    .collect();
+            }
         }
     }
     steps
@@ -53,6 +90,13 @@ pub(super) fn index_absent(r: &Rule, full: &mut HashMap<TensorId, Store>) {
         if let Some(store) = full.get_mut(&a.tensor) {
             store.ensure_index(&a.cols);
         }
+    }
+}
+
+impl Step {
+    /// How many of its store's rows the step reads.
+    pub(super) fn rows(&self) -> u32 {
+        self.below
     }
 }
 
@@ -71,6 +115,9 @@ fn order(r: &Rule, delta_at: Option<usize>, full: &HashMap<TensorId, Store>) -> 
             key_cols: j.key_cols,
             key_terms: j.key_terms,
             binds: j.binds,
+            index: None,
+            slots: Vec::new(),
+            below: 0,
         })
         .collect()
 }
@@ -86,45 +133,76 @@ pub(super) struct Join<'a> {
     pub(super) rule: &'a Rule,
     pub(super) steps: &'a [Step],
     pub(super) full: &'a HashMap<TensorId, Store>,
-    pub(super) delta: &'a HashMap<TensorId, Store>,
     pub(super) checker: Checker<'a>,
+    /// Each step's store, looked up once.
+    stores: Vec<Option<&'a Store>>,
+    /// Whether every assignment the atoms admit derives (no negation, comparison, check or
+    /// computed position to test).
+    plain: bool,
 }
 
-impl Join<'_> {
-    pub(super) fn store(&self, v: Version) -> Option<&Store> {
-        match v {
-            Version::Full(t) => self.full.get(&t),
-            Version::Delta(t) => self.delta.get(&t),
+impl<'a> Join<'a> {
+    pub(super) fn new(
+        rule: &'a Rule,
+        steps: &'a [Step],
+        (full, delta): (&'a HashMap<TensorId, Store>, &'a HashMap<TensorId, Store>),
+        checker: Checker<'a>,
+    ) -> Join<'a> {
+        let stores = steps
+            .iter()
+            .map(|s| match s.version {
+                Version::Full(t) => full.get(&t),
+                Version::Delta(t) => delta.get(&t),
+            })
+            .collect();
+        let plain = rule.lets.is_empty()
+            && rule.negated.is_empty()
+            && rule.absent.is_empty()
+            && rule.filters.is_empty()
+            && rule.checks.is_empty();
+        Join {
+            rule,
+            steps,
+            full,
+            checker,
+            stores,
+            plain,
         }
+    }
+
+    /// The store step `k` reads.
+    pub(super) fn step_store(&self, k: usize) -> Option<&'a Store> {
+        self.stores.get(k).copied().flatten()
     }
 
     /// Enumerates the assignments from step `k` on, calling `emit` for each that the rule
     /// admits, until they are done or `ticks` says to stop.
-    pub(super) fn join(
+    pub(super) fn join<F: FnMut(&[u32])>(
         &self,
         k: usize,
         env: &mut [u32],
-        emit: &mut dyn FnMut(&[u32]),
+        emit: &mut F,
         ticks: &mut Ticker,
     ) {
         let Some(step) = self.steps.get(k) else {
-            if admits(self.rule, self.full, &self.checker, env) {
+            if self.plain || admits(self.rule, self.full, &self.checker, env) {
                 emit(env);
             }
             return;
         };
-        let Some(store) = self.store(step.version) else {
+        let Some(store) = self.step_store(k) else {
             return;
         };
-        if step.key_cols.is_empty() {
-            for r in 0..store.count {
+        let Some(index) = step.index else {
+            for r in 0..step.below {
                 if !ticks.tick() {
                     return;
                 }
-                self.bind(k, store, r, env, emit, ticks);
+                let this = row(&store.data, store.arity, r);
+                self.bind(k, r, this, &step.binds, env, emit, ticks);
             }
             return;
-        }
+        };
         let mut buf = [0u32; MAX_STACK_ARITY];
         let mut heap = Vec::new();
         let key = fill(
@@ -133,55 +211,60 @@ impl Join<'_> {
             step.key_terms.iter().map(|t| value(t, env)),
             step.key_terms.len(),
         );
-        for r in store.lookup(&step.key_cols, key) {
-            if !ticks.tick() {
+        let stride = store.index(index).stride();
+        // A group's entries are in row order, so the rows below a bound are a prefix.
+        for e in store.entries(index, key).chunks_exact(stride) {
+            if e[0] >= step.below || !ticks.tick() {
                 return;
             }
-            self.bind(k, store, r, env, emit, ticks);
+            self.bind(k, e[0], e, &step.slots, env, emit, ticks);
         }
     }
 
-    /// Binds step `k`'s variables from row `r` of its store (checking repeats), records the
-    /// row after the variables (`env[vars + k]`), and goes on.
-    fn bind(
+    /// Binds step `k`'s variables from `tuple` (at the places `binds` gives, checking
+    /// repeats), records its row `r` after the variables (`env[vars + k]`), and goes on.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn bind<F: FnMut(&[u32])>(
         &self,
         k: usize,
-        store: &Store,
         r: u32,
+        tuple: &[u32],
+        binds: &[(usize, usize, bool)],
         env: &mut [u32],
-        emit: &mut dyn FnMut(&[u32]),
+        emit: &mut F,
         ticks: &mut Ticker,
     ) {
-        let this = row(&store.data, store.arity, r);
         env[self.rule.vars + k] = r;
-        for &(c, v, repeat) in &self.steps[k].binds {
+        for &(c, v, repeat) in binds {
             if repeat {
-                if env[v] != this[c] {
+                if env[v] != tuple[c] {
                     return;
                 }
             } else {
-                env[v] = this[c];
+                env[v] = tuple[c];
             }
         }
         self.join(k + 1, env, emit, ticks);
     }
 
     /// Runs the join over rows `rows` of the first atom (which is scanned, not looked up).
-    pub(super) fn scan_first(
+    pub(super) fn scan_first<F: FnMut(&[u32])>(
         &self,
         rows: std::ops::Range<u32>,
         env: &mut [u32],
-        emit: &mut dyn FnMut(&[u32]),
+        emit: &mut F,
         ticks: &mut Ticker,
     ) {
-        let Some(store) = self.steps.first().and_then(|s| self.store(s.version)) else {
+        let (Some(store), Some(step)) = (self.step_store(0), self.steps.first()) else {
             return;
         };
         for r in rows {
             if !ticks.tick() {
                 return;
             }
-            self.bind(0, store, r, env, emit, ticks);
+            let this = row(&store.data, store.arity, r);
+            self.bind(0, r, this, &step.binds, env, emit, ticks);
         }
     }
 }

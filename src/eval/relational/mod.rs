@@ -20,13 +20,15 @@ use rustc_hash::FxHashMap as HashMap;
 
 mod bitset;
 mod extremum;
+mod index;
 mod join;
+mod members;
 mod product;
 mod store;
 mod wcoj;
 
 pub(super) use extremum::evaluate_extremum;
-use join::{prepare, value, Join};
+use join::{prepare, value, Earlier, Join};
 use store::Store;
 
 /// Head tuples derived in one round, flat, with their number (which also covers rank 0).
@@ -65,13 +67,7 @@ impl Derived {
         if self.values.len() - self.checked < FILTER_EVERY * arity {
             return;
         }
-        let mut kept = self.checked;
-        for k in (self.checked..self.values.len()).step_by(arity) {
-            if !known.contains(&self.values[k..k + arity]) {
-                self.values.copy_within(k..k + arity, kept);
-                kept += arity;
-            }
-        }
+        let kept = self.checked + known.retain_unknown(&mut self.values[self.checked..]);
         self.values.truncate(kept);
         self.count = kept / arity;
         self.checked = kept;
@@ -334,14 +330,8 @@ pub(super) fn evaluate_counts(
             continue;
         }
         load_atoms(std::slice::from_ref(r), values, &mut full);
-        let steps = prepare(r, None, &mut full, &mut HashMap::default());
-        let cx = Join {
-            rule: r,
-            steps: &steps,
-            full: &full,
-            delta: &delta,
-            checker: Checker { values, o },
-        };
+        let steps = prepare(r, (None, Earlier::Full), &mut full, &mut HashMap::default());
+        let cx = Join::new(r, &steps, (&full, &delta), Checker { values, o });
         let mut env = vec![0u32; r.vars + steps.len()];
         let mut idx = vec![0usize; r.head_terms.len()];
         let mut ticks = Ticker::new(&o.stop);
@@ -435,21 +425,14 @@ fn run_rule(
         return Ok(());
     }
     let stop = &checker.o.stop;
-    let steps = prepare(r, delta_at, full, delta);
-    let cx = Join {
-        rule: r,
-        steps: &steps,
-        full,
-        delta,
-        checker,
-    };
+    let steps = prepare(r, (delta_at, Earlier::Old), full, delta);
+    let cx = Join::new(r, &steps, (full, delta), checker);
     let derived = out.entry(r.head).or_default();
     let known = full.get(&r.head);
-    let first_rows = steps
-        .first()
-        .and_then(|s| cx.store(s.version))
-        .map(|s| s.count as usize)
-        .unwrap_or(0);
+    let first_rows = match cx.step_store(0) {
+        Some(_) => steps.first().map_or(0, |s| s.rows() as usize),
+        None => 0,
+    };
     let scan_first = steps.first().is_some_and(|s| s.key_cols.is_empty());
     match pool {
         Some(pool) if scan_first && first_rows >= PARALLEL_MIN_ROWS => {
