@@ -6,7 +6,9 @@
 //! or slow. It prints the plan `plan::plan` makes, which is the one evaluation follows.
 
 use crate::output::label;
-use crate::plan::datalog::{join_order, variable_order, Atom, JoinStep, LetValue, Rule, Term};
+use crate::plan::datalog::{
+    join_order, variable_order, Atom, JoinStats, JoinStep, LetValue, Rule, Term,
+};
 use crate::plan::einsum::{Contraction, Expr, Path};
 use crate::plan::nest::{Level, Position, Scope, Value};
 use crate::plan::{Kernel, Plan};
@@ -80,7 +82,7 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
                         );
                         continue;
                     }
-                    let size = |t: usize| data_size(p, t);
+                    let size = DataStats { p, rule: r };
                     let _ = writeln!(
                         out,
                         "    join: {}",
@@ -374,7 +376,7 @@ fn rule_plan(out: &mut String, p: &Checked, st: &Stratum, r: &Rule, source: &str
     let recursive: Vec<usize> = (0..r.atoms.len())
         .filter(|&i| st.tensors.contains(&r.atoms[i].tensor))
         .collect();
-    let size = |t: usize| data_size(p, t);
+    let size = DataStats { p, rule: r };
     if r.cyclic {
         let vars = |first: Option<usize>| {
             let names: Vec<&str> = variable_order(r, first)
@@ -499,6 +501,28 @@ fn statement(eq: &Equation, source: &str) -> String {
 }
 
 /// Tuples in a tensor's data, used to order joins the way the first round will.
+/// A join order as explain prints it: by the sizes of the relations' data (derived ones
+/// count as empty), each column's values taken as spread over its extent. Evaluation chooses
+/// again each round by the sizes it finds.
+struct DataStats<'a> {
+    p: &'a Checked,
+    rule: &'a Rule,
+}
+
+impl JoinStats for DataStats<'_> {
+    fn rows(&self, atom: usize) -> usize {
+        data_size(self.p, self.rule.atoms[atom].tensor)
+    }
+
+    fn distinct(&self, atom: usize, cols: &[usize]) -> usize {
+        let shape = &self.p.tensors[self.rule.atoms[atom].tensor].shape;
+        cols.iter()
+            .map(|&c| shape.get(c).copied().unwrap_or(1))
+            .fold(1usize, |n, e| n.saturating_mul(e))
+            .min(self.rows(atom))
+    }
+}
+
 fn data_size(p: &Checked, t: usize) -> usize {
     match p.data[t].as_ref().map(|d| &d.storage) {
         Some(Storage::Relation(r)) => r.len(),

@@ -136,17 +136,95 @@ pub struct JoinStep {
     pub binds: Vec<(usize, VarId, bool)>,
 }
 
-/// Join order for one run of a rule: the atom `first` (the one reading the last round's new
-/// tuples) first, then repeatedly the atom with the most bound columns, ties broken by the
-/// smaller relation (`size`), then source order. Re-planned every round, as sizes change.
-pub fn join_order(
-    r: &Rule,
-    first: Option<usize>,
-    size: &dyn Fn(TensorId) -> usize,
-) -> Vec<JoinStep> {
+/// What a join order is chosen by: how many rows each body atom reads (for the atom reading
+/// the last round's new tuples, how many are new), and about how many distinct values some
+/// of its columns hold together.
+pub trait JoinStats {
+    /// Rows atom `atom` reads.
+    fn rows(&self, atom: usize) -> usize;
+    /// Distinct values of columns `cols` of atom `atom` (an estimate).
+    fn distinct(&self, atom: usize, cols: &[usize]) -> usize;
+}
+
+/// Join orders of rules with at most this many atoms are chosen among all orders.
+const SEARCHED_ATOMS: usize = 6;
+
+/// Join order for one run of a rule whose atom `first` (if any) reads the last round's new
+/// tuples. The greedy order puts `first` first, then repeatedly the atom with the most bound
+/// columns, ties broken by the smaller relation, then source order. For rules of at most
+/// [`SEARCHED_ATOMS`] atoms, every order is costed by `stats` (index lookups and rows
+/// visited, each step's rows per lookup taken as its rows over its key's distinct values)
+/// and the cheapest replaces the greedy one when it costs under two thirds of it: when the
+/// new tuples are many, and another atom few, starting from the other atom and looking the
+/// new tuples up can do a fraction of the work. Re-planned every round, as sizes change.
+pub fn join_order(r: &Rule, first: Option<usize>, stats: &dyn JoinStats) -> Vec<JoinStep> {
+    let greedy = greedy_order(r, first, stats);
+    if r.atoms.len() < 2 || r.atoms.len() > SEARCHED_ATOMS {
+        return steps_of(r, &greedy);
+    }
+    let greedy_cost = order_cost(r, &greedy, stats);
+    let mut best: Option<(f64, Vec<usize>)> = None;
+    let mut order: Vec<usize> = (0..r.atoms.len()).collect();
+    permutations(&mut order, 0, &mut |o| {
+        let c = order_cost(r, o, stats);
+        if best.as_ref().is_none_or(|(b, _)| c < *b) {
+            best = Some((c, o.to_vec()));
+        }
+    });
+    match best {
+        Some((c, o)) if c * 3.0 < greedy_cost * 2.0 => steps_of(r, &o),
+        _ => steps_of(r, &greedy),
+    }
+}
+
+/// Calls `f` with every order of `items[k..]` after `items[..k]`, in a fixed sequence.
+fn permutations(items: &mut [usize], k: usize, f: &mut dyn FnMut(&[usize])) {
+    if k == items.len() {
+        f(items);
+        return;
+    }
+    for i in k..items.len() {
+        items.swap(k, i);
+        permutations(items, k + 1, f);
+        items.swap(k, i);
+    }
+}
+
+/// The estimated work of joining the atoms in `order`: per step, one lookup (or scan) per
+/// assignment reaching it, plus the rows it yields.
+fn order_cost(r: &Rule, order: &[usize], stats: &dyn JoinStats) -> f64 {
+    let mut bound = vec![false; r.vars];
+    let (mut flow, mut cost) = (1.0f64, 0.0f64);
+    for &i in order {
+        let a = &r.atoms[i];
+        let known: Vec<usize> = (0..a.terms.len())
+            .filter(|&c| match a.terms[c] {
+                Term::Const(_) => true,
+                Term::Var(v) => bound[v],
+            })
+            .collect();
+        let rows = stats.rows(i) as f64;
+        let per = match known.is_empty() {
+            true => rows,
+            false => rows / (stats.distinct(i, &known).max(1) as f64),
+        };
+        cost += flow;
+        flow *= per;
+        cost += flow;
+        for t in &a.terms {
+            if let Term::Var(v) = t {
+                bound[*v] = true;
+            }
+        }
+    }
+    cost
+}
+
+/// The greedy order of [`join_order`], as atom numbers.
+fn greedy_order(r: &Rule, first: Option<usize>, stats: &dyn JoinStats) -> Vec<usize> {
     let mut bound = vec![false; r.vars];
     let mut left: Vec<usize> = (0..r.atoms.len()).collect();
-    let mut steps = Vec::with_capacity(r.atoms.len());
+    let mut order = Vec::with_capacity(r.atoms.len());
     while !left.is_empty() {
         let pick = match first.filter(|d| left.contains(d)) {
             Some(d) => d,
@@ -160,12 +238,28 @@ pub fn join_order(
                             matches!(t, Term::Const(_)) || matches!(t, Term::Var(v) if bound[*v])
                         })
                         .count();
-                    (std::cmp::Reverse(known), size(a.tensor), i)
+                    (std::cmp::Reverse(known), stats.rows(i), i)
                 };
                 left.iter().copied().min_by_key(score).unwrap_or(left[0])
             }
         };
         left.retain(|&i| i != pick);
+        for t in &r.atoms[pick].terms {
+            if let Term::Var(v) = t {
+                bound[*v] = true;
+            }
+        }
+        order.push(pick);
+    }
+    order
+}
+
+/// The join steps of the atoms in `order`: each atom's columns bound by constants or earlier
+/// atoms are looked up, the others bind variables.
+fn steps_of(r: &Rule, order: &[usize]) -> Vec<JoinStep> {
+    let mut bound = vec![false; r.vars];
+    let mut steps = Vec::with_capacity(order.len());
+    for &pick in order {
         let mut step = JoinStep {
             atom: pick,
             key_cols: Vec::new(),

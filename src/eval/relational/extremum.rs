@@ -156,7 +156,7 @@ fn run(
     checker: Checker,
 ) -> Result<(), Halt> {
     let r = &vr.rule;
-    let steps = prepare(r, (delta_at, Earlier::Full), full, delta);
+    let steps = prepare(r, (delta_at, Earlier::Full), (full, delta), checker.values);
     let cx = Join::new(r, &steps, (full, delta), checker);
     let stores: Vec<Option<&Store>> = (0..steps.len()).map(|k| cx.step_store(k)).collect();
     let mut step_of = vec![0usize; r.atoms.len()];
@@ -164,7 +164,7 @@ fn run(
         step_of[s.atom] = k;
     }
     let found = out.entry(r.head).or_default();
-    let mut env = vec![0u32; r.vars + steps.len()];
+    let mut walk = cx.walk();
     let mut ticks = Ticker::new(&checker.o.stop);
     let mut keep = |env: &[u32]| {
         let atom_value = |j: usize| {
@@ -174,7 +174,7 @@ fn run(
         found.values.push(vr.value.eval(&atom_value));
         found.tuples.push(r, env);
     };
-    cx.join(0, &mut env, &mut keep, &mut ticks);
+    cx.join(0, &mut walk, &mut keep, &mut ticks);
     match ticks.stopped() {
         true => Err(Halt::Stopped),
         false => Ok(()),

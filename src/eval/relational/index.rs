@@ -65,6 +65,11 @@ impl Index {
         self.rest.iter().position(|&r| r == c).map(|p| p + 1)
     }
 
+    /// How many distinct keys the rows hold.
+    pub(super) fn keys(&self) -> usize {
+        self.groups.len()
+    }
+
     fn packed(&self) -> bool {
         self.cols.len() <= 2
     }

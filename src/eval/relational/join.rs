@@ -5,8 +5,11 @@ use super::index::IndexId;
 use super::store::{row, Store};
 use crate::eval::nest::Checker;
 use crate::eval::stop::Ticker;
-use crate::plan::datalog::{join_order, Absent, Atom, Filter, LetValue, Operand, Rule, Term};
+use crate::plan::datalog::{
+    join_order, Absent, Atom, Filter, JoinStats, LetValue, Operand, Rule, Term,
+};
 use crate::semantics::TensorId;
+use crate::tensor::Tensor;
 use rustc_hash::FxHashMap as HashMap;
 
 /// Which version of a relation an atom reads.
@@ -48,14 +51,15 @@ pub(super) enum Earlier {
     Old,
 }
 
-/// The join order for one run of a rule, with the indexes its lookups need built.
+/// The join order for one run of a rule, with the indexes its lookups need built. `shapes`
+/// are the tensors' values, for the extents of their columns.
 pub(super) fn prepare(
     r: &Rule,
     (delta_at, earlier): (Option<usize>, Earlier),
-    full: &mut HashMap<TensorId, Store>,
-    delta: &mut HashMap<TensorId, Store>,
+    (full, delta): (&mut HashMap<TensorId, Store>, &mut HashMap<TensorId, Store>),
+    shapes: &[Tensor],
 ) -> Vec<Step> {
-    let mut steps = order(r, delta_at, full);
+    let mut steps = order(r, delta_at, (full, delta), shapes);
     index_absent(r, full);
     for s in &mut steps {
         let new = match (s.version, delta_at) {
@@ -100,10 +104,68 @@ impl Step {
     }
 }
 
+/// What the join order of one run of a rule is chosen by: the stores it reads, and the
+/// extents of their columns (`shapes`; relations the program does not declare, such as a
+/// query's demand, have none).
+struct Stats<'a> {
+    rule: &'a Rule,
+    delta_at: Option<usize>,
+    full: &'a HashMap<TensorId, Store>,
+    delta: &'a HashMap<TensorId, Store>,
+    shapes: &'a [Tensor],
+}
+
+impl Stats<'_> {
+    fn store(&self, atom: usize) -> Option<&Store> {
+        let t = self.rule.atoms[atom].tensor;
+        match Some(atom) == self.delta_at {
+            true => self.delta.get(&t),
+            false => self.full.get(&t),
+        }
+    }
+}
+
+impl JoinStats for Stats<'_> {
+    fn rows(&self, atom: usize) -> usize {
+        self.store(atom).map_or(0, |s| s.count as usize)
+    }
+
+    /// The number of keys of an index on `cols` where there is one; otherwise the rows,
+    /// capped by the product of the columns' extents.
+    fn distinct(&self, atom: usize, cols: &[usize]) -> usize {
+        let Some(store) = self.store(atom) else {
+            return 0;
+        };
+        if let Some(keys) = store.distinct(cols) {
+            return keys;
+        }
+        let rows = store.count as usize;
+        let shape = self
+            .shapes
+            .get(self.rule.atoms[atom].tensor)
+            .map(|t| &t.shape);
+        cols.iter()
+            .map(|&c| shape.and_then(|s| s.get(c)).copied().unwrap_or(rows))
+            .fold(1usize, |n, e| n.saturating_mul(e))
+            .min(rows)
+    }
+}
+
 /// The planned join order for one run of a rule, each step reading the right version.
-fn order(r: &Rule, delta_at: Option<usize>, full: &HashMap<TensorId, Store>) -> Vec<Step> {
-    let size = |t: TensorId| full.get(&t).map(|s| s.count as usize).unwrap_or(0);
-    join_order(r, delta_at, &size)
+fn order(
+    r: &Rule,
+    delta_at: Option<usize>,
+    (full, delta): (&HashMap<TensorId, Store>, &HashMap<TensorId, Store>),
+    shapes: &[Tensor],
+) -> Vec<Step> {
+    let stats = Stats {
+        rule: r,
+        delta_at,
+        full,
+        delta,
+        shapes,
+    };
+    join_order(r, delta_at, &stats)
         .into_iter()
         .map(|j| Step {
             atom: j.atom,
@@ -175,18 +237,32 @@ impl<'a> Join<'a> {
         self.stores.get(k).copied().flatten()
     }
 
+    /// A fresh walk through this join.
+    pub(super) fn walk(&self) -> Walk<'a> {
+        Walk {
+            env: vec![0; self.rule.vars + self.steps.len()],
+            last: vec![
+                Last {
+                    key: [0; MAX_STACK_ARITY],
+                    entries: None,
+                };
+                self.steps.len()
+            ],
+        }
+    }
+
     /// Enumerates the assignments from step `k` on, calling `emit` for each that the rule
     /// admits, until they are done or `ticks` says to stop.
     pub(super) fn join<F: FnMut(&[u32])>(
         &self,
         k: usize,
-        env: &mut [u32],
+        walk: &mut Walk<'a>,
         emit: &mut F,
         ticks: &mut Ticker,
     ) {
         let Some(step) = self.steps.get(k) else {
-            if self.plain || admits(self.rule, self.full, &self.checker, env) {
-                emit(env);
+            if self.plain || admits(self.rule, self.full, &self.checker, &mut walk.env) {
+                emit(&walk.env);
             }
             return;
         };
@@ -199,25 +275,18 @@ impl<'a> Join<'a> {
                     return;
                 }
                 let this = row(&store.data, store.arity, r);
-                self.bind(k, r, this, &step.binds, env, emit, ticks);
+                self.bind(k, r, this, &step.binds, walk, emit, ticks);
             }
             return;
         };
-        let mut buf = [0u32; MAX_STACK_ARITY];
-        let mut heap = Vec::new();
-        let key = fill(
-            &mut buf,
-            &mut heap,
-            step.key_terms.iter().map(|t| value(t, env)),
-            step.key_terms.len(),
-        );
+        let entries = walk.lookup(k, step, store, index);
         let stride = store.index(index).stride();
         // A group's entries are in row order, so the rows below a bound are a prefix.
-        for e in store.entries(index, key).chunks_exact(stride) {
+        for e in entries.chunks_exact(stride) {
             if e[0] >= step.below || !ticks.tick() {
                 return;
             }
-            self.bind(k, e[0], e, &step.slots, env, emit, ticks);
+            self.bind(k, e[0], e, &step.slots, walk, emit, ticks);
         }
     }
 
@@ -231,10 +300,11 @@ impl<'a> Join<'a> {
         r: u32,
         tuple: &[u32],
         binds: &[(usize, usize, bool)],
-        env: &mut [u32],
+        walk: &mut Walk<'a>,
         emit: &mut F,
         ticks: &mut Ticker,
     ) {
+        let env = &mut walk.env;
         env[self.rule.vars + k] = r;
         for &(c, v, repeat) in binds {
             if repeat {
@@ -245,14 +315,14 @@ impl<'a> Join<'a> {
                 env[v] = tuple[c];
             }
         }
-        self.join(k + 1, env, emit, ticks);
+        self.join(k + 1, walk, emit, ticks);
     }
 
     /// Runs the join over rows `rows` of the first atom (which is scanned, not looked up).
     pub(super) fn scan_first<F: FnMut(&[u32])>(
         &self,
         rows: std::ops::Range<u32>,
-        env: &mut [u32],
+        walk: &mut Walk<'a>,
         emit: &mut F,
         ticks: &mut Ticker,
     ) {
@@ -264,8 +334,51 @@ impl<'a> Join<'a> {
                 return;
             }
             let this = row(&store.data, store.arity, r);
-            self.bind(0, r, this, &step.binds, env, emit, ticks);
+            self.bind(0, r, this, &step.binds, walk, emit, ticks);
         }
+    }
+}
+
+/// The state of one walk through a join: the variables' values, then each step's row
+/// (`env`), and each step's last lookup.
+pub(super) struct Walk<'a> {
+    pub(super) env: Vec<u32>,
+    last: Vec<Last<'a>>,
+}
+
+/// A step's last key and the entries found for it. A lookup whose key does not depend on
+/// the step just before it repeats the same key for each of that step's rows (in
+/// `Load(y, x), Path(x, z), Path(z, w)` read from `Path(x, z)`'s new tuples, `Path(z, w)` is
+/// looked up once per `y` with the same `z`), and is then answered without hashing.
+#[derive(Clone, Copy)]
+struct Last<'a> {
+    key: [u32; MAX_STACK_ARITY],
+    entries: Option<&'a [u32]>,
+}
+
+impl<'a> Walk<'a> {
+    /// The entries of step `k`'s store whose key columns hold the values of its key terms.
+    fn lookup(&mut self, k: usize, step: &Step, store: &'a Store, index: IndexId) -> &'a [u32] {
+        let n = step.key_terms.len();
+        if n > MAX_STACK_ARITY {
+            let key: Vec<u32> = step.key_terms.iter().map(|t| value(t, &self.env)).collect();
+            return store.entries(index, &key);
+        }
+        let mut key = [0u32; MAX_STACK_ARITY];
+        for (slot, t) in key.iter_mut().zip(&step.key_terms) {
+            *slot = value(t, &self.env);
+        }
+        let last = &mut self.last[k];
+        let same = last.key.iter().zip(&key).take(n).all(|(a, b)| a == b);
+        if let Some(entries) = last.entries.filter(|_| same) {
+            return entries;
+        }
+        let entries = store.entries(index, &key[..n]);
+        *last = Last {
+            key,
+            entries: Some(entries),
+        };
+        entries
     }
 }
 

@@ -330,9 +330,14 @@ pub(super) fn evaluate_counts(
             continue;
         }
         load_atoms(std::slice::from_ref(r), values, &mut full);
-        let steps = prepare(r, (None, Earlier::Full), &mut full, &mut HashMap::default());
+        let steps = prepare(
+            r,
+            (None, Earlier::Full),
+            (&mut full, &mut HashMap::default()),
+            values,
+        );
         let cx = Join::new(r, &steps, (&full, &delta), Checker { values, o });
-        let mut env = vec![0u32; r.vars + steps.len()];
+        let mut walk = cx.walk();
         let mut idx = vec![0usize; r.head_terms.len()];
         let mut ticks = Ticker::new(&o.stop);
         let mut count = |env: &[u32]| {
@@ -341,7 +346,7 @@ pub(super) fn evaluate_counts(
             }
             acc.combine(&idx, 1.0);
         };
-        cx.join(0, &mut env, &mut count, &mut ticks);
+        cx.join(0, &mut walk, &mut count, &mut ticks);
         if ticks.stopped() {
             return Err(halted(p, st, o, Halt::Stopped));
         }
@@ -425,7 +430,7 @@ fn run_rule(
         return Ok(());
     }
     let stop = &checker.o.stop;
-    let steps = prepare(r, (delta_at, Earlier::Old), full, delta);
+    let steps = prepare(r, (delta_at, Earlier::Old), (full, delta), checker.values);
     let cx = Join::new(r, &steps, (full, delta), checker);
     let derived = out.entry(r.head).or_default();
     let known = full.get(&r.head);
@@ -447,11 +452,11 @@ fn run_rule(
                     .par_iter()
                     .map(|&start| {
                         let mut part = Derived::default();
-                        let mut env = vec![0u32; r.vars + steps.len()];
+                        let mut walk = cx.walk();
                         let mut ticks = Ticker::new(stop);
                         cx.scan_first(
                             start as u32..(start + chunk).min(first_rows) as u32,
-                            &mut env,
+                            &mut walk,
                             &mut |env| part.push_unknown(r, env, known),
                             &mut ticks,
                         );
@@ -467,11 +472,11 @@ fn run_rule(
             }
         }
         _ => {
-            let mut env = vec![0u32; r.vars + steps.len()];
+            let mut walk = cx.walk();
             let mut ticks = Ticker::new(stop);
             cx.join(
                 0,
-                &mut env,
+                &mut walk,
                 &mut |env| derived.push_unknown(r, env, known),
                 &mut ticks,
             );

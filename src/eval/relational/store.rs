@@ -163,6 +163,11 @@ impl Store {
         }
     }
 
+    /// How many distinct values columns `cols` hold together, where an index on them says.
+    pub(super) fn distinct(&self, cols: &[usize]) -> Option<usize> {
+        self.index_id(cols).map(|id| self.index(id).keys())
+    }
+
     /// How many rows have `key` in columns `cols` (0 without an index on `cols`).
     pub(super) fn lookup_len(&self, cols: &[usize], key: &[u32]) -> usize {
         let (entries, stride) = self.entries_on(cols, key);
