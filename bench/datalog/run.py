@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The Datalog benchmark: tl against ascent (compiled Datalog) and DuckDB (recursive CTEs) on
-the same generated inputs, in one invocation.
+"""The Datalog benchmark: tl against ascent (compiled Datalog), Soufflé (interpreted and
+compiled, where a `souffle` is on PATH or in $SOUFFLE) and DuckDB (recursive CTEs) on the same
+generated inputs, in one invocation.
 
     python3 bench/datalog/run.py [WORKLOAD ...]      # all workloads when none are named
 
@@ -9,7 +10,7 @@ generates the inputs (fixed seeds) under bench/datalog/data/, checks that every 
 the same number of tuples, and prints a Markdown table of wall times, ratios and peak memory.
 tl and ascent are timed as whole processes (start, load, fixpoint; no output written); DuckDB
 is timed in-process (load and query, excluding the Python start and the import)."""
-import os, random, subprocess, sys, time
+import os, random, shutil, subprocess, sys, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -42,6 +43,9 @@ def workloads():
     w["tc-dense-1000"] = ("tc", lambda: gen_tc("tc-dense-1000", 1000, [(i, (i + 1) % 1000) for i in range(1000)] + random_edges(rng("dense"), 1000, 10000)))
     w["sg-tree-20000"] = ("sg", lambda: gen_sg(rng("sg")))
     w["andersen-100k"] = ("andersen", lambda: gen_andersen(rng("andersen")))
+    # Context-insensitive points-to sets merge past a threshold, so this model's closure is
+    # chaotic in the seed (0.1M to over 15M tuples): this seed gives 0.9M.
+    w["pointsto-10k"] = ("pointsto", lambda: gen_pointsto(random.Random("pt")))
     w["triangle-20k"] = ("triangle", lambda: gen_tc("triangle-20k", 2000, random_edges(rng("triangle"), 2000, 20000)))
     w["triangle-skewed-20k"] = ("triangle", lambda: gen_skewed(rng("skewed")))
     # N0 starts a chain of 1,000 nodes into a random graph, so that it reaches a real part of it.
@@ -102,6 +106,72 @@ def gen_andersen(rnd):
     return d
 
 
+def gen_pointsto(rnd, funcs=10000):
+    """A C program's points-to facts, about 3 MB: 10,000 functions with parameters, a return
+    variable, 6-17 locals and 1-3 allocation sites each; copies, loads and stores among a
+    function's variables; 1-5 call sites per function, 95% direct (to a function within 30
+    of the caller, or with probability 0.3 to a popular one, drawn from a Pareto law) and 5%
+    through a function pointer; 3% of the functions have their address taken; the entry
+    (function 0) calls 50 functions. Ids of variables and objects share one space."""
+    d = os.path.join(DATA, "pointsto-10k")
+    os.makedirs(d, exist_ok=True)
+    ids = iter(range(1 << 31))
+    fn = []
+    for _ in range(funcs):
+        params = [next(ids) for _ in range(rnd.choice([0, 1, 1, 2, 2, 3]))]
+        ret = next(ids) if rnd.random() < 0.6 else None
+        local = [next(ids) for _ in range(rnd.randrange(6, 18))]
+        objects = [next(ids) for _ in range(rnd.randrange(1, 4))]
+        fn.append((params, ret, local, objects, next(ids)))
+    names = ["address_of", "assign", "load", "store", "call_site_in", "call_direct", "call_indirect",
+             "actual_arg", "formal_param", "actual_return", "formal_return", "func_obj", "entry", "func"]
+    rel = {k: set() for k in names}
+    sites = iter(range(1 << 31))
+    taken = [g for g in range(funcs) if rnd.random() < 0.03]
+    for f, (params, ret, local, objects, address) in enumerate(fn):
+        rel["func"].add((f,))
+        rel["func_obj"].add((f, address))
+        rel["formal_param"].update((f, i, p) for i, p in enumerate(params))
+        if ret is not None:
+            rel["formal_return"].add((f, ret))
+        vs = params + ([ret] if ret is not None else []) + local
+        rel["address_of"].update((rnd.choice(vs), o) for o in objects)
+        for _ in range(rnd.randrange(2, 8)):
+            a, b = rnd.choice(vs), rnd.choice(vs)
+            if a != b:
+                rel["assign"].add((a, b))
+        for name in ("load", "store"):
+            for _ in range(rnd.randrange(0, 5)):
+                rel[name].add((rnd.choice(vs), rnd.choice(vs)))
+        if taken and rnd.random() < 0.05:
+            rel["address_of"].add((rnd.choice(local), fn[rnd.choice(taken)][4]))
+        for _ in range(rnd.randrange(1, 6)):
+            c = next(sites)
+            rel["call_site_in"].add((c, f))
+            if rnd.random() < 0.05:
+                rel["call_indirect"].add((c, rnd.choice(local)))
+                nargs = 2
+            else:
+                if rnd.random() < 0.3:
+                    g = min(funcs - 1, int(rnd.paretovariate(1.2)) - 1)
+                else:
+                    g = min(funcs - 1, max(0, f + rnd.randrange(-30, 31)))
+                rel["call_direct"].add((c, g))
+                nargs = len(fn[g][0])
+            rel["actual_arg"].update((c, i, rnd.choice(vs)) for i in range(nargs))
+            if rnd.random() < 0.5:
+                rel["actual_return"].add((c, rnd.choice(local)))
+    rel["entry"].add((0,))
+    for _ in range(50):
+        c = next(sites)
+        rel["call_site_in"].add((c, 0))
+        rel["call_direct"].add((c, rnd.randrange(funcs)))
+    for name, rows in rel.items():
+        with open(os.path.join(d, name + ".tsv"), "w") as f:
+            f.writelines("\t".join(map(str, r)) + "\n" for r in sorted(rows))
+    return d
+
+
 def gen_skewed(rnd):
     """20,000 edges whose endpoints follow a Zipf law over 5,000 nodes: hubs make the
     intermediate results of pairwise joins much larger than the triangles found."""
@@ -123,11 +193,85 @@ TL_PROGRAMS = {
                 'PointsTo(y, x) :- AddressOf(y, x).\nPointsTo(y, x) :- Assign(y, z), PointsTo(z, x).\n'
                 'PointsTo(y, w) :- Load(y, x), PointsTo(x, z), PointsTo(z, w).\n'
                 'PointsTo(z, w) :- Store(y, x), PointsTo(y, z), PointsTo(x, w).\n',
+    "pointsto": 'AddressOf = "address_of.tsv"\nAssign = "assign.tsv"\nLoad = "load.tsv"\nStore = "store.tsv"\n'
+                'CallSiteIn = "call_site_in.tsv"\nCallDirect = "call_direct.tsv"\nCallIndirect = "call_indirect.tsv"\n'
+                'ActualArg = "actual_arg.tsv"\nFormalParam = "formal_param.tsv"\nActualReturn = "actual_return.tsv"\n'
+                'FormalReturn = "formal_return.tsv"\nFuncObj = "func_obj.tsv"\nEntry = "entry.tsv"\nFunc = "func.tsv"\n'
+                'PointsTo(p, o) :- AddressOf(p, o).\n'
+                'PointsTo(p, o) :- Assign(p, q), PointsTo(q, o).\n'
+                'PointsTo(p, o) :- Load(p, q), PointsTo(q, r), PointsTo(r, o).\n'
+                'PointsTo(r, o) :- Store(p, q), PointsTo(p, r), PointsTo(q, o).\n'
+                'CallEdge(c, g) :- CallDirect(c, g).\n'
+                'CallEdge(c, g) :- CallIndirect(c, p), PointsTo(p, o), FuncObj(g, o).\n'
+                'Param(p, a) :- CallEdge(c, g), ActualArg(c, i, a), FormalParam(g, i, p).\n'
+                'Return(r, v) :- CallEdge(c, g), ActualReturn(c, r), FormalReturn(g, v).\n'
+                'PointsTo(p, o) :- Param(p, a), PointsTo(a, o).\n'
+                'PointsTo(r, o) :- Return(r, v), PointsTo(v, o).\n'
+                'Reachable(f) :- Entry(f).\n'
+                'Reachable(g) :- Reachable(f), CallSiteIn(c, f), CallEdge(c, g).\n'
+                'Dead(f) :- Func(f), not Reachable(f).\n',
     "triangle": 'Edge = "edge.tsv"\nTri(x, y, z) :- Edge(x, y), Edge(y, z), Edge(z, x).\n',
     "strings": 'People = "people.tsv"\nFull(z) :- People(x, y), z = cat(x, " ", y).\n'
                'Long(z) :- Full(z), strlen(z) > 16.\n',
 }
-OUTPUT = {"tc": "Path", "reach": "Path", "sg": "Sg", "andersen": "PointsTo", "triangle": "Tri", "strings": "Long"}
+OUTPUT = {"tc": "Path", "reach": "Path", "sg": "Sg", "andersen": "PointsTo", "pointsto": "PointsTo", "triangle": "Tri", "strings": "Long"}
+
+# Soufflé programs: the same rules. Soufflé is not in the package registries; the benchmark
+# uses a `souffle` on PATH (or $SOUFFLE) and skips it with a message when there is none.
+SOUFFLE_INPUTS = {
+    "andersen": [("AddressOf", "address_of", 2), ("Assign", "assign", 2), ("Load", "load", 2), ("Store", "store", 2)],
+    "pointsto": [("AddressOf", "address_of", 2), ("Assign", "assign", 2), ("Load", "load", 2), ("Store", "store", 2),
+                 ("CallSiteIn", "call_site_in", 2), ("CallDirect", "call_direct", 2), ("CallIndirect", "call_indirect", 2),
+                 ("ActualArg", "actual_arg", 3), ("FormalParam", "formal_param", 3), ("ActualReturn", "actual_return", 2),
+                 ("FormalReturn", "formal_return", 2), ("FuncObj", "func_obj", 2), ("Entry", "entry", 1), ("Func", "func", 1)],
+}
+SOUFFLE_DERIVED = {
+    "andersen": [("PointsTo", 2)],
+    "pointsto": [("PointsTo", 2), ("CallEdge", 2), ("Param", 2), ("Return", 2), ("Reachable", 1), ("Dead", 1)],
+}
+
+
+def souffle_program(kind):
+    """The tl program's rules in Soufflé's syntax, with its inputs declared and the output's
+    size printed."""
+    cols = "abcdefgh"
+    decl = lambda name, n: ".decl %s(%s)\n" % (name, ", ".join("%s:number" % c for c in cols[:n]))
+    text = ""
+    for name, file, n in SOUFFLE_INPUTS[kind]:
+        text += decl(name, n) + '.input %s(filename="%s.tsv")\n' % (name, file)
+    for name, n in SOUFFLE_DERIVED[kind]:
+        text += decl(name, n)
+    text += ".printsize %s\n" % OUTPUT[kind]
+    for line in TL_PROGRAMS[kind].splitlines():
+        if ":-" in line:
+            text += line.replace(" not ", " !") + "\n"
+    return text
+
+
+def souffle_rows(d, kind):
+    """Rows for Soufflé interpreted (one and two threads) and compiled (excluding the C++
+    compilation), or one row saying why it was skipped."""
+    exe = os.environ.get("SOUFFLE") or shutil.which("souffle")
+    if not exe:
+        return {"souffle": (None, None, "skipped: no souffle on PATH (build it from source; it is not in the registries)")}
+    dl = os.path.join(d, "bench.dl")
+    with open(dl, "w") as f:
+        f.write(souffle_program(kind))
+    rows = {}
+    count = lambda out: int(out.split()[-1]) if out and out.split() else out
+    for j in ("1", "2"):
+        wall, rss, out = timed([exe, "-F", d, "-j", j, dl])
+        rows["souffle interpreted -j%s" % j] = (wall, rss, count(out) if wall is not None else out)
+    binary = os.path.join(d, "souffle-bench")
+    built = subprocess.run([exe, "-F", d, "-o", binary, dl], capture_output=True, text=True)
+    if built.returncode != 0:
+        rows["souffle compiled"] = (None, None, "compilation failed")
+        return rows
+    for j in ("1", "2"):
+        wall, rss, out = timed([binary, "-F", d, "-j", j])
+        rows["souffle compiled -j%s" % j] = (wall, rss, count(out) if wall is not None else out)
+    return rows
+
 
 DUCKDB = {
     "tc": "WITH RECURSIVE path(x, y) AS (SELECT x, y FROM edge UNION SELECT path.x, edge.y FROM path JOIN edge ON path.y = edge.x) SELECT count(*) FROM path",
@@ -233,6 +377,8 @@ def main():
                 continue
             wall, rss, out = timed([ASCENT, kind, d] + extra)
             result[label] = (wall, rss, int(out) if wall is not None else out)
+        if kind in SOUFFLE_INPUTS:
+            result.update(souffle_rows(d, kind))
         if kind in DUCKDB:
             ty = DUCKDB_COLUMNS.get(kind, "UINTEGER")
             wall, rss, out = timed([py, "-c", DUCKDB_SCRIPT, d, "2", DUCKDB[kind], ",".join(DUCKDB_TABLES[kind]), ty])
