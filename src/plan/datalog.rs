@@ -144,6 +144,14 @@ pub trait JoinStats {
     fn rows(&self, atom: usize) -> usize;
     /// Distinct values of columns `cols` of atom `atom` (an estimate).
     fn distinct(&self, atom: usize, cols: &[usize]) -> usize;
+    /// The rows that looking atom `next` up on columns `cols` finds for an average row of
+    /// atom `first` scanned before it, measured on a sample of `first`'s rows (`None` where
+    /// it cannot be): skewed relations make this far from the average per key (a popular
+    /// object is pointed to by thousands of variables, and so is it in new tuples).
+    fn per_row(&self, first: usize, next: usize, cols: &[usize]) -> Option<f64> {
+        let _ = (first, next, cols);
+        None
+    }
 }
 
 /// Join orders of rules with at most this many atoms are chosen among all orders.
@@ -204,9 +212,14 @@ fn order_cost(r: &Rule, order: &[usize], stats: &dyn JoinStats) -> f64 {
             })
             .collect();
         let rows = stats.rows(i) as f64;
-        let per = match known.is_empty() {
-            true => rows,
-            false => rows / (stats.distinct(i, &known).max(1) as f64),
+        let sampled = match (order.first(), order.get(1)) {
+            (Some(&s), Some(&n)) if n == i && !known.is_empty() => stats.per_row(s, n, &known),
+            _ => None,
+        };
+        let per = match (known.is_empty(), sampled) {
+            (true, _) => rows,
+            (false, Some(per)) => per,
+            (false, None) => rows / (stats.distinct(i, &known).max(1) as f64),
         };
         cost += flow;
         flow *= per;

@@ -9,6 +9,7 @@ use crate::plan::datalog::{
     join_order, Absent, Atom, Filter, JoinStats, LetValue, Operand, Rule, Term,
 };
 use crate::semantics::TensorId;
+use crate::semantics::VarId;
 use crate::tensor::Tensor;
 use rustc_hash::FxHashMap as HashMap;
 
@@ -130,6 +131,43 @@ impl JoinStats for Stats<'_> {
         self.store(atom).map_or(0, |s| s.count as usize)
     }
 
+    /// Looks `next` up for up to [`SAMPLE`] rows of `first` spread evenly over its store,
+    /// where `next`'s store has an index on `cols` and each key column is a constant or a
+    /// variable of `first`.
+    fn per_row(&self, first: usize, next: usize, cols: &[usize]) -> Option<f64> {
+        let (from, to) = (self.store(first)?, self.store(next)?);
+        let index = to.index_id(cols)?;
+        let (a, b) = (&self.rule.atoms[first], &self.rule.atoms[next]);
+        // Each key column's value, as a term over a row of `first` (a variable standing for
+        // the column of `first` that binds it).
+        let sources: Vec<Term> = cols
+            .iter()
+            .map(|&c| match b.terms[c] {
+                Term::Var(v) => a
+                    .terms
+                    .iter()
+                    .position(|t| *t == Term::Var(v))
+                    .map(|k| Term::Var(k as VarId)),
+                constant => Some(constant),
+            })
+            .collect::<Option<_>>()?;
+        if from.count == 0 {
+            return Some(0.0);
+        }
+        let step = (from.count as usize).div_ceil(SAMPLE).max(1);
+        let stride = to.index(index).stride();
+        let (mut found, mut seen) = (0usize, 0usize);
+        let mut key = Vec::with_capacity(cols.len());
+        for r in (0..from.count).step_by(step) {
+            let this = row(&from.data, from.arity, r);
+            key.clear();
+            key.extend(sources.iter().map(|t| value(t, this)));
+            found += to.entries(index, &key).len() / stride;
+            seen += 1;
+        }
+        Some(found as f64 / seen as f64)
+    }
+
     /// The number of keys of an index on `cols` where there is one; otherwise the rows,
     /// capped by the product of the columns' extents.
     fn distinct(&self, atom: usize, cols: &[usize]) -> usize {
@@ -150,6 +188,9 @@ impl JoinStats for Stats<'_> {
             .min(rows)
     }
 }
+
+/// Rows of a store sampled to measure a lookup ([`Stats::per_row`]).
+const SAMPLE: usize = 256;
 
 /// The planned join order for one run of a rule, each step reading the right version.
 fn order(

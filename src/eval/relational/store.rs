@@ -137,7 +137,7 @@ impl Store {
         Some(IndexId(self.indexes.len() - 1))
     }
 
-    fn index_id(&self, cols: &[usize]) -> Option<IndexId> {
+    pub(super) fn index_id(&self, cols: &[usize]) -> Option<IndexId> {
         self.indexes
             .iter()
             .position(|ix| ix.cols == cols)
