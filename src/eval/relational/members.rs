@@ -66,6 +66,12 @@ fn hash_wide(t: &[u32]) -> u64 {
         .fold(0x9e37_79b9_7f4a_7c15u64, |h, &v| mix(h ^ u64::from(v))))
 }
 
+/// Tuple equality as a plain loop: tuples are a few values long, too short for `memcmp`
+/// (which slice `==` calls) to pay for its call.
+fn same(a: &[u32], b: &[u32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
 /// Row `r` of flat storage with `arity` columns.
 fn row(data: &[u32], arity: usize, r: u32) -> &[u32] {
     &data[r as usize * arity..(r as usize + 1) * arity]
@@ -165,7 +171,7 @@ impl Members {
                         false => {
                             w != EMPTY
                                 && w & 0xffff_ffff_0000_0000 == p.word
-                                && row(data, self.arity, w as u32) == t
+                                && same(row(data, self.arity, w as u32), t)
                         }
                     };
                     (w, hit)
@@ -210,7 +216,7 @@ impl Members {
                 ..
             } => Some(rows[at.0]),
             _ => (0..(data.len() / self.arity.max(1)) as u32)
-                .find(|&r| row(data, self.arity, r) == t),
+                .find(|&r| same(row(data, self.arity, r), t)),
         }
     }
 
