@@ -75,80 +75,51 @@ ascent_par! {
 
 // The points-to workload: Andersen's analysis with a call graph built on the fly (direct
 // calls, and indirect calls through the function pointers' points-to sets), argument and
-// return flows, reachability from the entry, and the functions never reached.
-ascent! {
-    struct PointsToCalls;
-    relation address_of(u32, u32);
-    relation assign(u32, u32);
-    relation load(u32, u32);
-    relation store(u32, u32);
-    relation call_site_in(u32, u32);
-    relation call_direct(u32, u32);
-    relation call_indirect(u32, u32);
-    relation actual_arg(u32, u32, u32);
-    relation formal_param(u32, u32, u32);
-    relation actual_return(u32, u32);
-    relation formal_return(u32, u32);
-    relation func_obj(u32, u32);
-    relation entry(u32);
-    relation func(u32);
-    relation points_to(u32, u32);
-    relation call_edge(u32, u32);
-    relation param(u32, u32);
-    relation ret(u32, u32);
-    relation reachable(u32);
-    relation dead(u32);
-    points_to(p, o) <-- address_of(p, o);
-    points_to(p, o) <-- assign(p, q), points_to(q, o);
-    points_to(p, o) <-- load(p, q), points_to(q, r), points_to(r, o);
-    points_to(r, o) <-- store(p, q), points_to(p, r), points_to(q, o);
-    call_edge(c, g) <-- call_direct(c, g);
-    call_edge(c, g) <-- call_indirect(c, p), points_to(p, o), func_obj(g, o);
-    param(p, a) <-- call_edge(c, g), actual_arg(c, i, a), formal_param(g, i, p);
-    ret(r, v) <-- call_edge(c, g), actual_return(c, r), formal_return(g, v);
-    points_to(p, o) <-- param(p, a), points_to(a, o);
-    points_to(r, o) <-- ret(r, v), points_to(v, o);
-    reachable(f) <-- entry(f);
-    reachable(g) <-- reachable(f), call_site_in(c, f), call_edge(c, g);
-    dead(f) <-- func(f), !reachable(f);
+// return flows, reachability from the entry, and the functions never reached. One rule list,
+// compiled by both macros.
+macro_rules! pointsto_calls {
+    ($ascent:ident, $name:ident) => {
+        $ascent! {
+            struct $name;
+            relation address_of(u32, u32);
+            relation assign(u32, u32);
+            relation load(u32, u32);
+            relation store(u32, u32);
+            relation call_site_in(u32, u32);
+            relation call_direct(u32, u32);
+            relation call_indirect(u32, u32);
+            relation actual_arg(u32, u32, u32);
+            relation formal_param(u32, u32, u32);
+            relation actual_return(u32, u32);
+            relation formal_return(u32, u32);
+            relation func_obj(u32, u32);
+            relation entry(u32);
+            relation func(u32);
+            relation points_to(u32, u32);
+            relation call_edge(u32, u32);
+            relation param(u32, u32);
+            relation ret(u32, u32);
+            relation reachable(u32);
+            relation dead(u32);
+            points_to(p, o) <-- address_of(p, o);
+            points_to(p, o) <-- assign(p, q), points_to(q, o);
+            points_to(p, o) <-- load(p, q), points_to(q, r), points_to(r, o);
+            points_to(r, o) <-- store(p, q), points_to(p, r), points_to(q, o);
+            call_edge(c, g) <-- call_direct(c, g);
+            call_edge(c, g) <-- call_indirect(c, p), points_to(p, o), func_obj(g, o);
+            param(p, a) <-- call_edge(c, g), actual_arg(c, i, a), formal_param(g, i, p);
+            ret(r, v) <-- call_edge(c, g), actual_return(c, r), formal_return(g, v);
+            points_to(p, o) <-- param(p, a), points_to(a, o);
+            points_to(r, o) <-- ret(r, v), points_to(v, o);
+            reachable(f) <-- entry(f);
+            reachable(g) <-- reachable(f), call_site_in(c, f), call_edge(c, g);
+            dead(f) <-- func(f), !reachable(f);
+        }
+    };
 }
 
-ascent_par! {
-    struct PointsToCallsPar;
-    relation address_of(u32, u32);
-    relation assign(u32, u32);
-    relation load(u32, u32);
-    relation store(u32, u32);
-    relation call_site_in(u32, u32);
-    relation call_direct(u32, u32);
-    relation call_indirect(u32, u32);
-    relation actual_arg(u32, u32, u32);
-    relation formal_param(u32, u32, u32);
-    relation actual_return(u32, u32);
-    relation formal_return(u32, u32);
-    relation func_obj(u32, u32);
-    relation entry(u32);
-    relation func(u32);
-    relation points_to(u32, u32);
-    relation call_edge(u32, u32);
-    relation param(u32, u32);
-    relation ret(u32, u32);
-    relation reachable(u32);
-    relation dead(u32);
-    points_to(p, o) <-- address_of(p, o);
-    points_to(p, o) <-- assign(p, q), points_to(q, o);
-    points_to(p, o) <-- load(p, q), points_to(q, r), points_to(r, o);
-    points_to(r, o) <-- store(p, q), points_to(p, r), points_to(q, o);
-    call_edge(c, g) <-- call_direct(c, g);
-    call_edge(c, g) <-- call_indirect(c, p), points_to(p, o), func_obj(g, o);
-    param(p, a) <-- call_edge(c, g), actual_arg(c, i, a), formal_param(g, i, p);
-    ret(r, v) <-- call_edge(c, g), actual_return(c, r), formal_return(g, v);
-    points_to(p, o) <-- param(p, a), points_to(a, o);
-    points_to(r, o) <-- ret(r, v), points_to(v, o);
-    reachable(f) <-- entry(f);
-    reachable(g) <-- reachable(f), call_site_in(c, f), call_edge(c, g);
-    dead(f) <-- func(f), !reachable(f);
-}
+pointsto_calls!(ascent, PointsToCalls);
+pointsto_calls!(ascent_par, PointsToCallsPar);
 
 ascent! {
     struct Triangle;
