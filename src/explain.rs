@@ -7,7 +7,7 @@
 
 use crate::output::label;
 use crate::plan::datalog::{
-    join_order, variable_order, Atom, JoinStats, JoinStep, LetValue, Rule, Term,
+    join_order, keys_within, variable_order, Atom, JoinStats, JoinStep, LetValue, Rule, Term,
 };
 use crate::plan::einsum::{Contraction, Expr, Path};
 use crate::plan::nest::{Level, Position, Scope, Value};
@@ -516,10 +516,7 @@ impl JoinStats for DataStats<'_> {
 
     fn distinct(&self, atom: usize, cols: &[usize]) -> usize {
         let shape = &self.p.tensors[self.rule.atoms[atom].tensor].shape;
-        cols.iter()
-            .map(|&c| shape.get(c).copied().unwrap_or(1))
-            .fold(1usize, |n, e| n.saturating_mul(e))
-            .min(self.rows(atom))
+        keys_within(self.rows(atom), Some(shape), cols)
     }
 }
 

@@ -154,6 +154,16 @@ pub trait JoinStats {
     }
 }
 
+/// The distinct keys that `rows` rows can hold in columns of extents `extents`, for
+/// [`JoinStats::distinct`] where nothing better is known: the rows, capped by the product of
+/// the extents (a missing extent is taken as `rows`).
+pub fn keys_within(rows: usize, shape: Option<&[usize]>, cols: &[usize]) -> usize {
+    cols.iter()
+        .map(|&c| shape.and_then(|s| s.get(c)).copied().unwrap_or(rows))
+        .fold(1usize, |n, e| n.saturating_mul(e))
+        .min(rows)
+}
+
 /// Join orders of rules with at most this many atoms are chosen among all orders.
 const SEARCHED_ATOMS: usize = 6;
 
@@ -170,11 +180,16 @@ pub fn join_order(r: &Rule, first: Option<usize>, stats: &dyn JoinStats) -> Vec<
     if r.atoms.len() < 2 || r.atoms.len() > SEARCHED_ATOMS {
         return steps_of(r, &greedy);
     }
-    let greedy_cost = order_cost(r, &greedy, stats);
+    let stats = Sampled {
+        stats,
+        atoms: r.atoms.len(),
+        per_row: std::cell::RefCell::new(vec![None; r.atoms.len() * r.atoms.len()]),
+    };
+    let greedy_cost = order_cost(r, &greedy, &stats);
     let mut best: Option<(f64, Vec<usize>)> = None;
     let mut order: Vec<usize> = (0..r.atoms.len()).collect();
     permutations(&mut order, 0, &mut |o| {
-        let c = order_cost(r, o, stats);
+        let c = order_cost(r, o, &stats);
         if best.as_ref().is_none_or(|(b, _)| c < *b) {
             best = Some((c, o.to_vec()));
         }
@@ -182,6 +197,36 @@ pub fn join_order(r: &Rule, first: Option<usize>, stats: &dyn JoinStats) -> Vec<
     match best {
         Some((c, o)) if c * 3.0 < greedy_cost * 2.0 => steps_of(r, &o),
         _ => steps_of(r, &greedy),
+    }
+}
+
+/// `stats` with each pair's [`JoinStats::per_row`] measured once: the orders of `n` atoms
+/// share their `n (n - 1)` first pairs, and each measurement looks up a sample of rows.
+struct Sampled<'a> {
+    stats: &'a dyn JoinStats,
+    atoms: usize,
+    per_row: std::cell::RefCell<Vec<Option<Option<f64>>>>,
+}
+
+impl JoinStats for Sampled<'_> {
+    fn rows(&self, atom: usize) -> usize {
+        self.stats.rows(atom)
+    }
+
+    fn distinct(&self, atom: usize, cols: &[usize]) -> usize {
+        self.stats.distinct(atom, cols)
+    }
+
+    /// The key columns of `next` bound by `first` alone depend only on the pair, so `cols`
+    /// is the same each time a pair is asked.
+    fn per_row(&self, first: usize, next: usize, cols: &[usize]) -> Option<f64> {
+        let at = first * self.atoms + next;
+        if let Some(known) = self.per_row.borrow()[at] {
+            return known;
+        }
+        let measured = self.stats.per_row(first, next, cols);
+        self.per_row.borrow_mut()[at] = Some(measured);
+        measured
     }
 }
 

@@ -7,6 +7,8 @@
 //! the arena's last, and moved to the end otherwise; the arena is compacted when moved-out
 //! space passes half of it.
 
+use super::members::{hash_wide, pack};
+use super::store::row;
 use hashbrown::HashTable;
 
 /// Which of a store's indexes: the position in its list.
@@ -34,13 +36,12 @@ pub(super) struct Index {
     garbage: usize,
 }
 
+/// The hash of a key's word for the key table: one multiply, lighter than the membership
+/// table's mixer (a lookup of every join step pays it), and enough for `hashbrown`, which
+/// takes its tag from the top bits and its bucket from the low ones.
 fn mix(x: u64) -> u64 {
     let x = (x ^ (x >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
     x ^ (x >> 29)
-}
-
-fn row(data: &[u32], arity: usize, r: u32) -> &[u32] {
-    &data[r as usize * arity..(r as usize + 1) * arity]
 }
 
 impl Index {
@@ -77,8 +78,8 @@ impl Index {
     /// The word a key is found by.
     fn word(&self, key: impl Iterator<Item = u32>) -> u64 {
         match self.packed() {
-            true => key.fold(0u64, |w, v| (w << 32) | u64::from(v)),
-            false => key.fold(0x9e37_79b9_7f4a_7c15u64, |h, v| mix(h ^ u64::from(v))),
+            true => pack(key),
+            false => hash_wide(key),
         }
     }
 

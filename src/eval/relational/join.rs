@@ -6,7 +6,7 @@ use super::store::{row, Store};
 use crate::eval::nest::Checker;
 use crate::eval::stop::Ticker;
 use crate::plan::datalog::{
-    join_order, Absent, Atom, Filter, JoinStats, LetValue, Operand, Rule, Term,
+    join_order, keys_within, Absent, Atom, Filter, JoinStats, LetValue, Operand, Rule, Term,
 };
 use crate::semantics::TensorId;
 use crate::semantics::VarId;
@@ -177,15 +177,8 @@ impl JoinStats for Stats<'_> {
         if let Some(keys) = store.distinct(cols) {
             return keys;
         }
-        let rows = store.count as usize;
-        let shape = self
-            .shapes
-            .get(self.rule.atoms[atom].tensor)
-            .map(|t| &t.shape);
-        cols.iter()
-            .map(|&c| shape.and_then(|s| s.get(c)).copied().unwrap_or(rows))
-            .fold(1usize, |n, e| n.saturating_mul(e))
-            .min(rows)
+        let shape = self.shapes.get(self.rule.atoms[atom].tensor);
+        keys_within(store.count as usize, shape.map(|t| &t.shape[..]), cols)
     }
 }
 
@@ -402,8 +395,7 @@ impl<'a> Walk<'a> {
     fn lookup(&mut self, k: usize, step: &Step, store: &'a Store, index: IndexId) -> &'a [u32] {
         let n = step.key_terms.len();
         if n > MAX_STACK_ARITY {
-            let key: Vec<u32> = step.key_terms.iter().map(|t| value(t, &self.env)).collect();
-            return store.entries(index, &key);
+            return with_values(&step.key_terms, &self.env, |key| store.entries(index, key));
         }
         let mut key = [0u32; MAX_STACK_ARITY];
         for (slot, t) in key.iter_mut().zip(&step.key_terms) {

@@ -15,6 +15,8 @@
 //! Batches of probes prefetch the slots they will read a few tuples ahead, so that the memory
 //! latency of one probe overlaps the work of the others.
 
+use super::store::row;
+
 /// An unused slot. A packed tuple is never `u64::MAX` (positions are below `u32::MAX`), nor
 /// is a wide entry (its row id is below `u32::MAX`), nor a tuple with its last bits cleared.
 const EMPTY: u64 = u64::MAX;
@@ -47,34 +49,29 @@ enum Table {
 }
 
 /// A 64-bit mixer (the finaliser of MurmurHash3): packed tuples differ in few bits, which
-/// this spreads over the top bits that pick a slot.
-fn mix(x: u64) -> u64 {
+/// this spreads over the top bits that pick a slot. Indexes hash their keys with it too.
+pub(super) fn mix(x: u64) -> u64 {
     let x = (x ^ (x >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
     let x = (x ^ (x >> 33)).wrapping_mul(0xc4ce_b9fe_1a85_ec53);
     x ^ (x >> 33)
 }
 
-/// The word of a tuple of at most two columns.
-fn pack(t: &[u32]) -> u64 {
-    t.iter().fold(0u64, |w, &v| (w << 32) | u64::from(v))
+/// The word of a tuple (or key) of at most two columns: the tuple itself.
+pub(super) fn pack(t: impl IntoIterator<Item = u32>) -> u64 {
+    t.into_iter().fold(0u64, |w, v| (w << 32) | u64::from(v))
 }
 
-/// The hash of a wide tuple, whose top 32 bits are kept in its entry.
-fn hash_wide(t: &[u32]) -> u64 {
+/// The hash of a wider tuple (or key); a wide entry keeps its top 32 bits.
+pub(super) fn hash_wide(t: impl IntoIterator<Item = u32>) -> u64 {
     mix(t
-        .iter()
-        .fold(0x9e37_79b9_7f4a_7c15u64, |h, &v| mix(h ^ u64::from(v))))
+        .into_iter()
+        .fold(0x9e37_79b9_7f4a_7c15u64, |h, v| mix(h ^ u64::from(v))))
 }
 
 /// Tuple equality as a plain loop: tuples are a few values long, too short for `memcmp`
 /// (which slice `==` calls) to pay for its call.
 fn same(a: &[u32], b: &[u32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
-}
-
-/// Row `r` of flat storage with `arity` columns.
-fn row(data: &[u32], arity: usize, r: u32) -> &[u32] {
-    &data[r as usize * arity..(r as usize + 1) * arity]
 }
 
 /// What a probe for a tuple looks for: where it starts (`hash`), the word a slot must hold
@@ -124,7 +121,7 @@ impl Members {
     fn probe(&self, t: &[u32]) -> Probe {
         match &self.table {
             Table::Bits(_) => {
-                let w = pack(t);
+                let w = pack(t.iter().copied());
                 Probe {
                     hash: mix(w >> 6),
                     word: w >> 6,
@@ -132,7 +129,7 @@ impl Members {
                 }
             }
             Table::Words { packed: true, .. } => {
-                let word = pack(t);
+                let word = pack(t.iter().copied());
                 Probe {
                     hash: mix(word),
                     word,
@@ -140,7 +137,7 @@ impl Members {
                 }
             }
             Table::Words { packed: false, .. } => {
-                let hash = hash_wide(t);
+                let hash = hash_wide(t.iter().copied());
                 Probe {
                     hash,
                     word: hash & 0xffff_ffff_0000_0000,
@@ -297,7 +294,7 @@ impl Members {
                 for (k, w) in old.into_iter().enumerate().filter(|&(_, w)| w != EMPTY) {
                     let hash = match packed {
                         true => mix(w),
-                        false => hash_wide(row(data, self.arity, w as u32)),
+                        false => hash_wide(row(data, self.arity, w as u32).iter().copied()),
                     };
                     let i = place(&|i| slots[i] != EMPTY, hash);
                     slots[i] = w;
@@ -342,7 +339,7 @@ impl Members {
         let n = tuples.len() / arity;
         let mask = slots.len() - 1;
         let probe = |t: &[u32]| {
-            let w = pack(t);
+            let w = pack(t.iter().copied());
             (w >> 6, 1u64 << (w & 63))
         };
         let mut kept = 0;
