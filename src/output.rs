@@ -3,7 +3,7 @@
 use crate::semantics::{Checked, Kind, Query, QueryIndex};
 use crate::tensor::{format_number, Storage, Tensor};
 
-/// The label of position `pos` on axis `axis` of tensor `t`: a symbol or an integer.
+/// The label of position `pos` on axis `axis` of tensor `t`: a symbol or a number.
 /// `quoted` writes symbols as source would (§10); files hold them raw (§11).
 pub fn label(p: &Checked, t: usize, axis: usize, pos: usize, quoted: bool) -> String {
     let dom = &p.domains[p.tensors[t].domains[axis]];
@@ -14,7 +14,7 @@ pub fn label(p: &Checked, t: usize, axis: usize, pos: usize, quoted: bool) -> St
     let Some(s) = dom.symbols.get(pos) else {
         return pos.to_string();
     };
-    if !quoted || is_bare_symbol(s) {
+    if !quoted || dom.real || is_bare_symbol(s) {
         s.clone()
     } else {
         format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))

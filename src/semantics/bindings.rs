@@ -224,6 +224,7 @@ pub(super) fn as_index(e: &Expr) -> Option<Index> {
         Expr::Number(v, span) if v.fract() == 0.0 && v.abs() < 9.0e15 => {
             Index::Int(*v as i64, *span)
         }
+        Expr::Number(v, span) if v.is_finite() => Index::Real(*v, *span),
         Expr::Str(s, span) => Index::Str(s.clone(), *span),
         Expr::Access(a) if a.brackets == Brackets::None && a.indices.is_empty() => {
             Index::Name(a.name.clone())
@@ -242,20 +243,28 @@ pub(super) fn as_index(e: &Expr) -> Option<Index> {
                 BinOp::Quot => ArithOp::Div,
                 BinOp::Pow => return None,
             };
-            Index::Arith(Box::new(as_index(a)?), op, Box::new(as_index(b)?), *span)
+            Index::Arith(Box::new(integral(a)?), op, Box::new(integral(b)?), *span)
         }
         Expr::Term(factors, span) => {
             let mut it = factors.iter();
             let (_, first) = it.next()?;
-            let mut acc = as_index(first)?;
+            if factors.len() == 1 {
+                return as_index(first);
+            }
+            let mut acc = integral(first)?;
             for (div, f) in it {
                 let op = if *div { ArithOp::Div } else { ArithOp::Mul };
-                acc = Index::Arith(Box::new(acc), op, Box::new(as_index(f)?), *span);
+                acc = Index::Arith(Box::new(acc), op, Box::new(integral(f)?), *span);
             }
             acc
         }
         _ => return None,
     })
+}
+
+/// `e` as an operand of index arithmetic, which is over integers.
+fn integral(e: &Expr) -> Option<Index> {
+    as_index(e).filter(|i| !matches!(i, Index::Real(..)))
 }
 
 /// Every name an index expression mentions.
@@ -269,7 +278,7 @@ pub(super) fn names_in_index(i: &Index, out: &mut HashSet<String>) {
             names_in_index(b, out);
         }
         Index::Virtual(inner, _) => names_in_index(inner, out),
-        Index::Int(..) | Index::Str(..) | Index::Slice(..) => {}
+        Index::Int(..) | Index::Str(..) | Index::Real(..) | Index::Slice(..) => {}
     }
 }
 
@@ -295,6 +304,7 @@ fn replace_in_access(a: &mut Access, var: &str, value: &Index) {
 fn index_as_expr(i: &Index) -> Expr {
     match i {
         Index::Int(v, span) => Expr::Number(*v as f64, *span),
+        Index::Real(v, span) => Expr::Number(*v, *span),
         Index::Str(s, span) => Expr::Str(s.clone(), *span),
         Index::Arith(a, op, b, span) => {
             let (a, b) = (index_as_expr(a), index_as_expr(b));

@@ -2,7 +2,7 @@
 //! their final shapes, with errors that name the file and line of a bad row (§11).
 
 use super::names::{element_value, IndexName};
-use super::{Ctx, IndexFn, Kind, TensorInfo};
+use super::{real_text, Ctx, IndexFn, Kind, TensorInfo};
 use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::io::RawData;
 use crate::syntax::ast::*;
@@ -28,7 +28,31 @@ impl<'a> Ctx<'a> {
                 )
             })
         };
+        let real = |v: f64, span: Span, ctx: &mut Self| {
+            let d = ctx.axis_domain(t, ax);
+            if ctx.domains[d].real {
+                return symbol(&real_text(v), span, ctx);
+            }
+            Err(Diagnostic::error(
+                codes::TYPE,
+                span,
+                format!(
+                    "axis {} of `{}` holds {}, not reals",
+                    ax + 1,
+                    ctx.tensors[t].name,
+                    if ctx.domains[d].symbolic {
+                        "symbols"
+                    } else {
+                        "integers"
+                    }
+                ),
+            ))
+        };
         match idx {
+            Index::Real(v, span) => real(*v, *span, self),
+            Index::Int(v, span) if self.domains[self.axis_domain(t, ax)].real => {
+                real(*v as f64, *span, self)
+            }
             Index::Int(v, span) => {
                 if self.domains[self.axis_domain(t, ax)].symbolic {
                     return Err(Diagnostic::error(
@@ -58,6 +82,22 @@ impl<'a> Ctx<'a> {
                     n.text
                 ))),
             },
+            Index::Arith(_, _, _, span) if self.domains[self.axis_domain(t, ax)].symbolic => {
+                Err(Diagnostic::error(
+                    codes::TYPE,
+                    *span,
+                    format!(
+                        "index arithmetic on axis {} of `{}`, which holds {}",
+                        ax + 1,
+                        self.tensors[t].name,
+                        if self.domains[self.axis_domain(t, ax)].real {
+                            "reals: write the value"
+                        } else {
+                            "symbols"
+                        }
+                    ),
+                ))
+            }
             Index::Arith(a, op, b, span) => {
                 let a = self.const_position(t, ax, a)?;
                 let b = self.const_position(t, ax, b)?;
@@ -550,7 +590,12 @@ impl<'a> Ctx<'a> {
             let mut ok = true;
             for (ax, (f, &d)) in r.fields().zip(&doms).enumerate() {
                 let p = if symbolic[ax] {
-                    match self.symbol_index(d, f) {
+                    let real = self.domains[d].real;
+                    let text = match f.trim().parse::<f64>() {
+                        Ok(v) if real => std::borrow::Cow::Owned(real_text(v)),
+                        _ => std::borrow::Cow::Borrowed(f),
+                    };
+                    match self.symbol_index(d, &text) {
                         Some(p) if declared[ax].is_none_or(|n| p < n) => Some(p),
                         _ => {
                             self.diags.push(bad(format!(

@@ -1,6 +1,7 @@
 //! Domain inference (§4): union-find over (tensor, axis) slots, named domains and the index
 //! variables of each equation, then symbol interning in source order.
 
+use super::ir::real_text;
 use super::names::IndexName;
 use super::{Ctx, Domain};
 use crate::diagnostics::{codes, Diagnostic, Span};
@@ -281,6 +282,8 @@ impl Ctx<'_> {
                     IndexName::Const(_) => {}
                 },
                 Index::Str(s, _) => placements.push(Pending::Symbol(slot, s.clone())),
+                Index::Real(v, _) => placements.push(Pending::Real(slot, *v)),
+                Index::Int(v, _) => placements.push(Pending::Number(slot, *v as f64)),
                 _ => {}
             }
         }
@@ -360,23 +363,39 @@ impl Ctx<'_> {
     pub(super) fn intern(&mut self) {
         let pending = std::mem::take(&mut self.placements);
         // Which roots are symbolic: any placed symbol, or a file column with a non-integer field.
+        // Real roots: a real constant, or a column of numbers not all integers; a root that
+        // also holds symbols holds strings.
         let mut symbolic = std::collections::HashSet::new();
+        let mut real = std::collections::HashSet::new();
         for p in &pending {
             match p {
                 Pending::Symbol(node, _) => {
                     symbolic.insert(self.uf.find(*node));
                 }
+                Pending::Real(node, _) => {
+                    real.insert(self.uf.find(*node));
+                }
+                Pending::Number(..) => {}
                 Pending::Table(k) => {
                     let t = self.sources[*k].tensor;
                     let forced = &self.sources[*k].symbolic;
                     if let RawData::Table(rows) = &*self.sources[*k].raw {
                         for ax in 0..self.tensors[t].rank() {
-                            if forced.get(ax).copied().unwrap_or(false)
-                                || rows
-                                    .rows()
-                                    .any(|r| r.field(ax).is_some_and(|f| f.parse::<i64>().is_err()))
-                            {
-                                symbolic.insert(self.uf.find(self.axis_base[t] + ax));
+                            let root = self.uf.find(self.axis_base[t] + ax);
+                            if forced.get(ax).copied().unwrap_or(false) {
+                                symbolic.insert(root);
+                                continue;
+                            }
+                            let mut fields = rows.rows().filter_map(|r| r.field(ax));
+                            let column = fields.try_fold(Column::Integers, |c, f| c.and(f));
+                            match column {
+                                None => {
+                                    symbolic.insert(root);
+                                }
+                                Some(Column::Reals) => {
+                                    real.insert(root);
+                                }
+                                Some(Column::Integers) => {}
                             }
                         }
                     }
@@ -391,11 +410,14 @@ impl Ctx<'_> {
         }
         // Domain 0 is the shared integer domain; every symbolic root gets its own.
         self.domains.push(Domain::default());
-        let mut roots: Vec<usize> = symbolic.into_iter().collect();
+        let real: std::collections::HashSet<usize> = real.difference(&symbolic).copied().collect();
+        let mut roots: Vec<usize> = symbolic.union(&real).copied().collect();
         roots.sort();
         for r in roots {
             self.domain_of_root.insert(r, self.domains.len());
-            self.domains.push(Domain::new(None, true));
+            let mut d = Domain::new(None, true);
+            d.real = real.contains(&r);
+            self.domains.push(d);
         }
         let mut names: Vec<(String, usize, Option<usize>)> = self
             .named_domains
@@ -432,6 +454,12 @@ impl Ctx<'_> {
                     let d = self.domain_of_node(node);
                     self.add_symbol(d, &s);
                 }
+                Pending::Real(node, v) | Pending::Number(node, v) => {
+                    let d = self.domain_of_node(node);
+                    if self.domains[d].real {
+                        self.add_symbol(d, &real_text(v));
+                    }
+                }
                 Pending::Table(k) => {
                     let t = self.sources[k].tensor;
                     let rank = self.tensors[t].rank();
@@ -444,7 +472,14 @@ impl Ctx<'_> {
                     if let RawData::Table(rows) = &*raw {
                         for r in rows.rows() {
                             for (ax, f) in r.fields().take(rank).enumerate() {
-                                if self.domains[doms[ax]].symbolic {
+                                let dom = &self.domains[doms[ax]];
+                                if dom.real {
+                                    // Not a number: the checker reports the field where
+                                    // it reads the data.
+                                    if let Ok(v) = f.trim().parse::<f64>() {
+                                        self.add_symbol(doms[ax], &real_text(v));
+                                    }
+                                } else if dom.symbolic {
                                     self.add_symbol(doms[ax], f);
                                 }
                             }
@@ -473,6 +508,7 @@ impl Ctx<'_> {
                 }
             }
         }
+        self.domains.iter_mut().for_each(Domain::sort_values);
     }
 
     fn domain_of_node(&mut self, node: usize) -> usize {
@@ -505,6 +541,33 @@ impl Ctx<'_> {
 #[derive(Debug)]
 pub(crate) enum Pending {
     Symbol(usize, String),
+    /// A real constant: its domain holds reals.
+    Real(usize, f64),
+    /// An integer constant, placed only where its domain turns out to hold reals.
+    Number(usize, f64),
     Table(usize),
     Words(usize),
+}
+
+/// What a file's column holds, as far as its fields tell.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Column {
+    Integers,
+    Reals,
+}
+
+impl Column {
+    /// The column once `field` is read too; `None` when it holds something other than
+    /// finite numbers (then its fields are symbols).
+    fn and(self, field: &str) -> Option<Column> {
+        if field.parse::<i64>().is_ok() {
+            return Some(self);
+        }
+        field
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite())
+            .map(|_| Column::Reals)
+    }
 }

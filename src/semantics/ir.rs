@@ -107,6 +107,9 @@ pub struct Domain {
     pub symbols: Vec<String>,
     /// Whether any symbol was ever placed in it.
     pub symbolic: bool,
+    /// Whether its symbols are real numbers (`Price(Apple, 1.25)`, §8): each written as
+    /// [`real_text`] writes it, in increasing order, so positions compare as values do.
+    pub real: bool,
     /// Each symbol's position, so that interning a file of a million symbols stays linear.
     pub(crate) index: rustc_hash::FxHashMap<String, usize>,
 }
@@ -126,6 +129,31 @@ impl Domain {
         self.index.get(symbol).copied()
     }
 
+    /// The value at each position of a real domain.
+    pub fn values(&self) -> Vec<f64> {
+        self.symbols
+            .iter()
+            .map(|s| s.parse::<f64>().unwrap_or(f64::NAN))
+            .collect()
+    }
+
+    /// Renumbers a real domain's values in increasing order, once they are all placed.
+    pub(crate) fn sort_values(&mut self) {
+        if !self.real {
+            return;
+        }
+        let mut keyed: Vec<(f64, String)> = self
+            .values()
+            .into_iter()
+            .zip(std::mem::take(&mut self.symbols))
+            .collect();
+        keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
+        self.index.clear();
+        for (_, s) in keyed {
+            self.add(&s);
+        }
+    }
+
     /// Numbers `symbol` after the others unless it already has a number (copying it only
     /// then: a file repeats its symbols).
     pub(crate) fn add(&mut self, symbol: &str) {
@@ -134,6 +162,15 @@ impl Domain {
             self.symbols.push(symbol.to_string());
         }
     }
+}
+
+/// How a real value is written in a real domain, in output and files: the shortest text
+/// that reads back to it (`-0` is `0`), so that equal values are one symbol.
+pub fn real_text(v: f64) -> String {
+    if v == 0.0 {
+        return "0".into();
+    }
+    format!("{v}")
 }
 
 /// One strongly connected component of the dependency graph.

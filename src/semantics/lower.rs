@@ -311,7 +311,7 @@ impl Builder<'_, '_> {
                 IndexName::Var => Some(IndexFn::Var(self.var(&n.text, n.span))),
                 _ => self.constant(t, ax, idx),
             },
-            Index::Int(..) | Index::Str(..) => self.constant(t, ax, idx),
+            Index::Int(..) | Index::Str(..) | Index::Real(..) => self.constant(t, ax, idx),
             Index::Arith(..) => {
                 if self.ctx.domains[self.ctx.axis_domain(t, ax)].symbolic {
                     self.error(Diagnostic::error(
@@ -384,9 +384,25 @@ impl Builder<'_, '_> {
         }
     }
 
+    fn holds_reals(&mut self, var: &str) -> bool {
+        let d = self.ctx.var_domain(self.stmt, var);
+        self.ctx.domains[d].real
+    }
+
     fn arith(&mut self, idx: &Index) -> Option<IndexFn> {
         match idx {
             Index::Name(n) => match self.ctx.index_name(&n.text) {
+                IndexName::Var if self.holds_reals(&n.text) => {
+                    self.error(
+                        Diagnostic::error(
+                            codes::TYPE,
+                            n.span,
+                            format!("`{}` holds reals, and index arithmetic is over integers", n.text),
+                        )
+                        .with_note("in a rule, bind the value to a variable (`d = p * 2`) to make it a column"),
+                    );
+                    None
+                }
                 IndexName::Var => Some(IndexFn::Var(self.var(&n.text, n.span))),
                 IndexName::Const(c) => Some(IndexFn::Const(c)),
                 IndexName::Symbol => {
@@ -540,7 +556,8 @@ impl Builder<'_, '_> {
         let (va, vb) = (self.ctx.value_var(a), self.ctx.value_var(b));
         let symbolic = |s: &mut Self, v: &str| {
             let d = s.ctx.var_domain(s.stmt, v);
-            s.ctx.domains[d].symbolic.then_some(d)
+            let dom = &s.ctx.domains[d];
+            (dom.symbolic && !dom.real).then_some(d)
         };
         let sym = |s: &mut Self, var: &str, e: &Expr| -> Option<Node> {
             let name = s.ctx.symbol_constant(e)?;

@@ -14,6 +14,7 @@ mod names;
 mod offsets;
 mod params;
 mod query;
+mod reals;
 mod strata;
 pub mod strings;
 mod values;
@@ -215,9 +216,11 @@ fn check_with<'a>(
     ctx.load_files(files);
     ctx.build_domains();
     ctx.intern();
+    ctx.add_value_tensors();
     ctx.find_offsets(found);
     ctx.data_extents();
     let mut equations = ctx.lower_all();
+    ctx.read_real_values(&mut equations);
     let kinds = ctx.infer_kinds(&equations);
     let families = ctx.families(&equations);
     ctx.bail()?;
@@ -363,6 +366,8 @@ pub(crate) struct Ctx<'a> {
     below_offsets: Vec<(usize, i64)>,
     /// The tables of the program's string calls (§8), read after the bound data.
     tables: &'a [strings::Table],
+    /// The values tensor of each domain of reals (`reals.rs`).
+    values_tensor: reals::ValueTensors,
 }
 
 impl<'a> Ctx<'a> {
@@ -390,6 +395,7 @@ impl<'a> Ctx<'a> {
             data_offsets: Default::default(),
             below_offsets: Vec::new(),
             tables: &[],
+            values_tensor: Default::default(),
         }
     }
 

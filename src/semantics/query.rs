@@ -98,6 +98,8 @@ fn resolve(
                     }
                 }
                 Index::Str(s, _) => symbol(s),
+                Index::Real(v, _) if dom.real => symbol(&super::real_text(*v)),
+                Index::Int(p, _) if dom.real => symbol(&super::real_text(*p as f64)),
                 Index::Int(p, _) if !dom.symbolic => position(*p),
                 Index::Arith(..) if !dom.symbolic => match constant(idx) {
                     Some(v) => position(v),
@@ -125,6 +127,7 @@ fn resolve(
                     }
                     Index::Name(n) => format!("the symbol `{}`", n.text),
                     Index::Str(s, _) => format!("the symbol {s:?}"),
+                    Index::Real(v, _) => format!("the value {v}"),
                     other => format!("{other:?}"),
                 };
                 return Err(outside(ax, what, idx.span()));

@@ -185,6 +185,8 @@ pub enum Index {
     Int(i64, Span),
     /// A quoted symbol.
     Str(String, Span),
+    /// A real number in a column (`Price(Apple, 1.25)`, §8).
+    Real(f64, Span),
     /// Index arithmetic.
     Arith(Box<Index>, ArithOp, Box<Index>, Span),
     /// A virtual index `*t`, `*t+1`.
@@ -202,6 +204,7 @@ impl Index {
             Index::Name(n) | Index::Normalized(n) => n.span,
             Index::Int(_, s)
             | Index::Str(_, s)
+            | Index::Real(_, s)
             | Index::Arith(_, _, _, s)
             | Index::Virtual(_, s)
             | Index::Slice(_, _, s) => *s,

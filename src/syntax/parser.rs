@@ -699,10 +699,14 @@ impl<'a> Parser<'a> {
                         .with_note("integers in indices go up to 2⁵³ (9007199254740992)"),
                 ),
             },
+            Some((Tok::Number(n), span)) if n.value.is_finite() => Ok(Index::Real(n.value, span)),
             Some((Tok::Str(s), span)) => Ok(Index::Str(s.into(), span)),
             Some((Tok::Minus, _)) => {
                 let inner = self.iatom()?;
                 let span = start.to(inner.span());
+                if let Index::Real(v, _) = inner {
+                    return Ok(Index::Real(-v, span));
+                }
                 Ok(Index::Arith(
                     Box::new(Index::Int(0, start)),
                     ArithOp::Sub,
@@ -717,7 +721,7 @@ impl<'a> Parser<'a> {
             }
             _ => {
                 self.pos = self.pos.saturating_sub(1);
-                Err(self.unexpected("an index (a variable, an integer or a symbol)"))
+                Err(self.unexpected("an index (a variable, a number or a symbol)"))
             }
         }
     }
