@@ -9,8 +9,10 @@
 
 use crate::diagnostics::{codes, Diagnostic, Diagnostics};
 use crate::eval::{Engine, EvalOptions, Standard};
+use crate::functions::computed::Reads;
 use crate::functions::strings::Value;
-use crate::semantics::{Checked, StringTables};
+use crate::semantics::{real_text, Checked, SiteFn, StringTables};
+use crate::tensor::{ElemType, Tensor};
 
 /// Evaluates `checked` and records in `tables` the results of every call its ask relations
 /// hold that `tables` lacks. Returns how many it added: none means `checked` is final.
@@ -23,6 +25,10 @@ pub(crate) fn fill(
         return Ok(0);
     }
     let values = Standard.evaluate(checked, options)?;
+    let evaluated = Evaluated {
+        checked,
+        values: &values,
+    };
     let mut added = 0;
     let mut errors = Vec::new();
     for (k, site) in checked.strings.iter().enumerate() {
@@ -30,11 +36,8 @@ pub(crate) fn fill(
             continue;
         };
         let info = &checked.tensors[ask];
-        let symbolic: Vec<bool> = info
-            .domains
-            .iter()
-            .map(|&d| checked.domains[d].symbolic)
-            .collect();
+        let doms: Vec<&crate::semantics::Domain> =
+            info.domains.iter().map(|&d| &checked.domains[d]).collect();
         for (idx, v) in values[ask].entries() {
             if v == 0.0 {
                 continue;
@@ -44,18 +47,22 @@ pub(crate) fn fill(
                 .enumerate()
                 .map(|(ax, &pos)| {
                     let label = crate::output::label(checked, ask, ax, pos, false);
-                    match symbolic[ax] {
-                        true => Value::Sym(label),
-                        false => label.parse().map_or(Value::Sym(label), Value::Int),
+                    match (doms[ax].real, doms[ax].symbolic) {
+                        (true, _) => Value::Real(label),
+                        (false, true) => Value::Sym(label),
+                        (false, false) => label.parse().map_or(Value::Sym(label), Value::Int),
                     }
                 })
                 .collect();
             if tables.has(k, &row) {
                 continue;
             }
-            let result = match site.arguments(&row) {
-                Some(args) => site.func.apply(&args),
-                None => Ok(None),
+            let result = match (site.arguments(&row), &site.func) {
+                (None, _) => Ok(None),
+                (Some(args), SiteFn::String(f)) => f.apply(&args),
+                (Some(args), SiteFn::Value(f)) => {
+                    Ok(f.eval(&args, &evaluated).and_then(Value::of_number))
+                }
             };
             match result {
                 Ok(result) => {
@@ -76,6 +83,62 @@ pub(crate) fn fill(
         return Err(Diagnostics(errors));
     }
     Ok(added)
+}
+
+/// What a value site reads: the program as this round evaluated it.
+struct Evaluated<'a> {
+    checked: &'a Checked,
+    values: &'a [Tensor],
+}
+
+impl Reads for Evaluated<'_> {
+    fn element(&self, name: &str, index: &[Value]) -> Option<f64> {
+        let t = self.checked.tensor_id(name)?;
+        let info = &self.checked.tensors[t];
+        if index.len() != info.shape.len() {
+            return None;
+        }
+        let at: Option<Vec<usize>> = index
+            .iter()
+            .enumerate()
+            .map(|(ax, v)| self.position(t, ax, v))
+            .collect();
+        match self.values.get(t)?.get(&at?) {
+            // A value stored narrower than f64 is the number its shortest text spells, as
+            // it prints (`0.003`, not the f32's `0.003000000026077032`).
+            Some(v) if !matches!(info.elem, ElemType::F64 | ElemType::Int | ElemType::Bool) => {
+                format!("{}", v as f32).parse().ok()
+            }
+            Some(v) => Some(v),
+            // An undefined element reads 0 (§4), as on every right-hand side: a relation
+            // is false where it holds no tuple, a `min=` tensor 0 where nothing reaches.
+            None => Some(0.0),
+        }
+    }
+
+    fn scalar(&self, name: &str) -> Option<f64> {
+        self.checked.scalars.get(name).copied()
+    }
+}
+
+impl Evaluated<'_> {
+    /// The position of value `v` on axis `ax` of tensor `t`, if the axis has it.
+    fn position(&self, t: usize, ax: usize, v: &Value) -> Option<usize> {
+        let info = &self.checked.tensors[t];
+        let dom = &self.checked.domains[*info.domains.get(ax)?];
+        let p = if dom.real {
+            dom.position(&real_text(v.number()?))?
+        } else if dom.symbolic {
+            match v {
+                Value::Sym(s) | Value::Real(s) => dom.position(s)?,
+                Value::Int(n) => dom.position(&n.to_string())?,
+            }
+        } else {
+            let n = v.number().filter(|x| x.fract() == 0.0)? as i64;
+            usize::try_from(n.checked_sub(info.offsets.get(ax).copied().unwrap_or(0))?).ok()?
+        };
+        (p < *info.shape.get(ax)?).then_some(p)
+    }
 }
 
 /// The error when the rounds do not settle within `rounds`.

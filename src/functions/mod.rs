@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+pub mod computed;
 pub(crate) mod fast_rows;
 pub mod normalize;
 pub(crate) mod strings;

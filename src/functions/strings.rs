@@ -9,6 +9,8 @@ pub enum Value {
     Int(i64),
     /// A symbol.
     Sym(String),
+    /// A real column's value, written as its domain writes it (`semantics::real_text`).
+    Real(String),
 }
 
 impl Value {
@@ -17,8 +19,29 @@ impl Value {
     fn text(&self) -> std::borrow::Cow<'_, str> {
         match self {
             Value::Int(v) => v.to_string().into(),
-            Value::Sym(s) => s.as_str().into(),
+            Value::Sym(s) | Value::Real(s) => s.as_str().into(),
         }
+    }
+
+    /// The number a computed value reads: an integer's, a real's, or a symbol that spells
+    /// one (as `to_number` would read it).
+    pub fn number(&self) -> Option<f64> {
+        match self {
+            Value::Int(v) => Some(*v as f64),
+            Value::Sym(s) | Value::Real(s) => s.trim().parse().ok(),
+        }
+    }
+
+    /// The value a computation gives, as a column holds it: an integer where it is one,
+    /// a real otherwise; `None` for an infinity or NaN, which no column holds.
+    pub fn of_number(v: f64) -> Option<Value> {
+        if !v.is_finite() {
+            return None;
+        }
+        if v.fract() == 0.0 && v.abs() <= 9.007_199_254_740_992e15 {
+            return Some(Value::Int(v as i64));
+        }
+        Some(Value::Real(crate::semantics::real_text(v)))
     }
 
     /// The integer a count or position argument reads; a symbol is one only when it is
@@ -26,7 +49,7 @@ impl Value {
     fn int(&self) -> Option<i64> {
         match self {
             Value::Int(v) => Some(*v),
-            Value::Sym(s) => s.parse().ok(),
+            Value::Sym(s) | Value::Real(s) => s.parse().ok(),
         }
     }
 }
@@ -42,7 +65,7 @@ pub enum StringFn {
     Substr,
     /// `ord(s)`: the Unicode code point of the first character.
     Ord,
-    /// `to_number(s)`: the integer `s` spells.
+    /// `to_number(s)`: the number `s` spells, an integer where it is one.
     ToNumber,
     /// `to_string(n)`: the symbol spelling `n`.
     ToString,
@@ -128,7 +151,13 @@ impl StringFn {
             StringFn::Cat => Some(Value::Sym(args.iter().map(Value::text).collect())),
             StringFn::Strlen => Some(Value::Int(text(0).chars().count() as i64)),
             StringFn::Ord => text(0).chars().next().map(|c| Value::Int(c as i64)),
-            StringFn::ToNumber => text(0).trim().parse::<i64>().ok().map(Value::Int),
+            StringFn::ToNumber => {
+                let t = text(0);
+                match t.trim().parse::<i64>() {
+                    Ok(v) => Some(Value::Int(v)),
+                    Err(_) => t.trim().parse::<f64>().ok().and_then(Value::of_number),
+                }
+            }
             StringFn::ToString => Some(Value::Sym(text(0).into_owned())),
             StringFn::Contains => text(1).contains(&*text(0)).then_some(Value::Int(1)),
             StringFn::Substr => {
@@ -203,6 +232,11 @@ mod tests {
         assert_eq!(ok(StringFn::Ord, &[sym("")]), None);
         assert_eq!(ok(StringFn::ToNumber, &[sym("-42")]), Some(Value::Int(-42)));
         assert_eq!(ok(StringFn::ToNumber, &[sym("4x")]), None);
+        assert_eq!(
+            ok(StringFn::ToNumber, &[sym("2.50")]),
+            Some(Value::Real("2.5".into()))
+        );
+        assert_eq!(ok(StringFn::ToNumber, &[sym("2.0")]), Some(Value::Int(2)));
         assert_eq!(ok(StringFn::ToString, &[Value::Int(7)]), Some(sym("7")));
         assert_eq!(
             ok(StringFn::Contains, &[sym("ell"), sym("hello")]),

@@ -301,7 +301,7 @@ fn replace_in_access(a: &mut Access, var: &str, value: &Index) {
 }
 
 /// `i` as a value expression (the variable used as a value, §5.2).
-fn index_as_expr(i: &Index) -> Expr {
+pub(super) fn index_as_expr(i: &Index) -> Expr {
     match i {
         Index::Int(v, span) => Expr::Number(*v as f64, *span),
         Index::Real(v, span) => Expr::Number(*v, *span),

@@ -438,7 +438,10 @@ impl Ctx<'_> {
                         self.diags.push(Diagnostic::error(
                             codes::DECLARATION,
                             span,
-                            format!("domain `{name}` is declared as an integer range but symbols are placed in it"),
+                            format!(
+                                "domain `{name}` is declared as an integer range but {} placed in it",
+                                if self.domains[d].real { "real values are" } else { "symbols are" }
+                            ),
                         ));
                     }
                 }

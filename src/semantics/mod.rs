@@ -27,7 +27,7 @@ pub use ir::*;
 pub use query::resolve_query;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-pub use strings::{SiteArg, StringSite, StringTables};
+pub use strings::{SiteArg, SiteFn, StringSite, StringTables};
 
 /// Options that change what a program means.
 #[derive(Clone, Debug)]
@@ -104,7 +104,43 @@ pub fn check(input: &CheckInput) -> Result<Checked, Diagnostics> {
         })
         .chain(input.settings.scalars.iter().map(|(n, _)| n.clone()))
         .collect();
-    let mut strings = strings::rewrite(input.program, &constants, input.strings);
+    // Values computed into columns (`reals.rs`) are found by checking: each pass rewrites
+    // the ones found so far into value sites, and a pass finds only new ones.
+    let mut computed = std::collections::HashSet::new();
+    let mut files = HashMap::new();
+    for _ in 0..MAX_COMPUTING_PASSES {
+        match check_computing(input, &constants, &computed, &mut files) {
+            Pass::Done(result) => return *result,
+            Pass::Compute(spans) => computed.extend(spans),
+        }
+    }
+    Err(Diagnostic::global(
+        crate::diagnostics::codes::UNBOUNDED_GROWTH,
+        format!(
+            "computed values still feed other computed values after {MAX_COMPUTING_PASSES} checks"
+        ),
+    )
+    .into())
+}
+
+/// How many times a program is checked again to find the values it computes into columns:
+/// one more than the longest chain of such values feeding each other.
+const MAX_COMPUTING_PASSES: usize = 32;
+
+/// The outcome of one pass of [`check`].
+enum Pass {
+    Done(Box<Result<Checked, Diagnostics>>),
+    /// These values are computed into columns: rewrite them into value sites.
+    Compute(Vec<Span>),
+}
+
+fn check_computing(
+    input: &CheckInput,
+    constants: &std::collections::HashSet<String>,
+    computed: &std::collections::HashSet<Span>,
+    files: &mut Files,
+) -> Pass {
+    let mut strings = strings::rewrite(input.program, constants, input.strings, computed);
     let (sites, tables, early) =
         strings
             .as_mut()
@@ -116,7 +152,7 @@ pub fn check(input: &CheckInput) -> Result<Checked, Diagnostics> {
                 )
             });
     let program = strings.as_ref().map_or(input.program, |r| &r.program);
-    let substituted = bindings::substitute(program, &constants);
+    let substituted = bindings::substitute(program, constants);
     let program = substituted.as_ref().unwrap_or(program);
     let rewritten = CheckInput {
         program,
@@ -128,11 +164,10 @@ pub fn check(input: &CheckInput) -> Result<Checked, Diagnostics> {
         strings: input.strings,
     };
     let mut found = offsets::Offsets::default();
-    let mut files = HashMap::new();
     for _ in 0..MAX_OFFSET_CHECKS {
-        match check_once(&rewritten, &tables, &found, &mut files) {
+        match check_once(&rewritten, &tables, &found, computed, files) {
             Attempt::Done(result) => {
-                return match *result {
+                return Pass::Done(Box::new(match *result {
                     Ok(mut checked) if early.is_empty() => {
                         checked.strings = sites;
                         Ok(checked)
@@ -144,21 +179,22 @@ pub fn check(input: &CheckInput) -> Result<Checked, Diagnostics> {
                         all.sort_by_key(|d| d.span.map(|s| s.start));
                         Err(Diagnostics(all))
                     }
-                }
+                }))
             }
             Attempt::Lower(below) => {
                 for (d, by) in below {
                     found.lower(d, by);
                 }
             }
+            Attempt::Compute(spans) => return Pass::Compute(spans),
         }
     }
-    Err(Diagnostic::global(
+    Pass::Done(Box::new(Err(Diagnostic::global(
         crate::diagnostics::codes::UNBOUNDED_GROWTH,
         format!("the values of an integer column keep falling after {MAX_OFFSET_CHECKS} checks"),
     )
     .with_note("bound the recursion that counts down with a guard (`x > -100`)")
-    .into())
+    .into())))
 }
 
 /// How many times a program is checked again with lower offsets (each at least doubles
@@ -171,6 +207,8 @@ enum Attempt {
     Done(Box<Result<Checked, Diagnostics>>),
     /// Equations write below these domains' offsets, by these amounts: check again.
     Lower(Vec<(usize, i64)>),
+    /// Rules compute these values into columns, which the check did not know of.
+    Compute(Vec<Span>),
 }
 
 /// Files read by the first check, for the next ones.
@@ -180,11 +218,13 @@ fn check_once(
     input: &CheckInput,
     tables: &[strings::Table],
     found: &offsets::Offsets,
+    computed: &std::collections::HashSet<Span>,
     files: &mut Files,
 ) -> Attempt {
-    match check_with(input, tables, found, files) {
+    match check_with(input, tables, found, computed, files) {
         Ok(checked) => Attempt::Done(Box::new(Ok(checked))),
         Err(Retry::Lower(below)) => Attempt::Lower(below),
+        Err(Retry::Compute(spans)) => Attempt::Compute(spans),
         Err(Retry::Failed(d)) => Attempt::Done(Box::new(Err(d))),
     }
 }
@@ -192,6 +232,7 @@ fn check_once(
 /// Why [`check_with`] did not return a program.
 enum Retry {
     Lower(Vec<(usize, i64)>),
+    Compute(Vec<Span>),
     Failed(Diagnostics),
 }
 
@@ -205,6 +246,7 @@ fn check_with<'a>(
     input: &'a CheckInput<'a>,
     tables: &'a [strings::Table],
     found: &offsets::Offsets,
+    computed: &std::collections::HashSet<Span>,
     files: &mut Files,
 ) -> Result<Checked, Retry> {
     let mut ctx = Ctx::new(input);
@@ -222,6 +264,7 @@ fn check_with<'a>(
     let mut equations = ctx.lower_all();
     ctx.read_real_values(&mut equations);
     let kinds = ctx.infer_kinds(&equations);
+    ctx.computed_values(&kinds, computed)?;
     let families = ctx.families(&equations);
     ctx.bail()?;
     let strata = ctx.stratify(&equations);

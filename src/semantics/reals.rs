@@ -6,12 +6,15 @@
 //! a real vector that data gives, one element per position, so that every engine computes
 //! with the value through an ordinary read and nothing downstream knows about reals.
 
+use super::bindings::{names_in_index, peel, variable};
 use super::lower::Lowered;
-use super::{Ctx, Draft, Node, Source};
-use crate::diagnostics::Span;
+use super::{Ctx, Draft, Kind, Node, Retry, Source};
+use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::io::{RawData, Table};
+use crate::syntax::ast::{Brackets, CmpOp, Expr, Index, StmtKind};
 use crate::tensor::ElemType;
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 /// The prefix of a values tensor's name; `#` keeps it apart from every name a user writes.
@@ -90,6 +93,136 @@ impl Ctx<'_> {
                 value_reads(&mut eq.rhs, &reads);
             }
         }
+    }
+}
+
+impl Ctx<'_> {
+    /// Finds the values rules compute into columns: index arithmetic over a real column in
+    /// a head or an atom (`Double(x, p * 2)`, which a binding `d = p * 2` became), and a
+    /// binding `v = e` of a variable no positive atom binds to a value that need not be an
+    /// integer (`d = p + 0.5`, `s = S[x]` with `S` real). Such a value is not a position,
+    /// so it becomes a value site (`strings.rs`) filled in rounds. New ones send the
+    /// program back to be rewritten; ones already rewritten but still here are errors.
+    pub(super) fn computed_values(
+        &mut self,
+        kinds: &[Kind],
+        known: &HashSet<Span>,
+    ) -> Result<(), Retry> {
+        let program = self.program;
+        let constants: HashSet<String> = self.scalars.keys().cloned().collect();
+        let mut found = Vec::new();
+        for (si, st) in program.statements.iter().enumerate() {
+            let StmtKind::Rule { head, body } = &st.kind else {
+                continue;
+            };
+            let mut atoms = vec![head];
+            let mut positive = HashSet::new();
+            for lit in body {
+                match peel(lit) {
+                    Expr::Access(a) if a.brackets != Brackets::None => {
+                        atoms.push(a);
+                        a.indices
+                            .iter()
+                            .for_each(|i| names_in_index(i, &mut positive));
+                    }
+                    Expr::Not(x, _) => {
+                        if let Expr::Access(a) = peel(x) {
+                            atoms.push(a);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            for a in atoms {
+                for i in &a.indices {
+                    self.real_arith(si, i, &mut found);
+                }
+            }
+            for lit in body {
+                let Expr::Compare(CmpOp::Eq, l, r, _) = peel(lit) else {
+                    continue;
+                };
+                for (var, value) in [(l, r), (r, l)] {
+                    let bound = variable(var, &constants).filter(|v| !positive.contains(v));
+                    if bound.is_some() && self.real_valued(si, value, kinds) {
+                        found.push(value.span());
+                        break;
+                    }
+                }
+            }
+        }
+        let fresh: Vec<Span> = found
+            .iter()
+            .filter(|s| !known.contains(s))
+            .copied()
+            .collect();
+        if !fresh.is_empty() {
+            return Err(Retry::Compute(fresh));
+        }
+        for span in found {
+            self.diags.push(
+                Diagnostic::error(
+                    codes::FORM,
+                    span,
+                    "this value would become a column, which it cannot here",
+                )
+                .with_note("compute it in a rule's body as `v = e`, with `v` in the head"),
+            );
+        }
+        Ok(())
+    }
+
+    /// Adds the span of `i` if it is index arithmetic over a real column.
+    fn real_arith(&mut self, stmt: usize, i: &Index, found: &mut Vec<Span>) {
+        if let Index::Arith(_, _, _, span) = i {
+            let mut names = HashSet::new();
+            names_in_index(i, &mut names);
+            if has_real(i) || names.iter().any(|n| self.holds_reals(stmt, n)) {
+                found.push(*span);
+            }
+        }
+    }
+
+    fn holds_reals(&mut self, stmt: usize, var: &str) -> bool {
+        if !self.var_nodes.contains_key(&(stmt, var.to_string())) {
+            return false;
+        }
+        let d = self.var_domain(stmt, var);
+        self.domains[d].real
+    }
+
+    /// Whether `e` may be a value that is not an integer: it reads a real column or a
+    /// real tensor, or holds a number with a fraction.
+    fn real_valued(&mut self, stmt: usize, e: &Expr, kinds: &[Kind]) -> bool {
+        match e {
+            Expr::Number(v, _) => v.fract() != 0.0,
+            Expr::Access(a) if a.brackets == Brackets::None && a.indices.is_empty() => {
+                match self.by_name.get(&a.name.text) {
+                    Some(&t) => kinds.get(t) == Some(&Kind::Real),
+                    None => self.holds_reals(stmt, &a.name.text),
+                }
+            }
+            Expr::Access(a) => self
+                .by_name
+                .get(&a.name.text)
+                .is_some_and(|&t| kinds.get(t) == Some(&Kind::Real)),
+            Expr::Neg(x, _) => self.real_valued(stmt, x, kinds),
+            Expr::Binary(_, a, b, _) => {
+                self.real_valued(stmt, a, kinds) || self.real_valued(stmt, b, kinds)
+            }
+            Expr::Term(fs, _) => fs.iter().any(|(_, f)| self.real_valued(stmt, f, kinds)),
+            Expr::Call { args, .. } => args.iter().any(|x| self.real_valued(stmt, x, kinds)),
+            Expr::Str(..) | Expr::Not(..) | Expr::Compare(..) => false,
+        }
+    }
+}
+
+/// Whether index arithmetic holds a real constant (`b * 1.1`).
+fn has_real(i: &Index) -> bool {
+    match i {
+        Index::Real(..) => true,
+        Index::Arith(a, _, b, _) => has_real(a) || has_real(b),
+        _ => false,
     }
 }
 

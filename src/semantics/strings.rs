@@ -18,6 +18,7 @@
 use super::bindings::{indices_in_expr, names_in_index, peel, value_names, variable};
 use super::ir::IndexFn;
 use crate::diagnostics::{codes, Diagnostic, Span};
+use crate::functions::computed::{ReadIndex, ValueFn};
 use crate::functions::strings::{Returns, StringFn, Value};
 use crate::syntax::ast::*;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -43,11 +44,36 @@ impl StringTables {
     }
 }
 
-/// A call of a string function in a rule, which reads its results from a table.
+/// What a site computes.
+#[derive(Clone, Debug)]
+pub enum SiteFn {
+    /// A string function.
+    String(StringFn),
+    /// A computed value that becomes a column (`d = p * 1.5`, `s = S[x]`).
+    Value(ValueFn),
+}
+
+impl SiteFn {
+    /// How messages name it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SiteFn::String(f) => f.name(),
+            SiteFn::Value(_) => "value",
+        }
+    }
+
+    /// Whether its table has a result column (all but `contains`).
+    fn gives_result(&self) -> bool {
+        !matches!(self, SiteFn::String(f) if f.returns() == Returns::Truth)
+    }
+}
+
+/// A call of a string function, or a computed value, in a rule, which reads its results
+/// from a table.
 #[derive(Clone, Debug)]
 pub struct StringSite {
     /// The function.
-    pub func: StringFn,
+    pub func: SiteFn,
     /// Its arguments: columns of the ask relation, or constants.
     pub args: Vec<SiteArg>,
     /// The relation of the argument tuples the rule calls it on.
@@ -79,7 +105,7 @@ fn arith_value(f: &IndexFn, row: &[Value]) -> Option<i64> {
         .iter()
         .map(|v| match v {
             Value::Int(n) => *n,
-            Value::Sym(_) => 0,
+            Value::Sym(_) | Value::Real(_) => 0,
         })
         .collect();
     let ints = used
@@ -147,7 +173,7 @@ fn table(site: &StringSite, entries: Option<&BTreeMap<Vec<Value>, Option<Value>>
             mark(c, v);
             fields.push(text(v));
         }
-        if site.func.returns() != Returns::Truth {
+        if site.func.gives_result() {
             mark(args.len(), result);
             fields.push(text(result));
         }
@@ -163,7 +189,7 @@ fn table(site: &StringSite, entries: Option<&BTreeMap<Vec<Value>, Option<Value>>
 fn text(v: &Value) -> String {
     match v {
         Value::Int(n) => n.to_string(),
-        Value::Sym(s) => s.clone(),
+        Value::Sym(s) | Value::Real(s) => s.clone(),
     }
 }
 
@@ -174,8 +200,13 @@ pub(super) fn rewrite(
     program: &Program,
     constants: &HashSet<String>,
     tables: &StringTables,
+    computed: &HashSet<Span>,
 ) -> Option<Rewritten> {
-    if !program.statements.iter().any(mentions_call) {
+    if !program
+        .statements
+        .iter()
+        .any(|st| mentions_call(st) || computes(st, computed))
+    {
         return None;
     }
     let mut out = Rewritten {
@@ -187,9 +218,12 @@ pub(super) fn rewrite(
     let mut asks = Vec::new();
     for st in &program.statements {
         match &st.kind {
-            StmtKind::Rule { head, body } if body.iter().any(expr_calls) => {
+            StmtKind::Rule { head, body }
+                if body.iter().any(expr_calls) || computes(st, computed) =>
+            {
+                let (head, body) = lift_computed(head, body, computed);
                 let mut atom_vars = HashSet::new();
-                for lit in body {
+                for lit in &body {
                     if let Expr::Access(a) = peel(lit) {
                         if a.brackets != Brackets::None {
                             a.indices
@@ -200,6 +234,7 @@ pub(super) fn rewrite(
                 }
                 let mut r = RuleRewrite {
                     constants,
+                    computed,
                     atom_vars,
                     sites: &mut out.sites,
                     diags: &mut out.diags,
@@ -208,7 +243,7 @@ pub(super) fn rewrite(
                     fresh: 0,
                     dead: false,
                 };
-                for lit in body {
+                for lit in &body {
                     r.literal(lit);
                 }
                 asks.extend(r.ask_rules());
@@ -217,10 +252,7 @@ pub(super) fn rewrite(
                     body.push(never(st.span));
                 }
                 out.program.statements.push(Statement {
-                    kind: StmtKind::Rule {
-                        head: head.clone(),
-                        body,
-                    },
+                    kind: StmtKind::Rule { head, body },
                     span: st.span,
                 });
             }
@@ -252,6 +284,8 @@ pub(super) fn rewrite(
 /// The rewriting of one rule.
 struct RuleRewrite<'a> {
     constants: &'a HashSet<String>,
+    /// Where values are computed that become columns (each a value site).
+    computed: &'a HashSet<Span>,
     /// The variables the rule's own atoms bind: a call equal to one is a filter.
     atom_vars: HashSet<String>,
     sites: &'a mut Vec<StringSite>,
@@ -295,6 +329,16 @@ impl RuleRewrite<'_> {
         let e = peel(lit);
         if let Expr::Compare(CmpOp::Eq, l, r, span) = e {
             for (var, value) in [(l, r), (r, l)] {
+                if let Some(v) = variable(var, self.constants) {
+                    if self.computed.contains(&value.span())
+                        || self.computed.contains(&peel(value).span())
+                    {
+                        self.value_site(value, v, *span);
+                        return;
+                    }
+                }
+            }
+            for (var, value) in [(l, r), (r, l)] {
                 let (
                     Some(v),
                     Expr::Call {
@@ -312,7 +356,7 @@ impl RuleRewrite<'_> {
                 if f.returns() == Returns::Truth {
                     continue;
                 }
-                match self.call(f, args, *cs, Some(v.clone())) {
+                match self.call(SiteFn::String(f), args, *cs, Some(v.clone())) {
                     Call::Folded(value) => {
                         if value.is_none() {
                             self.dead = true;
@@ -336,7 +380,7 @@ impl RuleRewrite<'_> {
         };
         if let Expr::Call { func, args, span } = inner {
             if let Some(f @ StringFn::Contains) = StringFn::named(&func.text) {
-                match self.call(f, args, *span, None) {
+                match self.call(SiteFn::String(f), args, *span, None) {
                     Call::Folded(holds) => {
                         if holds.is_some() == negated {
                             self.dead = true;
@@ -372,7 +416,7 @@ impl RuleRewrite<'_> {
                 }
                 let out = self.fresh_var("#str");
                 let args = args.clone();
-                *e = match self.call(f, &args, span, Some(out.clone())) {
+                *e = match self.call(SiteFn::String(f), &args, span, Some(out.clone())) {
                     Call::Folded(Some(v)) => value_expr(&v, span),
                     Call::Folded(None) => {
                         self.dead = true;
@@ -394,13 +438,54 @@ impl RuleRewrite<'_> {
         }
     }
 
+    /// Rewrites `out = value`, a computed value that becomes a column, into a value site.
+    fn value_site(&mut self, value: &Expr, out: String, span: Span) {
+        let mut e = value.clone();
+        self.replace(&mut e);
+        let mut cols: Vec<String> = Vec::new();
+        let Some(f) = compile(&e, self.constants, &mut cols) else {
+            self.diags.push(
+                Diagnostic::error(
+                    codes::FORM,
+                    value.span(),
+                    format!("`{out}` would hold a value computed here, which this form cannot make"),
+                )
+                .with_note("a computed column is arithmetic and functions of the rule's variables, numbers and tensor reads at variables or constants"),
+            );
+            self.dead = true;
+            return;
+        };
+        if cols.is_empty() {
+            if let Some(v) = f.constant() {
+                match Value::of_number(v) {
+                    Some(v) => self.body.push(Expr::Compare(
+                        CmpOp::Eq,
+                        Box::new(var_expr(&out, span)),
+                        Box::new(value_expr(&v, value.span())),
+                        span,
+                    )),
+                    None => self.dead = true,
+                }
+                return;
+            }
+        }
+        let args = (0..cols.len()).map(SiteArg::Column).collect();
+        if let Call::Atom(a) = self.site(SiteFn::Value(f), args, cols, span, Some(out)) {
+            self.body.push(a);
+        }
+    }
+
     fn fresh_var(&mut self, prefix: &str) -> String {
         self.fresh += 1;
         format!("{prefix}{}", self.fresh)
     }
 
     /// Rewrites a call whose result `out` is bound to (none for `contains`).
-    fn call(&mut self, f: StringFn, args: &[Expr], span: Span, out: Option<String>) -> Call {
+    fn call(&mut self, func: SiteFn, args: &[Expr], span: Span, out: Option<String>) -> Call {
+        let f = match &func {
+            SiteFn::String(f) => *f,
+            SiteFn::Value(_) => return self.site(func, Vec::new(), Vec::new(), span, out),
+        };
         if !f.takes(args.len()) {
             self.diags.push(
                 Diagnostic::error(
@@ -457,6 +542,18 @@ impl RuleRewrite<'_> {
                 }
             })
             .collect();
+        self.site(func, site_args, cols, span, out)
+    }
+
+    /// Adds a site on argument columns `cols` whose result `out` is bound to.
+    fn site(
+        &mut self,
+        func: SiteFn,
+        site_args: Vec<SiteArg>,
+        cols: Vec<String>,
+        span: Span,
+        out: Option<String>,
+    ) -> Call {
         // A result equal to a variable bound elsewhere (by an atom, or one of its own
         // arguments) is compared with it instead.
         let out = match out {
@@ -473,9 +570,9 @@ impl RuleRewrite<'_> {
             other => other,
         };
         let site = self.sites.len();
-        let table = format!("#{}_{site}", f.name());
+        let table = format!("#{}_{site}", func.name());
         self.sites.push(StringSite {
-            func: f,
+            func,
             args: site_args,
             ask: format!("{ASK}{site}"),
             table: table.clone(),
@@ -697,6 +794,182 @@ fn refuse_calls(e: &mut Expr, diags: &mut Vec<Diagnostic>) {
     }
 }
 
+/// Whether rule `st` computes a value that becomes a column, at one of `computed`.
+fn computes(st: &Statement, computed: &HashSet<Span>) -> bool {
+    if computed.is_empty() {
+        return false;
+    }
+    let StmtKind::Rule { head, body } = &st.kind else {
+        return false;
+    };
+    let mut spans = HashSet::new();
+    head.indices.iter().for_each(|i| arith_spans(i, &mut spans));
+    for lit in body {
+        expr_spans(lit, &mut spans);
+    }
+    !spans.is_disjoint(computed)
+}
+
+/// The spans of `i` and the index arithmetic inside it.
+fn arith_spans(i: &Index, out: &mut HashSet<Span>) {
+    if let Index::Arith(a, _, b, span) = i {
+        out.insert(*span);
+        arith_spans(a, out);
+        arith_spans(b, out);
+    }
+}
+
+/// The spans of the operands of `e`'s equalities and of its atoms' index arithmetic.
+fn expr_spans(e: &Expr, out: &mut HashSet<Span>) {
+    match e {
+        Expr::Access(a) => a.indices.iter().for_each(|i| arith_spans(i, out)),
+        Expr::Compare(_, a, b, _) => {
+            for x in [a, b] {
+                out.insert(x.span());
+                out.insert(peel(x).span());
+                expr_spans(x, out);
+            }
+        }
+        Expr::Neg(x, _) | Expr::Not(x, _) => expr_spans(x, out),
+        Expr::Binary(_, a, b, _) => {
+            expr_spans(a, out);
+            expr_spans(b, out);
+        }
+        Expr::Term(fs, _) => fs.iter().for_each(|(_, x)| expr_spans(x, out)),
+        Expr::Call { args, .. } => args.iter().for_each(|x| expr_spans(x, out)),
+        Expr::Number(..) | Expr::Str(..) => {}
+    }
+}
+
+/// The rule with each index arithmetic at `computed` (over real values, in its head or
+/// an atom) replaced by a fresh variable and a body literal binding it, which then becomes
+/// a value site: `Double(x, p * 2) :- Price(x, p)` is
+/// `Double(x, #lift1) :- Price(x, p), #lift1 = p * 2`.
+fn lift_computed(head: &Access, body: &[Expr], computed: &HashSet<Span>) -> (Access, Vec<Expr>) {
+    let mut bindings = Vec::new();
+    let mut lift = |a: &mut Access| {
+        for i in &mut a.indices {
+            lift_index(i, computed, &mut bindings);
+        }
+    };
+    let mut head = head.clone();
+    lift(&mut head);
+    let mut body: Vec<Expr> = body.to_vec();
+    for lit in &mut body {
+        match peel_mut(lit) {
+            Expr::Access(a) => lift(a),
+            Expr::Not(x, _) => {
+                if let Expr::Access(a) = peel_mut(x) {
+                    lift(a);
+                }
+            }
+            _ => {}
+        }
+    }
+    body.extend(bindings);
+    (head, body)
+}
+
+/// [`peel`], for rewriting.
+fn peel_mut(e: &mut Expr) -> &mut Expr {
+    if !matches!(e, Expr::Term(fs, _) if fs.len() == 1 && !fs[0].0) {
+        return e;
+    }
+    match e {
+        Expr::Term(fs, _) => peel_mut(&mut fs[0].1),
+        other => other,
+    }
+}
+
+fn lift_index(i: &mut Index, computed: &HashSet<Span>, bindings: &mut Vec<Expr>) {
+    let Index::Arith(a, _, b, span) = i else {
+        return;
+    };
+    if !computed.contains(span) {
+        lift_index(a, computed, bindings);
+        lift_index(b, computed, bindings);
+        return;
+    }
+    let span = *span;
+    let var = format!("#lift{}", bindings.len() + 1);
+    let value = super::bindings::index_as_expr(i);
+    bindings.push(Expr::Compare(
+        CmpOp::Eq,
+        Box::new(var_expr(&var, span)),
+        Box::new(value),
+        span,
+    ));
+    *i = name_index(&var, span);
+}
+
+/// `e` as a value site's function; its variables, in order, are the site's columns.
+/// `None` where `e` has a part a site cannot compute (a comparison, a symbol, a read at
+/// index arithmetic).
+fn compile(e: &Expr, constants: &HashSet<String>, cols: &mut Vec<String>) -> Option<ValueFn> {
+    let column = |v: &str, cols: &mut Vec<String>| match cols.iter().position(|c| c == v) {
+        Some(c) => c,
+        None => {
+            cols.push(v.to_string());
+            cols.len() - 1
+        }
+    };
+    Some(match e {
+        Expr::Number(v, _) => ValueFn::Const(*v),
+        Expr::Access(a) if a.brackets == Brackets::None && a.indices.is_empty() => {
+            let t = &a.name.text;
+            if constants.contains(t) {
+                ValueFn::Scalar(t.clone())
+            } else if variable(e, constants).is_some() {
+                ValueFn::Arg(column(t, cols))
+            } else {
+                ValueFn::Read(t.clone(), Vec::new())
+            }
+        }
+        Expr::Access(a) if a.brackets != Brackets::None => {
+            let mut index = Vec::with_capacity(a.indices.len());
+            for i in &a.indices {
+                index.push(match i {
+                    Index::Name(n) if constants.contains(&n.text) => return None,
+                    Index::Name(n) if n.text.starts_with(char::is_uppercase) => {
+                        ReadIndex::Const(Value::Sym(n.text.clone()))
+                    }
+                    Index::Name(n) => ReadIndex::Arg(column(&n.text, cols)),
+                    Index::Str(s, _) => ReadIndex::Const(Value::Sym(s.clone())),
+                    Index::Int(v, _) => ReadIndex::Const(Value::Int(*v)),
+                    Index::Real(v, _) => ReadIndex::Const(Value::of_number(*v)?),
+                    _ => return None,
+                });
+            }
+            ValueFn::Read(a.name.text.clone(), index)
+        }
+        Expr::Neg(x, _) => ValueFn::Neg(Box::new(compile(x, constants, cols)?)),
+        Expr::Binary(op, a, b, _) => ValueFn::Binary(
+            *op,
+            Box::new(compile(a, constants, cols)?),
+            Box::new(compile(b, constants, cols)?),
+        ),
+        Expr::Term(fs, _) => {
+            let mut out = Vec::with_capacity(fs.len());
+            for (div, f) in fs {
+                out.push((*div, compile(f, constants, cols)?));
+            }
+            ValueFn::Product(out)
+        }
+        Expr::Call { func, args, .. } => {
+            let (b, arities) = crate::functions::builtin(&func.text)?;
+            if !arities.contains(&args.len()) {
+                return None;
+            }
+            let mut xs = Vec::with_capacity(args.len());
+            for x in args {
+                xs.push(compile(x, constants, cols)?);
+            }
+            ValueFn::Call(b, xs)
+        }
+        Expr::Access(_) | Expr::Str(..) | Expr::Not(..) | Expr::Compare(..) => return None,
+    })
+}
+
 fn mentions_call(st: &Statement) -> bool {
     match &st.kind {
         StmtKind::Rule { body, .. } => body.iter().any(expr_calls),
@@ -771,6 +1044,7 @@ fn var_expr(v: &str, span: Span) -> Expr {
 fn value_expr(v: &Value, span: Span) -> Expr {
     match v {
         Value::Int(n) => Expr::Number(*n as f64, span),
+        Value::Real(s) => Expr::Number(s.parse().unwrap_or(f64::NAN), span),
         Value::Sym(s) => Expr::Str(s.clone(), span),
     }
 }
@@ -805,7 +1079,13 @@ mod tests {
     fn bodies(src: &str) -> Vec<(String, Vec<String>)> {
         let (program, errors) = crate::syntax::parse(src, &crate::functions::is_builtin);
         assert!(errors.is_empty(), "{errors:?}");
-        let r = rewrite(&program, &HashSet::new(), &StringTables::default()).unwrap();
+        let r = rewrite(
+            &program,
+            &HashSet::new(),
+            &StringTables::default(),
+            &HashSet::new(),
+        )
+        .unwrap();
         assert!(r.diags.is_empty());
         r.program
             .statements
