@@ -11,7 +11,7 @@ use crate::diagnostics::{codes, Diagnostic, Diagnostics};
 use crate::eval::{Engine, EvalOptions, Standard};
 use crate::functions::computed::Reads;
 use crate::functions::strings::Value;
-use crate::semantics::{real_text, Checked, SiteFn, StringTables};
+use crate::semantics::{number_text, Checked, SiteFn, StringTables};
 use crate::tensor::{ElemType, Tensor};
 
 /// Evaluates `checked` and records in `tables` the results of every call its ask relations
@@ -127,7 +127,11 @@ impl Evaluated<'_> {
         let info = &self.checked.tensors[t];
         let dom = &self.checked.domains[*info.domains.get(ax)?];
         let p = if dom.real {
-            dom.position(&real_text(v.number()?))?
+            let text = match v {
+                Value::Int(n) => n.to_string(),
+                Value::Sym(s) | Value::Real(s) => number_text(s)?,
+            };
+            dom.position(&text)?
         } else if dom.symbolic {
             match v {
                 Value::Sym(s) | Value::Real(s) => dom.position(s)?,

@@ -2,7 +2,7 @@
 //! their final shapes, with errors that name the file and line of a bad row (§11).
 
 use super::names::{element_value, IndexName};
-use super::{real_text, Ctx, IndexFn, Kind, TensorInfo};
+use super::{number_text, real_text, Ctx, IndexFn, Kind, TensorInfo};
 use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::io::RawData;
 use crate::syntax::ast::*;
@@ -48,10 +48,18 @@ impl<'a> Ctx<'a> {
                 ),
             ))
         };
+        let numbered = self.domains[self.axis_domain(t, ax)].real;
         match idx {
             Index::Real(v, span) => real(*v, *span, self),
-            Index::Int(v, span) if self.domains[self.axis_domain(t, ax)].real => {
-                real(*v as f64, *span, self)
+            Index::Int(..) | Index::Arith(..) if numbered => {
+                match super::domains::int_constant(idx) {
+                    Some(v) => symbol(&v.to_string(), idx.span(), self),
+                    None => Err(Diagnostic::error(
+                        codes::OUT_OF_DOMAIN,
+                        idx.span(),
+                        "this constant overflows 64 bits or divides by zero",
+                    )),
+                }
             }
             Index::Int(v, span) => {
                 if self.domains[self.axis_domain(t, ax)].symbolic {
@@ -591,8 +599,8 @@ impl<'a> Ctx<'a> {
             for (ax, (f, &d)) in r.fields().zip(&doms).enumerate() {
                 let p = if symbolic[ax] {
                     let real = self.domains[d].real;
-                    let text = match f.trim().parse::<f64>() {
-                        Ok(v) if real => std::borrow::Cow::Owned(real_text(v)),
+                    let text = match number_text(f) {
+                        Some(v) if real => std::borrow::Cow::Owned(v),
                         _ => std::borrow::Cow::Borrowed(f),
                     };
                     match self.symbol_index(d, &text) {

@@ -1,7 +1,7 @@
 //! Domain inference (§4): union-find over (tensor, axis) slots, named domains and the index
 //! variables of each equation, then symbol interning in source order.
 
-use super::ir::real_text;
+use super::ir::{number_text, real_text};
 use super::names::IndexName;
 use super::{Ctx, Domain};
 use crate::diagnostics::{codes, Diagnostic, Span};
@@ -283,7 +283,11 @@ impl Ctx<'_> {
                 },
                 Index::Str(s, _) => placements.push(Pending::Symbol(slot, s.clone())),
                 Index::Real(v, _) => placements.push(Pending::Real(slot, *v)),
-                Index::Int(v, _) => placements.push(Pending::Number(slot, *v as f64)),
+                Index::Int(..) | Index::Arith(..) => {
+                    if let Some(v) = int_constant(idx) {
+                        placements.push(Pending::Number(slot, v));
+                    }
+                }
                 _ => {}
             }
         }
@@ -367,6 +371,7 @@ impl Ctx<'_> {
         // also holds symbols holds strings.
         let mut symbolic = std::collections::HashSet::new();
         let mut real = std::collections::HashSet::new();
+        let mut spans = Spans::default();
         for p in &pending {
             match p {
                 Pending::Symbol(node, _) => {
@@ -375,7 +380,9 @@ impl Ctx<'_> {
                 Pending::Real(node, _) => {
                     real.insert(self.uf.find(*node));
                 }
-                Pending::Number(..) => {}
+                Pending::Number(node, v) => {
+                    spans.widen(self.uf.find(*node), *v);
+                }
                 Pending::Table(k) => {
                     let t = self.sources[*k].tensor;
                     let forced = &self.sources[*k].symbolic;
@@ -387,7 +394,12 @@ impl Ctx<'_> {
                                 continue;
                             }
                             let mut fields = rows.rows().filter_map(|r| r.field(ax));
-                            let column = fields.try_fold(Column::Integers, |c, f| c.and(f));
+                            let column = fields.try_fold(Column::Integers, |c, f| {
+                                if let Ok(v) = f.parse::<i64>() {
+                                    spans.widen(root, v);
+                                }
+                                c.and(f)
+                            });
                             match column {
                                 None => {
                                     symbolic.insert(root);
@@ -410,6 +422,8 @@ impl Ctx<'_> {
         }
         // Domain 0 is the shared integer domain; every symbolic root gets its own.
         self.domains.push(Domain::default());
+        // Integers spread wider than an axis reaches are numbered as they occur (§8).
+        real.extend(spans.too_wide());
         let real: std::collections::HashSet<usize> = real.difference(&symbolic).copied().collect();
         let mut roots: Vec<usize> = symbolic.union(&real).copied().collect();
         roots.sort();
@@ -457,10 +471,14 @@ impl Ctx<'_> {
                     let d = self.domain_of_node(node);
                     self.add_symbol(d, &s);
                 }
-                Pending::Real(node, v) | Pending::Number(node, v) => {
+                Pending::Real(node, v) => {
+                    let d = self.domain_of_node(node);
+                    self.add_symbol(d, &real_text(v));
+                }
+                Pending::Number(node, v) => {
                     let d = self.domain_of_node(node);
                     if self.domains[d].real {
-                        self.add_symbol(d, &real_text(v));
+                        self.add_symbol(d, &v.to_string());
                     }
                 }
                 Pending::Table(k) => {
@@ -479,8 +497,8 @@ impl Ctx<'_> {
                                 if dom.real {
                                     // Not a number: the checker reports the field where
                                     // it reads the data.
-                                    if let Ok(v) = f.trim().parse::<f64>() {
-                                        self.add_symbol(doms[ax], &real_text(v));
+                                    if let Some(text) = number_text(f) {
+                                        self.add_symbol(doms[ax], &text);
                                     }
                                 } else if dom.symbolic {
                                     self.add_symbol(doms[ax], f);
@@ -546,8 +564,9 @@ pub(crate) enum Pending {
     Symbol(usize, String),
     /// A real constant: its domain holds reals.
     Real(usize, f64),
-    /// An integer constant, placed only where its domain turns out to hold reals.
-    Number(usize, f64),
+    /// An integer constant: it widens its domain's span, and is placed where the domain
+    /// turns out to hold numbers.
+    Number(usize, i64),
     Table(usize),
     Words(usize),
 }
@@ -572,5 +591,43 @@ impl Column {
             .ok()
             .filter(|v| v.is_finite())
             .map(|_| Column::Reals)
+    }
+}
+
+/// The smallest and largest integer data places in each domain (by root).
+#[derive(Default)]
+struct Spans(std::collections::HashMap<usize, (i64, i64)>);
+
+impl Spans {
+    fn widen(&mut self, root: usize, v: i64) {
+        let e = self.0.entry(root).or_insert((v, v));
+        *e = (e.0.min(v), e.1.max(v));
+    }
+
+    /// The roots whose integers need more positions than an axis has: positions count
+    /// from the smallest value, or from 0 when none is negative (`offsets.rs`).
+    fn too_wide(&self) -> impl Iterator<Item = usize> + '_ {
+        let most = crate::tensor::MAX_EXTENT as i128;
+        self.0
+            .iter()
+            .filter(move |(_, &(lo, hi))| i128::from(hi) - i128::from(lo.min(0)) >= most)
+            .map(|(&r, _)| r)
+    }
+}
+
+/// The value of an integer constant written in an index (`7`, `-3`, `2 * 8`).
+pub(super) fn int_constant(i: &Index) -> Option<i64> {
+    match i {
+        Index::Int(v, _) => Some(*v),
+        Index::Arith(a, op, b, _) => {
+            let (a, b) = (int_constant(a)?, int_constant(b)?);
+            super::IndexFn::Arith(
+                Box::new(super::IndexFn::Const(a)),
+                *op,
+                Box::new(super::IndexFn::Const(b)),
+            )
+            .eval(&[])
+        }
+        _ => None,
     }
 }

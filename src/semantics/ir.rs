@@ -107,8 +107,9 @@ pub struct Domain {
     pub symbols: Vec<String>,
     /// Whether any symbol was ever placed in it.
     pub symbolic: bool,
-    /// Whether its symbols are real numbers (`Price(Apple, 1.25)`, §8): each written as
-    /// [`real_text`] writes it, in increasing order, so positions compare as values do.
+    /// Whether its symbols are numbers (§8): reals (`Price(Apple, 1.25)`), or integers
+    /// spread wider than an axis reaches (`Id(0). Id(10000000000).`). Each is written as
+    /// [`number_text`] writes it, in increasing order, so positions compare as values do.
     pub real: bool,
     /// Each symbol's position, so that interning a file of a million symbols stays linear.
     pub(crate) index: rustc_hash::FxHashMap<String, usize>,
@@ -142,12 +143,14 @@ impl Domain {
         if !self.real {
             return;
         }
-        let mut keyed: Vec<(f64, String)> = self
+        // Integers too close for f64 to tell apart are ordered by their exact values.
+        let mut keyed: Vec<((f64, i64), String)> = self
             .values()
             .into_iter()
             .zip(std::mem::take(&mut self.symbols))
+            .map(|(v, s)| ((v, s.parse::<i64>().unwrap_or(0)), s))
             .collect();
-        keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
+        keyed.sort_by(|a, b| a.0 .0.total_cmp(&b.0 .0).then(a.0 .1.cmp(&b.0 .1)));
         self.index.clear();
         for (_, s) in keyed {
             self.add(&s);
@@ -164,13 +167,27 @@ impl Domain {
     }
 }
 
-/// How a real value is written in a real domain, in output and files: the shortest text
+/// How a real value is written in a numbered domain, in output and files: the shortest text
 /// that reads back to it (`-0` is `0`), so that equal values are one symbol.
 pub fn real_text(v: f64) -> String {
     if v == 0.0 {
         return "0".into();
     }
     format!("{v}")
+}
+
+/// How a number read as text is written in a numbered domain: an integer exactly (all 64
+/// bits of `9223372036854775807`), anything else as [`real_text`]; `None` when the text is
+/// no finite number.
+pub fn number_text(text: &str) -> Option<String> {
+    let text = text.trim();
+    if let Ok(v) = text.parse::<i64>() {
+        return Some(v.to_string());
+    }
+    text.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite())
+        .map(real_text)
 }
 
 /// One strongly connected component of the dependency graph.

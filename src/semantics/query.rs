@@ -99,7 +99,7 @@ fn resolve(
                 }
                 Index::Str(s, _) => symbol(s),
                 Index::Real(v, _) if dom.real => symbol(&super::real_text(*v)),
-                Index::Int(p, _) if dom.real => symbol(&super::real_text(*p as f64)),
+                Index::Int(p, _) if dom.real => symbol(&p.to_string()),
                 Index::Int(p, _) if !dom.symbolic => position(*p),
                 Index::Arith(..) if !dom.symbolic => match constant(idx) {
                     Some(v) => position(v),
