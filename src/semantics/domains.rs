@@ -394,12 +394,14 @@ impl Ctx<'_> {
                                 continue;
                             }
                             let mut fields = rows.rows().filter_map(|r| r.field(ax));
-                            let column = fields.try_fold(Column::Integers, |c, f| {
-                                if let Ok(v) = f.parse::<i64>() {
-                                    spans.widen(root, v);
-                                }
-                                c.and(f)
-                            });
+                            let column =
+                                fields.try_fold(Column::Integers, |c, f| match f.parse::<i64>() {
+                                    Ok(v) => {
+                                        spans.widen(root, v);
+                                        Some(c)
+                                    }
+                                    Err(_) => Column::other(f),
+                                });
                             match column {
                                 None => {
                                     symbolic.insert(root);
@@ -579,12 +581,9 @@ enum Column {
 }
 
 impl Column {
-    /// The column once `field` is read too; `None` when it holds something other than
-    /// finite numbers (then its fields are symbols).
-    fn and(self, field: &str) -> Option<Column> {
-        if field.parse::<i64>().is_ok() {
-            return Some(self);
-        }
+    /// The column once a field that is no integer is read: `None` when it is no finite
+    /// number either (then the column's fields are symbols).
+    fn other(field: &str) -> Option<Column> {
         field
             .trim()
             .parse::<f64>()
