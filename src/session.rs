@@ -427,6 +427,34 @@ impl Session {
         self.checked.as_ref()
     }
 
+    /// The defined elements of a tensor after a run, as host values: each tuple of column
+    /// values with its element's value (none for a relation's tuples), in index order. A
+    /// language binding hands these to its users (symbols as strings, numbers as numbers).
+    pub fn rows(&self, name: &str) -> Result<Vec<Row>, Diagnostics> {
+        let (checked, values) = self.ran()?;
+        let t = checked.tensor_id(name).ok_or_else(|| unknown(name))?;
+        Ok(rows_matching(checked, &values[t], t, &[]))
+    }
+
+    /// The rows of a query such as `Ancestor(Alice, x)` after a run: the tensor's rows that
+    /// match its constants and repeated variables, as [`Session::rows`] gives them.
+    pub fn query_rows(&self, text: &str) -> Result<Vec<Row>, Diagnostics> {
+        let access = self.parse_query(text)?;
+        let (checked, values) = self.ran()?;
+        let q = semantics::resolve_query(checked, &access)?;
+        if q.pattern.contains(&semantics::QueryIndex::Missing) {
+            return Ok(Vec::new());
+        }
+        Ok(rows_matching(checked, &values[q.tensor], q.tensor, &q.pattern))
+    }
+
+    fn ran(&self) -> Result<(&Checked, &[Tensor]), Diagnostics> {
+        match (&self.checked, &self.values) {
+            (Some(c), Some(v)) => Ok((c, v)),
+            _ => Err(Diagnostic::global(codes::QUERY, "run the program before reading it").into()),
+        }
+    }
+
     /// Answers a query such as `Ancestor(Alice, x)` (with or without `?`) after a run; the
     /// answer is the same as forward chaining's (§9).
     pub fn query(&self, text: &str) -> Result<Vec<String>, Diagnostics> {
@@ -439,6 +467,67 @@ impl Session {
         let q = semantics::resolve_query(checked, &access)?;
         Ok(output::answer(checked, values, &q))
     }
+}
+
+/// One column's value, as a host language holds it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cell {
+    /// A value of an integer column.
+    Int(i64),
+    /// A value of a real column.
+    Real(f64),
+    /// A symbol.
+    Symbol(String),
+}
+
+/// One defined element: its column values, and its value unless it is a relation's tuple.
+pub type Row = (Vec<Cell>, Option<f64>);
+
+fn unknown(name: &str) -> Diagnostics {
+    Diagnostic::global(codes::UNKNOWN_TENSOR, format!("unknown tensor `{name}`")).into()
+}
+
+/// The rows of tensor `t` whose positions match `pattern` (all when it is empty).
+fn rows_matching(
+    checked: &Checked,
+    tensor: &Tensor,
+    t: usize,
+    pattern: &[semantics::QueryIndex],
+) -> Vec<Row> {
+    use semantics::QueryIndex;
+    let info = &checked.tensors[t];
+    let cell = |ax: usize, pos: usize| {
+        let dom = &checked.domains[info.domains[ax]];
+        let label = output::label(checked, t, ax, pos, false);
+        match (dom.real, dom.symbolic) {
+            (true, _) => label.parse::<i64>().map_or_else(
+                |_| Cell::Real(label.parse().unwrap_or(f64::NAN)),
+                Cell::Int,
+            ),
+            (false, true) => Cell::Symbol(label),
+            (false, false) => label.parse().map_or(Cell::Symbol(label), Cell::Int),
+        }
+    };
+    let matches = |idx: &[usize]| {
+        pattern.iter().enumerate().all(|(ax, p)| match p {
+            QueryIndex::Fixed(f) => idx.get(ax) == Some(f),
+            QueryIndex::Var(v) => pattern
+                .iter()
+                .enumerate()
+                .all(|(bx, q)| *q != QueryIndex::Var(*v) || idx.get(bx) == idx.get(ax)),
+            QueryIndex::Missing => false,
+        })
+    };
+    let boolean = info.kind == semantics::Kind::Bool;
+    tensor
+        .entries()
+        .into_iter()
+        .filter(|(idx, v)| !(boolean && *v == 0.0) && matches(idx))
+        .map(|(idx, v)| {
+            let cells = idx.iter().enumerate().map(|(ax, &p)| cell(ax, p)).collect();
+            (cells, (!boolean).then_some(v))
+        })
+        .collect()
 }
 
 fn not_checked() -> Diagnostic {

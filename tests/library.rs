@@ -2,7 +2,7 @@
 
 use std::path::Path;
 use tensor_logic::tensor::Storage;
-use tensor_logic::{ElemType, RunOptions, Session, Tensor};
+use tensor_logic::{Cell, ElemType, RunOptions, Session, Tensor};
 
 fn session(src: &str) -> Session {
     let mut s = Session::new();
@@ -197,4 +197,30 @@ fn diagnostics_display_their_file_line_and_column() {
         err.to_string().starts_with("bad.tl:2:5: error[E0001]"),
         "{err}"
     );
+}
+
+#[test]
+fn rows_come_back_as_host_values() {
+    let mut s = session(
+        "Edge(-1, 2). Edge(2, 3).\nPath(x, y) :- Edge(x, y).\nPath(x, z) :- Path(x, y), Edge(y, z).\n\
+         Price(Tea, 2.5).\nDeg[x] = Edge(x, y)\n",
+    );
+    assert!(s.rows("Path").is_err(), "nothing to read before a run");
+    s.run(&RunOptions::default()).unwrap();
+    let int = |v: i64| Cell::Int(v);
+    assert_eq!(
+        s.query_rows("Path(-1, x)").unwrap(),
+        vec![
+            (vec![int(-1), int(2)], None),
+            (vec![int(-1), int(3)], None)
+        ]
+    );
+    assert_eq!(
+        s.rows("Price").unwrap(),
+        vec![(vec![Cell::Symbol("Tea".into()), Cell::Real(2.5)], None)]
+    );
+    let deg = s.rows("Deg").unwrap();
+    assert!(deg.contains(&(vec![int(2)], Some(1.0))), "{deg:?}");
+    assert!(s.query_rows("Path(7, x)").unwrap().is_empty());
+    assert!(s.rows("Nope").is_err());
 }

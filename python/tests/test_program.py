@@ -1,0 +1,147 @@
+"""The Python API end to end: programs from text and files, bindings in every accepted
+form, runs, results as arrays and rows, queries, explain, and errors."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tensorlogic as tl
+
+FAMILY = """
+Ancestor(x, y) :- Parent(x, y).
+Ancestor(x, z) :- Ancestor(x, y), Parent(y, z).
+"""
+
+
+def test_relations_in_as_tuples_and_out_as_rows():
+    prog = tl.Program(FAMILY)
+    prog.bind("Parent", [("Alice", "Bob"), ("Bob", "Carol")])
+    prog.run()
+    assert prog.query("Ancestor(Alice, x)") == [("Alice", "Bob"), ("Alice", "Carol")]
+    assert sorted(prog.rows("Ancestor")) == [
+        ("Alice", "Bob"), ("Alice", "Carol"), ("Bob", "Carol")]
+    assert prog.answers("Ancestor(Bob, x)") == ["Ancestor(Bob, Carol)"]
+
+
+def test_integer_rows_from_numpy_and_values_as_python_numbers():
+    prog = tl.Program("Path(x, y) :- Edge(x, y).\nPath(x, z) :- Path(x, y), Edge(y, z).\n"
+                      "Price(A, 1.25).\nPrice(B, -3).\n")
+    prog.bind("Edge", np.array([[0, 1], [1, 2], [2, 3]], dtype=np.int64))
+    prog.run()
+    rows = prog.query("Path(0, x)")
+    assert rows == [(0, 1), (0, 2), (0, 3)]
+    assert all(isinstance(v, int) for r in rows for v in r)
+    assert prog.rows("Price") == [("A", 1.25), ("B", -3)]
+
+
+def test_dense_tensors_in_and_out_keep_their_type():
+    prog = tl.Program("H[b, h] = relu(W[h, i] X[b, i] + B[h])\n")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    w = rng.standard_normal((5, 3)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    prog.bind("X", x).bind("W", w).bind("B", b)
+    prog.run(threads=2)
+    h = prog["H"]
+    assert h.dtype == np.float32 and h.shape == (4, 5)
+    np.testing.assert_allclose(h, np.maximum(x @ w.T + b, 0), rtol=1e-5, atol=1e-6)
+
+
+def test_float64_arrays_stay_float64():
+    prog = tl.Program("X : f64[3]\nY : f64[3]\nY[i] = X[i] * 2\n")
+    prog.bind("X", np.array([1.0, 2.5, -1.0]))
+    prog.run()
+    y = prog["Y"]
+    assert y.dtype == np.float64
+    assert y.tolist() == [2.0, 5.0, -2.0]
+
+
+def test_valued_rows_bind_a_valued_tensor():
+    prog = tl.Program("Total = Score[x]\n")
+    prog.bind("Score", [("Ann", 1.5), ("Ben", 2.0)])
+    prog.run()
+    assert float(prog["Total"]) == pytest.approx(3.5)
+
+
+def test_pandas_frames_bind_relations():
+    pd = pytest.importorskip("pandas")
+    prog = tl.Program(FAMILY)
+    prog.bind("Parent", pd.DataFrame({"p": ["Ann", "Ben"], "c": ["Ben", "Cid"]}))
+    prog.run()
+    assert prog.query("Ancestor(Ann, x)") == [("Ann", "Ben"), ("Ann", "Cid")]
+
+
+def test_torch_tensors_bind_through_numpy():
+    torch = pytest.importorskip("torch")
+    prog = tl.Program("Y[i] = X[i] + 1\n")
+    prog.bind("X", torch.arange(3, dtype=torch.float32))
+    prog.run()
+    assert torch.from_numpy(prog["Y"]).tolist() == [1.0, 2.0, 3.0]
+
+
+def test_programs_from_files_read_their_data_beside_them(tmp_path):
+    (tmp_path / "parent.tsv").write_text("Alice\tBob\nBob\tCarol\n")
+    (tmp_path / "family.tl").write_text('Parent = "parent.tsv"\n' + FAMILY + "Ancestor(Alice, x)?\n")
+    prog = tl.Program.from_file(tmp_path / "family.tl")
+    assert prog.run() == ["Ancestor(Alice, Bob)", "Ancestor(Alice, Carol)"]
+    base = tl.Program('Parent = "parent.tsv"\n' + FAMILY, base_dir=tmp_path)
+    base.run()
+    assert len(base.rows("Ancestor")) == 3
+
+
+def test_explain_prints_the_plan_and_renders_in_notebooks():
+    prog = tl.Program(FAMILY + 'Parent(A, B).\n')
+    text = prog.explain()
+    assert "Ancestor" in text and "stratum" in text
+    assert prog._repr_html_().startswith("<pre>")
+    assert "Ancestor" in prog.names()
+
+
+def test_every_error_is_reported_with_its_place():
+    with pytest.raises(tl.TensorLogicError) as e:
+        tl.Program("A(x) :- B(x).\nC[i] = Nope[i]\n", name="bad.tl").run()
+    err = e.value
+    codes = [d["code"] for d in err.diagnostics]
+    assert "E0101" in codes and len(codes) >= 2
+    assert err.code == codes[0]
+    assert err.file == "bad.tl" and err.line == 1 and err.column >= 1
+    assert "bad.tl:1" in str(err)
+
+
+def test_syntax_errors_raise_at_load():
+    with pytest.raises(tl.TensorLogicError) as e:
+        tl.Program("A(x :- B(x).\n")
+    assert e.value.code == "E0001"
+
+
+def test_reading_before_running_is_an_error():
+    prog = tl.Program(FAMILY + "Parent(A, B).\n")
+    with pytest.raises(tl.TensorLogicError):
+        prog.rows("Ancestor")
+    with pytest.raises(KeyError):
+        prog["Ancestor"]
+
+
+def test_run_releases_the_gil():
+    # A chain long enough to take a while: another Python thread must keep counting.
+    prog = tl.Program("Nat(0).\nNat(x + 1) :- Nat(x), x < 3000000.\nN = Nat(x)\n")
+    ticks = []
+    stop = threading.Event()
+
+    def count():
+        while not stop.is_set():
+            ticks.append(1)
+            time.sleep(0.001)
+
+    t = threading.Thread(target=count)
+    t.start()
+    start = time.time()
+    prog.run()
+    elapsed = time.time() - start
+    stop.set()
+    t.join()
+    assert float(prog["N"]) == 3000001
+    # Had the run held the GIL, the counter would have stalled for all of it.
+    assert len(ticks) > 0.25 * elapsed / 0.001 * 0.1
