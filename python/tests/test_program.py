@@ -145,3 +145,22 @@ def test_run_releases_the_gil():
     assert float(prog["N"]) == 3000001
     # Had the run held the GIL, the counter would have stalled for all of it.
     assert len(ticks) > 0.25 * elapsed / 0.001 * 0.1
+
+
+def test_ctrl_c_stops_a_long_run():
+    import _thread
+    prog = tl.Program("Nat(0).\nNat(x + 1) :- Nat(x), x < 200000000.\nN = Nat(x)\n")
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    timer.start()
+    start = time.time()
+    with pytest.raises(KeyboardInterrupt):
+        prog.run()
+    timer.cancel()
+    assert time.time() - start < 20
+
+
+def test_a_timeout_ends_the_run_with_an_error():
+    prog = tl.Program("Nat(0).\nNat(x + 1) :- Nat(x), x < 200000000.\nN = Nat(x)\n")
+    with pytest.raises(tl.TensorLogicError) as e:
+        prog.run(timeout=0.3)
+    assert e.value.code == "E0403"
