@@ -445,7 +445,12 @@ impl Session {
         if q.pattern.contains(&semantics::QueryIndex::Missing) {
             return Ok(Vec::new());
         }
-        Ok(rows_matching(checked, &values[q.tensor], q.tensor, &q.pattern))
+        Ok(rows_matching(
+            checked,
+            &values[q.tensor],
+            q.tensor,
+            &q.pattern,
+        ))
     }
 
     fn ran(&self) -> Result<(&Checked, &[Tensor]), Diagnostics> {
@@ -500,10 +505,9 @@ fn rows_matching(
         let dom = &checked.domains[info.domains[ax]];
         let label = output::label(checked, t, ax, pos, false);
         match (dom.real, dom.symbolic) {
-            (true, _) => label.parse::<i64>().map_or_else(
-                |_| Cell::Real(label.parse().unwrap_or(f64::NAN)),
-                Cell::Int,
-            ),
+            (true, _) => label
+                .parse::<i64>()
+                .map_or_else(|_| Cell::Real(label.parse().unwrap_or(f64::NAN)), Cell::Int),
             (false, true) => Cell::Symbol(label),
             (false, false) => label.parse().map_or(Cell::Symbol(label), Cell::Int),
         }

@@ -271,3 +271,79 @@ fn bench_times_evaluation_alone() {
     assert!(text.starts_with("evaluation: min "), "{text}");
     assert!(text.contains("over 3 runs"), "{text}");
 }
+
+/// Runs `tl args` in `dir` with `input` on standard input.
+fn tl_with_input(dir: &Path, args: &[&str], input: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tl"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn run_reads_the_program_from_standard_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tl_with_input(
+        dir.path(),
+        &["run", "-"],
+        "A(1). A(2).\nB(x) :- A(x), x > 1.\nB(x)?\n",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    assert_eq!(common::stdout(&out), "B(2)\n");
+    let bad = tl_with_input(dir.path(), &["run", "-"], "B(x) :- A(x).\n");
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(common::stderr(&bad).contains("<stdin>:1"));
+}
+
+#[test]
+fn repl_answers_each_query_with_the_program_so_far_and_survives_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "edges.tl", "Edge(1, 2). Edge(2, 3).\n");
+    let input = "\
+:load edges.tl
+Path(x, y) :- Edge(x, y).
+Path(1, x)?
+Path(x, z) :- Path(x, y), Edge(y, z).
+Broken(x) :- Missing(x).
+Path(1, x)?
+:explain
+:nonsense
+:reset
+Path(1, x)?
+Edge(5, 6).
+Edge(x, y)?
+:quit
+Edge(7, 8).
+";
+    let out = tl_with_input(dir.path(), &["repl"], input);
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let stdout = common::stdout(&out);
+    let answers: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("Path(") || l.starts_with("Edge("))
+        .collect();
+    assert_eq!(
+        answers,
+        vec!["Path(1, 2)", "Path(1, 2)", "Path(1, 3)", "Edge(5, 6)"],
+        "{stdout}"
+    );
+    assert!(stdout.contains("stratum"), "`:explain` prints the plan");
+    let stderr = common::stderr(&out);
+    assert!(
+        stderr.contains("E0101") && stderr.contains("Missing"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("unknown command `:nonsense`"), "{stderr}");
+}

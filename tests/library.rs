@@ -210,10 +210,7 @@ fn rows_come_back_as_host_values() {
     let int = |v: i64| Cell::Int(v);
     assert_eq!(
         s.query_rows("Path(-1, x)").unwrap(),
-        vec![
-            (vec![int(-1), int(2)], None),
-            (vec![int(-1), int(3)], None)
-        ]
+        vec![(vec![int(-1), int(2)], None), (vec![int(-1), int(3)], None)]
     );
     assert_eq!(
         s.rows("Price").unwrap(),

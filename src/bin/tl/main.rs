@@ -2,6 +2,7 @@
 //!
 //! Exit codes: 0 success, 1 an error in the program or its data, 2 wrong usage.
 
+mod repl;
 mod train;
 
 /// mimalloc keeps freed large blocks for reuse: repeated evaluations and training steps
@@ -33,7 +34,7 @@ struct Cli {
 enum Command {
     /// Evaluate a program: write its files and print its query answers.
     Run {
-        /// Program file.
+        /// Program file, or `-` to read the program from standard input.
         file: PathBuf,
         /// Override a scalar constant, e.g. `--set N=3`.
         #[arg(long = "set", value_name = "NAME=VALUE", value_parser = parse_set)]
@@ -85,6 +86,13 @@ enum Command {
         set: Vec<(String, f64)>,
         #[command(flatten)]
         args: Box<train::TrainArgs>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Type statements and queries line by line, each query answered at once.
+    Repl {
+        /// A program file to load first.
+        file: Option<PathBuf>,
         #[command(flatten)]
         common: Common,
     },
@@ -240,6 +248,15 @@ fn main() -> ExitCode {
 
 fn load(file: &Path) -> Result<Session, String> {
     let mut session = Session::new();
+    if file == Path::new("-") {
+        let mut source = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut source)
+            .map_err(|e| format!("cannot read the program from standard input: {e}\n"))?;
+        session
+            .load_source("<stdin>", &source, Path::new("."))
+            .map_err(|d| d.render("<stdin>", &source))?;
+        return Ok(session);
+    }
     session.load_file(file).map_err(|d| {
         let (name, src) = session.source();
         d.render(name, src)
@@ -420,6 +437,17 @@ fn run(command: Command) -> Result<(), String> {
             print_lines(&lines);
             Ok(())
         }
+        Command::Repl { file, common } => repl::repl(
+            file,
+            RunOptions {
+                settings: common.settings(&[]),
+                tol: Some(common.tol),
+                write_files: false,
+                threads: common.threads as usize,
+                timeout: common.timeout.map(std::time::Duration::from_secs_f64),
+                interrupt: None,
+            },
+        ),
         Command::Query {
             file,
             query,
