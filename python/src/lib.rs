@@ -167,19 +167,14 @@ impl Program {
             interrupt: Some(Arc::clone(&self.interrupt)),
             ..RunOptions::default()
         };
-        let done = Arc::new(AtomicBool::new(false));
         let session = &mut self.session;
-        let (interrupt, finished) = (Arc::clone(&self.interrupt), Arc::clone(&done));
+        let interrupt = Arc::clone(&self.interrupt);
         let result = std::thread::scope(|scope| {
-            let worker = scope.spawn(move || {
-                let r = session.run(&options);
-                finished.store(true, Ordering::SeqCst);
-                r
-            });
+            let worker = scope.spawn(move || session.run(&options));
             // This thread keeps the GIL only to look at signals now and then, so that
             // Ctrl-C (KeyboardInterrupt) stops the engine.
             let mut signalled = None;
-            while !done.load(Ordering::SeqCst) {
+            while !worker.is_finished() {
                 py.detach(|| std::thread::sleep(std::time::Duration::from_millis(20)));
                 if signalled.is_none() {
                     if let Err(e) = py.check_signals() {
