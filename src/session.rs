@@ -182,6 +182,29 @@ impl Session {
         Ok(trained)
     }
 
+    /// Writes the program's parameters to a `.safetensors` checkpoint: the trained values
+    /// after [`Session::train`], otherwise their initial ones (checking the program first).
+    pub fn save_parameters(&mut self, path: &Path) -> Result<(), Diagnostics> {
+        if self.checked.is_none() {
+            self.check(&Settings::default())?;
+        }
+        let checked = self.checked.as_ref().ok_or_else(not_checked)?;
+        let mut c = crate::learn::checkpoint::Checkpoint::default();
+        for &t in &checked.params {
+            let name = &checked.tensors[t].name;
+            let value = self
+                .parameters
+                .get(name)
+                .cloned()
+                .or_else(|| checked.data[t].clone());
+            if let Some(v) = value {
+                c.params.insert(name.clone(), v);
+            }
+        }
+        crate::learn::checkpoint::save(&c, path)
+            .map_err(|e| Diagnostics::from(Diagnostic::global(codes::CHECKPOINT, e)))
+    }
+
     /// Compares the program's gradients with finite differences (`tl train --check-grad`),
     /// evaluating in f64 whatever `--precision` says; up to `per_param` elements each.
     pub fn check_gradients(

@@ -19,6 +19,71 @@ create_exception!(
     "A program's errors: `code`, `file`, `line`, `column` and `message` of the first, \
      `diagnostics` for all of them, and the rendered text as the message."
 );
+create_exception!(
+    _native,
+    ParseError,
+    TensorLogicError,
+    "E00xx: the text is not a program."
+);
+create_exception!(
+    _native,
+    NameError,
+    TensorLogicError,
+    "E01xx: unknown names, arities, kinds and forms."
+);
+create_exception!(
+    _native,
+    DomainError,
+    TensorLogicError,
+    "E02xx: domains, extents and ranges."
+);
+create_exception!(
+    _native,
+    StratificationError,
+    TensorLogicError,
+    "E03xx: unsafe rules, recursion through negation, mixed accumulation."
+);
+create_exception!(
+    _native,
+    EvaluationError,
+    TensorLogicError,
+    "E04xx: divergence, unbounded growth, timeouts and interrupts."
+);
+create_exception!(
+    _native,
+    DataError,
+    TensorLogicError,
+    "E05xx: files and their rows."
+);
+create_exception!(
+    _native,
+    MemoryLimitError,
+    TensorLogicError,
+    "E06xx: the memory cap."
+);
+create_exception!(_native, QueryError, TensorLogicError, "E07xx: queries.");
+create_exception!(
+    _native,
+    TrainingError,
+    TensorLogicError,
+    "E08xx: training and checkpoints."
+);
+
+/// The exception class of a diagnostic code's family.
+fn family(code: Option<&str>, message: String) -> PyErr {
+    match code.and_then(|c| c.get(..3)) {
+        Some("E00") => ParseError::new_err(message),
+        Some("E01") => NameError::new_err(message),
+        Some("E02") => DomainError::new_err(message),
+        Some("E03") => StratificationError::new_err(message),
+        Some("E04") => EvaluationError::new_err(message),
+        Some("E05") => DataError::new_err(message),
+        Some("E06") => MemoryLimitError::new_err(message),
+        Some("E07") => QueryError::new_err(message),
+        Some("E08") => TrainingError::new_err(message),
+        _ => TensorLogicError::new_err(message),
+    }
+}
 
 /// A loaded program, its bindings and, after `run`, its values.
 #[pyclass(module = "tensorlogic._native", unsendable)]
@@ -32,7 +97,7 @@ struct Program {
 /// every one as a dict in `diagnostics`.
 fn error(py: Python<'_>, d: &Diagnostics, file: &str, source: &str) -> PyErr {
     let rendered = d.render(file, source);
-    let err = TensorLogicError::new_err(rendered.clone());
+    let err = family(d.0.first().map(|x| x.code), rendered.clone());
     let value = err.value(py);
     let list = PyList::empty(py);
     for diag in &d.0 {
@@ -86,9 +151,16 @@ fn cell(py: Python<'_>, c: &Cell) -> PyResult<Py<PyAny>> {
 impl Program {
     /// Parses `source`; `base_dir` resolves the files it reads and writes.
     #[new]
-    #[pyo3(signature = (source, base_dir = ".", name = "<program>"))]
-    fn new(py: Python<'_>, source: &str, base_dir: &str, name: &str) -> PyResult<Program> {
+    #[pyo3(signature = (source, base_dir = ".", name = "<program>", functions = None))]
+    fn new(
+        py: Python<'_>,
+        source: &str,
+        base_dir: &str,
+        name: &str,
+        functions: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Program> {
         let mut session = Session::new();
+        register(&mut session, functions)?;
         if let Err(d) = session.load_source(name, source, &PathBuf::from(base_dir)) {
             return Err(error(py, &d, name, source));
         }
@@ -100,8 +172,14 @@ impl Program {
 
     /// Reads and parses a program file; its folder resolves the files it names.
     #[staticmethod]
-    fn from_file(py: Python<'_>, path: PathBuf) -> PyResult<Program> {
+    #[pyo3(signature = (path, functions = None))]
+    fn from_file(
+        py: Python<'_>,
+        path: PathBuf,
+        functions: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Program> {
         let mut session = Session::new();
+        register(&mut session, functions)?;
         if let Err(d) = session.load_file(&path) {
             let (file, source) = session.source();
             return Err(error(py, &d, file, source));
@@ -248,6 +326,182 @@ impl Program {
         Ok(self.session.explain().unwrap_or_default())
     }
 
+    /// Trains the program's parameters as `tl train` does; `callback(event)` receives a
+    /// dict per step (`kind="step"`, `step`, `total`, `epoch`, `loss`, `lr`) and per epoch
+    /// (`kind="epoch"`, `epoch`, `metrics`) and stops training by returning `False`.
+    #[pyo3(signature = (loss = "Loss", optimizer = "adam", lr = 1e-3, epochs = 1, steps = None,
+        batch = None, shuffle = false, seed = 0, freeze = Vec::new(), eval = Vec::new(),
+        save = None, save_every = None, momentum = 0.0, weight_decay = 0.0, clip = None,
+        threads = 1, callback = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn train<'py>(
+        &mut self,
+        py: Python<'py>,
+        loss: &str,
+        optimizer: &str,
+        lr: f64,
+        epochs: u64,
+        steps: Option<u64>,
+        batch: Option<(String, usize)>,
+        shuffle: bool,
+        seed: u64,
+        freeze: Vec<String>,
+        eval: Vec<String>,
+        save: Option<PathBuf>,
+        save_every: Option<u64>,
+        momentum: f64,
+        weight_decay: f64,
+        clip: Option<f64>,
+        threads: usize,
+        callback: Option<Py<PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        use tensor_logic::learn::optim;
+        use tensor_logic::learn::train::{Event, TrainOptions};
+        let kind = match optimizer {
+            "sgd" => optim::Kind::Sgd,
+            "adam" => optim::Kind::Adam,
+            "adamw" => optim::Kind::AdamW,
+            other => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "unknown optimizer `{other}`: use \"sgd\", \"adam\" or \"adamw\""
+                )))
+            }
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let options = TrainOptions {
+            loss: loss.to_string(),
+            optimizer: optim::Config {
+                kind,
+                lr,
+                momentum,
+                weight_decay,
+                clip,
+                ..optim::Config::default()
+            },
+            epochs,
+            steps,
+            batch,
+            shuffle,
+            freeze,
+            seed,
+            save,
+            save_every,
+            eval,
+            stop: Some(Arc::clone(&stop)),
+            ..TrainOptions::default()
+        };
+        let run = RunOptions {
+            settings: tensor_logic::Settings {
+                seed,
+                ..tensor_logic::Settings::default()
+            },
+            threads,
+            ..RunOptions::default()
+        };
+        let mut failure: Option<PyErr> = None;
+        let mut report = |event: Event| {
+            if failure.is_some() {
+                return;
+            }
+            let d = PyDict::new(py);
+            let filled = match &event {
+                Event::Step {
+                    step,
+                    total,
+                    epoch,
+                    loss,
+                    lr,
+                    ..
+                } => d
+                    .set_item("kind", "step")
+                    .and(d.set_item("step", step))
+                    .and(d.set_item("total", total))
+                    .and(d.set_item("epoch", epoch))
+                    .and(d.set_item("loss", loss))
+                    .and(d.set_item("lr", lr)),
+                Event::Epoch { epoch, metrics } => {
+                    let m = PyDict::new(py);
+                    let filled = metrics.iter().try_for_each(|(k, v)| m.set_item(k, v));
+                    filled
+                        .and(d.set_item("kind", "epoch"))
+                        .and(d.set_item("epoch", epoch))
+                        .and(d.set_item("metrics", m))
+                }
+                Event::Saved { path, step } => d
+                    .set_item("kind", "saved")
+                    .and(d.set_item("path", path.display().to_string()))
+                    .and(d.set_item("step", step)),
+            };
+            let outcome = filled
+                .and_then(|_| py.check_signals())
+                .and_then(|_| match &callback {
+                    Some(f) => f.call1(py, (d,)).map(Some),
+                    None => Ok(None),
+                });
+            match outcome {
+                Ok(Some(r)) if r.bind(py).is(&*pyo3::types::PyBool::new(py, false)) => {
+                    stop.store(true, Ordering::SeqCst)
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    failure = Some(e);
+                    stop.store(true, Ordering::SeqCst);
+                }
+            }
+        };
+        let trained = self.session.train(&run, &options, &mut report);
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        let trained = trained.map_err(|d| self.fail(py, &d))?;
+        let out = PyDict::new(py);
+        out.set_item("losses", trained.losses)?;
+        out.set_item("step", trained.step)?;
+        Ok(out)
+    }
+
+    /// Writes the parameters (trained ones after `train`) to a `.safetensors` checkpoint.
+    fn save(&mut self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        self.session
+            .save_parameters(&path)
+            .map_err(|d| self.fail(py, &d))
+    }
+
+    /// Takes parameter values from a checkpoint for the next run or training.
+    fn load(&mut self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        self.session
+            .load_parameters(&path)
+            .map(|_| ())
+            .map_err(|d| self.fail(py, &d))
+    }
+
+    /// Compares gradients with finite differences (`tl train --check-grad`): per parameter,
+    /// a dict of `name`, `checked`, `worst` (relative error) and `largest`.
+    #[pyo3(signature = (loss = "Loss", freeze = Vec::new(), per_param = 64))]
+    fn check_gradients<'py>(
+        &mut self,
+        py: Python<'py>,
+        loss: &str,
+        freeze: Vec<String>,
+        per_param: usize,
+    ) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let checks = self
+            .session
+            .check_gradients(&RunOptions::default(), loss, &freeze, per_param)
+            .map_err(|d| self.fail(py, &d))?;
+        checks
+            .iter()
+            .map(|c| {
+                let d = PyDict::new(py);
+                d.set_item("name", &c.name)?;
+                d.set_item("checked", c.checked)?;
+                d.set_item("worst", c.worst)?;
+                d.set_item("largest", c.largest)?;
+                Ok(d)
+            })
+            .collect()
+    }
+
     /// The names of the program's tensors, after a check or a run.
     fn names(&self) -> Vec<String> {
         self.session
@@ -261,6 +515,29 @@ impl Program {
             })
             .unwrap_or_default()
     }
+}
+
+/// Registers Python elementwise functions, `{name: (f, df)}`, before a program that calls
+/// them is parsed. Each call takes the GIL, so they are slow; an exception gives NaN.
+fn register(session: &mut Session, functions: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+    let Some(functions) = functions else {
+        return Ok(());
+    };
+    for (name, pair) in functions.iter() {
+        let name: String = name.extract()?;
+        let (f, df): (Py<PyAny>, Py<PyAny>) = pair.extract()?;
+        let call = |g: Py<PyAny>| {
+            move |x: f64| {
+                Python::attach(|py| {
+                    g.call1(py, (x,))
+                        .and_then(|v| v.extract::<f64>(py))
+                        .unwrap_or(f64::NAN)
+                })
+            }
+        };
+        session.register_function(&name, call(f), call(df));
+    }
+    Ok(())
 }
 
 /// Rows as Python tuples: the columns, then the value for a tensor that is not a relation.
@@ -286,6 +563,16 @@ fn to_python<'py>(
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Program>()?;
-    m.add("TensorLogicError", m.py().get_type::<TensorLogicError>())?;
+    let py = m.py();
+    m.add("TensorLogicError", py.get_type::<TensorLogicError>())?;
+    m.add("ParseError", py.get_type::<ParseError>())?;
+    m.add("NameError", py.get_type::<NameError>())?;
+    m.add("DomainError", py.get_type::<DomainError>())?;
+    m.add("StratificationError", py.get_type::<StratificationError>())?;
+    m.add("EvaluationError", py.get_type::<EvaluationError>())?;
+    m.add("DataError", py.get_type::<DataError>())?;
+    m.add("MemoryLimitError", py.get_type::<MemoryLimitError>())?;
+    m.add("QueryError", py.get_type::<QueryError>())?;
+    m.add("TrainingError", py.get_type::<TrainingError>())?;
     Ok(())
 }

@@ -14,14 +14,38 @@ run it on the Rust engine, and read tensors back as NumPy arrays and relations a
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from . import _native
-from ._native import TensorLogicError
+from ._native import (
+    DataError,
+    DomainError,
+    EvaluationError,
+    MemoryLimitError,
+    NameError,
+    ParseError,
+    QueryError,
+    StratificationError,
+    TensorLogicError,
+    TrainingError,
+)
 
-__all__ = ["Program", "TensorLogicError"]
+__all__ = [
+    "Program", "function", "TensorLogicError", "ParseError", "NameError", "DomainError",
+    "StratificationError", "EvaluationError", "DataError", "MemoryLimitError", "QueryError",
+    "TrainingError",
+]
+
+_FUNCTIONS: dict = {}
+
+
+def function(name: str, f: Callable[[float], float], df: Callable[[float], float]) -> None:
+    """Registers an elementwise function `name` with its derivative `df`, for programs
+    created afterwards (`Y[i] = swish(X[i])`). Each element calls Python, so it is slow;
+    built-in functions stay native. An exception in `f` gives NaN."""
+    _FUNCTIONS[name] = (f, df)
 
 
 def _field(v: Any) -> str:
@@ -71,13 +95,13 @@ class Program:
     def __init__(self, source: str, base_dir: str = ".", name: str = "<program>") -> None:
         """Parses `source`; `base_dir` resolves the files it reads and writes. Syntax
         errors raise `TensorLogicError`."""
-        self._native = _native.Program(source, os.fspath(base_dir), name)
+        self._native = _native.Program(source, os.fspath(base_dir), name, dict(_FUNCTIONS))
 
     @classmethod
     def from_file(cls, path: "str | os.PathLike[str]") -> "Program":
         """Reads and parses a program file; its folder resolves the files it names."""
         prog = cls.__new__(cls)
-        prog._native = _native.Program.from_file(os.fspath(path))
+        prog._native = _native.Program.from_file(os.fspath(path), dict(_FUNCTIONS))
         return prog
 
     def bind(self, name: str, value: Any) -> "Program":
@@ -120,6 +144,42 @@ class Program:
     def explain(self) -> str:
         """The plan the engine runs, as `tl explain` prints it."""
         return self._native.explain()
+
+    def train(self, loss: str = "Loss", optimizer: str = "adam", lr: float = 1e-3,
+              epochs: int = 1, steps: Optional[int] = None,
+              batch: Optional[Dict[str, int]] = None, shuffle: bool = False, seed: int = 0,
+              freeze: Optional[List[str]] = None, eval: Optional[List[str]] = None,
+              save: Optional[str] = None, save_every: Optional[int] = None,
+              momentum: float = 0.0, weight_decay: float = 0.0, clip: Optional[float] = None,
+              threads: int = 1,
+              callback: Optional[Callable[[dict], Any]] = None) -> dict:
+        """Trains the parameters with the engine `tl train` uses (same options, same
+        results for the same seed). `batch={"Example": 128}` batches over a domain.
+        `callback(event)` gets a dict per step (`kind="step"`, `step`, `total`, `epoch`,
+        `loss`, `lr`), per epoch (`kind="epoch"`, `metrics` of the `eval` tensors) and per
+        checkpoint written; returning `False` stops training after that step. Returns
+        `{"losses": [...], "step": n}`; afterwards `run` uses the trained parameters."""
+        if batch is not None and len(batch) != 1:
+            raise ValueError("batch names one domain: {\"Example\": 128}")
+        pair = next(iter(batch.items())) if batch else None
+        return self._native.train(
+            loss, optimizer, lr, epochs, steps, pair, shuffle, seed, list(freeze or []),
+            list(eval or []), None if save is None else os.fspath(save), save_every,
+            momentum, weight_decay, clip, threads, callback)
+
+    def save(self, path: "str | os.PathLike[str]") -> None:
+        """Writes the parameters (trained ones after `train`) to a `.safetensors` file."""
+        self._native.save(os.fspath(path))
+
+    def load(self, path: "str | os.PathLike[str]") -> None:
+        """Takes parameter values from a checkpoint for the next run or training."""
+        self._native.load(os.fspath(path))
+
+    def check_gradients(self, loss: str = "Loss", freeze: Optional[List[str]] = None,
+                        per_param: int = 64) -> List[dict]:
+        """Compares gradients with finite differences in f64: per parameter, the worst
+        relative error (`worst`) over up to `per_param` elements."""
+        return self._native.check_gradients(loss, list(freeze or []), per_param)
 
     def names(self) -> List[str]:
         """The program's tensors, after a check or a run."""

@@ -174,3 +174,80 @@ def test_a_timeout_ends_the_run_with_an_error():
     with pytest.raises(tl.TensorLogicError) as e:
         prog.run(timeout=0.3)
     assert e.value.code == "E0403"
+
+
+EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[2] / "examples"
+TL = EXAMPLES.parent / "target" / "release" / "tl"
+
+
+def test_errors_raise_the_class_of_their_family():
+    with pytest.raises(tl.ParseError):
+        tl.Program("A(x :- B(x).\n")
+    with pytest.raises(tl.NameError):
+        tl.Program("A(x) :- B(x).\n").run()
+    with pytest.raises(tl.StratificationError):
+        tl.Program("B(1).\nP(x) :- B(x), not Q(x).\nQ(x) :- B(x), not P(x).\n").run()
+    with pytest.raises(tl.DataError):
+        tl.Program('A = "missing.tsv"\nB(x) :- A(x).\n').run()
+    assert issubclass(tl.QueryError, tl.TensorLogicError)
+
+
+def test_training_reports_each_step_and_stops_when_asked():
+    prog = tl.Program.from_file(EXAMPLES / "digits_logreg.tl")
+    seen = []
+
+    def callback(event):
+        seen.append(event)
+        return not (event["kind"] == "step" and event["step"] == 3)
+
+    out = prog.train(lr=0.05, epochs=5, batch={"Example": 128}, eval=["Accuracy"],
+                     callback=callback)
+    steps = [e for e in seen if e["kind"] == "step"]
+    assert [e["step"] for e in steps] == [1, 2, 3] and out["step"] == 3
+    assert len(out["losses"]) == 3 and steps[0]["loss"] == out["losses"][0]
+    prog.run()
+    assert 0.5 < float(prog["Accuracy"]) <= 1.0
+
+
+def test_training_matches_tl_train_bit_for_bit(tmp_path):
+    if not TL.exists():
+        pytest.skip("target/release/tl is not built")
+    import subprocess
+    cli = tmp_path / "cli.safetensors"
+    subprocess.run([str(TL), "train", str(EXAMPLES / "digits_logreg.tl"), "--batch", "Example:128",
+                    "--epochs", "2", "--lr", "0.05", "--seed", "7", "--save", str(cli), "--quiet"],
+                   check=True, capture_output=True)
+    prog = tl.Program.from_file(EXAMPLES / "digits_logreg.tl")
+    prog.train(lr=0.05, epochs=2, batch={"Example": 128}, seed=7)
+    ours = tmp_path / "py.safetensors"
+    prog.save(ours)
+    again = tl.Program.from_file(EXAMPLES / "digits_logreg.tl")
+    again.load(cli)
+    again.run()
+    prog.run()
+    assert np.array_equal(prog["W"], again["W"]) and np.array_equal(prog["B"], again["B"])
+
+
+def test_saved_parameters_load_into_a_new_program(tmp_path):
+    prog = tl.Program.from_file(EXAMPLES / "digits_logreg.tl")
+    prog.train(lr=0.05, steps=2, batch={"Example": 128})
+    prog.save(tmp_path / "w.safetensors")
+    prog.run()
+    other = tl.Program.from_file(EXAMPLES / "digits_logreg.tl")
+    other.load(tmp_path / "w.safetensors")
+    other.run()
+    assert np.array_equal(prog["W"], other["W"])
+
+
+def test_gradients_agree_with_finite_differences():
+    prog = tl.Program("X = [[1.0, 2.0], [0.5, -1.0]]\nY = [1.0, 0.0]\nW ~ normal(0, 0.1)\n"
+                      "W : real[2]\nP[e] = sig(W[i] X[e, i])\nLoss = (P[e] - Y[e]) ^ 2\n")
+    checks = prog.check_gradients()
+    assert checks and all(c["worst"] < 1e-4 for c in checks)
+
+
+def test_python_functions_are_called_by_name():
+    tl.function("twice", lambda x: 2 * x, lambda x: 2.0)
+    prog = tl.Program("X = [1.0, -2.0]\nY[i] = twice(X[i]) + 1\n")
+    prog.run()
+    assert prog["Y"].tolist() == [3.0, -3.0]

@@ -46,6 +46,9 @@ pub struct TrainOptions {
     pub resume: Option<Checkpoint>,
     /// Metric tensors (scalars) evaluated on the full data after each epoch.
     pub eval: Vec<String>,
+    /// Set it (from a progress callback) to end training after the current step, keeping
+    /// what it learned and writing the checkpoint as at the end.
+    pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// `tl train`'s defaults: the loss `Loss`, one epoch of the whole data, no checkpoint.
@@ -64,6 +67,7 @@ impl Default for TrainOptions {
             save_every: None,
             resume: None,
             eval: Vec::new(),
+            stop: None,
         }
     }
 }
@@ -248,12 +252,19 @@ pub fn train(
         let due = opts
             .save_every
             .is_some_and(|every| every > 0 && state.step.is_multiple_of(every));
-        if let (Some(path), true) = (&opts.save, due || state.step == total) {
+        let stopping = opts
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst));
+        if let (Some(path), true) = (&opts.save, due || state.step == total || stopping) {
             save(p, &trainable, &params, &state, path)?;
             report(Event::Saved {
                 path: path.clone(),
                 step: state.step,
             });
+        }
+        if stopping {
+            break;
         }
     }
     let params = trainable

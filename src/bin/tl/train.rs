@@ -150,6 +150,7 @@ impl TrainArgs {
             save_every: self.save_every,
             resume,
             eval: self.eval.clone(),
+            stop: None,
         }
     }
 }
