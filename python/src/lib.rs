@@ -2,6 +2,7 @@
 //! engine's [`Session`] and its results back. The Python package (`tensorlogic/`) wraps it
 //! for the conversions that are easier in Python (torch tensors, pandas frames).
 
+use numpy::ndarray::{ArrayViewD, Dimension, IxDyn};
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -10,6 +11,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use tensor_logic::tensor::{Dense, Storage};
 use tensor_logic::{Cell, Diagnostics, ElemType, RunOptions, Session, Severity, Tensor};
 
 create_exception!(
@@ -272,8 +274,9 @@ impl Program {
         }
     }
 
-    /// A tensor's values after a run, as a new NumPy array of its storage type (float32
-    /// for `real` tensors by default, float64 for `f64`, `int` and Boolean ones).
+    /// A tensor's values after a run as a NumPy array of its storage type: float32 for
+    /// `real` tensors by default, float64 for `f64`, `int` and Boolean ones. A dense f32 or
+    /// f64 tensor is viewed without a copy (read-only); others are copied.
     fn array<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
         let Some(t) = self.session.tensor(name) else {
             return Err(pyo3::exceptions::PyKeyError::new_err(format!(
@@ -281,14 +284,56 @@ impl Program {
             )));
         };
         let shape = t.shape.clone();
-        let values = t.to_dense_values();
-        let out = if t.elem == ElemType::F32 {
-            let v: Vec<f32> = values.iter().map(|&x| x as f32).collect();
-            numpy::PyArray1::from_vec(py, v).reshape(shape)?.into_any()
-        } else {
-            numpy::PyArray1::from_vec(py, values)
-                .reshape(shape)?
-                .into_any()
+        // A dense f32 or f64 result is shared, not copied: the array views the engine's
+        // buffer, which `Shared` keeps alive, read-only since the program owns it.
+        let shared = match &t.storage {
+            Storage::Dense(Dense::F32(v)) => Some(Shared(Buffer::F32(Arc::clone(v)))),
+            Storage::Dense(Dense::F64(v)) => Some(Shared(Buffer::F64(Arc::clone(v)))),
+            _ => None,
+        };
+        let out = match shared {
+            Some(buffer) => {
+                let owner = Bound::new(py, buffer)?;
+                let array = {
+                    let held = owner.get();
+                    let view = |n: usize| IxDyn(&shape).size() == n;
+                    match &held.0 {
+                        Buffer::F32(v) if view(v.len()) => {
+                            let a = ArrayViewD::from_shape(IxDyn(&shape), &v[..])
+                                .map_err(|e| TensorLogicError::new_err(e.to_string()))?;
+                            // SAFETY: `owner` holds the Arc of this buffer, which nothing
+                            // writes or frees while the array (its base object) lives.
+                            unsafe { PyArrayDyn::borrow_from_array(&a, owner.clone().into_any()) }
+                                .into_any()
+                        }
+                        Buffer::F64(v) if view(v.len()) => {
+                            let a = ArrayViewD::from_shape(IxDyn(&shape), &v[..])
+                                .map_err(|e| TensorLogicError::new_err(e.to_string()))?;
+                            // SAFETY: as above.
+                            unsafe { PyArrayDyn::borrow_from_array(&a, owner.clone().into_any()) }
+                                .into_any()
+                        }
+                        _ => {
+                            return Err(TensorLogicError::new_err(
+                                "a tensor's buffer does not fit its shape",
+                            ))
+                        }
+                    }
+                };
+                array.call_method1("setflags", (false,))?;
+                array
+            }
+            None => {
+                let values = t.to_dense_values();
+                if t.elem == ElemType::F32 {
+                    let v: Vec<f32> = values.iter().map(|&x| x as f32).collect();
+                    numpy::PyArray1::from_vec(py, v).reshape(shape)?.into_any()
+                } else {
+                    numpy::PyArray1::from_vec(py, values)
+                        .reshape(shape)?
+                        .into_any()
+                }
+            }
         };
         Ok(out)
     }
@@ -515,6 +560,16 @@ impl Program {
             })
             .unwrap_or_default()
     }
+}
+
+/// An engine buffer that NumPy arrays view, kept alive as their base object.
+#[pyclass(module = "tensorlogic._native", frozen)]
+struct Shared(Buffer);
+
+/// The buffer of a [`Shared`].
+enum Buffer {
+    F32(Arc<Vec<f32>>),
+    F64(Arc<Vec<f64>>),
 }
 
 /// Registers Python elementwise functions, `{name: (f, df)}`, before a program that calls

@@ -251,3 +251,20 @@ def test_python_functions_are_called_by_name():
     prog = tl.Program("X = [1.0, -2.0]\nY[i] = twice(X[i]) + 1\n")
     prog.run()
     assert prog["Y"].tolist() == [3.0, -3.0]
+
+
+def test_dense_results_are_shared_not_copied():
+    prog = tl.Program("X : real[2, 3]\nY[i, j] = X[i, j] * 2\nS : f64[2]\nS[i] = X[i, j]\n")
+    prog.bind("X", np.arange(6, dtype=np.float32).reshape(2, 3))
+    prog.run()
+    a, b = prog["Y"], prog["Y"]
+    assert np.shares_memory(a, b), "both view the engine's buffer"
+    assert a.ctypes.data == b.ctypes.data and not a.flags.writeable
+    s = prog["S"]
+    assert s.dtype == np.float64 and np.shares_memory(s, prog["S"])
+    prog.run()
+    assert a.tolist() == [[0, 2, 4], [6, 8, 10]], "an array outlives the run it came from"
+    assert not np.shares_memory(a, prog["Y"]), "a new run has new buffers"
+    copy = np.array(prog["Y"])
+    copy[0, 0] = 7
+    assert prog["Y"][0, 0] == 0
