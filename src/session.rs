@@ -48,6 +48,13 @@ pub struct Session {
     /// Why the last load failed: checking and running then report it rather than running
     /// what parsed of the program.
     load_errors: Option<Diagnostics>,
+    /// The settings of the last check, and whether anything but new values for its dense
+    /// real tensors has changed since (then the next run checks again).
+    checked_with: Option<Settings>,
+    stale: bool,
+    /// Dense real tensors given new values of the same shape since the last check: the
+    /// next run puts them into the checked program and re-uses its plan.
+    rebound: Vec<(usize, Tensor)>,
 }
 
 impl Session {
@@ -63,6 +70,7 @@ impl Session {
         f: impl Fn(f64) -> f64 + Send + Sync + 'static,
         df: impl Fn(f64) -> f64 + Send + Sync + 'static,
     ) {
+        self.stale = true;
         self.functions.insert(
             name.to_string(),
             UserFunction {
@@ -129,6 +137,10 @@ impl Session {
     /// Binds a tensor from memory, as if it were read from a file (positions index symbols in
     /// interning order for symbolic axes).
     pub fn bind(&mut self, name: &str, tensor: &Tensor) {
+        match self.same_form(name, tensor) {
+            Some(t) => self.rebound.push((t, tensor.clone())),
+            None => self.stale = true,
+        }
         self.bindings.insert(
             name.to_string(),
             RawData::Dense {
@@ -142,12 +154,32 @@ impl Session {
     /// Binds a relation (or a valued tensor, with a final value field) from rows of fields, as
     /// if read from a `.tsv` file.
     pub fn bind_rows(&mut self, name: &str, rows: &[Vec<String>]) {
+        self.stale = true;
         let mut table = Table::default();
         for (i, r) in rows.iter().enumerate() {
             table.push(i + 1, r);
         }
         self.bindings
             .insert(name.to_string(), RawData::Table(table));
+    }
+
+    /// The id of tensor `name` when `tensor` can replace its data without checking the
+    /// program again: a dense real tensor of the same shape and storage type, in a program
+    /// without string calls or computed values (whose tables data feeds).
+    fn same_form(&self, name: &str, tensor: &Tensor) -> Option<usize> {
+        let checked = self.checked.as_ref()?;
+        let t = checked.tensor_id(name)?;
+        let info = &checked.tensors[t];
+        let old = checked.data[t].as_ref()?;
+        let dense = |x: &Tensor| matches!(x.storage, crate::tensor::Storage::Dense(_));
+        let fits = checked.strings.is_empty()
+            && info.kind == semantics::Kind::Real
+            && dense(old)
+            && dense(tensor)
+            && old.shape == tensor.shape
+            && info.shape == tensor.shape
+            && info.elem == tensor.elem;
+        fits.then_some(t)
     }
 
     /// Takes parameter values from a checkpoint (§12): entries named like a parameter replace
@@ -244,6 +276,20 @@ impl Session {
         if let Some(errors) = &self.load_errors {
             return Err(errors.clone());
         }
+        // New values for dense real tensors of the same shape: the checked program and its
+        // plan stay as they are (planning depends only on shapes and types).
+        let same = self.checked_with.as_ref() == Some(&options.settings);
+        if self.checked.is_some() && !self.stale && same {
+            let rebound = std::mem::take(&mut self.rebound);
+            let checked = self.checked.as_mut().ok_or_else(not_checked)?;
+            for (t, tensor) in rebound {
+                checked.data[t] = Some(tensor);
+            }
+            return Ok(checked);
+        }
+        self.stale = false;
+        self.rebound.clear();
+        self.checked_with = Some(options.settings.clone());
         let eval = eval_options(options, &self.functions);
         let mut tables = semantics::StringTables::default();
         let mut round = 0;

@@ -221,3 +221,24 @@ fn rows_come_back_as_host_values() {
     assert!(s.query_rows("Path(7, x)").unwrap().is_empty());
     assert!(s.rows("Nope").is_err());
 }
+
+#[test]
+fn binding_new_values_of_the_same_shape_reuses_the_plan_and_is_exact() {
+    let mut s = session("X : real[3]\nY[i] = X[i] * 2 + Z[i]\nZ = [1, 1, 1]\nT = Y[i]\n");
+    let x = |v: Vec<f64>| Tensor::dense(ElemType::F32, vec![v.len()], v).unwrap();
+    let total = |s: &Session| s.tensor("T").unwrap().to_dense_values()[0];
+    s.bind("X", &x(vec![1.0, 2.0, 3.0]));
+    s.run(&RunOptions::default()).unwrap();
+    assert_eq!(total(&s), 15.0);
+    s.bind("X", &x(vec![0.0, 0.0, 0.5]));
+    s.run(&RunOptions::default()).unwrap();
+    assert_eq!(total(&s), 4.0, "the new values are used");
+    s.bind("X", &x(vec![1.0, 1.0, 1.0, 1.0]));
+    assert!(
+        s.run(&RunOptions::default()).is_err(),
+        "another shape is checked again: it does not fit the declaration"
+    );
+    s.bind("X", &x(vec![2.0, 2.0, 2.0]));
+    s.run(&RunOptions::default()).unwrap();
+    assert_eq!(total(&s), 15.0);
+}

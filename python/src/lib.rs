@@ -250,27 +250,41 @@ impl Program {
         let session = &mut self.session;
         let interrupt = Arc::clone(&self.interrupt);
         let result = std::thread::scope(|scope| {
-            let worker = scope.spawn(move || session.run(&options));
-            // This thread keeps the GIL only to look at signals now and then, so that
-            // Ctrl-C (KeyboardInterrupt) stops the engine.
+            let (tx, rx) = std::sync::mpsc::channel();
+            // Waiting moves to a thread without the GIL, which needs a shareable receiver.
+            let rx = std::sync::Mutex::new(rx);
+            let worker = scope.spawn(move || {
+                let _ = tx.send(session.run(&options));
+            });
+            // This thread waits without the GIL, waking every 20 ms to look at signals, so
+            // that Ctrl-C (KeyboardInterrupt) stops the engine; the result wakes it at once.
             let mut signalled = None;
-            while !worker.is_finished() {
-                py.detach(|| std::thread::sleep(std::time::Duration::from_millis(20)));
+            let outcome = loop {
+                let wait = std::time::Duration::from_millis(20);
+                let received = py.detach(|| match rx.lock() {
+                    Ok(rx) => rx.recv_timeout(wait),
+                    Err(_) => Err(std::sync::mpsc::RecvTimeoutError::Disconnected),
+                });
+                match received {
+                    Ok(r) => break Ok(r),
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break Err(()),
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                }
                 if signalled.is_none() {
                     if let Err(e) = py.check_signals() {
                         interrupt.store(true, Ordering::SeqCst);
                         signalled = Some(e);
                     }
                 }
-            }
-            let r = worker.join();
-            (r, signalled)
+            };
+            let _ = worker.join();
+            (outcome, signalled)
         });
         match result {
             (_, Some(signal)) => Err(signal),
             (Ok(Ok(lines)), None) => Ok(lines),
             (Ok(Err(d)), None) => Err(self.fail(py, &d)),
-            (Err(_), None) => Err(TensorLogicError::new_err("the engine stopped unexpectedly")),
+            (Err(()), None) => Err(TensorLogicError::new_err("the engine stopped unexpectedly")),
         }
     }
 

@@ -30,7 +30,7 @@ use std::path::PathBuf;
 pub use strings::{SiteArg, SiteFn, StringSite, StringTables};
 
 /// Options that change what a program means.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
     /// Element type of `real` (f32 by default, §4).
     pub real: ElemType,
