@@ -138,7 +138,10 @@ impl Session {
     /// interning order for symbolic axes).
     pub fn bind(&mut self, name: &str, tensor: &Tensor) {
         match self.same_form(name, tensor) {
-            Some(t) => self.rebound.push((t, tensor.clone())),
+            Some(t) => {
+                self.rebound.retain(|(x, _)| *x != t);
+                self.rebound.push((t, tensor.clone()));
+            }
             None => self.stale = true,
         }
         self.bindings.insert(

@@ -93,7 +93,13 @@ struct Program {
     session: Session,
     /// Set by a Ctrl-C seen while the engine runs; the engine then stops with E0403.
     interrupt: Arc<AtomicBool>,
+    /// How long the last run took: a quick program runs on the calling thread (see `run`).
+    last_run: Option<std::time::Duration>,
 }
+
+/// Runs no longer than this run on the calling thread, without a watcher for Ctrl-C: a
+/// thread costs more than such a run, and Ctrl-C is then seen as soon as the run ends.
+const QUICK: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// The Python exception for a program's diagnostics: the first one's fields as attributes,
 /// every one as a dict in `diagnostics`.
@@ -169,6 +175,7 @@ impl Program {
         Ok(Program {
             session,
             interrupt: Arc::new(AtomicBool::new(false)),
+            last_run: None,
         })
     }
 
@@ -189,6 +196,7 @@ impl Program {
         Ok(Program {
             session,
             interrupt: Arc::new(AtomicBool::new(false)),
+            last_run: None,
         })
     }
 
@@ -230,7 +238,10 @@ impl Program {
     }
 
     /// Checks and evaluates the program on `threads` threads, without the GIL; returns the
-    /// answers of the program's own queries. Ctrl-C stops it with a `TensorLogicError`.
+    /// answers of the program's own queries. Ctrl-C stops it (`KeyboardInterrupt`): a
+    /// watcher on this thread sees it while a worker runs the engine, except after a run
+    /// quicker than [`QUICK`], when the next run goes on this thread and Ctrl-C is seen
+    /// when it ends.
     #[pyo3(signature = (threads = 1, write_files = true, timeout = None))]
     fn run(
         &mut self,
@@ -247,6 +258,14 @@ impl Program {
             interrupt: Some(Arc::clone(&self.interrupt)),
             ..RunOptions::default()
         };
+        let started = std::time::Instant::now();
+        if self.last_run.is_some_and(|d| d < QUICK) {
+            let session = &mut self.session;
+            let result = py.detach(|| session.run(&options));
+            self.last_run = Some(started.elapsed());
+            py.check_signals()?;
+            return result.map_err(|d| self.fail(py, &d));
+        }
         let session = &mut self.session;
         let interrupt = Arc::clone(&self.interrupt);
         let result = std::thread::scope(|scope| {
@@ -280,6 +299,7 @@ impl Program {
             let _ = worker.join();
             (outcome, signalled)
         });
+        self.last_run = Some(started.elapsed());
         match result {
             (_, Some(signal)) => Err(signal),
             (Ok(Ok(lines)), None) => Ok(lines),

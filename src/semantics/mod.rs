@@ -58,6 +58,12 @@ impl Default for Settings {
 
 /// 80% of physical memory (§15), read from `/proc/meminfo`; 8 GiB where that is unavailable.
 pub fn default_max_memory() -> u64 {
+    // Read once: settings are made for every run, and a tiny run costs microseconds.
+    static MAX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *MAX.get_or_init(read_max_memory)
+}
+
+fn read_max_memory() -> u64 {
     let total_kib = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|s| {
