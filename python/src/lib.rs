@@ -581,6 +581,19 @@ impl Program {
             .collect()
     }
 
+    /// A tensor's kind after a check or a run: `"bool"`, `"int"` or `"real"`.
+    fn kind(&self, name: &str) -> PyResult<&'static str> {
+        let checked = self.session.checked();
+        let info = checked
+            .and_then(|c| c.tensor_id(name).map(|t| &c.tensors[t]))
+            .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(format!("no tensor `{name}`")))?;
+        Ok(match info.kind {
+            tensor_logic::semantics::Kind::Bool => "bool",
+            tensor_logic::semantics::Kind::Int => "int",
+            tensor_logic::semantics::Kind::Real => "real",
+        })
+    }
+
     /// The names of the program's tensors, after a check or a run.
     fn names(&self) -> Vec<String> {
         self.session

@@ -137,6 +137,28 @@ class Program:
         """The tuples that answer `text` (`"Ancestor(Alice, x)"`), as `rows` gives them."""
         return self._native.query_rows(text)
 
+    def frame(self, name: str, columns: Optional[List[str]] = None):
+        """Relation (or valued tensor) `name` as a pandas DataFrame, one row per tuple;
+        columns are named `columns`, or `c0, c1, ...` (then `value` for a valued tensor)."""
+        import pandas as pd
+        rows = self.rows(name)
+        width = len(rows[0]) if rows else 0
+        if columns is None:
+            columns = [f"c{i}" for i in range(width)]
+            info = self._native.kind(name)
+            if info != "bool" and width:
+                columns[-1] = "value"
+        return pd.DataFrame(rows, columns=columns if rows else columns or None)
+
+    def tuples(self, name: str) -> np.ndarray:
+        """The tuples of a relation whose columns hold integers, as a 2-D int64 NumPy
+        array (one row per tuple), the form `bind` also takes."""
+        rows = self.rows(name)
+        if any(not isinstance(v, (int, np.integer)) for r in rows for v in r):
+            raise TypeError(f"`{name}` has columns that are not integers: use rows()")
+        width = len(rows[0]) if rows else 0
+        return np.array(rows, dtype=np.int64).reshape(len(rows), width)
+
     def answers(self, text: str) -> List[str]:
         """The answers to `text` as the CLI prints them (`Ancestor(Alice, Bob)`)."""
         return self._native.query_lines(text)

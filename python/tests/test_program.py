@@ -268,3 +268,21 @@ def test_dense_results_are_shared_not_copied():
     copy = np.array(prog["Y"])
     copy[0, 0] = 7
     assert prog["Y"][0, 0] == 0
+
+
+def test_relations_out_as_frames_and_integer_arrays():
+    prog = tl.Program("Edge(1, 2). Edge(2, 3).\nPath(x, y) :- Edge(x, y).\n"
+                      "Path(x, z) :- Path(x, y), Edge(y, z).\nDeg[x] = Edge(x, y)\nName(1, Ann).\n")
+    prog.run()
+    t = prog.tuples("Path")
+    assert t.dtype == np.int64 and t.tolist() == [[1, 2], [1, 3], [2, 3]]
+    again = tl.Program("R(x, y) :- P(x, y).\n").bind("P", t)
+    again.run()
+    assert again.rows("R") == [(1, 2), (1, 3), (2, 3)]
+    with pytest.raises(TypeError):
+        prog.tuples("Name")
+    pd = pytest.importorskip("pandas")
+    f = prog.frame("Path", columns=["src", "dst"])
+    assert list(f.columns) == ["src", "dst"] and len(f) == 3
+    d = prog.frame("Deg")
+    assert list(d.columns) == ["c0", "value"]
