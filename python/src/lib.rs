@@ -2,7 +2,7 @@
 //! engine's [`Session`] and its results back. The Python package (`tensorlogic/`) wraps it
 //! for the conversions that are easier in Python (torch tensors, pandas frames).
 
-use numpy::ndarray::{ArrayViewD, Dimension, IxDyn};
+use numpy::ndarray::{ArrayViewD, IxDyn};
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -328,31 +328,9 @@ impl Program {
         let out = match shared {
             Some(buffer) => {
                 let owner = Bound::new(py, buffer)?;
-                let array = {
-                    let held = owner.get();
-                    let view = |n: usize| IxDyn(&shape).size() == n;
-                    match &held.0 {
-                        Buffer::F32(v) if view(v.len()) => {
-                            let a = ArrayViewD::from_shape(IxDyn(&shape), &v[..])
-                                .map_err(|e| TensorLogicError::new_err(e.to_string()))?;
-                            // SAFETY: `owner` holds the Arc of this buffer, which nothing
-                            // writes or frees while the array (its base object) lives.
-                            unsafe { PyArrayDyn::borrow_from_array(&a, owner.clone().into_any()) }
-                                .into_any()
-                        }
-                        Buffer::F64(v) if view(v.len()) => {
-                            let a = ArrayViewD::from_shape(IxDyn(&shape), &v[..])
-                                .map_err(|e| TensorLogicError::new_err(e.to_string()))?;
-                            // SAFETY: as above.
-                            unsafe { PyArrayDyn::borrow_from_array(&a, owner.clone().into_any()) }
-                                .into_any()
-                        }
-                        _ => {
-                            return Err(TensorLogicError::new_err(
-                                "a tensor's buffer does not fit its shape",
-                            ))
-                        }
-                    }
+                let array = match &owner.get().0 {
+                    Buffer::F32(v) => view(&owner, &v[..], &shape)?,
+                    Buffer::F64(v) => view(&owner, &v[..], &shape)?,
                 };
                 array.call_method1("setflags", (false,))?;
                 array
@@ -617,6 +595,20 @@ struct Shared(Buffer);
 enum Buffer {
     F32(Arc<Vec<f32>>),
     F64(Arc<Vec<f64>>),
+}
+
+/// A NumPy array of `shape` over `data`, a buffer that `owner` holds.
+fn view<'py, T: numpy::Element>(
+    owner: &Bound<'py, Shared>,
+    data: &[T],
+    shape: &[usize],
+) -> PyResult<Bound<'py, PyAny>> {
+    let a = ArrayViewD::from_shape(IxDyn(shape), data).map_err(|e| {
+        TensorLogicError::new_err(format!("a tensor's buffer does not fit its shape: {e}"))
+    })?;
+    // SAFETY: `owner` holds the Arc of this buffer, which nothing writes or frees while the
+    // array lives: `owner` is its base object.
+    Ok(unsafe { PyArrayDyn::borrow_from_array(&a, owner.clone().into_any()) }.into_any())
 }
 
 /// Registers Python elementwise functions, `{name: (f, df)}`, before a program that calls
