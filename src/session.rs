@@ -39,6 +39,9 @@ pub struct Session {
     base_dir: PathBuf,
     program: Program,
     bindings: BTreeMap<String, RawData>,
+    /// Dense tensors bound from memory, as given: a check reads them through `bindings`,
+    /// and the checked program then holds these buffers themselves where it can.
+    tensors: BTreeMap<String, Tensor>,
     parameters: BTreeMap<String, Tensor>,
     functions: BTreeMap<String, UserFunction>,
     checked: Option<Checked>,
@@ -144,14 +147,8 @@ impl Session {
             }
             None => self.stale = true,
         }
-        self.bindings.insert(
-            name.to_string(),
-            RawData::Dense {
-                shape: tensor.shape.clone(),
-                values: tensor.to_dense_values(),
-                elem: tensor.elem,
-            },
-        );
+        // Kept as it is (a lent buffer stays lent); a check copies it into its data.
+        self.tensors.insert(name.to_string(), tensor.clone());
     }
 
     /// Binds a relation (or a valued tensor, with a final value field) from rows of fields, as
@@ -162,27 +159,13 @@ impl Session {
         for (i, r) in rows.iter().enumerate() {
             table.push(i + 1, r);
         }
+        self.tensors.remove(name);
         self.bindings
             .insert(name.to_string(), RawData::Table(table));
     }
 
-    /// The id of tensor `name` when `tensor` can replace its data without checking the
-    /// program again: a dense real tensor of the same shape and storage type, in a program
-    /// without string calls or computed values (whose tables data feeds).
     fn same_form(&self, name: &str, tensor: &Tensor) -> Option<usize> {
-        let checked = self.checked.as_ref()?;
-        let t = checked.tensor_id(name)?;
-        let info = &checked.tensors[t];
-        let old = checked.data[t].as_ref()?;
-        let dense = |x: &Tensor| matches!(x.storage, crate::tensor::Storage::Dense(_));
-        let fits = checked.strings.is_empty()
-            && info.kind == semantics::Kind::Real
-            && dense(old)
-            && dense(tensor)
-            && old.shape == tensor.shape
-            && info.shape == tensor.shape
-            && info.elem == tensor.elem;
-        fits.then_some(t)
+        same_form(self.checked.as_ref()?, name, tensor)
     }
 
     /// Takes parameter values from a checkpoint (§12): entries named like a parameter replace
@@ -293,6 +276,14 @@ impl Session {
         self.stale = false;
         self.rebound.clear();
         self.checked_with = Some(options.settings.clone());
+        for (name, tensor) in &self.tensors {
+            let raw = RawData::Dense {
+                shape: tensor.shape.clone(),
+                values: tensor.to_dense_values(),
+                elem: tensor.elem,
+            };
+            self.bindings.insert(name.clone(), raw);
+        }
         let eval = eval_options(options, &self.functions);
         let mut tables = semantics::StringTables::default();
         let mut round = 0;
@@ -320,6 +311,12 @@ impl Session {
             .into_iter()
             .map(|w| w.located(&self.file_name, &self.source))
             .collect();
+        // The program reads bound buffers themselves (a lent one in place), not copies.
+        for (name, tensor) in &self.tensors {
+            if let Some(t) = same_form(&checked, name, tensor) {
+                checked.data[t] = Some(tensor.clone());
+            }
+        }
         self.plan = Some(crate::plan::plan(&checked));
         Ok(self.checked.insert(checked))
     }
@@ -604,6 +601,24 @@ fn rows_matching(
             (cells, (!boolean).then_some(v))
         })
         .collect()
+}
+
+/// The id of tensor `name` when `tensor` can replace its data without checking the program
+/// again: a dense real tensor of the same shape and storage type, in a program without
+/// string calls or computed values (whose tables data feeds).
+fn same_form(checked: &Checked, name: &str, tensor: &Tensor) -> Option<usize> {
+    let t = checked.tensor_id(name)?;
+    let info = &checked.tensors[t];
+    let old = checked.data[t].as_ref()?;
+    let dense = |x: &Tensor| matches!(x.storage, crate::tensor::Storage::Dense(_));
+    let fits = checked.strings.is_empty()
+        && info.kind == semantics::Kind::Real
+        && dense(old)
+        && dense(tensor)
+        && old.shape == tensor.shape
+        && info.shape == tensor.shape
+        && info.elem == tensor.elem;
+    fits.then_some(t)
 }
 
 fn not_checked() -> Diagnostic {

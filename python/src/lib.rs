@@ -11,7 +11,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tensor_logic::tensor::{Dense, Storage};
+use tensor_logic::tensor::{Buf, Dense, Storage};
 use tensor_logic::{Cell, Diagnostics, ElemType, RunOptions, Session, Severity, Tensor};
 
 create_exception!(
@@ -200,33 +200,43 @@ impl Program {
         })
     }
 
-    /// Binds a dense tensor from a NumPy array (float32 and float64 keep their type;
-    /// integers and Booleans are stored as f64). The values are copied.
+    /// Binds a dense tensor from a NumPy array. A C-contiguous float32 or float64 array is
+    /// not copied: the engine reads its memory (until it is bound again), so it must not be
+    /// written while a run is in progress. Other arrays are copied, integers and Booleans
+    /// as float64.
     fn bind_array(&mut self, name: &str, array: &Bound<'_, PyAny>) -> PyResult<()> {
-        let (elem, shape, values) = if let Ok(a) = array.cast::<PyArrayDyn<f32>>() {
-            let v = a.readonly();
-            let values: Vec<f64> = v.as_array().iter().map(|&x| f64::from(x)).collect();
-            (ElemType::F32, a.shape().to_vec(), values)
+        let tensor = if let Ok(a) = array.cast::<PyArrayDyn<f32>>() {
+            match lend(a)? {
+                Some(l) => lent_tensor(ElemType::F32, a.shape(), Dense::lent_f32(l))?,
+                None => {
+                    let v = a.readonly();
+                    let values = v.as_array().iter().map(|&x| f64::from(x)).collect();
+                    dense(ElemType::F32, a.shape(), values)?
+                }
+            }
         } else if let Ok(a) = array.cast::<PyArrayDyn<f64>>() {
-            let v = a.readonly();
-            (
-                ElemType::F64,
-                a.shape().to_vec(),
-                v.as_array().iter().copied().collect(),
-            )
+            match lend(a)? {
+                Some(l) => lent_tensor(ElemType::F64, a.shape(), Dense::lent_f64(l))?,
+                None => {
+                    let v = a.readonly();
+                    dense(
+                        ElemType::F64,
+                        a.shape(),
+                        v.as_array().iter().copied().collect(),
+                    )?
+                }
+            }
         } else {
             let np = array.py().import("numpy")?;
             let as_f64 = np.call_method1("asarray", (array, "float64"))?;
             let a = as_f64.cast::<PyArrayDyn<f64>>()?;
             let v = a.readonly();
-            (
+            dense(
                 ElemType::F64,
-                a.shape().to_vec(),
+                a.shape(),
                 v.as_array().iter().copied().collect(),
-            )
+            )?
         };
-        let tensor =
-            Tensor::dense(elem, shape, values).map_err(pyo3::exceptions::PyValueError::new_err)?;
         self.session.bind(name, &tensor);
         Ok(())
     }
@@ -587,14 +597,65 @@ impl Program {
     }
 }
 
+/// A NumPy array's memory lent to the engine, which reads it in place.
+struct Borrowed<T: numpy::Element> {
+    /// Keeps the array, hence its memory, alive.
+    _array: Py<PyArrayDyn<T>>,
+    data: *const T,
+    len: usize,
+}
+
+// SAFETY: the pointer is into memory the held array owns; it is only ever read, from any
+// thread, and the array cannot be resized or freed while it is held.
+unsafe impl<T: numpy::Element> Send for Borrowed<T> {}
+// SAFETY: as for `Send`: shared reads only.
+unsafe impl<T: numpy::Element> Sync for Borrowed<T> {}
+
+impl<T: numpy::Element> AsRef<[T]> for Borrowed<T> {
+    fn as_ref(&self) -> &[T] {
+        // SAFETY: `data` points at `len` initialised, aligned elements of the held,
+        // C-contiguous array (checked in `lend`), alive as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.data, self.len) }
+    }
+}
+
+/// `a`'s memory to lend to the engine, when it can be read in place: C-contiguous,
+/// aligned, not empty.
+fn lend<T: numpy::Element + Send + Sync + 'static>(
+    a: &Bound<'_, PyArrayDyn<T>>,
+) -> PyResult<Option<Arc<dyn AsRef<[T]> + Send + Sync>>> {
+    let aligned: bool = a.getattr("flags")?.getattr("aligned")?.extract()?;
+    if !a.is_c_contiguous() || !aligned || a.len() == 0 {
+        return Ok(None);
+    }
+    let borrowed = Borrowed {
+        _array: a.clone().unbind(),
+        data: a.data() as *const T,
+        len: a.len(),
+    };
+    Ok(Some(Arc::new(borrowed)))
+}
+
+fn lent_tensor(elem: ElemType, shape: &[usize], storage: Dense) -> PyResult<Tensor> {
+    Ok(Tensor {
+        elem,
+        shape: shape.to_vec(),
+        storage: Storage::Dense(storage),
+    })
+}
+
+fn dense(elem: ElemType, shape: &[usize], values: Vec<f64>) -> PyResult<Tensor> {
+    Tensor::dense(elem, shape.to_vec(), values).map_err(pyo3::exceptions::PyValueError::new_err)
+}
+
 /// An engine buffer that NumPy arrays view, kept alive as their base object.
 #[pyclass(module = "tensorlogic._native", frozen)]
 struct Shared(Buffer);
 
 /// The buffer of a [`Shared`].
 enum Buffer {
-    F32(Arc<Vec<f32>>),
-    F64(Arc<Vec<f64>>),
+    F32(Arc<Buf<f32>>),
+    F64(Arc<Buf<f64>>),
 }
 
 /// A NumPy array of `shape` over `data`, a buffer that `owner` holds.

@@ -286,3 +286,26 @@ def test_relations_out_as_frames_and_integer_arrays():
     assert list(f.columns) == ["src", "dst"] and len(f) == 3
     d = prog.frame("Deg")
     assert list(d.columns) == ["c0", "value"]
+
+
+def test_contiguous_float_arrays_are_read_in_place():
+    prog = tl.Program("X : real[2, 2]\nY[i] = X[i, j]\n")
+    x = np.array([[1, 2], [3, 4]], dtype=np.float32)
+    prog.bind("X", x)
+    prog.run()
+    assert prog["Y"].tolist() == [3.0, 7.0]
+    # The engine reads x's own memory: its buffer is the array itself, not a copy.
+    x_view = prog._native.array("X")
+    assert np.shares_memory(x_view, x)
+    # New values of the same shape: bound in place again, with no check and no copy.
+    x2 = np.array([[0, 1], [0, 1]], dtype=np.float32)
+    prog.bind("X", x2)
+    prog.run()
+    assert prog["Y"].tolist() == [1.0, 1.0]
+    assert np.shares_memory(prog._native.array("X"), x2)
+    # A strided view is copied, and still gives the right answer.
+    wide = np.arange(8, dtype=np.float32).reshape(2, 4)[:, ::2]
+    prog.bind("X", wide)
+    prog.run()
+    assert prog["Y"].tolist() == [2.0, 10.0]
+    assert not np.shares_memory(prog._native.array("X"), wide)

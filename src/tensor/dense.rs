@@ -12,17 +12,73 @@ use std::sync::Arc;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Dense {
     /// `f64`, `int` (exact to 2⁵³) and dense Booleans.
-    F64(Arc<Vec<f64>>),
+    F64(Arc<Buf<f64>>),
     /// `f32`.
-    F32(Arc<Vec<f32>>),
+    F32(Arc<Buf<f32>>),
     /// `bf16`.
-    BF16(Arc<Vec<bf16>>),
+    BF16(Arc<Buf<bf16>>),
     /// `f16`.
-    F16(Arc<Vec<f16>>),
+    F16(Arc<Buf<f16>>),
     /// `fp8` (E4M3FN bit patterns).
-    FP8(Arc<Vec<u8>>),
+    FP8(Arc<Buf<u8>>),
     /// `i8`.
-    I8(Arc<Vec<i8>>),
+    I8(Arc<Buf<i8>>),
+}
+
+/// Memory another owner lends a tensor (a NumPy array bound from Python): read in place,
+/// copied the first time the tensor is written.
+pub type Lent<T> = Arc<dyn AsRef<[T]> + Send + Sync>;
+
+/// The elements of a [`Dense`] buffer: the engine's own, or lent (then `owned` is empty).
+#[derive(Clone)]
+pub struct Buf<T> {
+    owned: Vec<T>,
+    lent: Option<Lent<T>>,
+}
+
+impl<T> std::ops::Deref for Buf<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match &self.lent {
+            Some(l) => (**l).as_ref(),
+            None => &self.owned,
+        }
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for Buf<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<T: PartialEq> PartialEq for Buf<T> {
+    fn eq(&self, other: &Buf<T>) -> bool {
+        **self == **other
+    }
+}
+
+/// The buffer of `d` to write: copied first if another tensor shares it or it is lent.
+fn owned<T: Clone>(d: &mut Arc<Buf<T>>) -> &mut Vec<T> {
+    let b = Arc::make_mut(d);
+    if let Some(l) = b.lent.take() {
+        b.owned = (*l).as_ref().to_vec();
+    }
+    &mut b.owned
+}
+
+fn own<T>(v: Vec<T>) -> Arc<Buf<T>> {
+    Arc::new(Buf {
+        owned: v,
+        lent: None,
+    })
+}
+
+fn lent<T>(l: Lent<T>) -> Arc<Buf<T>> {
+    Arc::new(Buf {
+        owned: Vec::new(),
+        lent: Some(l),
+    })
 }
 
 /// What [`Dense::add_each`] calls: it hands each (offset, value) pair to the function it
@@ -59,42 +115,46 @@ impl Dense {
     /// `n` zeros of type `elem`.
     pub fn zeros(elem: ElemType, n: usize) -> Dense {
         match elem {
-            ElemType::F32 => Dense::F32(Arc::new(vec![0.0; n])),
-            ElemType::BF16 => Dense::BF16(Arc::new(vec![bf16::ZERO; n])),
-            ElemType::F16 => Dense::F16(Arc::new(vec![f16::ZERO; n])),
-            ElemType::FP8 => Dense::FP8(Arc::new(vec![0; n])),
-            ElemType::I8 => Dense::I8(Arc::new(vec![0; n])),
-            ElemType::F64 | ElemType::Int | ElemType::Bool => Dense::F64(Arc::new(vec![0.0; n])),
+            ElemType::F32 => Dense::F32(own(vec![0.0; n])),
+            ElemType::BF16 => Dense::BF16(own(vec![bf16::ZERO; n])),
+            ElemType::F16 => Dense::F16(own(vec![f16::ZERO; n])),
+            ElemType::FP8 => Dense::FP8(own(vec![0; n])),
+            ElemType::I8 => Dense::I8(own(vec![0; n])),
+            ElemType::F64 | ElemType::Int | ElemType::Bool => Dense::F64(own(vec![0.0; n])),
         }
     }
 
     /// `values` rounded to `elem` and stored in its buffer.
     pub fn from_f64(elem: ElemType, mut values: Vec<f64>) -> Dense {
         match elem {
-            ElemType::F32 => Dense::F32(Arc::new(values.iter().map(|&v| v as f32).collect())),
-            ElemType::BF16 => Dense::BF16(Arc::new(
-                values.iter().map(|&v| bf16::from_f64(v)).collect(),
-            )),
-            ElemType::F16 => {
-                Dense::F16(Arc::new(values.iter().map(|&v| f16::from_f64(v)).collect()))
-            }
-            ElemType::FP8 => Dense::FP8(Arc::new(values.iter().map(|&v| fp8_encode(v)).collect())),
-            ElemType::I8 => Dense::I8(Arc::new(
-                values
-                    .iter()
-                    .map(|&v| ElemType::I8.round(v) as i8)
-                    .collect(),
-            )),
+            ElemType::F32 => Dense::F32(own(values.iter().map(|&v| v as f32).collect())),
+            ElemType::BF16 => Dense::BF16(own(values.iter().map(|&v| bf16::from_f64(v)).collect())),
+            ElemType::F16 => Dense::F16(own(values.iter().map(|&v| f16::from_f64(v)).collect())),
+            ElemType::FP8 => Dense::FP8(own(values.iter().map(|&v| fp8_encode(v)).collect())),
+            ElemType::I8 => Dense::I8(own(values
+                .iter()
+                .map(|&v| ElemType::I8.round(v) as i8)
+                .collect())),
             ElemType::F64 | ElemType::Int | ElemType::Bool => {
                 elem.round_all(&mut values);
-                Dense::F64(Arc::new(values))
+                Dense::F64(own(values))
             }
         }
     }
 
     /// f32 values kept as they are (they are exact as f32).
     pub fn from_f32(values: Vec<f32>) -> Dense {
-        Dense::F32(Arc::new(values))
+        Dense::F32(own(values))
+    }
+
+    /// f32 values read in place from memory another owner lends.
+    pub fn lent_f32(values: Lent<f32>) -> Dense {
+        Dense::F32(lent(values))
+    }
+
+    /// f64 values read in place from memory another owner lends.
+    pub fn lent_f64(values: Lent<f64>) -> Dense {
+        Dense::F64(lent(values))
     }
 
     /// Number of elements.
@@ -148,12 +208,12 @@ impl Dense {
     /// its element was (offsets past the end are ignored).
     pub fn add_each(&mut self, each: &mut Writes) -> Option<f64> {
         fn run<T: Clone>(
-            d: &mut Arc<Vec<T>>,
+            d: &mut Arc<Buf<T>>,
             each: &mut Writes,
             read: impl Fn(&T) -> f64,
             write: impl Fn(f64) -> T,
         ) -> Option<f64> {
-            let d = Arc::make_mut(d);
+            let d = owned(d);
             let mut bad = None;
             each(&mut |i, v| {
                 if let Some(x) = d.get_mut(i) {
@@ -183,12 +243,12 @@ impl Dense {
     /// Runs past the end are cut.
     pub fn add_runs(&mut self, runs: &mut RunWrites) -> Option<f64> {
         fn run<T: Clone>(
-            d: &mut Arc<Vec<T>>,
+            d: &mut Arc<Buf<T>>,
             runs: &mut RunWrites,
             read: impl Fn(&T) -> f64,
             write: impl Fn(f64) -> T,
         ) -> Option<f64> {
-            let d = Arc::make_mut(d);
+            let d = owned(d);
             let mut bad = None;
             runs(&mut |at, values| {
                 let Some(dst) = d.get_mut(at..) else {
@@ -239,7 +299,7 @@ impl Dense {
     /// Every element as f64: borrowed from an f64 buffer, converted from the others.
     pub fn to_f64(&self) -> Cow<'_, [f64]> {
         match self {
-            Dense::F64(v) => Cow::Borrowed(v.as_slice()),
+            Dense::F64(v) => Cow::Borrowed(&v[..]),
             Dense::F32(v) => Cow::Owned(v.iter().map(|&x| f64::from(x)).collect()),
             other => Cow::Owned((0..other.len()).filter_map(|i| other.get(i)).collect()),
         }
@@ -248,7 +308,7 @@ impl Dense {
     /// Every element as f32: borrowed from an f32 buffer, rounded from the others.
     pub fn to_f32(&self) -> Cow<'_, [f32]> {
         match self {
-            Dense::F32(v) => Cow::Borrowed(v.as_slice()),
+            Dense::F32(v) => Cow::Borrowed(&v[..]),
             Dense::F64(v) => Cow::Owned(v.iter().map(|&x| x as f32).collect()),
             other => Cow::Owned(
                 (0..other.len())
@@ -262,8 +322,8 @@ impl Dense {
 
 /// Writes one element, copying the buffer first if another tensor shares it.
 #[inline]
-fn set_in<T: Clone>(d: &mut Arc<Vec<T>>, i: usize, v: T) {
-    if let Some(slot) = Arc::make_mut(d).get_mut(i) {
+fn set_in<T: Clone>(d: &mut Arc<Buf<T>>, i: usize, v: T) {
+    if let Some(slot) = owned(d).get_mut(i) {
         *slot = v;
     }
 }

@@ -7,7 +7,7 @@
 mod dense;
 mod sparse;
 
-pub use dense::{fp8_decode, fp8_encode, Dense, Run};
+pub use dense::{fp8_decode, fp8_encode, Buf, Dense, Lent, Run};
 pub use sparse::Sparse;
 
 /// Largest extent of an axis: positions are stored as `u32` in sparse tensors.
