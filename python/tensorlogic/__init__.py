@@ -210,3 +210,38 @@ class Program:
     def _repr_html_(self) -> str:
         import html
         return "<pre>" + html.escape(self.explain()) + "</pre>"
+
+
+def _diagnostics_html(err: TensorLogicError) -> str:
+    """A program's errors as HTML: one block per diagnostic, its code and place first."""
+    import html
+    rows = []
+    for d in getattr(err, "diagnostics", []) or []:
+        where = ""
+        if d.get("file"):
+            where = f"{d['file']}:{d.get('line')}:{d.get('column')}"
+        rows.append(
+            f"<div><b style='color:#b00'>{html.escape(str(d.get('code')))}</b> "
+            f"{html.escape(str(d.get('message')))} <i>{html.escape(where)}</i></div>")
+    rendered = html.escape(getattr(err, "rendered", "") or str(err))
+    return "".join(rows) + f"<pre>{rendered}</pre>"
+
+
+def _show_in_notebooks() -> None:
+    """In IPython (a notebook), show a program's errors as HTML rather than a traceback."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+
+    def handler(shell, etype, value, tb, tb_offset=None):
+        from IPython.display import HTML, display
+        display(HTML(_diagnostics_html(value)))
+
+    shell.set_custom_exc((TensorLogicError,), handler)
+
+
+_show_in_notebooks()

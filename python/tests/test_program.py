@@ -309,3 +309,10 @@ def test_contiguous_float_arrays_are_read_in_place():
     prog.run()
     assert prog["Y"].tolist() == [2.0, 10.0]
     assert not np.shares_memory(prog._native.array("X"), wide)
+
+
+def test_errors_render_as_html_for_notebooks():
+    with pytest.raises(tl.TensorLogicError) as e:
+        tl.Program("A(x) :- B(x).\n", name="n.tl").run()
+    page = tl._diagnostics_html(e.value)
+    assert "E0101" in page and "n.tl:1:" in page and "<pre>" in page
