@@ -384,15 +384,10 @@ impl Builder<'_, '_> {
         }
     }
 
-    fn holds_reals(&mut self, var: &str) -> bool {
-        let d = self.ctx.var_domain(self.stmt, var);
-        self.ctx.domains[d].real
-    }
-
     fn arith(&mut self, idx: &Index) -> Option<IndexFn> {
         match idx {
             Index::Name(n) => match self.ctx.index_name(&n.text) {
-                IndexName::Var if self.holds_reals(&n.text) => {
+                IndexName::Var if self.ctx.holds_reals(self.stmt, &n.text) => {
                     self.error(
                         Diagnostic::error(
                             codes::TYPE,

@@ -94,9 +94,7 @@ impl Ctx<'_> {
             }
         }
     }
-}
 
-impl Ctx<'_> {
     /// Finds the values rules compute into columns: index arithmetic over a real column in
     /// a head or an atom (`Double(x, p * 2)`, which a binding `d = p * 2` became), and a
     /// binding `v = e` of a variable no positive atom binds to a value that need not be an
@@ -183,10 +181,9 @@ impl Ctx<'_> {
         }
     }
 
-    fn holds_reals(&mut self, stmt: usize, var: &str) -> bool {
-        if !self.var_nodes.contains_key(&(stmt, var.to_string())) {
-            return false;
-        }
+    /// Whether variable `var` of statement `stmt` ranges over a domain of numbered values
+    /// (an unknown variable is in the integer domain 0).
+    pub(super) fn holds_reals(&mut self, stmt: usize, var: &str) -> bool {
         let d = self.var_domain(stmt, var);
         self.domains[d].real
     }
