@@ -64,6 +64,9 @@ pub mod codes {
     pub const UNBOUNDED_GROWTH: &str = "E0402";
     /// Evaluation ended early: `--timeout` ran out, or it was interrupted (Ctrl-C).
     pub const STOPPED: &str = "E0403";
+    /// The differential dataflow failed: a worker stopped, or a peer process could not be
+    /// reached or ended mid-run.
+    pub const DATAFLOW: &str = "E0404";
     /// A file could not be read or written.
     pub const FILE: &str = "E0501";
     /// A file row does not fit the tensor.

@@ -2,17 +2,19 @@
 //! and the index each atom is looked up by, the variable order of a worst-case-optimal join
 //! for a cyclic body, and whether bit matrices may take over), by semi-naive `min=`/`max=`
 //! joins, by contraction trees for dense equations (order and FLOPs), or by the reference
-//! loops (with the size of each iteration space) — so a user can see why a program is fast
+//! loops (with the size of each iteration space); with `--engine differential`, the dataflow
+//! (arrangements and each rule's operators) — so a user can see why a program is fast
 //! or slow. It prints the plan `plan::plan` makes, which is the one evaluation follows.
 
 use crate::output::label;
 use crate::plan::datalog::{
     join_order, keys_within, variable_order, Atom, JoinStats, JoinStep, LetValue, Rule, Term,
 };
+use crate::plan::dataflow::{Arrangement, ArrangementId, DataflowPlan, FlowRule, Placement};
 use crate::plan::einsum::{Contraction, Expr, Path};
 use crate::plan::nest::{Level, Position, Scope, Value};
 use crate::plan::{Kernel, Plan};
-use crate::semantics::{Checked, Equation, Family, Stratum, TensorId};
+use crate::semantics::{Checked, Equation, Family, Stratum, TensorId, VarId};
 use crate::tensor::Storage;
 use std::fmt::Write;
 
@@ -637,4 +639,131 @@ mod tests {
             "{text}"
         );
     }
+}
+
+/// The dataflow as `tl explain --engine differential` prints it.
+pub fn explain_dataflow(p: &Checked, d: &DataflowPlan, source: &str) -> String {
+    let mut out = String::new();
+    let names = |ts: &[TensorId]| {
+        let n: Vec<&str> = ts.iter().map(|&t| p.tensors[t].name.as_str()).collect();
+        n.join(", ")
+    };
+    let _ = writeln!(out, "differential dataflow (timely + differential-dataflow)");
+    let _ = writeln!(out, "  inputs: {}", or_none(names(&d.inputs)));
+    for (i, (st, place)) in p.strata.iter().zip(&d.placement).enumerate() {
+        if st.equations.is_empty() {
+            continue;
+        }
+        let where_ = match place {
+            Placement::Before => "standard engine, before the dataflow".to_string(),
+            Placement::After(why) => format!("standard engine, after the dataflow: {why}"),
+            Placement::Flow => continue,
+        };
+        let _ = writeln!(out, "stratum {}: {} ({where_})", i + 1, names(&st.tensors));
+    }
+    for fs in &d.strata {
+        let what = match (fs.recursive, fs.counts) {
+            (true, _) => "iterate: a fixpoint scope of its own",
+            (false, true) => "count per head",
+            (false, false) => "distinct",
+        };
+        let _ = writeln!(
+            out,
+            "stratum {}: {} ({what})",
+            fs.stratum + 1,
+            names(&fs.tensors)
+        );
+        for (k, a) in fs.arrangements.iter().enumerate() {
+            let shared = fs
+                .rules
+                .iter()
+                .filter(|r| uses(r, ArrangementId(k)))
+                .count();
+            let _ = writeln!(
+                out,
+                "  arrangement a{k}: {}{}",
+                arrangement_text(p, a),
+                match shared {
+                    0 | 1 => String::new(),
+                    n => format!(" (shared by {n} rules)"),
+                }
+            );
+        }
+        for r in &fs.rules {
+            let eq = &p.equations[r.rule.equation];
+            let var = |v: &VarId| {
+                eq.vars
+                    .get(*v)
+                    .map_or_else(|| format!("_{v}"), |i| i.name.clone())
+            };
+            let vs = |vs: &[VarId]| vs.iter().map(var).collect::<Vec<_>>().join(", ");
+            let head = names(&[r.rule.head]);
+            let mut ops = vec![format!("a{} ({})", r.first.0, vs(&r.first_env))];
+            for j in &r.joins {
+                ops.push(format!(
+                    "join a{} on ({}) → ({})",
+                    j.arrangement.0,
+                    vs(&j.key),
+                    vs(&j.env)
+                ));
+            }
+            let r0 = &r.rule;
+            if !r0.filters.is_empty() || !r0.checks.is_empty() || !r0.lets.is_empty() {
+                ops.push(format!(
+                    "filter ({} comparisons, {} value checks, {} computed positions)",
+                    r0.filters.len(),
+                    r0.checks.len(),
+                    r0.lets.len()
+                ));
+            }
+            for a in &r.antijoins {
+                ops.push(format!("antijoin a{}", a.arrangement.0));
+            }
+            ops.push(format!("map to {head}"));
+            let _ = writeln!(out, "  {}", statement(eq, source));
+            let _ = writeln!(out, "    {}", ops.join(" → "));
+        }
+    }
+    out
+}
+
+fn or_none(s: String) -> String {
+    match s.is_empty() {
+        true => "none".into(),
+        false => s,
+    }
+}
+
+fn uses(r: &FlowRule, a: ArrangementId) -> bool {
+    r.first == a
+        || r.joins.iter().any(|j| j.arrangement == a)
+        || r.antijoins.iter().any(|j| j.arrangement == a)
+}
+
+fn arrangement_text(p: &Checked, a: &Arrangement) -> String {
+    let mut s = format!("{} by column", p.tensors[a.tensor].name);
+    let cols = |cs: &[usize]| {
+        cs.iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match a.key.len() {
+        0 => s = format!("{} (no key)", p.tensors[a.tensor].name),
+        1 => s.push_str(&format!(" {}", cols(&a.key))),
+        _ => s.push_str(&format!("s ({})", cols(&a.key))),
+    }
+    if !a.value.is_empty() {
+        s.push_str(&format!(", keeping ({})", cols(&a.value)));
+    }
+    for (c, k) in &a.consts {
+        s.push_str(&format!(", column {c} = {k}"));
+    }
+    for (x, y) in &a.equal {
+        s.push_str(&format!(", column {x} = column {y}"));
+    }
+    if a.distinct {
+        s.push_str(", distinct");
+    }
+    s
 }

@@ -338,6 +338,14 @@ impl Session {
         Some(crate::explain::explain(checked, plan, &self.source))
     }
 
+    /// The differential dataflow of the last check (`tl explain --engine differential`):
+    /// where each stratum runs, the arrangements, and each rule's operators.
+    pub fn explain_dataflow(&self) -> Option<String> {
+        let (checked, plan) = (self.checked.as_ref()?, self.plan.as_ref()?);
+        let flow = crate::plan::dataflow::plan_dataflow(checked, plan);
+        Some(crate::explain::explain_dataflow(checked, &flow, &self.source))
+    }
+
     /// How the last run evaluated each stratum: the kernel that ran, and why the reference
     /// loops did where they did.
     pub fn decisions(&self) -> &[crate::eval::Decision] {

@@ -4,6 +4,7 @@
 
 mod accumulate;
 pub(crate) mod dense;
+mod differential;
 mod extreme;
 mod fixpoint;
 mod initial;
@@ -22,6 +23,7 @@ use crate::tensor::Tensor;
 use std::collections::BTreeMap;
 
 pub use dense::KeptTerms;
+pub use differential::{Cluster, Differential, Processes};
 pub(crate) use reference::{assignments, points, Cx};
 pub use reference::{Record, Reference};
 pub use standard::{evaluate_recorded, Standard, StratumRecord};
@@ -77,6 +79,8 @@ pub enum Ran {
     Nest,
     /// The reference evaluator's loops.
     Reference,
+    /// In the differential dataflow.
+    Differential,
     /// Not evaluated (not needed for the query or the loss).
     Skipped,
 }

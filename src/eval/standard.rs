@@ -144,12 +144,13 @@ pub fn evaluate_recorded(
     Ok((state.finish().values, records))
 }
 
-/// The values as evaluation proceeds, and the log.
-struct State<'a> {
+/// The values as evaluation proceeds, and the log (also driven stratum by stratum by the
+/// differential engine, for the strata outside its dataflow).
+pub(super) struct State<'a> {
     p: &'a Checked,
     plan: &'a Plan,
     o: &'a EvalOptions,
-    values: Vec<Tensor>,
+    pub(super) values: Vec<Tensor>,
     /// Dense tensors without data whose zeros have not been made: a dense stratum defines
     /// them whole without reading them, so zeros are made only where another kernel needs
     /// them (clearing a large buffer every evaluation costs as much as a layer).
@@ -159,7 +160,11 @@ struct State<'a> {
 }
 
 impl<'a> State<'a> {
-    fn new(p: &'a Checked, plan: &'a Plan, o: &'a EvalOptions) -> Result<State<'a>, Diagnostics> {
+    pub(super) fn new(
+        p: &'a Checked,
+        plan: &'a Plan,
+        o: &'a EvalOptions,
+    ) -> Result<State<'a>, Diagnostics> {
         super::functions_registered(p, o)?;
         let pending = pending(p, plan);
         let mut values = Vec::with_capacity(p.tensors.len());
@@ -203,7 +208,7 @@ impl<'a> State<'a> {
         })
     }
 
-    fn log(&mut self, stratum: usize, ran: Ran, reason: Option<String>) {
+    pub(super) fn log(&mut self, stratum: usize, ran: Ran, reason: Option<String>) {
         self.log.push(Decision {
             stratum,
             ran,
@@ -211,8 +216,13 @@ impl<'a> State<'a> {
         });
     }
 
+    /// The decision logged last.
+    pub(super) fn last_decision(&mut self) -> Option<&mut Decision> {
+        self.log.last_mut()
+    }
+
     /// Gives the still pending tensors of `tensors` their zeros.
-    fn fill_pending(&mut self, tensors: &[usize]) {
+    pub(super) fn fill_pending(&mut self, tensors: &[usize]) {
         for &t in tensors {
             if let Some(flag @ true) = self.pending.get_mut(t) {
                 *flag = false;
@@ -223,7 +233,7 @@ impl<'a> State<'a> {
     }
 
     /// The values, every pending tensor given its zeros, and the log.
-    fn finish(mut self) -> Evaluation {
+    pub(super) fn finish(mut self) -> Evaluation {
         let all: Vec<usize> = (0..self.p.tensors.len()).collect();
         self.fill_pending(&all);
         Evaluation {
@@ -233,7 +243,7 @@ impl<'a> State<'a> {
     }
 
     /// Evaluates stratum `i` on its planned kernel.
-    fn stratum(&mut self, i: usize, st: &Stratum) -> Result<(), Diagnostics> {
+    pub(super) fn stratum(&mut self, i: usize, st: &Stratum) -> Result<(), Diagnostics> {
         let (p, o) = (self.p, self.o);
         super::stop::check(p, st, &o.stop)?;
         let pool = self.pool.clone();

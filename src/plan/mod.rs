@@ -20,6 +20,7 @@
 
 pub mod chains;
 pub mod constants;
+pub mod dataflow;
 pub mod datalog;
 pub mod demand;
 pub mod einsum;

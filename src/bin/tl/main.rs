@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use tensor_logic::eval::{Engine, Reference, Standard};
+use tensor_logic::eval::{Cluster, Differential, Engine, Processes, Reference, Standard};
 use tensor_logic::{ElemType, RunOptions, Session, Settings};
 
 #[derive(Parser)]
@@ -136,10 +136,44 @@ struct Common {
     /// Print nothing but answers and errors.
     #[arg(long)]
     quiet: bool,
-    /// Evaluator: `standard` (semi-naive joins for Datalog, loops otherwise) or `reference`
-    /// (the oracle: loops everywhere).
-    #[arg(long, default_value = "standard", value_parser = ["standard", "reference"])]
+    /// Evaluator: `standard` (semi-naive joins for Datalog, loops otherwise), `reference`
+    /// (the oracle: loops everywhere) or `differential` (Datalog strata as a timely +
+    /// differential dataflow, the rest on the standard engine).
+    #[arg(long, default_value = "standard", value_parser = ["standard", "reference", "differential"])]
     engine: String,
+    /// Differential dataflow workers per process (default: `--threads`).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    workers: Option<u32>,
+    /// Differential dataflow processes taking part (one per machine), with `--process`
+    /// and `--hosts`.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    processes: u32,
+    /// This process's index, 0 to `--processes` − 1; process 0 prints the answers and
+    /// writes the files.
+    #[arg(long, default_value_t = 0)]
+    process: u32,
+    /// A file with one `host:port` per line, one line per process in index order.
+    #[arg(long, value_name = "FILE")]
+    hosts: Option<PathBuf>,
+}
+
+/// The `host:port` lines of a hosts file; blank lines and `#` comments are skipped.
+fn parse_hosts(text: &str) -> Result<Vec<String>, String> {
+    let mut hosts = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let ok = line
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+        if !ok {
+            return Err(format!("line {}: `{line}` is not `host:port`", n + 1));
+        }
+        hosts.push(line.to_string());
+    }
+    Ok(hosts)
 }
 
 fn parse_set(s: &str) -> Result<(String, f64), String> {
@@ -208,12 +242,57 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
 }
 
 impl Common {
-    fn engine(&self) -> &'static dyn Engine {
-        if self.engine == "reference" {
-            &Reference
-        } else {
-            &Standard
+    fn engine(&self) -> Box<dyn Engine> {
+        match self.engine.as_str() {
+            "reference" => Box::new(Reference),
+            "differential" => Box::new(Differential {
+                cluster: self.cluster().unwrap_or_default(),
+            }),
+            _ => Box::new(Standard),
         }
+    }
+
+    /// Where the differential engine's workers run; an error for a wrong combination of
+    /// `--processes`, `--process` and `--hosts`.
+    fn cluster(&self) -> Result<Cluster, String> {
+        let workers = self.workers.unwrap_or(self.threads) as usize;
+        let (n, i) = (self.processes as usize, self.process as usize);
+        if self.engine != "differential" && (n > 1 || self.hosts.is_some() || self.workers.is_some()) {
+            return Err("`--workers`, `--processes` and `--hosts` need `--engine differential`\n".into());
+        }
+        if i >= n {
+            return Err(format!("`--process {i}` is not below `--processes {n}`\n"));
+        }
+        if n == 1 {
+            return Ok(Cluster { workers, processes: None });
+        }
+        let Some(file) = &self.hosts else {
+            return Err(format!("`--processes {n}` needs `--hosts FILE` (one `host:port` per process)\n"));
+        };
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| format!("cannot read the hosts file {}: {e}\n", file.display()))?;
+        let hosts = parse_hosts(&text)
+            .map_err(|e| format!("{}: {e}\n", file.display()))?;
+        if hosts.len() < n {
+            return Err(format!(
+                "{}: {} host{} for `--processes {n}`\n",
+                file.display(),
+                hosts.len(),
+                if hosts.len() == 1 { "" } else { "s" }
+            ));
+        }
+        Ok(Cluster {
+            workers,
+            processes: Some(Processes {
+                index: i,
+                hosts: hosts[..n].to_vec(),
+            }),
+        })
+    }
+
+    /// Whether this process prints answers and writes files (process 0 of several).
+    fn gathers(&self) -> bool {
+        self.process == 0
     }
 
     fn settings(&self, scalars: &[(String, f64)]) -> Settings {
@@ -273,6 +352,7 @@ fn run(command: Command) -> Result<(), String> {
             verify,
             common,
         } => {
+            common.cluster()?;
             let mut session = load(&file)?;
             if let Some(ckpt) = ckpt {
                 session
@@ -282,22 +362,26 @@ fn run(command: Command) -> Result<(), String> {
             let opts = RunOptions {
                 settings: common.settings(&set),
                 tol: Some(common.tol),
-                write_files: true,
+                write_files: common.gathers(),
                 threads: common.threads as usize,
                 timeout: common.timeout.map(std::time::Duration::from_secs_f64),
                 interrupt: Some(interrupt()),
             };
+            let engine = common.engine();
             // `--verify` compares every tensor, so it needs them all.
             let result = match verify {
-                true => session.run_with(common.engine(), &opts),
-                false => session.run_for_answers(common.engine(), &opts),
+                true => session.run_with(engine.as_ref(), &opts),
+                false => session.run_for_answers(engine.as_ref(), &opts),
             };
             warn(&session);
             let lines = result.map_err(|d| render(&session, &d))?;
+            if !common.gathers() {
+                return Ok(());
+            }
             print_lines(&lines);
             if verify {
                 let diffs = session.verify(&opts).map_err(|d| render(&session, &d))?;
-                let report = tensor_logic::verify::report(common.engine().name(), &diffs);
+                let report = tensor_logic::verify::report(engine.name(), &diffs);
                 if diffs.iter().any(|d| !d.agrees()) {
                     return Err(report);
                 }
@@ -319,7 +403,11 @@ fn run(command: Command) -> Result<(), String> {
         }
         Command::Explain { file, common } => {
             let session = load_checked(&file, &common)?;
-            if let Some(text) = session.explain() {
+            let text = match common.engine.as_str() {
+                "differential" => session.explain_dataflow(),
+                _ => session.explain(),
+            };
+            if let Some(text) = text {
                 print!("{text}");
             }
             Ok(())
@@ -340,7 +428,7 @@ fn run(command: Command) -> Result<(), String> {
                 interrupt: Some(interrupt()),
             };
             let mut times = session
-                .time_evaluation(common.engine(), &opts, repeat as usize)
+                .time_evaluation(common.engine().as_ref(), &opts, repeat as usize)
                 .map_err(|d| render(&session, &d))?;
             times.sort();
             let ms = |d: Option<&std::time::Duration>| d.map_or(0.0, |d| d.as_secs_f64() * 1e3);
@@ -477,7 +565,7 @@ fn run(command: Command) -> Result<(), String> {
                 );
             }
             let lines = session
-                .answer(common.engine(), &opts, &q)
+                .answer(common.engine().as_ref(), &opts, &q)
                 .map_err(|d| render(&session, &d))?;
             print_lines(&lines);
             Ok(())

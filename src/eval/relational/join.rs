@@ -460,7 +460,7 @@ fn with_values<R>(terms: &[Term], env: &[u32], f: impl FnOnce(&[u32]) -> R) -> R
 
 /// Binds each computed position, in order (a head position may use a bound value); `false`
 /// when one leaves its axis, or a value is nothing or not an integer.
-fn bind_lets(rule: &Rule, checker: &Checker, env: &mut [u32]) -> bool {
+pub(in crate::eval) fn bind_lets(rule: &Rule, checker: &Checker, env: &mut [u32]) -> bool {
     let mut stack = [0i64; 16];
     let mut heap = Vec::new();
     let point: &mut [i64] = if rule.vars <= stack.len() {
@@ -512,7 +512,8 @@ pub(super) fn fill<'a>(
     }
 }
 
-fn passes(f: &Filter, env: &[u32]) -> bool {
+/// Whether a comparison holds under `env`.
+pub(in crate::eval) fn passes(f: &Filter, env: &[u32]) -> bool {
     let get = |o: &Operand| match o {
         Operand::Var(v) => env[*v] as f64,
         Operand::Const(c) => *c,

@@ -28,6 +28,7 @@ mod store;
 mod wcoj;
 
 pub(super) use extremum::evaluate_extremum;
+pub(super) use join::{bind_lets, passes};
 use join::{prepare, value, Earlier, Join};
 use store::Store;
 

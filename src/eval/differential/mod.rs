@@ -1,0 +1,259 @@
+//! The differential engine: a program's Datalog strata as one timely + differential-dataflow
+//! computation ([`crate::plan::dataflow`] lowers them), on `workers` threads of this process
+//! or of several processes, with every other stratum on the standard engine before or after
+//! it. Its answers equal the standard engine's for any worker or process count: relations
+//! are sets, gathered at worker 0 and sorted.
+
+mod render;
+
+use super::standard::State;
+use super::{Engine, EvalOptions, Evaluation, Ran};
+use crate::diagnostics::{codes, Diagnostic, Diagnostics, Span};
+use crate::plan::dataflow::{plan_dataflow, DataflowPlan, Placement};
+use crate::plan::Plan;
+use crate::semantics::{Checked, TensorId};
+use crate::tensor::{Storage, Tensor};
+use std::sync::Arc;
+
+/// A tuple in the dataflow: its positions.
+type Row = Vec<u32>;
+
+/// Where the dataflow's workers run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cluster {
+    /// Worker threads in each process.
+    pub workers: usize,
+    /// The processes, when more than this one take part.
+    pub processes: Option<Processes>,
+}
+
+impl Default for Cluster {
+    fn default() -> Self {
+        Cluster {
+            workers: 1,
+            processes: None,
+        }
+    }
+}
+
+/// The processes of a run over several machines (or several processes of one): each runs
+/// the same program with the same inputs and `workers` threads, and process 0 gathers the
+/// answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Processes {
+    /// This process's index into `hosts`.
+    pub index: usize,
+    /// `host:port` of every process, in index order.
+    pub hosts: Vec<String>,
+}
+
+impl Cluster {
+    /// Whether this process gathers the answers (process 0, or the only one).
+    pub fn gathers(&self) -> bool {
+        self.processes.as_ref().is_none_or(|p| p.index == 0)
+    }
+
+    fn config(&self) -> timely::Config {
+        let threads = self.workers.max(1);
+        let communication = match &self.processes {
+            Some(p) if p.hosts.len() > 1 => timely::CommunicationConfig::Cluster {
+                threads,
+                process: p.index,
+                addresses: p.hosts.clone(),
+                report: false,
+                zerocopy: false,
+            },
+            _ if threads == 1 => timely::CommunicationConfig::Thread,
+            _ => timely::CommunicationConfig::Process(threads),
+        };
+        timely::Config {
+            communication,
+            worker: timely::WorkerConfig::default(),
+        }
+    }
+}
+
+/// The engine that runs Datalog strata as a differential dataflow.
+#[derive(Clone, Debug, Default)]
+pub struct Differential {
+    /// Where its workers run.
+    pub cluster: Cluster,
+}
+
+/// What the rules' value checks read, shared by every worker.
+struct Values {
+    tensors: Vec<Tensor>,
+    options: EvalOptions,
+}
+
+/// What every worker builds its dataflow from.
+struct Job {
+    plan: DataflowPlan,
+    values: Arc<Values>,
+}
+
+impl Engine for Differential {
+    fn name(&self) -> &'static str {
+        "differential"
+    }
+
+    fn run(&self, p: &Checked, plan: &Plan, o: &EvalOptions) -> Result<Evaluation, Diagnostics> {
+        let flow = plan_dataflow(p, plan);
+        let mut state = State::new(p, plan, o)?;
+        for (i, st) in p.strata.iter().enumerate() {
+            if flow.placement[i] == Placement::Before {
+                state.stratum(i, st)?;
+            }
+        }
+        let inputs: Vec<Tensor> = flow
+            .inputs
+            .iter()
+            .map(|&t| state.values[t].clone())
+            .collect();
+        let job = Job {
+            values: Arc::new(Values {
+                tensors: snapshot(&state.values, &flow.read_by_values),
+                options: o.clone(),
+            }),
+            plan: flow,
+        };
+        let flow = job.plan.clone();
+        // A stop names the first equation of the dataflow.
+        let span = flow
+            .strata
+            .first()
+            .and_then(|fs| fs.rules.first())
+            .map_or(Span::new(0, 0), |r| p.equations[r.rule.equation].span);
+        let changes = run_once(job, inputs, (&self.cluster, o), span)?;
+        for fs in &flow.strata {
+            state.fill_pending(&fs.tensors);
+            for &t in &fs.tensors {
+                let rows = changes.iter().filter(|(u, _, d)| *u == t && *d > 0);
+                state.values[t] = match fs.counts {
+                    true => counts(p, t, plan.sparse[t], rows.map(|(_, r, _)| r.as_slice())),
+                    false => relation(p, t, rows.map(|(_, r, _)| r.as_slice())),
+                };
+            }
+            state.log(fs.stratum, Ran::Differential, None);
+        }
+        for (i, st) in p.strata.iter().enumerate() {
+            if let Placement::After(why) = &flow.placement[i] {
+                state.stratum(i, st)?;
+                if let Some(d) = state.last_decision() {
+                    d.reason = d.reason.take().or(Some(why.clone()));
+                }
+            }
+        }
+        Ok(state.finish())
+    }
+}
+
+/// The tensors the dataflow's value checks read; the others left empty.
+fn snapshot(values: &[Tensor], read: &[TensorId]) -> Vec<Tensor> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(t, v)| match read.contains(&t) {
+            true => v.clone(),
+            false => Tensor::relation(Vec::new(), std::iter::empty()),
+        })
+        .collect()
+}
+
+/// Runs the dataflow over `inputs` once, on the cluster's workers, and returns every result
+/// tuple (at process 0; nothing elsewhere).
+fn run_once(
+    job: Job,
+    inputs: Vec<Tensor>,
+    (cluster, o): (&Cluster, &EvalOptions),
+    span: Span,
+) -> Result<Vec<(TensorId, Row, isize)>, Diagnostics> {
+    let job = Arc::new(job);
+    let inputs = Arc::new(inputs);
+    let stop = o.stop.clone();
+    let guards = timely::execute(cluster.config(), move |worker| {
+        let mut r = render::render(worker, &job);
+        let (index, peers) = (worker.index(), worker.peers());
+        for (input, t) in r.inputs.iter_mut().zip(inputs.iter()) {
+            for (i, row) in rows(t).enumerate() {
+                if i % peers == index {
+                    input.insert(row);
+                }
+            }
+            input.advance_to(1);
+            input.flush();
+        }
+        while r.probe.less_than(&1) {
+            worker.step();
+            if stop.requested() {
+                return Err(());
+            }
+        }
+        Ok(r.captured.take())
+    })
+    .map_err(|e| failed(&format!("the workers could not start: {e}")))?;
+    let mut all = Vec::new();
+    for result in guards.join() {
+        match result {
+            Ok(Ok(changes)) => all.extend(changes),
+            Ok(Err(())) => return Err(Diagnostics(vec![o.stop.error(span)])),
+            Err(e) => return Err(failed(&format!("a worker failed: {e}"))),
+        }
+    }
+    all.sort_unstable();
+    Ok(all)
+}
+
+/// E0404 with `message`.
+fn failed(message: &str) -> Diagnostics {
+    Diagnostics(vec![Diagnostic::global(
+        codes::DATAFLOW,
+        format!("the differential dataflow failed: {message}"),
+    )])
+}
+
+/// The tuples of a relation's value.
+fn rows(t: &Tensor) -> Box<dyn Iterator<Item = Row> + '_> {
+    match &t.storage {
+        Storage::Relation(r) => Box::new(r.iter().map(<[u32]>::to_vec)),
+        _ => Box::new(t.entries().into_iter().filter(|(_, v)| *v != 0.0).map(
+            |(idx, _)| idx.into_iter().map(|i| i as u32).collect(),
+        )),
+    }
+}
+
+/// Relation `t` holding `rows`.
+fn relation<'a>(p: &Checked, t: TensorId, rows: impl Iterator<Item = &'a [u32]>) -> Tensor {
+    let shape = p.tensors[t].shape.clone();
+    let (mut flat, mut count) = (Vec::new(), 0);
+    for r in rows {
+        flat.extend_from_slice(r);
+        count += 1;
+    }
+    Tensor::relation_flat(shape, flat, count)
+}
+
+/// Count tensor `t`: its facts plus each head's count (the last two positions of a row).
+fn counts<'a>(
+    p: &Checked,
+    t: TensorId,
+    sparse: bool,
+    rows: impl Iterator<Item = &'a [u32]>,
+) -> Tensor {
+    use super::accumulate::Accumulator;
+    let info = &p.tensors[t];
+    let mut acc = match sparse {
+        true => Accumulator::entries(info),
+        false => Accumulator::new(info),
+    };
+    if let Some(d) = &p.data[t] {
+        acc.combine_tensor(d);
+    }
+    for r in rows {
+        let k = r.len().saturating_sub(2);
+        let n = (u64::from(r[k]) << 32) | u64::from(r[k + 1]);
+        let idx: Vec<usize> = r[..k].iter().map(|&i| i as usize).collect();
+        acc.combine(&idx, n as f64);
+    }
+    acc.finish(info)
+}

@@ -1,0 +1,298 @@
+//! Builds the timely dataflow of a [`DataflowPlan`] in one worker: an input per relation
+//! entering it, each stratum's arrangements and rules, an `iterate` scope per recursive
+//! stratum, and the results routed to worker 0, where they are captured.
+
+use super::{Job, Row};
+use crate::eval::nest::Checker;
+use crate::eval::relational::{bind_lets, passes};
+use crate::plan::dataflow::{Arrangement, ArrangementId, FlowRule, FlowStratum};
+use crate::plan::datalog::Term;
+use crate::semantics::TensorId;
+use differential_dataflow::input::{Input, InputSession};
+use differential_dataflow::lattice::Lattice;
+use differential_dataflow::operators::arrange::{Arranged, TraceAgent};
+use differential_dataflow::operators::iterate::VecVariable;
+use differential_dataflow::trace::implementations::ValSpine;
+use differential_dataflow::VecCollection;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use timely::dataflow::operators::probe::Handle;
+use timely::dataflow::operators::{Exchange, Inspect, Probe};
+use timely::dataflow::Scope;
+use timely::order::Product;
+use timely::progress::Timestamp;
+
+/// Multiplicities: 1 per tuple of a relation, the number of assignments before `distinct`.
+type Diff = isize;
+type Coll<'s, T> = VecCollection<'s, T, Row, Diff>;
+type Arr<'s, T> = Arranged<'s, TraceAgent<ValSpine<Row, Row, T, Diff>>>;
+
+/// Changes to one relation the dataflow computes, as captured at worker 0.
+pub(super) type Captured = Rc<RefCell<Vec<(TensorId, Row, Diff)>>>;
+
+/// What a worker holds of its dataflow.
+pub(super) struct Rendered {
+    /// One per [`crate::plan::dataflow::DataflowPlan::inputs`].
+    pub inputs: Vec<InputSession<u64, Row, Diff>>,
+    /// Passes a round once every result of that round has been captured.
+    pub probe: Handle<u64>,
+    /// The results' changes (at worker 0; empty elsewhere).
+    pub captured: Captured,
+}
+
+/// Builds the dataflow in `worker`.
+pub(super) fn render(worker: &mut timely::worker::Worker, job: &Job) -> Rendered {
+    worker.dataflow::<u64, _, _>(|scope| {
+        let plan = &job.plan;
+        let mut inputs = Vec::with_capacity(plan.inputs.len());
+        let mut facts: HashMap<TensorId, Coll<'_, u64>> = HashMap::new();
+        for &t in &plan.inputs {
+            let (handle, c) = scope.new_collection::<Row, Diff>();
+            inputs.push(handle);
+            facts.insert(t, c);
+        }
+        let defined: Vec<TensorId> = plan.outputs().collect();
+        let mut rels: HashMap<TensorId, Coll<'_, u64>> = facts
+            .iter()
+            .filter(|(t, _)| !defined.contains(t))
+            .map(|(&t, c)| (t, c.clone()))
+            .collect();
+        for fs in &plan.strata {
+            let defs = match (fs.recursive, fs.counts) {
+                (true, _) => recursive(scope, fs, &rels, &facts, job),
+                (false, true) => counted(fs, &rels, job),
+                (false, false) => {
+                    let heads = stratum_rules(fs, &|t| rels.get(&t).cloned(), job);
+                    fs.tensors
+                        .iter()
+                        .filter_map(|&t| {
+                            let own = facts.get(&t).cloned();
+                            Some((t, union(heads_of(&heads, t).chain(own))?.distinct()))
+                        })
+                        .collect()
+                }
+            };
+            rels.extend(defs);
+        }
+        let captured: Captured = Rc::new(RefCell::new(Vec::new()));
+        let probe = Handle::new();
+        for t in defined {
+            let Some(c) = rels.get(&t) else { continue };
+            let sink = captured.clone();
+            c.clone()
+                .consolidate()
+                .inner
+                .exchange(|_| 0)
+                .inspect(move |(row, _, diff)| sink.borrow_mut().push((t, row.clone(), *diff)))
+                .probe_with(&probe);
+        }
+        for c in facts.values() {
+            c.clone().inner.probe_with(&probe);
+        }
+        Rendered {
+            inputs,
+            probe,
+            captured,
+        }
+    })
+}
+
+/// The head tuples of `heads` defining `t`.
+fn heads_of<'a, 's, T: Timestamp + Lattice>(
+    heads: &'a [(TensorId, Coll<'s, T>)],
+    t: TensorId,
+) -> impl Iterator<Item = Coll<'s, T>> + 'a {
+    heads
+        .iter()
+        .filter(move |(h, _)| *h == t)
+        .map(|(_, c)| c.clone())
+}
+
+/// The concatenation of collections (none for none).
+fn union<'s, T: Timestamp + Lattice>(
+    mut parts: impl Iterator<Item = Coll<'s, T>>,
+) -> Option<Coll<'s, T>> {
+    let first = parts.next()?;
+    Some(first.concatenate(parts))
+}
+
+/// A recursive stratum: one variable per relation in an `iterate` scope, each the distinct
+/// union of its facts and its rules' heads over the variables' last values.
+fn recursive<'s>(
+    scope: Scope<'s, u64>,
+    fs: &FlowStratum,
+    rels: &HashMap<TensorId, Coll<'s, u64>>,
+    facts: &HashMap<TensorId, Coll<'s, u64>>,
+    job: &Job,
+) -> Vec<(TensorId, Coll<'s, u64>)> {
+    scope.iterative::<u64, _, _>(|inner| {
+        let mut own: HashMap<TensorId, Coll<'_, Product<u64, u64>>> = HashMap::new();
+        let mut vars = Vec::new();
+        for &t in &fs.tensors {
+            let (v, c) = VecVariable::new(inner.clone(), Product::new(0, 1));
+            own.insert(t, c);
+            vars.push((t, v));
+        }
+        let entered: RefCell<HashMap<TensorId, Coll<'_, Product<u64, u64>>>> =
+            RefCell::new(HashMap::new());
+        let rel = |t: TensorId| {
+            if let Some(c) = own.get(&t) {
+                return Some(c.clone());
+            }
+            let mut e = entered.borrow_mut();
+            if let Some(c) = e.get(&t) {
+                return Some(c.clone());
+            }
+            let c = rels.get(&t)?.clone().enter(inner.clone());
+            e.insert(t, c.clone());
+            Some(c)
+        };
+        let heads = stratum_rules(fs, &rel, job);
+        let mut out = Vec::new();
+        for (t, v) in vars {
+            let fact = facts.get(&t).map(|c| c.clone().enter(inner.clone()));
+            let Some(def) = union(heads_of(&heads, t).chain(fact)) else {
+                continue;
+            };
+            let def = def.distinct();
+            v.set(def.clone());
+            out.push((t, def.leave(scope.clone())));
+        }
+        out
+    })
+}
+
+/// A counting stratum: the number of assignments per head tuple, written as the head's
+/// positions followed by the count's high and low 32 bits.
+fn counted<'s>(
+    fs: &FlowStratum,
+    rels: &HashMap<TensorId, Coll<'s, u64>>,
+    job: &Job,
+) -> Vec<(TensorId, Coll<'s, u64>)> {
+    let heads = stratum_rules(fs, &|t| rels.get(&t).cloned(), job);
+    let Some(&t) = fs.tensors.first() else {
+        return Vec::new();
+    };
+    let Some(all) = union(heads_of(&heads, t)) else {
+        return Vec::new();
+    };
+    let counts = all.count().map(|(mut head, n)| {
+        let n = n as u64;
+        head.push((n >> 32) as u32);
+        head.push(n as u32);
+        head
+    });
+    vec![(t, counts)]
+}
+
+/// Every rule's head tuples (one per assignment), with the relation it defines.
+fn stratum_rules<'s, T: Timestamp + Lattice>(
+    fs: &FlowStratum,
+    rel: &dyn Fn(TensorId) -> Option<Coll<'s, T>>,
+    job: &Job,
+) -> Vec<(TensorId, Coll<'s, T>)> {
+    let arrangements: Vec<Option<Arr<'s, T>>> = fs
+        .arrangements
+        .iter()
+        .map(|a| Some(arrange(a, rel(a.tensor)?)))
+        .collect();
+    fs.rules
+        .iter()
+        .filter_map(|r| Some((r.rule.head, rule(r, &arrangements, job)?)))
+        .collect()
+}
+
+/// The rows of a relation an arrangement keeps, keyed.
+fn arrange<'s, T: Timestamp + Lattice>(a: &Arrangement, c: Coll<'s, T>) -> Arr<'s, T> {
+    let sel = a.clone();
+    let picked = c.filter(move |r| {
+        sel.consts.iter().all(|&(c, k)| r.get(c) == Some(&k))
+            && sel.equal.iter().all(|&(x, y)| r.get(x) == r.get(y))
+    });
+    let (key, value) = (a.key.clone(), a.value.clone());
+    let cols = |r: &Row, cs: &[usize]| cs.iter().map(|&c| r[c]).collect::<Row>();
+    match a.distinct {
+        true => picked
+            .map(move |r| cols(&r, &key))
+            .distinct()
+            .map(|k| (k, Row::new()))
+            .arrange_by_key(),
+        false => picked
+            .map(move |r| (cols(&r, &key), cols(&r, &value)))
+            .arrange_by_key(),
+    }
+}
+
+/// A rule's head tuples, one per satisfying assignment.
+fn rule<'s, T: Timestamp + Lattice>(
+    r: &FlowRule,
+    arrangements: &[Option<Arr<'s, T>>],
+    job: &Job,
+) -> Option<Coll<'s, T>> {
+    let arr = |id: ArrangementId| arrangements.get(id.0).cloned().flatten();
+    let first = arr(r.first)?;
+    let concat = |parts: [&[u32]; 3]| -> Row { parts.concat() };
+    let mut env: Coll<'s, T> = match r.joins.first() {
+        Some(j) => first.join_core(arr(j.arrangement)?, move |k, a, b| {
+            Some(concat([k.as_slice(), a.as_slice(), b.as_slice()]))
+        }),
+        None => first.as_collection(move |k, v| concat([k.as_slice(), v.as_slice(), &[]])),
+    };
+    let mut layout = r.joins.first().map_or(&r.first_env, |j| &j.env);
+    for j in r.joins.iter().skip(1) {
+        let at: Vec<usize> = j
+            .key
+            .iter()
+            .map(|v| layout.iter().position(|u| u == v).unwrap_or(0))
+            .collect();
+        env = env
+            .map(move |e| (at.iter().map(|&i| e[i]).collect::<Row>(), e))
+            .arrange_by_key()
+            .join_core(arr(j.arrangement)?, move |_, e, v| {
+                Some(concat([e.as_slice(), v.as_slice(), &[]]))
+            });
+        layout = &j.env;
+    }
+    // The full assignment, every variable at its own number, computed positions bound.
+    let slots: Vec<(usize, usize)> = (0..r.rule.vars)
+        .filter_map(|v| Some((v, layout.iter().position(|&u| u == v)?)))
+        .collect();
+    let (rule, values) = (r.rule.clone(), job.values.clone());
+    let mut full = env.flat_map(move |e| {
+        let mut a = vec![0u32; rule.vars];
+        for &(v, at) in &slots {
+            a[v] = e[at];
+        }
+        let checker = Checker {
+            values: &values.tensors,
+            o: &values.options,
+        };
+        let ok = (rule.lets.is_empty() || bind_lets(&rule, &checker, &mut a))
+            && rule.filters.iter().all(|f| passes(f, &a))
+            && checker.holds(&rule.checks, &a);
+        ok.then_some(a)
+    });
+    for aj in &r.antijoins {
+        let terms = aj.terms.clone();
+        let keyed = full.map(move |a| (key(&terms, &a), a));
+        let hits = keyed
+            .clone()
+            .arrange_by_key()
+            .join_core(arr(aj.arrangement)?, |k, a, _| Some((k.clone(), a.clone())));
+        full = keyed.concat(hits.negate()).map(|(_, a)| a);
+    }
+    let head = r.rule.head_terms.clone();
+    Some(full.map(move |a| key(&head, &a)))
+}
+
+/// The positions `terms` take under assignment `a`.
+fn key(terms: &[Term], a: &[u32]) -> Row {
+    terms
+        .iter()
+        .map(|t| match t {
+            Term::Var(v) => a[*v],
+            Term::Const(c) => *c,
+        })
+        .collect()
+}

@@ -1,0 +1,439 @@
+//! Lowering a program's relational strata into one differential dataflow (the `differential`
+//! engine, `eval::differential`): where each stratum runs, and each rule as a pipeline of
+//! joins over arrangements that its stratum's rules share.
+//!
+//! A stratum runs in the dataflow when its plan is semi-naive joins or counting joins
+//! ([`Kernel::Datalog`], [`Kernel::Counts`]) and the values its checks read are known before
+//! the dataflow starts. Every other stratum runs on the standard engine: *before* the dataflow
+//! when it reads nothing the dataflow computes (its relations then enter the dataflow as
+//! inputs), *after* it otherwise, on the dataflow's results. Only relations cross between
+//! the two.
+
+use super::datalog::{Rule, Term};
+use super::{Kernel, Plan};
+use crate::semantics::{Checked, Kind, TensorId, VarId};
+
+/// Where a stratum runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// On the standard engine, before the dataflow starts: it reads nothing the dataflow
+    /// computes.
+    Before,
+    /// In the dataflow.
+    Flow,
+    /// On the standard engine, on the dataflow's results; why it is not in the dataflow.
+    After(String),
+}
+
+/// An arrangement's index among its stratum's ([`FlowStratum::arrangements`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ArrangementId(pub usize);
+
+/// The rows of a relation that match an atom's constants and repeated variables, indexed by
+/// some of their columns: what a join looks rows up in. Rules of a stratum that read the
+/// same relation the same way share one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Arrangement {
+    /// The relation.
+    pub tensor: TensorId,
+    /// Columns that must hold these positions.
+    pub consts: Vec<(usize, u32)>,
+    /// Pairs of columns that must hold the same position (a variable repeated in the atom).
+    pub equal: Vec<(usize, usize)>,
+    /// The columns rows are looked up by, in order.
+    pub key: Vec<usize>,
+    /// The other columns kept, in order; empty for a negated atom's keys.
+    pub value: Vec<usize>,
+    /// Whether rows are made distinct after projecting (a negated atom with anonymous
+    /// positions projects many rows onto one key).
+    pub distinct: bool,
+}
+
+/// One join of a rule: the assignments so far, keyed by `key`, meet an arrangement's rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JoinStage {
+    /// The arrangement joined.
+    pub arrangement: ArrangementId,
+    /// The bound variables making the key, in the arrangement's key order.
+    pub key: Vec<VarId>,
+    /// The variables after the join, in the order of an assignment's positions.
+    pub env: Vec<VarId>,
+}
+
+/// A negated atom: assignments whose key is in the arrangement are dropped.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Antijoin {
+    /// The arrangement of the negated relation's keys.
+    pub arrangement: ArrangementId,
+    /// The key's terms (variables bound by then, or constants).
+    pub terms: Vec<Term>,
+}
+
+/// A rule as a dataflow: the first atom's rows, joins, then the rule's comparisons,
+/// computed positions and value checks, then negation, then the head.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlowRule {
+    /// The rule as the standard engine plans it (filters, checks and lets are read from it).
+    pub rule: Rule,
+    /// The first atom's arrangement.
+    pub first: ArrangementId,
+    /// The variables of the first atom's rows: its key, then its values.
+    pub first_env: Vec<VarId>,
+    /// The other atoms, in join order.
+    pub joins: Vec<JoinStage>,
+    /// The negated atoms.
+    pub antijoins: Vec<Antijoin>,
+}
+
+/// A stratum in the dataflow.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlowStratum {
+    /// Index into `Checked::strata`.
+    pub stratum: usize,
+    /// Whether it is a fixpoint (an `iterate` scope of its own).
+    pub recursive: bool,
+    /// Whether it counts assignments (one integer tensor) rather than defining relations.
+    pub counts: bool,
+    /// The tensors it defines.
+    pub tensors: Vec<TensorId>,
+    /// Arrangements shared by its rules (built inside its loop when it is recursive).
+    pub arrangements: Vec<Arrangement>,
+    /// Its rules.
+    pub rules: Vec<FlowRule>,
+}
+
+/// The program as the differential engine runs it.
+#[derive(Clone, Debug)]
+pub struct DataflowPlan {
+    /// Per stratum, where it runs.
+    pub placement: Vec<Placement>,
+    /// The relations the dataflow reads from outside it (facts, files, strata run before),
+    /// and the facts of relations it defines: one input each.
+    pub inputs: Vec<TensorId>,
+    /// The strata in the dataflow, in evaluation order.
+    pub strata: Vec<FlowStratum>,
+    /// The tensors that the rules' value checks and computed positions read: captured when
+    /// the dataflow is built.
+    pub read_by_values: Vec<TensorId>,
+}
+
+impl DataflowPlan {
+    /// The tensors the dataflow defines.
+    pub fn outputs(&self) -> impl Iterator<Item = TensorId> + '_ {
+        self.strata.iter().flat_map(|s| s.tensors.iter().copied())
+    }
+}
+
+/// Lowers the strata of a planned program.
+pub fn plan_dataflow(p: &Checked, plan: &Plan) -> DataflowPlan {
+    let mut placement: Vec<Placement> = Vec::with_capacity(p.strata.len());
+    let mut home: Vec<Option<usize>> = vec![None; p.tensors.len()];
+    let mut strata = Vec::new();
+    let mut read_by_values = Vec::new();
+    for (i, (st, sp)) in p.strata.iter().zip(&plan.strata).enumerate() {
+        if i > 0 {
+            for &t in &p.strata[i - 1].tensors {
+                home[t] = Some(i - 1);
+            }
+        }
+        let place = |t: TensorId| home[t].map(|s: usize| &placement[s]);
+        let in_flow = |t: TensorId| matches!(place(t), Some(Placement::Flow));
+        let after = |t: TensorId| matches!(place(t), Some(Placement::After(_)));
+        let mut reads = Vec::new();
+        for &e in &st.equations {
+            p.equations[e].rhs.reads(&mut |t, _| reads.push(t));
+        }
+        let rules: Option<Vec<&Rule>> = match &sp.kernel {
+            Kernel::Datalog(rules, _) => Some(rules.iter().collect()),
+            Kernel::Counts(rules) => Some(rules.iter().map(|(r, _)| r).collect()),
+            _ => None,
+        };
+        let Some(rules) = rules else {
+            let late = reads.iter().any(|&t| in_flow(t) || after(t));
+            placement.push(match late {
+                true => Placement::After("not a Datalog stratum".into()),
+                false => Placement::Before,
+            });
+            continue;
+        };
+        let values = value_reads(p, &rules, &reads);
+        let blocked = reads.iter().copied().find(|&t| after(t)).or_else(|| {
+            values
+                .iter()
+                .copied()
+                .find(|&t| in_flow(t) || after(t) || st.tensors.contains(&t))
+        });
+        if let Some(t) = blocked {
+            let why = format!(
+                "it reads `{}`, which is computed from the dataflow's results",
+                p.tensors[t].name
+            );
+            placement.push(Placement::After(why));
+            continue;
+        }
+        read_by_values.extend(values);
+        let counts = matches!(sp.kernel, Kernel::Counts(_));
+        strata.push(lower_stratum(i, st.recursive, counts, &st.tensors, &rules));
+        placement.push(Placement::Flow);
+    }
+    for (i, st) in p.strata.iter().enumerate() {
+        for &t in &st.tensors {
+            home[t] = Some(i);
+        }
+    }
+    read_by_values.sort_unstable();
+    read_by_values.dedup();
+    let mut inputs: Vec<TensorId> = Vec::new();
+    for fs in &strata {
+        for a in &fs.arrangements {
+            let defined = home[a.tensor].is_some_and(|s| placement[s] == Placement::Flow);
+            if !defined {
+                inputs.push(a.tensor);
+            }
+        }
+        inputs.extend(fs.tensors.iter().filter(|&&t| p.data[t].is_some()));
+    }
+    inputs.sort_unstable();
+    inputs.dedup();
+    DataflowPlan {
+        placement,
+        inputs,
+        strata,
+        read_by_values,
+    }
+}
+
+/// The tensors read other than as a rule's atoms (in value checks and computed positions).
+fn value_reads(p: &Checked, rules: &[&Rule], reads: &[TensorId]) -> Vec<TensorId> {
+    let mut literal = vec![0usize; p.tensors.len()];
+    for r in rules {
+        let tensors = r.atoms.iter().chain(&r.negated).map(|a| a.tensor);
+        for t in tensors.chain(r.absent.iter().map(|a| a.tensor)) {
+            literal[t] += 1;
+        }
+    }
+    let mut all = vec![0usize; p.tensors.len()];
+    for &t in reads {
+        all[t] += 1;
+    }
+    (0..p.tensors.len())
+        .filter(|&t| all[t] > literal[t] || (all[t] > 0 && p.tensors[t].kind != Kind::Bool))
+        .collect()
+}
+
+fn lower_stratum(
+    stratum: usize,
+    recursive: bool,
+    counts: bool,
+    tensors: &[TensorId],
+    rules: &[&Rule],
+) -> FlowStratum {
+    let mut fs = FlowStratum {
+        stratum,
+        recursive,
+        counts,
+        tensors: tensors.to_vec(),
+        arrangements: Vec::new(),
+        rules: Vec::new(),
+    };
+    for r in rules {
+        let rule = lower_rule(r, &mut fs.arrangements);
+        fs.rules.push(rule);
+    }
+    fs
+}
+
+/// The arrangement's id, adding it if no rule of the stratum has it yet.
+fn share(arrangements: &mut Vec<Arrangement>, a: Arrangement) -> ArrangementId {
+    match arrangements.iter().position(|b| *b == a) {
+        Some(k) => ArrangementId(k),
+        None => {
+            arrangements.push(a);
+            ArrangementId(arrangements.len() - 1)
+        }
+    }
+}
+
+/// The join order: the first atom as written (users put the recursive atom first), then
+/// repeatedly the atom with the most positions bound (by constants or earlier atoms), ties
+/// broken by source order.
+fn atom_order(r: &Rule) -> Vec<usize> {
+    let mut bound = vec![false; r.vars];
+    let mut left: Vec<usize> = (0..r.atoms.len()).collect();
+    let mut order = Vec::with_capacity(left.len());
+    while !left.is_empty() {
+        let known = |i: &usize| {
+            let known = r.atoms[*i]
+                .terms
+                .iter()
+                .filter(|t| !matches!(t, Term::Var(v) if !bound[*v]))
+                .count();
+            (order.is_empty() as usize, known, std::cmp::Reverse(*i))
+        };
+        let pick = match order.is_empty() {
+            true => left[0],
+            false => left.iter().copied().max_by_key(known).unwrap_or(left[0]),
+        };
+        left.retain(|&i| i != pick);
+        for t in &r.atoms[pick].terms {
+            if let Term::Var(v) = t {
+                bound[*v] = true;
+            }
+        }
+        order.push(pick);
+    }
+    order
+}
+
+/// How atom `terms` reads its relation given the variables `bound` before it: constants and
+/// repeats select rows, bound variables form the key, the first occurrence of each other
+/// variable a value.
+fn arrangement_of(
+    tensor: TensorId,
+    terms: &[Term],
+    bound: &[VarId],
+) -> (Arrangement, Vec<VarId>, Vec<VarId>) {
+    let mut a = Arrangement {
+        tensor,
+        consts: Vec::new(),
+        equal: Vec::new(),
+        key: Vec::new(),
+        value: Vec::new(),
+        distinct: false,
+    };
+    let (mut key_vars, mut value_vars) = (Vec::new(), Vec::new());
+    let mut first_col: Vec<(VarId, usize)> = Vec::new();
+    for (c, t) in terms.iter().enumerate() {
+        match t {
+            Term::Const(k) => a.consts.push((c, *k)),
+            Term::Var(v) if bound.contains(v) => {
+                a.key.push(c);
+                key_vars.push(*v);
+            }
+            Term::Var(v) => match first_col.iter().find(|(u, _)| u == v) {
+                Some(&(_, c0)) => a.equal.push((c0, c)),
+                None => {
+                    first_col.push((*v, c));
+                    a.value.push(c);
+                    value_vars.push(*v);
+                }
+            },
+        }
+    }
+    (a, key_vars, value_vars)
+}
+
+fn lower_rule(r: &Rule, arrangements: &mut Vec<Arrangement>) -> FlowRule {
+    let order = atom_order(r);
+    let mut env: Vec<VarId> = Vec::new();
+    let mut first = ArrangementId(0);
+    let mut first_env = Vec::new();
+    let mut joins = Vec::new();
+    for (k, &i) in order.iter().enumerate() {
+        let atom = &r.atoms[i];
+        if k == 0 {
+            // The first atom is keyed by the variables the second looks up, in the order
+            // the second's key lists them, so the first join reads two shared arrangements.
+            let own = vars_of(&atom.terms);
+            let next_key = match order.get(1) {
+                Some(&j) => arrangement_of(r.atoms[j].tensor, &r.atoms[j].terms, &own).1,
+                None => Vec::new(),
+            };
+            let (a, vars) = first_arrangement(atom.tensor, &atom.terms, &next_key);
+            first = share(arrangements, a);
+            first_env = vars;
+            env = first_env.clone();
+            continue;
+        }
+        let (a, key_vars, value_vars) = arrangement_of(atom.tensor, &atom.terms, &env);
+        env.extend(value_vars);
+        joins.push(JoinStage {
+            arrangement: share(arrangements, a),
+            key: key_vars,
+            env: env.clone(),
+        });
+    }
+    // A negated atom reads whole rows; one with anonymous positions, their projection
+    // onto the others, made distinct.
+    let negated = r.negated.iter().map(|a| {
+        let cols: Vec<usize> = (0..a.terms.len()).collect();
+        (a.tensor, cols, a.terms.clone(), false)
+    });
+    let absent = r
+        .absent
+        .iter()
+        .map(|a| (a.tensor, a.cols.clone(), a.terms.clone(), true));
+    let antijoins = negated
+        .chain(absent)
+        .map(|(tensor, cols, terms, distinct)| {
+            let a = Arrangement {
+                tensor,
+                consts: Vec::new(),
+                equal: Vec::new(),
+                key: cols,
+                value: Vec::new(),
+                distinct,
+            };
+            Antijoin {
+                arrangement: share(arrangements, a),
+                terms,
+            }
+        })
+        .collect();
+    FlowRule {
+        rule: r.clone(),
+        first,
+        first_env,
+        joins,
+        antijoins,
+    }
+}
+
+/// The first atom's arrangement, keyed by `key` (variables it binds, in the order of the
+/// key the next atom is looked up by), and the variables of its rows: the key, then the
+/// other variables in column order.
+fn first_arrangement(tensor: TensorId, terms: &[Term], key: &[VarId]) -> (Arrangement, Vec<VarId>) {
+    let mut a = Arrangement {
+        tensor,
+        consts: Vec::new(),
+        equal: Vec::new(),
+        key: Vec::new(),
+        value: Vec::new(),
+        distinct: false,
+    };
+    let mut first_col: Vec<(VarId, usize)> = Vec::new();
+    let mut values = Vec::new();
+    for (c, t) in terms.iter().enumerate() {
+        match t {
+            Term::Const(k) => a.consts.push((c, *k)),
+            Term::Var(v) => match first_col.iter().find(|(u, _)| u == v) {
+                Some(&(_, c0)) => a.equal.push((c0, c)),
+                None => {
+                    first_col.push((*v, c));
+                    if !key.contains(v) {
+                        a.value.push(c);
+                        values.push(*v);
+                    }
+                }
+            },
+        }
+    }
+    for v in key {
+        if let Some(&(_, c)) = first_col.iter().find(|(u, _)| u == v) {
+            a.key.push(c);
+        }
+    }
+    (a, key.iter().copied().chain(values).collect())
+}
+
+fn vars_of(terms: &[Term]) -> Vec<VarId> {
+    let mut vs = Vec::new();
+    for t in terms {
+        if let Term::Var(v) = t {
+            if !vs.contains(v) {
+                vs.push(*v);
+            }
+        }
+    }
+    vs
+}
