@@ -1,11 +1,12 @@
 //! The standard engine must agree exactly with the reference evaluator (the oracle) on random
-//! Datalog programs: recursion, several strata, negation, constants, comparisons, arities 1–3.
+//! Datalog programs: recursion, several strata, negation, constants, comparisons, arities 1–3;
+//! so must the differential engine, on one worker and on two.
 
 mod common;
 
 use proptest::prelude::*;
 use std::path::Path;
-use tensor_logic::eval::{Engine, Reference, Standard};
+use tensor_logic::eval::{Cluster, Differential, Engine, Reference, Standard};
 use tensor_logic::{RunOptions, Session};
 
 const VARS: [&str; 4] = ["x", "y", "z", "w"];
@@ -141,6 +142,14 @@ proptest! {
         };
         for name in ["D0", "D1", "D2", "N0", "N1", "N2", "M"] {
             prop_assert_eq!(a.tensor(name), b.tensor(name), "{} differs in\n{}", name, src);
+        }
+        // So does the differential dataflow, whatever its worker count.
+        for workers in [1, 2] {
+            let cluster = Cluster { workers, processes: None };
+            let d = run(&src, &Differential { cluster }).unwrap_or_else(|e| panic!("{src}\n{e}"));
+            for name in ["D0", "D1", "D2", "N0", "N1", "N2", "M"] {
+                prop_assert_eq!(a.tensor(name), d.tensor(name), "{} differs on {} workers in\n{}", name, workers, src);
+            }
         }
         // Backward chaining (magic sets) answers like forward chaining.
         for (rel, picks) in &queries {
