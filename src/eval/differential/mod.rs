@@ -4,6 +4,8 @@
 //! it. Its answers equal the standard engine's for any worker or process count: relations
 //! are sets, gathered at worker 0 and sorted.
 
+mod network;
+mod quiet;
 mod render;
 
 use super::standard::State;
@@ -15,8 +17,9 @@ use crate::semantics::{Checked, TensorId};
 use crate::tensor::{Storage, Tensor};
 use std::sync::Arc;
 
-/// A tuple in the dataflow: its positions.
-type Row = Vec<u32>;
+/// A tuple in the dataflow: its positions, inline up to four (no allocation per tuple for
+/// the relations most programs have).
+type Row = smallvec::SmallVec<[u32; 4]>;
 
 /// Where the dataflow's workers run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,25 +56,47 @@ impl Cluster {
         self.processes.as_ref().is_none_or(|p| p.index == 0)
     }
 
-    fn config(&self) -> timely::Config {
+    /// The workers' communication: threads of this process, or sockets to the other
+    /// processes, connected (and checked against `me`) within `within`.
+    fn allocators(
+        &self,
+        fingerprint: u64,
+        within: std::time::Duration,
+    ) -> Result<Allocators, String> {
+        use timely::communication::allocator::zero_copy::initialize::initialize_networking_from_sockets;
+        use timely::communication::allocator::{AllocatorBuilder, ProcessBuilder};
+        use timely::communication::{Config, Hooks};
         let threads = self.workers.max(1);
-        let communication = match &self.processes {
-            Some(p) if p.hosts.len() > 1 => timely::CommunicationConfig::Cluster {
-                threads,
-                process: p.index,
-                addresses: p.hosts.clone(),
-                report: false,
-                zerocopy: false,
-            },
-            _ if threads == 1 => timely::CommunicationConfig::Thread,
-            _ => timely::CommunicationConfig::Process(threads),
+        let Some(p) = self.processes.as_ref().filter(|p| p.hosts.len() > 1) else {
+            let config = match threads {
+                1 => Config::Thread,
+                n => Config::Process(n),
+            };
+            return config.try_build();
         };
-        timely::Config {
-            communication,
-            worker: timely::WorkerConfig::default(),
-        }
+        let me = network::Handshake {
+            index: p.index as u64,
+            workers: threads as u64,
+            fingerprint,
+        };
+        let sockets = network::connect(p, me, within)?;
+        let hooks = Hooks::default();
+        let local = ProcessBuilder::new_typed_vector(threads, hooks.refill.clone(), hooks.spill.clone());
+        let (builders, guard) = initialize_networking_from_sockets(local, sockets, p.index, threads, hooks)
+            .map_err(|e| format!("the connections to the other processes failed: {e}"))?;
+        let builders = builders.into_iter().map(AllocatorBuilder::Tcp).collect();
+        Ok((builders, Box::new(guard)))
     }
 }
+
+/// What timely's workers are built from, and what keeps the network threads alive.
+type Allocators = (
+    Vec<timely::communication::allocator::AllocatorBuilder>,
+    Box<dyn std::any::Any + Send>,
+);
+
+/// How long the processes of a run wait for each other to connect.
+const CONNECT_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The engine that runs Datalog strata as a differential dataflow.
 #[derive(Clone, Debug, Default)]
@@ -168,10 +193,14 @@ fn run_once(
     (cluster, o): (&Cluster, &EvalOptions),
     span: Span,
 ) -> Result<Vec<(TensorId, Row, isize)>, Diagnostics> {
+    let fingerprint = fingerprint(&job.plan, &inputs);
     let job = Arc::new(job);
     let inputs = Arc::new(inputs);
     let stop = o.stop.clone();
-    let guards = timely::execute(cluster.config(), move |worker| {
+    let (builders, others) = cluster
+        .allocators(fingerprint, CONNECT_WITHIN)
+        .map_err(|e| failed(&e))?;
+    let work = move |worker: &mut timely::worker::Worker| {
         let mut r = render::render(worker, &job);
         let (index, peers) = (worker.index(), worker.peers());
         for (input, t) in r.inputs.iter_mut().zip(inputs.iter()) {
@@ -190,18 +219,38 @@ fn run_once(
             }
         }
         Ok(r.captured.take())
+    };
+    let config = timely::WorkerConfig::default();
+    // A peer process that ends mid-run makes timely's network threads and workers panic;
+    // that becomes E0404 here, its message kept from standard error.
+    let results = quiet::catching(move || {
+        let guards = timely::execute::execute_from(builders, others, config, work)?;
+        Ok(guards.join())
     })
-    .map_err(|e| failed(&format!("the workers could not start: {e}")))?;
-    let mut all = Vec::new();
-    for result in guards.join() {
+    .map_err(|e| failed(&e))?;
+    let mut all: Vec<((TensorId, Row), isize)> = Vec::new();
+    for result in results {
         match result {
-            Ok(Ok(changes)) => all.extend(changes),
+            Ok(Ok(changes)) => all.extend(changes.into_iter().map(|(t, r, d)| ((t, r), d))),
             Ok(Err(())) => return Err(Diagnostics(vec![o.stop.error(span)])),
             Err(e) => return Err(failed(&format!("a worker failed: {e}"))),
         }
     }
-    all.sort_unstable();
-    Ok(all)
+    // A tuple's changes net out here: the same tuple may be added and retracted within a
+    // round (an iteration deriving it through a tuple later found not to hold).
+    differential_dataflow::consolidation::consolidate(&mut all);
+    Ok(all.into_iter().map(|((t, r), d)| (t, r, d)).collect())
+}
+
+/// A hash of the dataflow and of its inputs' sizes, which every process of a run must share.
+fn fingerprint(plan: &DataflowPlan, inputs: &[Tensor]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = rustc_hash::FxHasher::default();
+    format!("{plan:?}").hash(&mut h);
+    for t in inputs {
+        rows(t).count().hash(&mut h);
+    }
+    h.finish()
 }
 
 /// E0404 with `message`.
@@ -215,7 +264,7 @@ fn failed(message: &str) -> Diagnostics {
 /// The tuples of a relation's value.
 fn rows(t: &Tensor) -> Box<dyn Iterator<Item = Row> + '_> {
     match &t.storage {
-        Storage::Relation(r) => Box::new(r.iter().map(<[u32]>::to_vec)),
+        Storage::Relation(r) => Box::new(r.iter().map(Row::from_slice)),
         _ => Box::new(t.entries().into_iter().filter(|(_, v)| *v != 0.0).map(
             |(idx, _)| idx.into_iter().map(|i| i as u32).collect(),
         )),

@@ -80,8 +80,8 @@ pub(super) fn render(worker: &mut timely::worker::Worker, job: &Job) -> Rendered
         for t in defined {
             let Some(c) = rels.get(&t) else { continue };
             let sink = captured.clone();
+            // Worker 0 sums each tuple's changes, so they need not be consolidated first.
             c.clone()
-                .consolidate()
                 .inner
                 .exchange(|_| 0)
                 .inspect(move |(row, _, diff)| sink.borrow_mut().push((t, row.clone(), *diff)))
@@ -232,7 +232,11 @@ fn rule<'s, T: Timestamp + Lattice>(
 ) -> Option<Coll<'s, T>> {
     let arr = |id: ArrangementId| arrangements.get(id.0).cloned().flatten();
     let first = arr(r.first)?;
-    let concat = |parts: [&[u32]; 3]| -> Row { parts.concat() };
+    let concat = |parts: [&[u32]; 3]| -> Row {
+        let mut row = Row::with_capacity(parts.iter().map(|p| p.len()).sum());
+        parts.iter().for_each(|p| row.extend_from_slice(p));
+        row
+    };
     let mut env: Coll<'s, T> = match r.joins.first() {
         Some(j) => first.join_core(arr(j.arrangement)?, move |k, a, b| {
             Some(concat([k.as_slice(), a.as_slice(), b.as_slice()]))
