@@ -7,10 +7,10 @@
 //! or slow. It prints the plan `plan::plan` makes, which is the one evaluation follows.
 
 use crate::output::label;
+use crate::plan::dataflow::{Arrangement, ArrangementId, DataflowPlan, FlowRule, Placement};
 use crate::plan::datalog::{
     join_order, keys_within, variable_order, Atom, JoinStats, JoinStep, LetValue, Rule, Term,
 };
-use crate::plan::dataflow::{Arrangement, ArrangementId, DataflowPlan, FlowRule, Placement};
 use crate::plan::einsum::{Contraction, Expr, Path};
 use crate::plan::nest::{Level, Position, Scope, Value};
 use crate::plan::{Kernel, Plan};
@@ -573,74 +573,6 @@ fn steps(p: &Checked, r: &Rule, eq: &Equation, order: &[JoinStep]) -> String {
     parts.join(" → ")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::semantics::tests::checked;
-
-    fn explain_source(src: &str) -> String {
-        let c = checked(src);
-        explain(&c, &crate::plan::plan(&c), src)
-    }
-
-    #[test]
-    fn datalog_strata_show_join_orders_and_others_show_iteration_spaces() {
-        let src = "E(A, B). E(B, C).\nP(x, y) :- E(x, y).\nP(x, z) :- P(x, y), E(y, z).\nN[x] = P(x, y)\n";
-        let text = explain_source(src);
-        assert!(text.contains("P (recursive), semi-naive joins"), "{text}");
-        assert!(
-            text.contains("new P tuples: P(x, y) [scan] → E(y, z) [index on column 1]"),
-            "{text}"
-        );
-        assert!(
-            text.contains("N (not recursive), counting by joins"),
-            "{text}"
-        );
-        let src = "E(A, B).\nT(x, y, z) :- E(x, y), E(y, z), E(z, x).\n";
-        let text = explain_source(src);
-        assert!(
-            text.contains("worst-case-optimal join binding x → y → z"),
-            "{text}"
-        );
-        let src = "W[A, B] = 2\nD[x, y] min= W[x, y]\nD[x, z] min= D[x, y] + W[y, z]\n";
-        let text = explain_source(src);
-        assert!(
-            text.contains("D (recursive), semi-naive min= joins over improved elements"),
-            "{text}"
-        );
-        let src =
-            "A : real[50, 50]\nB : real[50, 50]\nX : real[50]\nY[i] = sig(A[i, j] B[j, k] X[k])\n";
-        let text = explain_source(src);
-        assert!(
-            text.contains(
-                "term 1: (A · (B · X)) [2 f32 GEMMs]\n    1.510e4 FLOPs, the rest in one pass"
-            ),
-            "{text}"
-        );
-        let src = "X = [1, 2, 3]\nY[i] = X[i] X[j] (i != j)\n";
-        let text = explain_source(src);
-        assert!(
-            text.contains("the rest in one pass over the output, then summed over j"),
-            "{text}"
-        );
-        let src = "X = [1, 2, 3]\nY : real[3]\nY[i] = X[i + 1]\n";
-        let text = explain_source(src);
-        assert!(
-            text.contains("added at its left-hand-side position"),
-            "{text}"
-        );
-        let src = "X = [1, 2, 3]\nY[i] = X[i + 1]\n";
-        let text = explain_source(src);
-        assert!(text.contains("term 1: X[window gathered]"), "{text}");
-        let src = "X = [1, 2, 3, 4]\nY[i / 2] = X[i]\n";
-        let text = explain_source(src);
-        assert!(
-            text.contains("added at its left-hand-side position"),
-            "{text}"
-        );
-    }
-}
-
 /// The dataflow as `tl explain --engine differential` prints it.
 pub fn explain_dataflow(p: &Checked, d: &DataflowPlan, source: &str) -> String {
     let mut out = String::new();
@@ -648,7 +580,10 @@ pub fn explain_dataflow(p: &Checked, d: &DataflowPlan, source: &str) -> String {
         let n: Vec<&str> = ts.iter().map(|&t| p.tensors[t].name.as_str()).collect();
         n.join(", ")
     };
-    let _ = writeln!(out, "differential dataflow (timely + differential-dataflow)");
+    let _ = writeln!(
+        out,
+        "differential dataflow (timely + differential-dataflow)"
+    );
     let _ = writeln!(out, "  inputs: {}", or_none(names(&d.inputs)));
     for (i, (st, place)) in p.strata.iter().zip(&d.placement).enumerate() {
         if st.equations.is_empty() {
@@ -766,4 +701,72 @@ fn arrangement_text(p: &Checked, a: &Arrangement) -> String {
         s.push_str(", distinct");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::semantics::tests::checked;
+
+    fn explain_source(src: &str) -> String {
+        let c = checked(src);
+        explain(&c, &crate::plan::plan(&c), src)
+    }
+
+    #[test]
+    fn datalog_strata_show_join_orders_and_others_show_iteration_spaces() {
+        let src = "E(A, B). E(B, C).\nP(x, y) :- E(x, y).\nP(x, z) :- P(x, y), E(y, z).\nN[x] = P(x, y)\n";
+        let text = explain_source(src);
+        assert!(text.contains("P (recursive), semi-naive joins"), "{text}");
+        assert!(
+            text.contains("new P tuples: P(x, y) [scan] → E(y, z) [index on column 1]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("N (not recursive), counting by joins"),
+            "{text}"
+        );
+        let src = "E(A, B).\nT(x, y, z) :- E(x, y), E(y, z), E(z, x).\n";
+        let text = explain_source(src);
+        assert!(
+            text.contains("worst-case-optimal join binding x → y → z"),
+            "{text}"
+        );
+        let src = "W[A, B] = 2\nD[x, y] min= W[x, y]\nD[x, z] min= D[x, y] + W[y, z]\n";
+        let text = explain_source(src);
+        assert!(
+            text.contains("D (recursive), semi-naive min= joins over improved elements"),
+            "{text}"
+        );
+        let src =
+            "A : real[50, 50]\nB : real[50, 50]\nX : real[50]\nY[i] = sig(A[i, j] B[j, k] X[k])\n";
+        let text = explain_source(src);
+        assert!(
+            text.contains(
+                "term 1: (A · (B · X)) [2 f32 GEMMs]\n    1.510e4 FLOPs, the rest in one pass"
+            ),
+            "{text}"
+        );
+        let src = "X = [1, 2, 3]\nY[i] = X[i] X[j] (i != j)\n";
+        let text = explain_source(src);
+        assert!(
+            text.contains("the rest in one pass over the output, then summed over j"),
+            "{text}"
+        );
+        let src = "X = [1, 2, 3]\nY : real[3]\nY[i] = X[i + 1]\n";
+        let text = explain_source(src);
+        assert!(
+            text.contains("added at its left-hand-side position"),
+            "{text}"
+        );
+        let src = "X = [1, 2, 3]\nY[i] = X[i + 1]\n";
+        let text = explain_source(src);
+        assert!(text.contains("term 1: X[window gathered]"), "{text}");
+        let src = "X = [1, 2, 3, 4]\nY[i / 2] = X[i]\n";
+        let text = explain_source(src);
+        assert!(
+            text.contains("added at its left-hand-side position"),
+            "{text}"
+        );
+    }
 }

@@ -343,7 +343,11 @@ impl Session {
     pub fn explain_dataflow(&self) -> Option<String> {
         let (checked, plan) = (self.checked.as_ref()?, self.plan.as_ref()?);
         let flow = crate::plan::dataflow::plan_dataflow(checked, plan);
-        Some(crate::explain::explain_dataflow(checked, &flow, &self.source))
+        Some(crate::explain::explain_dataflow(
+            checked,
+            &flow,
+            &self.source,
+        ))
     }
 
     /// How the last run evaluated each stratum: the kernel that ran, and why the reference

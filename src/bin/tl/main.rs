@@ -257,22 +257,30 @@ impl Common {
     fn cluster(&self) -> Result<Cluster, String> {
         let workers = self.workers.unwrap_or(self.threads) as usize;
         let (n, i) = (self.processes as usize, self.process as usize);
-        if self.engine != "differential" && (n > 1 || self.hosts.is_some() || self.workers.is_some()) {
-            return Err("`--workers`, `--processes` and `--hosts` need `--engine differential`\n".into());
+        if self.engine != "differential"
+            && (n > 1 || self.hosts.is_some() || self.workers.is_some())
+        {
+            return Err(
+                "`--workers`, `--processes` and `--hosts` need `--engine differential`\n".into(),
+            );
         }
         if i >= n {
             return Err(format!("`--process {i}` is not below `--processes {n}`\n"));
         }
         if n == 1 {
-            return Ok(Cluster { workers, processes: None });
+            return Ok(Cluster {
+                workers,
+                processes: None,
+            });
         }
         let Some(file) = &self.hosts else {
-            return Err(format!("`--processes {n}` needs `--hosts FILE` (one `host:port` per process)\n"));
+            return Err(format!(
+                "`--processes {n}` needs `--hosts FILE` (one `host:port` per process)\n"
+            ));
         };
         let text = std::fs::read_to_string(file)
             .map_err(|e| format!("cannot read the hosts file {}: {e}\n", file.display()))?;
-        let hosts = parse_hosts(&text)
-            .map_err(|e| format!("{}: {e}\n", file.display()))?;
+        let hosts = parse_hosts(&text).map_err(|e| format!("{}: {e}\n", file.display()))?;
         if hosts.len() < n {
             return Err(format!(
                 "{}: {} host{} for `--processes {n}`\n",

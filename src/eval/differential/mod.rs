@@ -81,9 +81,11 @@ impl Cluster {
         };
         let sockets = network::connect(p, me, within)?;
         let hooks = Hooks::default();
-        let local = ProcessBuilder::new_typed_vector(threads, hooks.refill.clone(), hooks.spill.clone());
-        let (builders, guard) = initialize_networking_from_sockets(local, sockets, p.index, threads, hooks)
-            .map_err(|e| format!("the connections to the other processes failed: {e}"))?;
+        let local =
+            ProcessBuilder::new_typed_vector(threads, hooks.refill.clone(), hooks.spill.clone());
+        let (builders, guard) =
+            initialize_networking_from_sockets(local, sockets, p.index, threads, hooks)
+                .map_err(|e| format!("the connections to the other processes failed: {e}"))?;
         let builders = builders.into_iter().map(AllocatorBuilder::Tcp).collect();
         Ok((builders, Box::new(guard)))
     }
@@ -265,9 +267,12 @@ fn failed(message: &str) -> Diagnostics {
 fn rows(t: &Tensor) -> Box<dyn Iterator<Item = Row> + '_> {
     match &t.storage {
         Storage::Relation(r) => Box::new(r.iter().map(Row::from_slice)),
-        _ => Box::new(t.entries().into_iter().filter(|(_, v)| *v != 0.0).map(
-            |(idx, _)| idx.into_iter().map(|i| i as u32).collect(),
-        )),
+        _ => Box::new(
+            t.entries()
+                .into_iter()
+                .filter(|(_, v)| *v != 0.0)
+                .map(|(idx, _)| idx.into_iter().map(|i| i as u32).collect()),
+        ),
     }
 }
 

@@ -12,7 +12,10 @@ pub(super) fn catching<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, St
     let record = first.clone();
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let text = match (info.payload().downcast_ref::<&str>(), info.payload().downcast_ref::<String>()) {
+        let text = match (
+            info.payload().downcast_ref::<&str>(),
+            info.payload().downcast_ref::<String>(),
+        ) {
             (Some(s), _) => s.to_string(),
             (_, Some(s)) => s.clone(),
             _ => "a worker stopped".to_string(),
@@ -34,7 +37,11 @@ pub(super) fn catching<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, St
 
 /// A peer's loss in words a user can act on.
 fn explain(why: &str) -> String {
-    if why.contains("socket closed") || why.contains("Connection reset") || why.contains("Broken pipe") || why.contains("MergeQueue poisoned") {
+    if why.contains("socket closed")
+        || why.contains("Connection reset")
+        || why.contains("Broken pipe")
+        || why.contains("MergeQueue poisoned")
+    {
         return format!("another process of the run ended before it finished ({why})");
     }
     why.to_string()

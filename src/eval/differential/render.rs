@@ -130,7 +130,7 @@ fn recursive<'s>(
         let mut own: HashMap<TensorId, Coll<'_, Product<u64, u64>>> = HashMap::new();
         let mut vars = Vec::new();
         for &t in &fs.tensors {
-            let (v, c) = VecVariable::new(inner.clone(), Product::new(0, 1));
+            let (v, c) = VecVariable::new(inner, Product::new(0, 1));
             own.insert(t, c);
             vars.push((t, v));
         }
@@ -144,20 +144,20 @@ fn recursive<'s>(
             if let Some(c) = e.get(&t) {
                 return Some(c.clone());
             }
-            let c = rels.get(&t)?.clone().enter(inner.clone());
+            let c = rels.get(&t)?.clone().enter(inner);
             e.insert(t, c.clone());
             Some(c)
         };
         let heads = stratum_rules(fs, &rel, job);
         let mut out = Vec::new();
         for (t, v) in vars {
-            let fact = facts.get(&t).map(|c| c.clone().enter(inner.clone()));
+            let fact = facts.get(&t).map(|c| c.clone().enter(inner));
             let Some(def) = union(heads_of(&heads, t).chain(fact)) else {
                 continue;
             };
             let def = def.distinct();
             v.set(def.clone());
-            out.push((t, def.leave(scope.clone())));
+            out.push((t, def.leave(scope)));
         }
         out
     })

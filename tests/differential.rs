@@ -1,0 +1,265 @@
+//! The differential engine end to end: `tl run --engine differential` on one process and on
+//! two over localhost (started by the test) prints and writes exactly what the standard
+//! engine does; wrong combinations are errors; a process killed mid-run ends the other with
+//! E0404 and no output file.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+const PROGRAM: &str = "Edge = \"edge.tsv\"
+Node(x) :- Edge(x, y).
+Node(y) :- Edge(x, y).
+Path(x, y) :- Edge(x, y).
+Path(x, z) :- Path(x, y), Edge(y, z).
+Cyclic(x) :- Path(x, x).
+Acyclic(x) :- Node(x), not Cyclic(x).
+Sink(x) :- Node(x), not Edge(x, _).
+Reach[x] = Path(x, y)
+\"path.tsv\" = Path
+Acyclic(x)?
+Sink(x)?
+Reach[x]?
+";
+
+/// A graph of `n` nodes: a chain with a few back edges and chords.
+fn edges(n: u32) -> String {
+    let mut s = String::new();
+    for i in 0..n - 1 {
+        s.push_str(&format!("{i}\t{}\n", i + 1));
+        if i % 7 == 3 {
+            s.push_str(&format!("{}\t{}\n", i + 1, i / 2));
+        }
+        if i % 5 == 1 {
+            s.push_str(&format!("{i}\t{}\n", (i * 3) % n));
+        }
+    }
+    s
+}
+
+fn setup(n: u32) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    common::write(dir.path(), "p.tl", PROGRAM);
+    common::write(dir.path(), "edge.tsv", &edges(n));
+    dir
+}
+
+/// Two free localhost ports, in a hosts file.
+fn hosts(dir: &Path) -> std::path::PathBuf {
+    let ports: Vec<u16> = (0..2)
+        .map(|_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        })
+        .collect();
+    let text = format!(
+        "# two processes on this machine\n127.0.0.1:{}\n\n127.0.0.1:{}\n",
+        ports[0], ports[1]
+    );
+    let path = dir.join("hosts.txt");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn spawn(dir: &Path, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_tl"))
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn one_process_prints_and_writes_what_the_standard_engine_does() {
+    let dir = setup(120);
+    let standard = common::tl(dir.path(), &["run", "p.tl"]);
+    assert!(standard.status.success(), "{}", common::stderr(&standard));
+    let written = std::fs::read_to_string(dir.path().join("path.tsv")).unwrap();
+    for workers in ["1", "2", "3"] {
+        std::fs::remove_file(dir.path().join("path.tsv")).unwrap();
+        let args = [
+            "run",
+            "p.tl",
+            "--engine",
+            "differential",
+            "--workers",
+            workers,
+        ];
+        let out = common::tl(dir.path(), &args);
+        assert!(out.status.success(), "{}", common::stderr(&out));
+        assert_eq!(common::stdout(&out), common::stdout(&standard));
+        let again = std::fs::read_to_string(dir.path().join("path.tsv")).unwrap();
+        assert_eq!(again, written, "{workers} workers");
+    }
+}
+
+#[test]
+fn two_processes_over_localhost_answer_like_one() {
+    let dir = setup(150);
+    let single = common::tl(dir.path(), &["run", "p.tl"]);
+    let written = std::fs::read(dir.path().join("path.tsv")).unwrap();
+    std::fs::remove_file(dir.path().join("path.tsv")).unwrap();
+    let hosts = hosts(dir.path());
+    let h = hosts.to_str().unwrap();
+    let common_args = ["--engine", "differential", "--processes", "2", "--hosts", h];
+    let mut args1 = vec!["run", "p.tl", "--process", "1", "--workers", "2"];
+    args1.extend(common_args);
+    let p1 = spawn(dir.path(), &args1);
+    let mut args0 = vec!["run", "p.tl", "--process", "0", "--workers", "2"];
+    args0.extend(common_args);
+    let out0 = common::tl(dir.path(), &args0);
+    let out1 = p1.wait_with_output().unwrap();
+    assert!(out0.status.success(), "{}", common::stderr(&out0));
+    assert!(out1.status.success(), "{}", common::stderr(&out1));
+    assert_eq!(common::stdout(&out0), common::stdout(&single));
+    assert_eq!(common::stdout(&out1), "", "only process 0 prints");
+    assert_eq!(std::fs::read(dir.path().join("path.tsv")).unwrap(), written);
+}
+
+#[test]
+fn processes_with_other_worker_counts_refuse_each_other() {
+    let dir = setup(20);
+    let hosts = hosts(dir.path());
+    let h = hosts.to_str().unwrap();
+    let base = [
+        "run",
+        "p.tl",
+        "--engine",
+        "differential",
+        "--processes",
+        "2",
+    ];
+    let mut a1: Vec<&str> = base.to_vec();
+    a1.extend(["--hosts", h, "--process", "1", "--workers", "1"]);
+    let p1 = spawn(dir.path(), &a1);
+    let mut a0: Vec<&str> = base.to_vec();
+    a0.extend(["--hosts", h, "--process", "0", "--workers", "2"]);
+    let out0 = common::tl(dir.path(), &a0);
+    let out1 = p1.wait_with_output().unwrap();
+    for out in [&out0, &out1] {
+        assert_eq!(out.status.code(), Some(1));
+        let err = common::stderr(out);
+        assert!(
+            err.contains("E0404") && err.contains("same `--workers`"),
+            "{err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn a_killed_process_ends_the_other_with_an_error_and_no_output_file() {
+    // Long enough that the kill lands mid-run: the closure of a 1,500-node chain.
+    let dir = tempfile::tempdir().unwrap();
+    common::write(dir.path(), "p.tl", PROGRAM);
+    let chain: String = (0..1500).map(|i| format!("{i}\t{}\n", i + 1)).collect();
+    common::write(dir.path(), "edge.tsv", &chain);
+    let hosts = hosts(dir.path());
+    let h = hosts.to_str().unwrap();
+    let base = [
+        "run",
+        "p.tl",
+        "--engine",
+        "differential",
+        "--processes",
+        "2",
+    ];
+    let mut a1: Vec<&str> = base.to_vec();
+    a1.extend(["--hosts", h, "--process", "1"]);
+    let mut p1 = spawn(dir.path(), &a1);
+    let mut a0: Vec<&str> = base.to_vec();
+    a0.extend(["--hosts", h, "--process", "0"]);
+    let p0 = spawn(dir.path(), &a0);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    p1.kill().unwrap();
+    p1.wait().unwrap();
+    let out0 = p0.wait_with_output().unwrap();
+    assert_eq!(out0.status.code(), Some(1), "{}", common::stderr(&out0));
+    let err = common::stderr(&out0);
+    assert!(err.contains("E0404"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!dir.path().join("path.tsv").exists());
+}
+
+#[test]
+fn wrong_cluster_options_are_usage_errors() {
+    let dir = setup(10);
+    let cases: [(&[&str], &str); 4] = [
+        (&["--workers", "2"], "need `--engine differential`"),
+        (
+            &["--engine", "differential", "--processes", "2"],
+            "needs `--hosts FILE`",
+        ),
+        (
+            &[
+                "--engine",
+                "differential",
+                "--processes",
+                "2",
+                "--process",
+                "2",
+            ],
+            "is not below",
+        ),
+        (
+            &[
+                "--engine",
+                "differential",
+                "--processes",
+                "2",
+                "--hosts",
+                "missing.txt",
+            ],
+            "cannot read the hosts file",
+        ),
+    ];
+    for (extra, expected) in cases {
+        let mut args = vec!["run", "p.tl"];
+        args.extend(extra);
+        let out = common::tl(dir.path(), &args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(
+            common::stderr(&out).contains(expected),
+            "{args:?}: {}",
+            common::stderr(&out)
+        );
+    }
+    common::write(dir.path(), "bad.txt", "127.0.0.1:1\nnot a host\n");
+    let args = [
+        "run",
+        "p.tl",
+        "--engine",
+        "differential",
+        "--processes",
+        "2",
+        "--hosts",
+        "bad.txt",
+    ];
+    let out = common::tl(dir.path(), &args);
+    assert!(
+        common::stderr(&out).contains("line 2"),
+        "{}",
+        common::stderr(&out)
+    );
+}
+
+#[test]
+fn explain_prints_the_dataflow_and_where_other_strata_run() {
+    let dir = setup(10);
+    let out = common::tl(dir.path(), &["explain", "p.tl", "--engine", "differential"]);
+    let text = common::stdout(&out);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    for part in [
+        "inputs: Edge",
+        "Path (iterate",
+        "join a",
+        "antijoin a",
+        "Reach (count per head)",
+        "(shared by 2 rules)",
+    ] {
+        assert!(text.contains(part), "{part} missing from\n{text}");
+    }
+}
