@@ -1,0 +1,26 @@
+#!/bin/bash
+# The differential engine against the standard engine and ascent on the transitive-closure
+# workloads (bench.tl: no answers written), with wall time and peak memory per process:
+#   python3 bench/datalog/run.py tc-chain-2000 tc-random-5000-20000   (once: data, ascent-bench)
+#   bench/datalog/differential.sh
+set -e
+HERE="$(cd "$(dirname "$0")" && pwd)"
+T="$HERE/../../target/release/tl"
+A="$HERE/ascent-bench/target/release/ascent-bench"
+HOSTS="$(mktemp)"
+printf "127.0.0.1:7411\n127.0.0.1:7412\n" > "$HOSTS"
+for w in tc-chain-2000 tc-random-5000-20000; do
+  cd "$HERE/data/$w"
+  /usr/bin/time -f "$w standard: %e s, %M KB" "$T" run bench.tl > /dev/null
+  /usr/bin/time -f "$w ascent: %e s, %M KB" "$A" tc . > /dev/null
+  for n in 1 2; do
+    /usr/bin/time -f "$w differential $n worker(s): %e s, %M KB" "$T" run bench.tl --engine differential --workers $n > /dev/null
+  done
+  P1="$(mktemp)"
+  /usr/bin/time -o "$P1" -f "$w differential 2 processes (process 1): %e s, %M KB" \
+    "$T" run bench.tl --engine differential --processes 2 --process 1 --hosts "$HOSTS" > /dev/null &
+  /usr/bin/time -f "$w differential 2 processes (process 0): %e s, %M KB" \
+    "$T" run bench.tl --engine differential --processes 2 --process 0 --hosts "$HOSTS" > /dev/null
+  wait
+  cat "$P1"
+done
