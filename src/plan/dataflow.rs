@@ -437,3 +437,68 @@ fn vars_of(terms: &[Term]) -> Vec<VarId> {
     }
     vs
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::semantics::tests::checked;
+
+    fn lowered(src: &str) -> (Checked, DataflowPlan) {
+        let c = checked(src);
+        let plan = crate::plan::plan(&c);
+        let d = plan_dataflow(&c, &plan);
+        (c, d)
+    }
+
+    #[test]
+    fn the_first_atom_is_keyed_in_the_order_the_second_looks_it_up() {
+        let (c, d) = lowered("A(0, 1). B(1, 0).\nC(x, y) :- A(x, y), B(y, x).\n");
+        let fs = d
+            .strata
+            .iter()
+            .find(|s| s.tensors == [c.tensor_id("C").unwrap()]);
+        let fs = fs.unwrap();
+        let r = &fs.rules[0];
+        let first = &fs.arrangements[r.first.0];
+        let join = &fs.arrangements[r.joins[0].arrangement.0];
+        // B(y, x) is looked up by (y, x): A's key must be its columns (1, 0).
+        assert_eq!(
+            (first.key.clone(), join.key.clone()),
+            (vec![1, 0], vec![0, 1])
+        );
+        assert_eq!(r.first_env, r.joins[0].key);
+    }
+
+    #[test]
+    fn rules_reading_a_relation_alike_share_its_arrangement() {
+        let (_, d) = lowered("E(0, 1).\nN(x) :- E(x, y).\nN(y) :- E(x, y).\n");
+        let fs = &d.strata[0];
+        assert_eq!(fs.arrangements.len(), 1, "{:?}", fs.arrangements);
+        assert_eq!(fs.rules.len(), 2);
+    }
+
+    #[test]
+    fn dense_strata_run_before_or_after_the_dataflow() {
+        let src = "E(0, 1). E(1, 2).\nW = [[0, 1, 0], [0, 0, 1], [0, 0, 0]]\nS[x] = W[x, y]\nP(x, y) :- E(x, y).\nP(x, z) :- P(x, y), E(y, z).\nH[x] = relu(S[x]) + 1\nQ(x) :- P(x, y), S[x] > 0.5.\nR[x] = P(x, y) W[x, y]\n";
+        let (c, d) = lowered(src);
+        let place = |name: &str| {
+            let t = c.tensor_id(name).unwrap();
+            let i = c
+                .strata
+                .iter()
+                .position(|s| s.tensors.contains(&t))
+                .unwrap();
+            d.placement[i].clone()
+        };
+        assert_eq!(place("S"), Placement::Before);
+        assert_eq!(place("P"), Placement::Flow);
+        assert_eq!(
+            place("Q"),
+            Placement::Flow,
+            "its check reads S, known before"
+        );
+        assert!(matches!(place("R"), Placement::After(_)));
+        assert!(d.read_by_values.contains(&c.tensor_id("S").unwrap()));
+        assert!(d.inputs.contains(&c.tensor_id("E").unwrap()));
+    }
+}
