@@ -13,6 +13,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod incremental;
+pub use incremental::Changes;
+
 /// Options for a run: meaning ([`Settings`]) and evaluation ([`EvalOptions`]).
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -58,6 +61,10 @@ pub struct Session {
     /// Dense real tensors given new values of the same shape since the last check: the
     /// next run puts them into the checked program and re-uses its plan.
     rebound: Vec<(usize, Tensor)>,
+    /// Incremental mode: the live dataflow, and facts staged for the next commit.
+    live: Option<incremental::Live>,
+    staged: incremental::Staged,
+    overlay: incremental::Overlay,
 }
 
 impl Session {
@@ -97,6 +104,9 @@ impl Session {
         self.checked = None;
         self.plan = None;
         self.values = None;
+        self.live = None;
+        self.staged.clear();
+        self.overlay = incremental::Overlay::default();
         let funcs: Vec<String> = self.functions.keys().cloned().collect();
         let is_function = |n: &str| crate::functions::is_builtin(n) || funcs.iter().any(|f| f == n);
         let (program, errors) = syntax::parse(source, &is_function);
@@ -274,6 +284,7 @@ impl Session {
             return Ok(checked);
         }
         self.stale = false;
+        self.live = None;
         self.rebound.clear();
         self.checked_with = Some(options.settings.clone());
         for (name, tensor) in &self.tensors {
@@ -573,6 +584,19 @@ fn unknown(name: &str) -> Diagnostics {
     Diagnostic::global(codes::UNKNOWN_TENSOR, format!("unknown tensor `{name}`")).into()
 }
 
+/// Position `pos` of axis `ax` of tensor `t` as a host value.
+fn cell(checked: &Checked, t: usize, ax: usize, pos: usize) -> Cell {
+    let dom = &checked.domains[checked.tensors[t].domains[ax]];
+    let label = output::label(checked, t, ax, pos, false);
+    match (dom.real, dom.symbolic) {
+        (true, _) => label
+            .parse::<i64>()
+            .map_or_else(|_| Cell::Real(label.parse().unwrap_or(f64::NAN)), Cell::Int),
+        (false, true) => Cell::Symbol(label),
+        (false, false) => label.parse().map_or(Cell::Symbol(label), Cell::Int),
+    }
+}
+
 /// The rows of tensor `t` whose positions match `pattern` (all when it is empty).
 fn rows_matching(
     checked: &Checked,
@@ -582,17 +606,7 @@ fn rows_matching(
 ) -> Vec<Row> {
     use semantics::QueryIndex;
     let info = &checked.tensors[t];
-    let cell = |ax: usize, pos: usize| {
-        let dom = &checked.domains[info.domains[ax]];
-        let label = output::label(checked, t, ax, pos, false);
-        match (dom.real, dom.symbolic) {
-            (true, _) => label
-                .parse::<i64>()
-                .map_or_else(|_| Cell::Real(label.parse().unwrap_or(f64::NAN)), Cell::Int),
-            (false, true) => Cell::Symbol(label),
-            (false, false) => label.parse().map_or(Cell::Symbol(label), Cell::Int),
-        }
-    };
+    let cell = |ax: usize, pos: usize| cell(checked, t, ax, pos);
     let matches = |idx: &[usize]| {
         pattern.iter().enumerate().all(|(ax, p)| match p {
             QueryIndex::Fixed(f) => idx.get(ax) == Some(f),

@@ -242,3 +242,17 @@ fn binding_new_values_of_the_same_shape_reuses_the_plan_and_is_exact() {
     s.run(&RunOptions::default()).unwrap();
     assert_eq!(total(&s), 15.0);
 }
+
+#[test]
+fn bound_rows_replace_a_relations_facts_written_in_the_program() {
+    let mut s = Session::new();
+    s.load_source(
+        "p.tl",
+        "E(A, B). E(B, C).\nP(x, y) :- E(x, y).\n",
+        std::path::Path::new("."),
+    )
+    .unwrap();
+    s.bind_rows("E", &[vec!["C".into(), "D".into()]]);
+    s.run(&RunOptions::default()).unwrap();
+    assert_eq!(s.query("P(x, y)").unwrap(), vec!["P(C, D)"]);
+}

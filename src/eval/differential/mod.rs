@@ -4,9 +4,13 @@
 //! it. Its answers equal the standard engine's for any worker or process count: relations
 //! are sets, gathered at worker 0 and sorted.
 
+mod incremental;
+mod live;
 mod network;
 mod quiet;
 mod render;
+
+pub use incremental::{Delta, Incremental};
 
 use super::standard::State;
 use super::{Engine, EvalOptions, Evaluation, Ran};

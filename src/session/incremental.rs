@@ -1,0 +1,342 @@
+//! Incremental mode (`tl watch`, `prog.insert`/`remove`/`commit`): the program evaluated
+//! once with its Datalog strata in a dataflow that stays alive; inserting and removing
+//! facts of its input relations, then committing, updates every derived tensor and returns
+//! what changed.
+//!
+//! A commit whose facts use only values the domains already hold, on relations the
+//! dataflow reads directly ([`Incremental::updatable`]), runs as one round of the
+//! dataflow. Any other commit (a new symbol, a relation a dense stratum reads) binds the
+//! relation's new rows and evaluates again from scratch; its changes are the same.
+
+use super::{cell, eval_options, rows_matching, Row, RunOptions, Session};
+use crate::diagnostics::{codes, Diagnostic, Diagnostics};
+use crate::eval::{Delta, Incremental};
+use crate::output;
+use crate::semantics::{number_text, Checked, Kind, Output, TensorId};
+use crate::tensor::{Storage, Tensor};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What a commit changed in one derived tensor, as rows like [`Session::rows`] gives them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Changes {
+    /// The tensor's name.
+    pub name: String,
+    /// Rows that hold now and did not before (an element with its new value).
+    pub added: Vec<Row>,
+    /// Rows that held before and do not now (an element with its old value).
+    pub removed: Vec<Row>,
+}
+
+/// The incremental state a session keeps between commits.
+pub(super) struct Live {
+    inc: Incremental,
+    options: RunOptions,
+    workers: usize,
+}
+
+/// Facts waiting for the next commit: relation, fields, +1 or −1.
+pub(super) type Staged = Vec<(String, Vec<String>, isize)>;
+
+/// Every commit's facts so far, per relation: those inserted (bound as rows, beside the
+/// program's own facts) and those removed (taken out of the checked facts), so that a
+/// check from scratch reproduces the state commits reached.
+#[derive(Default)]
+pub(super) struct Overlay {
+    relations: BTreeMap<String, (BTreeSet<Vec<String>>, BTreeSet<Vec<String>>)>,
+}
+
+impl Overlay {
+    fn record(&mut self, name: &str, fields: &[String], sign: isize) {
+        let (added, removed) = self.relations.entry(name.to_string()).or_default();
+        if sign > 0 {
+            removed.remove(fields);
+            added.insert(fields.to_vec());
+        } else {
+            added.remove(fields);
+            removed.insert(fields.to_vec());
+        }
+    }
+}
+
+impl Session {
+    /// Runs the program with the differential engine on `workers` threads and keeps its
+    /// dataflow alive for [`Session::insert`], [`Session::remove`] and [`Session::commit`].
+    /// Returns the query answers, as [`Session::run`] does (and writes the program's files).
+    pub fn run_incremental(
+        &mut self,
+        options: &RunOptions,
+        workers: usize,
+    ) -> Result<Vec<String>, Diagnostics> {
+        self.live = None;
+        self.check_for(options)?;
+        self.remove_overlaid();
+        let checked = self.checked.as_ref().ok_or_else(super::not_checked)?;
+        let plan = self.plan.as_ref().ok_or_else(super::not_checked)?;
+        let o = eval_options(options, &self.functions);
+        let inc = Incremental::start(checked, plan, &o, workers)
+            .map_err(|d| d.located(&self.file_name, &self.source))?;
+        self.log = inc.log().to_vec();
+        let values = inc.values().to_vec();
+        let mut lines = Vec::new();
+        let mut writes = Vec::new();
+        for out in &checked.outputs {
+            match out {
+                Output::Query(q) => lines.extend(output::answer(checked, &values, q)),
+                Output::Write { path, tensor, span } => writes.push((path.clone(), *tensor, *span)),
+            }
+        }
+        if options.write_files {
+            super::write_outputs(checked, &values, &writes)?;
+        }
+        self.values = Some(values);
+        self.live = Some(Live {
+            inc,
+            options: options.clone(),
+            workers,
+        });
+        Ok(lines)
+    }
+
+    /// Stages facts to insert into relation `name` at the next [`Session::commit`]: one row
+    /// of fields per tuple, as a `.tsv` file would hold them.
+    pub fn insert(&mut self, name: &str, rows: &[Vec<String>]) -> Result<(), Diagnostics> {
+        self.stage(name, rows, 1)
+    }
+
+    /// Stages facts to remove from relation `name` at the next [`Session::commit`].
+    pub fn remove(&mut self, name: &str, rows: &[Vec<String>]) -> Result<(), Diagnostics> {
+        self.stage(name, rows, -1)
+    }
+
+    fn stage(&mut self, name: &str, rows: &[Vec<String>], sign: isize) -> Result<(), Diagnostics> {
+        let checked = self.checked.as_ref().ok_or_else(super::not_checked)?;
+        let t = checked
+            .tensor_id(name)
+            .ok_or_else(|| super::unknown(name))?;
+        let info = &checked.tensors[t];
+        let mut errors = Vec::new();
+        if info.kind != Kind::Bool {
+            errors.push(Diagnostic::global(
+                codes::FILE_ROW,
+                format!("`{name}` is not a relation: only a relation's facts can be inserted or removed"),
+            ));
+        }
+        for (i, r) in rows.iter().enumerate() {
+            if r.len() != info.shape.len() {
+                errors.push(Diagnostic::global(
+                    codes::FILE_ROW,
+                    format!(
+                        "row {} for `{name}` has {} field{}; `{name}` has {} position{}",
+                        i + 1,
+                        r.len(),
+                        if r.len() == 1 { "" } else { "s" },
+                        info.shape.len(),
+                        if info.shape.len() == 1 { "" } else { "s" }
+                    ),
+                ));
+            }
+        }
+        if !errors.is_empty() {
+            return Err(Diagnostics(errors));
+        }
+        for r in rows {
+            self.staged.push((name.to_string(), r.clone(), sign));
+        }
+        Ok(())
+    }
+
+    /// Applies the staged facts and returns the changes of every tensor the program derives
+    /// (those that changed), in the order the program declares them.
+    pub fn commit(&mut self) -> Result<Vec<Changes>, Diagnostics> {
+        let staged = std::mem::take(&mut self.staged);
+        if self.live.is_none() {
+            return Err(Diagnostic::global(
+                codes::QUERY,
+                "start incremental mode (`run_incremental`) before committing",
+            )
+            .into());
+        }
+        for (name, fields, sign) in &staged {
+            self.overlay.record(name, fields, *sign);
+        }
+        match self.positions(&staged) {
+            Some(changes) => self.commit_round(&changes),
+            None => self.commit_again(),
+        }
+    }
+
+    /// Takes the facts commits removed out of the checked program's facts.
+    fn remove_overlaid(&mut self) {
+        let Some(checked) = self.checked.as_mut() else {
+            return;
+        };
+        for (name, (_, removed)) in &self.overlay.relations {
+            let Some(t) = checked.tensor_id(name) else {
+                continue;
+            };
+            let rows: Vec<Vec<u32>> = removed
+                .iter()
+                .filter_map(|f| {
+                    f.iter()
+                        .enumerate()
+                        .map(|(ax, x)| position(checked, t, ax, x))
+                        .collect()
+                })
+                .collect();
+            if let Some(Tensor {
+                storage: Storage::Relation(r),
+                ..
+            }) = checked.data[t].as_mut()
+            {
+                for row in rows {
+                    r.set(&row, false);
+                }
+            }
+        }
+    }
+
+    /// The staged facts as positions, when every value is in its domain and every
+    /// relation can change in a dataflow round.
+    fn positions(&self, staged: &Staged) -> Option<Vec<(TensorId, Vec<u32>, isize)>> {
+        let (checked, live) = (self.checked.as_ref()?, self.live.as_ref()?);
+        staged
+            .iter()
+            .map(|(name, fields, sign)| {
+                let t = checked.tensor_id(name)?;
+                if !live.inc.updatable(checked, t) {
+                    return None;
+                }
+                let pos: Option<Vec<u32>> = fields
+                    .iter()
+                    .enumerate()
+                    .map(|(ax, f)| position(checked, t, ax, f))
+                    .collect();
+                Some((t, pos?, *sign))
+            })
+            .collect()
+    }
+
+    /// One round of the live dataflow.
+    fn commit_round(
+        &mut self,
+        changes: &[(TensorId, Vec<u32>, isize)],
+    ) -> Result<Vec<Changes>, Diagnostics> {
+        let (Some(checked), Some(plan), Some(live)) = (&self.checked, &self.plan, &mut self.live)
+        else {
+            return Err(super::not_checked().into());
+        };
+        let o = eval_options(&live.options, &self.functions);
+        let deltas = live
+            .inc
+            .update(checked, plan, &o, changes)
+            .map_err(|d| d.located(&self.file_name, &self.source))?;
+        let current = live.inc.values();
+        if let Some(values) = &mut self.values {
+            let touched = deltas.keys().chain(changes.iter().map(|(t, _, _)| t));
+            for &t in touched {
+                values[t] = current[t].clone();
+            }
+        }
+        Ok(deltas
+            .iter()
+            .map(|(&t, d)| changes_of(checked, t, d))
+            .collect())
+    }
+
+    /// Binds the facts every commit inserted and evaluates again from scratch (the facts commits removed are taken out after the check).
+    fn commit_again(&mut self) -> Result<Vec<Changes>, Diagnostics> {
+        let before = self.derived_rows()?;
+        // Every commit's insertions so far, not only this one's: the check starts afresh.
+        let tables: Vec<(String, Vec<Vec<String>>)> = self
+            .overlay
+            .relations
+            .iter()
+            .map(|(name, (added, _))| (name.clone(), added.iter().cloned().collect()))
+            .collect();
+        for (name, rows) in &tables {
+            self.bind_rows(name, rows);
+        }
+        let (options, workers) = match &self.live {
+            Some(l) => (l.options.clone(), l.workers),
+            None => (RunOptions::default(), 1),
+        };
+        self.run_incremental(&options, workers)?;
+        let after = self.derived_rows()?;
+        let mut out = Vec::new();
+        for (name, new) in after {
+            let old = before
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, r)| r.clone())
+                .unwrap_or_default();
+            let added: Vec<Row> = new.iter().filter(|r| !old.contains(r)).cloned().collect();
+            let removed: Vec<Row> = old.iter().filter(|r| !new.contains(r)).cloned().collect();
+            if !added.is_empty() || !removed.is_empty() {
+                out.push(Changes {
+                    name,
+                    added,
+                    removed,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every derived tensor's rows.
+    fn derived_rows(&self) -> Result<Vec<(String, Vec<Row>)>, Diagnostics> {
+        let (checked, values) = self.ran()?;
+        Ok(checked
+            .strata
+            .iter()
+            .filter(|s| !s.equations.is_empty())
+            .flat_map(|s| s.tensors.iter())
+            .map(|&t| {
+                let rows = rows_matching(checked, &values[t], t, &[]);
+                (checked.tensors[t].name.clone(), rows)
+            })
+            .collect())
+    }
+}
+
+/// The position of value `text` on axis `ax` of tensor `t`, if its domain holds it.
+fn position(p: &Checked, t: TensorId, ax: usize, text: &str) -> Option<u32> {
+    let info = &p.tensors[t];
+    let dom = &p.domains[*info.domains.get(ax)?];
+    let pos = if dom.real {
+        dom.position(&number_text(text)?)?
+    } else if dom.symbolic {
+        dom.position(text)?
+    } else {
+        let v: i64 = text.trim().parse().ok()?;
+        let offset = info.offsets.get(ax).copied().unwrap_or(0);
+        usize::try_from(v.checked_sub(offset)?).ok()?
+    };
+    (pos < *info.shape.get(ax)?)
+        .then(|| u32::try_from(pos).ok())
+        .flatten()
+}
+
+/// A delta in rows.
+fn changes_of(p: &Checked, t: TensorId, d: &Delta) -> Changes {
+    let valued = p.tensors[t].kind != Kind::Bool;
+    let row = |r: &Vec<u32>| -> Row {
+        let (idx, value) = match valued {
+            true => {
+                let (idx, v) = Delta::value(r);
+                (idx, Some(v))
+            }
+            false => (r.as_slice(), None),
+        };
+        let cells = idx
+            .iter()
+            .enumerate()
+            .map(|(ax, &pos)| cell(p, t, ax, pos as usize))
+            .collect();
+        (cells, value)
+    };
+    Changes {
+        name: p.tensors[t].name.clone(),
+        added: d.added.iter().map(row).collect(),
+        removed: d.removed.iter().map(row).collect(),
+    }
+}
