@@ -282,6 +282,54 @@ impl Session {
         Ok(out)
     }
 
+    /// The files the program reads relations from: each relation's name and the file's
+    /// path (what `tl watch` watches).
+    pub fn input_files(&self) -> Vec<(String, std::path::PathBuf)> {
+        use crate::syntax::ast::StmtKind;
+        self.program
+            .statements
+            .iter()
+            .filter_map(|st| match &st.kind {
+                StmtKind::FileRead { name, path } => {
+                    Some((name.text.clone(), self.base_dir.join(path)))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The rows of fields of a delimited file, as the program would read it for relation
+    /// `name` (to compare with what it held before).
+    pub fn read_rows(&self, path: &std::path::Path, name: &str) -> Result<Vec<Vec<String>>, Diagnostics> {
+        match crate::io::read_file(path, name) {
+            Ok(crate::io::RawData::Table(t)) => Ok(t
+                .rows()
+                .map(|r| r.fields().map(str::to_string).collect())
+                .collect()),
+            Ok(_) => Err(Diagnostic::global(
+                codes::FILE,
+                format!("`{}` does not hold rows of fields", path.display()),
+            )
+            .into()),
+            Err(e) => Err(Diagnostic::global(codes::FILE, e).into()),
+        }
+    }
+
+    /// The answers to the program's queries with the current values, as [`Session::run`]
+    /// prints them.
+    pub fn answers(&self) -> Result<Vec<String>, Diagnostics> {
+        let (checked, values) = self.ran()?;
+        Ok(checked
+            .outputs
+            .iter()
+            .filter_map(|out| match out {
+                Output::Query(q) => Some(output::answer(checked, values, q)),
+                Output::Write { .. } => None,
+            })
+            .flatten()
+            .collect())
+    }
+
     /// Every derived tensor's rows.
     fn derived_rows(&self) -> Result<Vec<(String, Vec<Row>)>, Diagnostics> {
         let (checked, values) = self.ran()?;

@@ -4,6 +4,7 @@
 
 mod repl;
 mod train;
+mod watch;
 
 /// mimalloc keeps freed large blocks for reuse: repeated evaluations and training steps
 /// allocate tensors of the same sizes, which the system allocator returns to the kernel and
@@ -93,6 +94,15 @@ enum Command {
     Repl {
         /// A program file to load first.
         file: Option<PathBuf>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Evaluate with the differential engine, then keep the answers up to date as facts
+    /// change: `+Edge(1, 2)` / `-Edge(1, 2)` lines on standard input, or edits of the
+    /// program's input files; prints the answers that appear (`+`) and go (`-`).
+    Watch {
+        /// Program file.
+        file: PathBuf,
         #[command(flatten)]
         common: Common,
     },
@@ -532,6 +542,22 @@ fn run(command: Command) -> Result<(), String> {
             let lines = session.run(&opts).map_err(|d| render(&session, &d))?;
             print_lines(&lines);
             Ok(())
+        }
+        Command::Watch { file, common } => {
+            let session = load(&file)?;
+            let options = RunOptions {
+                settings: common.settings(&[]),
+                tol: Some(common.tol),
+                write_files: true,
+                threads: common.threads as usize,
+                timeout: common.timeout.map(std::time::Duration::from_secs_f64),
+                interrupt: None,
+            };
+            let workers = common.workers.unwrap_or(common.threads) as usize;
+            if common.processes > 1 {
+                return Err("`tl watch` runs in one process (`--workers N` for threads)\n".into());
+            }
+            watch::watch(session, options, workers, common.quiet)
         }
         Command::Repl { file, common } => repl::repl(
             file,

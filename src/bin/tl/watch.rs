@@ -1,0 +1,203 @@
+//! `tl watch FILE`: evaluates once with the differential engine, then keeps the program up
+//! to date. A line `+Edge(1, 2)` or `-Edge(1, 2)` on standard input inserts or removes a
+//! fact; a change to one of the program's input files inserts and removes the rows that
+//! changed. After each change it prints the query answers that appeared (`+`) and went
+//! (`-`). End of input (Ctrl-D) ends it.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::mpsc::{channel, RecvTimeoutError};
+use std::time::{Duration, SystemTime};
+use tensor_logic::{RunOptions, Session};
+
+/// How often input files are looked at.
+const POLL: Duration = Duration::from_millis(100);
+
+/// One input file: its relation, path, last modification time and rows.
+struct Watched {
+    relation: String,
+    path: PathBuf,
+    modified: Option<SystemTime>,
+    rows: BTreeSet<Vec<String>>,
+}
+
+/// Runs the watch loop until standard input ends.
+pub fn watch(mut session: Session, options: RunOptions, workers: usize, quiet: bool) -> Result<(), String> {
+    let render = |s: &Session, d: &tensor_logic::Diagnostics| {
+        let (name, src) = s.source();
+        d.render(name, src)
+    };
+    let lines = session
+        .run_incremental(&options, workers)
+        .map_err(|d| render(&session, &d))?;
+    for l in &lines {
+        println!("{l}");
+    }
+    let mut files = Vec::new();
+    for (relation, path) in session.input_files() {
+        let rows = session
+            .read_rows(&path, &relation)
+            .map_err(|d| render(&session, &d))?;
+        files.push(Watched {
+            modified: modified(&path),
+            relation,
+            path,
+            rows: rows.into_iter().collect(),
+        });
+    }
+    if !quiet {
+        eprintln!(
+            "watching {} input file{}; type +Fact(...) or -Fact(...) to change facts, Ctrl-D to end",
+            files.len(),
+            if files.len() == 1 { "" } else { "s" }
+        );
+    }
+    let (tx, rx) = channel::<String>();
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        let mut line = String::new();
+        while matches!(stdin.read_line(&mut line), Ok(n) if n > 0) {
+            if tx.send(std::mem::take(&mut line)).is_err() {
+                return;
+            }
+        }
+    });
+    let mut shown: BTreeSet<String> = lines.into_iter().collect();
+    loop {
+        match rx.recv_timeout(POLL) {
+            Ok(line) => {
+                let line = line.trim();
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+                match fact(line) {
+                    Some((insert, name, fields)) => {
+                        let staged = match insert {
+                            true => session.insert(&name, &[fields]),
+                            false => session.remove(&name, &[fields]),
+                        };
+                        match staged {
+                            Ok(()) => commit(&mut session, &mut shown)?,
+                            Err(d) => eprint!("{}", render(&session, &d)),
+                        }
+                    }
+                    None => eprintln!(
+                        "error: `{line}` is not `+Relation(a, b)` or `-Relation(a, b)`"
+                    ),
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                let mut changed = false;
+                for w in &mut files {
+                    let now = modified(&w.path);
+                    if now == w.modified {
+                        continue;
+                    }
+                    w.modified = now;
+                    let rows: BTreeSet<Vec<String>> = match session.read_rows(&w.path, &w.relation) {
+                        Ok(rows) => rows.into_iter().collect(),
+                        Err(d) => {
+                            eprint!("{}", render(&session, &d));
+                            continue;
+                        }
+                    };
+                    let gone: Vec<Vec<String>> = w.rows.difference(&rows).cloned().collect();
+                    let new: Vec<Vec<String>> = rows.difference(&w.rows).cloned().collect();
+                    let staged = session
+                        .remove(&w.relation, &gone)
+                        .and_then(|()| session.insert(&w.relation, &new));
+                    if let Err(d) = staged {
+                        eprint!("{}", render(&session, &d));
+                        continue;
+                    }
+                    w.rows = rows;
+                    changed = true;
+                }
+                if changed {
+                    commit(&mut session, &mut shown)?;
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => return Ok(()),
+        }
+    }
+}
+
+/// Commits the staged facts and prints the answers that appeared and went.
+fn commit(session: &mut Session, shown: &mut BTreeSet<String>) -> Result<(), String> {
+    let render = |s: &Session, d: &tensor_logic::Diagnostics| {
+        let (name, src) = s.source();
+        d.render(name, src)
+    };
+    if let Err(d) = session.commit() {
+        eprint!("{}", render(session, &d));
+        return Ok(());
+    }
+    let now: BTreeSet<String> = session
+        .answers()
+        .map_err(|d| render(session, &d))?
+        .into_iter()
+        .collect();
+    for gone in shown.difference(&now) {
+        println!("-{gone}");
+    }
+    for new in now.difference(shown) {
+        println!("+{new}");
+    }
+    *shown = now;
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    Ok(())
+}
+
+/// `+Edge(1, 2)` as (insert, relation, fields); quoted fields keep their commas.
+fn fact(line: &str) -> Option<(bool, String, Vec<String>)> {
+    let (insert, rest) = match line.chars().next()? {
+        '+' => (true, &line[1..]),
+        '-' => (false, &line[1..]),
+        _ => return None,
+    };
+    let rest = rest.trim().trim_end_matches('.').trim();
+    let open = rest.find('(')?;
+    let name = rest[..open].trim();
+    let args = rest[open + 1..].strip_suffix(')')?;
+    if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+        return None;
+    }
+    let mut fields = Vec::new();
+    let (mut cur, mut quoted) = (String::new(), false);
+    for c in args.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ',' if !quoted => fields.push(std::mem::take(&mut cur).trim().to_string()),
+            c => cur.push(c),
+        }
+    }
+    if quoted {
+        return None;
+    }
+    if !cur.trim().is_empty() || !fields.is_empty() {
+        fields.push(cur.trim().to_string());
+    }
+    Some((insert, name.to_string(), fields))
+}
+
+fn modified(path: &std::path::Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fact;
+
+    #[test]
+    fn facts_are_read_with_their_sign() {
+        let f = |s: &str| fact(s).map(|(i, n, a)| (i, n, a.join("|")));
+        assert_eq!(f("+Edge(1, 2)"), Some((true, "Edge".into(), "1|2".into())));
+        assert_eq!(f("-Edge(1,2)."), Some((false, "Edge".into(), "1|2".into())));
+        assert_eq!(f("+Name(\"a, b\", C)"), Some((true, "Name".into(), "a, b|C".into())));
+        assert_eq!(f("+Flag()"), Some((true, "Flag".into(), String::new())));
+        assert_eq!(f("Edge(1, 2)"), None);
+        assert_eq!(f("+Edge(1, 2"), None);
+        assert_eq!(f("+(1)"), None);
+    }
+}
