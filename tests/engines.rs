@@ -206,10 +206,10 @@ proptest! {
             for (insert, f) in batch {
                 let (name, fields) = fact(f);
                 if *insert {
-                    inc.insert(&name, &[fields.clone()]).unwrap();
+                    inc.insert(&name, std::slice::from_ref(&fields)).unwrap();
                     current.insert((name, fields));
                 } else {
-                    inc.remove(&name, &[fields.clone()]).unwrap();
+                    inc.remove(&name, std::slice::from_ref(&fields)).unwrap();
                     current.remove(&(name, fields));
                 }
             }

@@ -318,6 +318,55 @@ impl Program {
         }
     }
 
+    /// Evaluates with the differential engine on `workers` threads (without the GIL) and
+    /// keeps its dataflow alive for `insert`, `remove` and `commit`; returns the answers of
+    /// the program's own queries.
+    #[pyo3(signature = (workers = 1, write_files = true))]
+    fn run_incremental(
+        &mut self,
+        py: Python<'_>,
+        workers: usize,
+        write_files: bool,
+    ) -> PyResult<Vec<String>> {
+        let options = RunOptions {
+            threads: workers,
+            write_files,
+            ..RunOptions::default()
+        };
+        let session = &mut self.session;
+        let result = py.detach(|| session.run_incremental(&options, workers));
+        result.map_err(|d| self.fail(py, &d))
+    }
+
+    /// Stages facts of relation `name` (rows of fields as text) to insert at the next
+    /// commit.
+    fn insert(&mut self, py: Python<'_>, name: &str, rows: Vec<Vec<String>>) -> PyResult<()> {
+        let staged = self.session.insert(name, &rows);
+        staged.map_err(|d| self.fail(py, &d))
+    }
+
+    /// Stages facts of relation `name` to remove at the next commit.
+    fn remove(&mut self, py: Python<'_>, name: &str, rows: Vec<Vec<String>>) -> PyResult<()> {
+        let staged = self.session.remove(name, &rows);
+        staged.map_err(|d| self.fail(py, &d))
+    }
+
+    /// Applies the staged facts (without the GIL); returns, per derived tensor that changed,
+    /// the rows added and removed, as `rows` gives them.
+    fn commit<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let session = &mut self.session;
+        let changes = py.detach(|| session.commit());
+        let changes = changes.map_err(|d| self.fail(py, &d))?;
+        let out = PyDict::new(py);
+        for c in &changes {
+            let entry = PyDict::new(py);
+            entry.set_item("added", to_python(py, &c.added)?)?;
+            entry.set_item("removed", to_python(py, &c.removed)?)?;
+            out.set_item(&c.name, entry)?;
+        }
+        Ok(out)
+    }
+
     /// A tensor's values after a run as a NumPy array of its storage type: float32 for
     /// `real` tensors by default, float64 for `f64`, `int` and Boolean ones. A dense f32 or
     /// f64 tensor is viewed without a copy (read-only); others are copied.

@@ -77,6 +77,14 @@ def _rows(value: Any) -> Optional[List[List[str]]]:
     return None
 
 
+def _fields(value: Any) -> List[List[str]]:
+    """Facts to insert or remove as rows of fields; a `TypeError` for anything else."""
+    rows = _rows(value)
+    if rows is None:
+        raise TypeError("facts are a list of tuples, a 2-D integer array or a DataFrame")
+    return rows
+
+
 def _array(value: Any) -> np.ndarray:
     """`value` as a NumPy array: NumPy arrays as they are, CPU torch tensors through
     `numpy()`, anything else through `np.asarray`."""
@@ -122,6 +130,28 @@ class Program:
         of its own queries as the CLI prints them. Errors (every one of them) raise
         `TensorLogicError`; Ctrl-C raises `KeyboardInterrupt` once the engine stops."""
         return self._native.run(threads, write_files, timeout)
+
+    def run_incremental(self, workers: int = 1, write_files: bool = True) -> List[str]:
+        """Evaluates with the differential engine on `workers` threads and keeps its
+        dataflow alive, so that `insert`/`remove` then `commit` update every derived
+        relation without evaluating from scratch. Returns the answers of the program's
+        own queries."""
+        return self._native.run_incremental(workers, write_files)
+
+    def insert(self, name: str, rows) -> None:
+        """Stages facts of relation `name` (tuples of Python values, or a DataFrame) to
+        insert at the next `commit`."""
+        self._native.insert(name, _fields(rows))
+
+    def remove(self, name: str, rows) -> None:
+        """Stages facts of relation `name` to remove at the next `commit`."""
+        self._native.remove(name, _fields(rows))
+
+    def commit(self) -> Dict[str, Dict[str, List[Tuple[Any, ...]]]]:
+        """Applies the staged facts in order; returns, for each derived tensor that
+        changed, `{"added": [...], "removed": [...]}` rows as `rows` gives them. Reading
+        any tensor afterwards gives its current contents."""
+        return self._native.commit()
 
     def __getitem__(self, name: str) -> np.ndarray:
         """Tensor `name` after a run, as a new NumPy array (float32 for `real` tensors,

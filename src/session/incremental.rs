@@ -42,8 +42,11 @@ pub(super) type Staged = Vec<(String, Vec<String>, isize)>;
 /// check from scratch reproduces the state commits reached.
 #[derive(Default)]
 pub(super) struct Overlay {
-    relations: BTreeMap<String, (BTreeSet<Vec<String>>, BTreeSet<Vec<String>>)>,
+    relations: BTreeMap<String, (Facts, Facts)>,
 }
+
+/// A relation's facts as rows of fields.
+type Facts = BTreeSet<Vec<String>>;
 
 impl Overlay {
     fn record(&mut self, name: &str, fields: &[String], sign: isize) {
@@ -300,7 +303,11 @@ impl Session {
 
     /// The rows of fields of a delimited file, as the program would read it for relation
     /// `name` (to compare with what it held before).
-    pub fn read_rows(&self, path: &std::path::Path, name: &str) -> Result<Vec<Vec<String>>, Diagnostics> {
+    pub fn read_rows(
+        &self,
+        path: &std::path::Path,
+        name: &str,
+    ) -> Result<Vec<Vec<String>>, Diagnostics> {
         match crate::io::read_file(path, name) {
             Ok(crate::io::RawData::Table(t)) => Ok(t
                 .rows()

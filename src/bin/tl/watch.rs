@@ -22,7 +22,12 @@ struct Watched {
 }
 
 /// Runs the watch loop until standard input ends.
-pub fn watch(mut session: Session, options: RunOptions, workers: usize, quiet: bool) -> Result<(), String> {
+pub fn watch(
+    mut session: Session,
+    options: RunOptions,
+    workers: usize,
+    quiet: bool,
+) -> Result<(), String> {
     let render = |s: &Session, d: &tensor_logic::Diagnostics| {
         let (name, src) = s.source();
         d.render(name, src)
@@ -81,9 +86,9 @@ pub fn watch(mut session: Session, options: RunOptions, workers: usize, quiet: b
                             Err(d) => eprint!("{}", render(&session, &d)),
                         }
                     }
-                    None => eprintln!(
-                        "error: `{line}` is not `+Relation(a, b)` or `-Relation(a, b)`"
-                    ),
+                    None => {
+                        eprintln!("error: `{line}` is not `+Relation(a, b)` or `-Relation(a, b)`")
+                    }
                 }
             }
             Err(RecvTimeoutError::Timeout) => {
@@ -94,7 +99,8 @@ pub fn watch(mut session: Session, options: RunOptions, workers: usize, quiet: b
                         continue;
                     }
                     w.modified = now;
-                    let rows: BTreeSet<Vec<String>> = match session.read_rows(&w.path, &w.relation) {
+                    let rows: BTreeSet<Vec<String>> = match session.read_rows(&w.path, &w.relation)
+                    {
                         Ok(rows) => rows.into_iter().collect(),
                         Err(d) => {
                             eprint!("{}", render(&session, &d));
@@ -194,7 +200,10 @@ mod tests {
         let f = |s: &str| fact(s).map(|(i, n, a)| (i, n, a.join("|")));
         assert_eq!(f("+Edge(1, 2)"), Some((true, "Edge".into(), "1|2".into())));
         assert_eq!(f("-Edge(1,2)."), Some((false, "Edge".into(), "1|2".into())));
-        assert_eq!(f("+Name(\"a, b\", C)"), Some((true, "Name".into(), "a, b|C".into())));
+        assert_eq!(
+            f("+Name(\"a, b\", C)"),
+            Some((true, "Name".into(), "a, b|C".into()))
+        );
         assert_eq!(f("+Flag()"), Some((true, "Flag".into(), String::new())));
         assert_eq!(f("Edge(1, 2)"), None);
         assert_eq!(f("+Edge(1, 2"), None);

@@ -5,7 +5,7 @@
 
 use super::live::{Failure, Live};
 use super::{relation, snapshot, Job, Row, Values};
-use crate::diagnostics::{Diagnostic, Diagnostics};
+use crate::diagnostics::Diagnostics;
 use crate::eval::standard::State;
 use crate::eval::{Decision, EvalOptions, Ran, Stop};
 use crate::plan::dataflow::{plan_dataflow, DataflowPlan, Placement};
@@ -276,7 +276,7 @@ fn failure(p: &Checked, flow: &DataflowPlan, o: &EvalOptions, f: Failure) -> Dia
                 .map_or(crate::diagnostics::Span::new(0, 0), |r| {
                     p.equations[r.rule.equation].span
                 });
-            Diagnostics(vec![Diagnostic::from(o.stop.error(span))])
+            Diagnostics(vec![o.stop.error(span)])
         }
     }
 }
