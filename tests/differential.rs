@@ -263,3 +263,55 @@ fn explain_prints_the_dataflow_and_where_other_strata_run() {
         assert!(text.contains(part), "{part} missing from\n{text}");
     }
 }
+
+#[test]
+fn watch_prints_the_answers_that_change_with_stdin_facts_and_file_edits() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    common::write(dir.path(), "edge.tsv", "1\t2\n2\t3\n");
+    common::write(
+        dir.path(),
+        "w.tl",
+        "Edge = \"edge.tsv\"\nPath(x, y) :- Edge(x, y).\nPath(x, z) :- Path(x, y), Edge(y, z).\nPath(1, x)?\n",
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tl"))
+        .args(["watch", "w.tl", "--workers", "2"])
+        .current_dir(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    let wait = std::time::Duration::from_secs(30);
+    let mut expect = |line: &str| {
+        let got = rx
+            .recv_timeout(wait)
+            .unwrap_or_else(|_| panic!("no `{line}`"));
+        assert_eq!(got, line);
+    };
+    expect("Path(1, 2)");
+    expect("Path(1, 3)");
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "+Edge(3, 4)").unwrap();
+    expect("+Path(1, 4)");
+    // An edit of the input file: the edge 2 → 3 goes.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    common::write(dir.path(), "edge.tsv", "1\t2\n");
+    expect("-Path(1, 3)");
+    expect("-Path(1, 4)");
+    writeln!(stdin, "+Edge(2, 3)").unwrap();
+    expect("+Path(1, 3)");
+    expect("+Path(1, 4)");
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+}

@@ -272,8 +272,7 @@ impl Session {
                 .find(|(n, _)| *n == name)
                 .map(|(_, r)| r.clone())
                 .unwrap_or_default();
-            let added: Vec<Row> = new.iter().filter(|r| !old.contains(r)).cloned().collect();
-            let removed: Vec<Row> = old.iter().filter(|r| !new.contains(r)).cloned().collect();
+            let (added, removed) = difference(old, new);
             if !added.is_empty() || !removed.is_empty() {
                 out.push(Changes {
                     name,
@@ -351,6 +350,47 @@ impl Session {
             })
             .collect())
     }
+}
+
+/// A row as a totally ordered key: positions renumber when a check adds symbols, so rows of
+/// two checks are compared by their values.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Key {
+    Int(i64),
+    Real(u64),
+    Symbol(String),
+}
+
+fn key(row: &Row) -> (Vec<Key>, Option<u64>) {
+    use super::Cell;
+    let cells = row
+        .0
+        .iter()
+        .map(|c| match c {
+            Cell::Int(i) => Key::Int(*i),
+            Cell::Real(r) => Key::Real(r.to_bits()),
+            Cell::Symbol(s) => Key::Symbol(s.clone()),
+        })
+        .collect();
+    (cells, row.1.map(f64::to_bits))
+}
+
+/// The rows of `new` not in `old`, and the reverse, by one sort of each.
+fn difference(old: Vec<Row>, new: Vec<Row>) -> (Vec<Row>, Vec<Row>) {
+    let keyed = |rows: Vec<Row>| -> BTreeMap<(Vec<Key>, Option<u64>), Row> {
+        rows.into_iter().map(|r| (key(&r), r)).collect()
+    };
+    let (mut old, mut new) = (keyed(old), keyed(new));
+    let common: Vec<_> = old
+        .keys()
+        .filter(|k| new.contains_key(*k))
+        .cloned()
+        .collect();
+    for k in common {
+        old.remove(&k);
+        new.remove(&k);
+    }
+    (new.into_values().collect(), old.into_values().collect())
 }
 
 /// The position of value `text` on axis `ax` of tensor `t`, if its domain holds it.

@@ -186,8 +186,13 @@ impl Incremental {
             .live
             .round(inputs)
             .map_err(|f| failure(p, &self.flow, o, f))?;
+        // Leaving a fixpoint scope keeps a tuple derived at another iteration than before
+        // as a retraction and an addition: they net out here.
+        let mut out: Vec<((TensorId, Row), isize)> =
+            out.into_iter().map(|(t, r, d)| ((t, r), d)).collect();
+        differential_dataflow::consolidation::consolidate(&mut out);
         let mut deltas: BTreeMap<TensorId, Delta> = BTreeMap::new();
-        for (t, row, d) in out {
+        for ((t, row), d) in out {
             let delta = deltas.entry(t).or_default();
             match d > 0 {
                 true => delta.added.push(row.to_vec()),
