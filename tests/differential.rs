@@ -292,7 +292,7 @@ fn watch_prints_the_answers_that_change_with_stdin_facts_and_file_edits() {
         }
     });
     let wait = std::time::Duration::from_secs(30);
-    let mut expect = |line: &str| {
+    let expect = |line: &str| {
         let got = rx
             .recv_timeout(wait)
             .unwrap_or_else(|_| panic!("no `{line}`"));
