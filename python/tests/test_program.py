@@ -73,12 +73,23 @@ def test_pandas_frames_bind_relations():
     assert prog.query("Ancestor(Ann, x)") == [("Ann", "Ben"), ("Ann", "Cid")]
 
 
+@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 def test_torch_tensors_bind_through_numpy():
     torch = pytest.importorskip("torch")
     prog = tl.Program("Y[i] = X[i] + 1\n")
-    prog.bind("X", torch.arange(3, dtype=torch.float32))
+    x = torch.arange(3, dtype=torch.float32)
+    prog.bind("X", x)
     prog.run()
-    assert torch.from_numpy(prog["Y"]).tolist() == [1.0, 2.0, 3.0]
+    # A CPU tensor's storage is read in place: the engine's X is the tensor's memory.
+    assert np.shares_memory(prog._native.array("X"), x.numpy())
+    # A result goes to torch without a copy (read-only, as every result view is).
+    y = torch.from_numpy(prog["Y"])
+    assert y.tolist() == [1.0, 2.0, 3.0]
+    assert y.data_ptr() == prog["Y"].__array_interface__["data"][0]
+    # float64 keeps its type.
+    prog.bind("X", torch.zeros(3, dtype=torch.float64))
+    prog.run()
+    assert prog["Y"].dtype == np.float32 and prog["Y"].tolist() == [1.0, 1.0, 1.0]
 
 
 def test_programs_from_files_read_their_data_beside_them(tmp_path):
