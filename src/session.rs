@@ -389,7 +389,17 @@ impl Session {
             .run(checked, plan, &eval_options(options, &self.functions))
             .map_err(|d| d.located(&self.file_name, &self.source))?;
         self.log = run.log;
-        let values = run.values;
+        self.publish(run.values, options)
+    }
+
+    /// Keeps a run's values: answers the program's queries and writes its files (when
+    /// `options` ask for them).
+    fn publish(
+        &mut self,
+        values: Vec<Tensor>,
+        options: &RunOptions,
+    ) -> Result<Vec<String>, Diagnostics> {
+        let checked = self.checked.as_ref().ok_or_else(not_checked)?;
         let mut lines = Vec::new();
         let mut writes = Vec::new();
         for out in &checked.outputs {

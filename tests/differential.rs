@@ -47,12 +47,15 @@ fn setup(n: u32) -> tempfile::TempDir {
 
 /// Two free localhost ports, in a hosts file.
 fn hosts(dir: &Path) -> std::path::PathBuf {
-    let ports: Vec<u16> = (0..2)
-        .map(|_| {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        })
+    // Both listeners are held until both ports are known, so the two differ.
+    let listeners: Vec<std::net::TcpListener> = (0..2)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
         .collect();
+    let ports: Vec<u16> = listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
+    drop(listeners);
     let text = format!(
         "# two processes on this machine\n127.0.0.1:{}\n\n127.0.0.1:{}\n",
         ports[0], ports[1]
@@ -177,8 +180,13 @@ fn a_killed_process_ends_the_other_with_an_error_and_no_output_file() {
     p1.kill().unwrap();
     p1.wait().unwrap();
     let out0 = p0.wait_with_output().unwrap();
-    assert_eq!(out0.status.code(), Some(1), "{}", common::stderr(&out0));
     let err = common::stderr(&out0);
+    assert_eq!(
+        out0.status.code(),
+        Some(1),
+        "{err}\n{}",
+        common::stdout(&out0)
+    );
     assert!(err.contains("E0404"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
     assert!(!dir.path().join("path.tsv").exists());

@@ -117,6 +117,20 @@ pub struct DataflowPlan {
     pub read_by_values: Vec<TensorId>,
 }
 
+impl Arrangement {
+    /// All of `tensor`'s rows, keyed by nothing yet.
+    fn of(tensor: TensorId) -> Arrangement {
+        Arrangement {
+            tensor,
+            consts: Vec::new(),
+            equal: Vec::new(),
+            key: Vec::new(),
+            value: Vec::new(),
+            distinct: false,
+        }
+    }
+}
+
 impl DataflowPlan {
     /// The tensors the dataflow defines.
     pub fn outputs(&self) -> impl Iterator<Item = TensorId> + '_ {
@@ -293,14 +307,7 @@ fn arrangement_of(
     terms: &[Term],
     bound: &[VarId],
 ) -> (Arrangement, Vec<VarId>, Vec<VarId>) {
-    let mut a = Arrangement {
-        tensor,
-        consts: Vec::new(),
-        equal: Vec::new(),
-        key: Vec::new(),
-        value: Vec::new(),
-        distinct: false,
-    };
+    let mut a = Arrangement::of(tensor);
     let (mut key_vars, mut value_vars) = (Vec::new(), Vec::new());
     let mut first_col: Vec<(VarId, usize)> = Vec::new();
     for (c, t) in terms.iter().enumerate() {
@@ -367,12 +374,9 @@ fn lower_rule(r: &Rule, arrangements: &mut Vec<Arrangement>) -> FlowRule {
         .chain(absent)
         .map(|(tensor, cols, terms, distinct)| {
             let a = Arrangement {
-                tensor,
-                consts: Vec::new(),
-                equal: Vec::new(),
                 key: cols,
-                value: Vec::new(),
                 distinct,
+                ..Arrangement::of(tensor)
             };
             Antijoin {
                 arrangement: share(arrangements, a),
@@ -393,14 +397,7 @@ fn lower_rule(r: &Rule, arrangements: &mut Vec<Arrangement>) -> FlowRule {
 /// key the next atom is looked up by), and the variables of its rows: the key, then the
 /// other variables in column order.
 fn first_arrangement(tensor: TensorId, terms: &[Term], key: &[VarId]) -> (Arrangement, Vec<VarId>) {
-    let mut a = Arrangement {
-        tensor,
-        consts: Vec::new(),
-        equal: Vec::new(),
-        key: Vec::new(),
-        value: Vec::new(),
-        distinct: false,
-    };
+    let mut a = Arrangement::of(tensor);
     let mut first_col: Vec<(VarId, usize)> = Vec::new();
     let mut values = Vec::new();
     for (c, t) in terms.iter().enumerate() {

@@ -79,19 +79,7 @@ impl Session {
         let inc = Incremental::start(checked, plan, &o, workers)
             .map_err(|d| d.located(&self.file_name, &self.source))?;
         self.log = inc.log().to_vec();
-        let values = inc.values().to_vec();
-        let mut lines = Vec::new();
-        let mut writes = Vec::new();
-        for out in &checked.outputs {
-            match out {
-                Output::Query(q) => lines.extend(output::answer(checked, &values, q)),
-                Output::Write { path, tensor, span } => writes.push((path.clone(), *tensor, *span)),
-            }
-        }
-        if options.write_files {
-            super::write_outputs(checked, &values, &writes)?;
-        }
-        self.values = Some(values);
+        let lines = self.publish(inc.values().to_vec(), options)?;
         self.live = Some(Live {
             inc,
             options: options.clone(),

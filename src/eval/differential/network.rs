@@ -94,7 +94,13 @@ pub(super) fn connect(
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
         };
-        greet(&mut s, me, within)?;
+        let peer = greet(&mut s, me, within)?;
+        if peer.index as usize != k {
+            return Err(format!(
+                "{host} answered as process {} rather than {k} (is the hosts file the same everywhere?)",
+                peer.index
+            ));
+        }
         sockets[k] = Some(s);
     }
     while sockets
