@@ -372,3 +372,60 @@ fn training_is_bit_identical_for_every_thread_count() {
     };
     assert_eq!(save("1"), save("2"));
 }
+
+#[test]
+fn complex_completes_kinship_and_its_rule_deduces_from_the_learned_relation() {
+    let s = trained(
+        "kinship",
+        &["--set", "Dim=32", "--epochs", "40", "--lr", "0.05"],
+    );
+    assert!(s["MRR"] >= 0.7, "{s:?}");
+    assert!(
+        s["Hits1"] <= s["Hits3"] && s["Hits3"] <= s["Hits10"],
+        "{s:?}"
+    );
+    assert_eq!(s["RuleTests"], 91.0, "{s:?}");
+    assert!(
+        s["RuleTest"] >= 10.0 && s["RuleHeld"] >= s["RuleTest"],
+        "{s:?}"
+    );
+}
+
+#[test]
+fn complex_completes_umls_and_distmult_is_its_real_part() {
+    let complex = trained(
+        "umls",
+        &["--set", "Dim=16", "--epochs", "30", "--lr", "0.05"],
+    );
+    assert!(complex["MRR"] >= 0.75, "{complex:?}");
+    let distmult = trained(
+        "umls",
+        &[
+            "--set",
+            "Dim=16",
+            "--set",
+            "Complex=0",
+            "--epochs",
+            "30",
+            "--lr",
+            "0.05",
+        ],
+    );
+    assert!(distmult["MRR"] >= 0.6, "{distmult:?}");
+}
+
+#[test]
+fn kg_models_pass_the_gradient_check_at_a_small_size() {
+    for example in ["kinship", "umls"] {
+        let mut s = tensor_logic::Session::new();
+        s.load_file(&root().join(format!("examples/{example}.tl")))
+            .unwrap();
+        let mut opts = tensor_logic::RunOptions::default();
+        opts.settings.scalars = vec![("Dim".into(), 3.0)];
+        let checks = s.check_gradients(&opts, "Loss", &[], 3).unwrap();
+        assert_eq!(checks.len(), 6);
+        for c in checks {
+            assert!(c.passes(), "{example}: {c:?}");
+        }
+    }
+}
