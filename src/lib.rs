@@ -42,6 +42,6 @@ pub use diagnostics::{Diagnostic, Diagnostics, Location, Severity};
 pub use functions::{Builtin, Structural, UserFunction};
 pub use plan::Plan;
 pub use semantics::Settings;
-pub use session::{Cell, Changes, Row, RunOptions, Session};
+pub use session::{Cell, Change, Changes, Row, RunOptions, Session};
 pub use syntax::ast::{ArithOp, BinOp, CmpOp};
 pub use tensor::{ElemType, Tensor};

@@ -13,7 +13,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod change;
 mod incremental;
+pub use change::Change;
 pub use incremental::Changes;
 
 /// Options for a run: meaning ([`Settings`]) and evaluation ([`EvalOptions`]).

@@ -23,7 +23,7 @@ use crate::tensor::Tensor;
 use std::collections::BTreeMap;
 
 pub use dense::KeptTerms;
-pub use differential::{Cluster, Delta, Differential, Incremental, Processes};
+pub use differential::{parse_hosts, Cluster, Delta, Differential, Incremental, Processes};
 pub(crate) use reference::{assignments, points, Cx};
 pub use reference::{Record, Reference};
 pub use standard::{evaluate_recorded, Standard, StratumRecord};

@@ -167,25 +167,6 @@ struct Common {
     hosts: Option<PathBuf>,
 }
 
-/// The `host:port` lines of a hosts file; blank lines and `#` comments are skipped.
-fn parse_hosts(text: &str) -> Result<Vec<String>, String> {
-    let mut hosts = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let ok = line
-            .rsplit_once(':')
-            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
-        if !ok {
-            return Err(format!("line {}: `{line}` is not `host:port`", n + 1));
-        }
-        hosts.push(line.to_string());
-    }
-    Ok(hosts)
-}
-
 fn parse_set(s: &str) -> Result<(String, f64), String> {
     let (name, value) = s.split_once('=').ok_or("expected NAME=VALUE")?;
     let v: f64 = value
@@ -290,7 +271,8 @@ impl Common {
         };
         let text = std::fs::read_to_string(file)
             .map_err(|e| format!("cannot read the hosts file {}: {e}\n", file.display()))?;
-        let hosts = parse_hosts(&text).map_err(|e| format!("{}: {e}\n", file.display()))?;
+        let hosts = tensor_logic::eval::parse_hosts(&text)
+            .map_err(|e| format!("{}: {e}\n", file.display()))?;
         if hosts.len() < n {
             return Err(format!(
                 "{}: {} host{} for `--processes {n}`\n",

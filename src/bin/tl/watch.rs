@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::time::{Duration, SystemTime};
-use tensor_logic::{RunOptions, Session};
+use tensor_logic::{Change, RunOptions, Session};
 
 /// How often input files are looked at.
 const POLL: Duration = Duration::from_millis(100);
@@ -75,11 +75,12 @@ pub fn watch(
                 if line.is_empty() || line.starts_with('#') {
                     continue;
                 }
-                match fact(line) {
-                    Some((insert, name, fields)) => {
-                        let staged = match insert {
-                            true => session.insert(&name, &[fields]),
-                            false => session.remove(&name, &[fields]),
+                match Change::parse(line) {
+                    Some(change) => {
+                        let rows = [change.fields];
+                        let staged = match change.insert {
+                            true => session.insert(&change.relation, &rows),
+                            false => session.remove(&change.relation, &rows),
                         };
                         match staged {
                             Ok(()) => commit(&mut session, &mut shown)?,
@@ -155,58 +156,6 @@ fn commit(session: &mut Session, shown: &mut BTreeSet<String>) -> Result<(), Str
     Ok(())
 }
 
-/// `+Edge(1, 2)` as (insert, relation, fields); quoted fields keep their commas.
-fn fact(line: &str) -> Option<(bool, String, Vec<String>)> {
-    let (insert, rest) = match line.chars().next()? {
-        '+' => (true, &line[1..]),
-        '-' => (false, &line[1..]),
-        _ => return None,
-    };
-    let rest = rest.trim().trim_end_matches('.').trim();
-    let open = rest.find('(')?;
-    let name = rest[..open].trim();
-    let args = rest[open + 1..].strip_suffix(')')?;
-    if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
-        return None;
-    }
-    let mut fields = Vec::new();
-    let (mut cur, mut quoted) = (String::new(), false);
-    for c in args.chars() {
-        match c {
-            '"' => quoted = !quoted,
-            ',' if !quoted => fields.push(std::mem::take(&mut cur).trim().to_string()),
-            c => cur.push(c),
-        }
-    }
-    if quoted {
-        return None;
-    }
-    if !cur.trim().is_empty() || !fields.is_empty() {
-        fields.push(cur.trim().to_string());
-    }
-    Some((insert, name.to_string(), fields))
-}
-
 fn modified(path: &std::path::Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::fact;
-
-    #[test]
-    fn facts_are_read_with_their_sign() {
-        let f = |s: &str| fact(s).map(|(i, n, a)| (i, n, a.join("|")));
-        assert_eq!(f("+Edge(1, 2)"), Some((true, "Edge".into(), "1|2".into())));
-        assert_eq!(f("-Edge(1,2)."), Some((false, "Edge".into(), "1|2".into())));
-        assert_eq!(
-            f("+Name(\"a, b\", C)"),
-            Some((true, "Name".into(), "a, b|C".into()))
-        );
-        assert_eq!(f("+Flag()"), Some((true, "Flag".into(), String::new())));
-        assert_eq!(f("Edge(1, 2)"), None);
-        assert_eq!(f("+Edge(1, 2"), None);
-        assert_eq!(f("+(1)"), None);
-    }
 }

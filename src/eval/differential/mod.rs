@@ -4,12 +4,14 @@
 //! it. Its answers equal the standard engine's for any worker or process count: relations
 //! are sets, gathered at worker 0 and sorted.
 
+mod hosts;
 mod incremental;
 mod live;
 mod network;
 mod quiet;
 mod render;
 
+pub use hosts::parse_hosts;
 pub use incremental::{Delta, Incremental};
 
 use super::standard::State;

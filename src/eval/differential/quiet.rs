@@ -2,9 +2,21 @@
 //! in its network and worker threads, which the default hook would print as backtraces.
 //! While a run is in progress, panics are recorded instead, and the first one becomes the
 //! run's error.
+//!
+//! A thread that panics again while unwinding from its first panic (timely's network
+//! buffers can panic in their destructors once a peer is gone) makes Rust abort the
+//! process. The hook sees that second panic first: it then prints the run's error as E0404
+//! and exits with status 1, so a lost peer ends the process as every other error does (no
+//! output file has been written: files are written after evaluation).
 
+use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
+
+thread_local! {
+    /// Whether this thread has panicked during the current run.
+    static PANICKED: Cell<bool> = const { Cell::new(false) };
+}
 
 /// `f`'s result, or the message of the first panic of any thread while it ran.
 pub(super) fn catching<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
@@ -20,10 +32,21 @@ pub(super) fn catching<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, St
             (_, Some(s)) => s.clone(),
             _ => "a worker stopped".to_string(),
         };
-        if let Ok(mut slot) = record.lock() {
-            slot.get_or_insert(text);
+        let again = PANICKED.with(|p| p.replace(true));
+        let first = match record.lock() {
+            Ok(mut slot) => slot.get_or_insert(text).clone(),
+            Err(_) => text,
+        };
+        if again {
+            let d = crate::diagnostics::Diagnostics(vec![crate::diagnostics::Diagnostic::global(
+                crate::diagnostics::codes::DATAFLOW,
+                format!("the differential dataflow failed: {}", explain(&first)),
+            )]);
+            eprint!("{}", d.render("", ""));
+            std::process::exit(1);
         }
     }));
+    PANICKED.with(|p| p.set(false));
     let outcome = catch_unwind(AssertUnwindSafe(f));
     std::panic::set_hook(previous);
     let panicked = first.lock().ok().and_then(|mut s| s.take());
