@@ -256,10 +256,12 @@ fn engines_agree_on_every_example_and_conformance_case() {
         // The digits models' held-out evaluation (30M multiply-adds) and the language
         // model's attention over 36 windows take minutes in the reference loops of a debug
         // build; the same equations at small sizes are in tests/dense.rs and
-        // tests/learning.rs, and tests/training.rs trains these models.
+        // tests/learning.rs, and tests/training.rs trains these models. The character LM's
+        // forward pass over all 17,428 windows of Tiny Shakespeare holds about 10 GB; it is
+        // trained in minibatches by tests/training.rs.
         .filter(|p| {
             let name = p.to_string_lossy();
-            !name.contains("digits_") && !name.contains("tiny_lm")
+            !name.contains("digits_") && !name.contains("tiny_lm") && !name.contains("shakespeare")
         })
         .collect();
     for case in std::fs::read_dir(root.join("tests/conformance")).unwrap() {

@@ -87,7 +87,13 @@ fn no_stratum_runs_on_the_reference_loops() {
     for e in std::fs::read_dir(root.join("tests/conformance")).unwrap() {
         programs.push(e.unwrap().path().join("main.tl"));
     }
-    programs.retain(|p| p.extension().is_some_and(|x| x == "tl") && p.exists());
+    // The character LM's forward pass over all of Tiny Shakespeare holds about 10 GB; it
+    // runs in minibatches (tests/training.rs).
+    programs.retain(|p| {
+        p.extension().is_some_and(|x| x == "tl")
+            && p.exists()
+            && !p.to_string_lossy().contains("shakespeare")
+    });
     programs.sort();
     assert!(programs.len() > 30, "{programs:?}");
     for path in programs {

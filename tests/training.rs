@@ -429,3 +429,93 @@ fn kg_models_pass_the_gradient_check_at_a_small_size() {
         }
     }
 }
+
+/// A scratch copy of the character LM whose data is the first `windows` windows of Tiny
+/// Shakespeare (the whole text's forward pass is too large for a test).
+fn shakespeare_with(windows: usize) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root().join("examples/shakespeare_lm.tl"),
+        dir.path().join("shakespeare_lm.tl"),
+    )
+    .unwrap();
+    let npy = std::fs::read(root().join("examples/data/shakespeare_chars.npy")).unwrap();
+    let header_len = u16::from_le_bytes([npy[8], npy[9]]) as usize;
+    let rows = &npy[10 + header_len..][..windows * 65];
+    let mut header =
+        format!("{{'descr': '|u1', 'fortran_order': False, 'shape': ({windows}, 65), }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(rows);
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    std::fs::write(dir.path().join("data/shakespeare_chars.npy"), out).unwrap();
+    dir
+}
+
+const SMALL_LM: [&str; 10] = [
+    "--set",
+    "Layers=2",
+    "--set",
+    "Dim=32",
+    "--set",
+    "Heads=2",
+    "--set",
+    "HeadDim=16",
+    "--set",
+    "Hidden=64",
+];
+
+#[test]
+fn character_language_model_learns_shakespeare_through_its_layer_index() {
+    let dir = shakespeare_with(320);
+    let log = dir.path().join("log.csv");
+    let mut args = vec![
+        "train",
+        "shakespeare_lm.tl",
+        "--quiet",
+        "--batch",
+        "Window:32",
+    ];
+    args.extend_from_slice(&SMALL_LM);
+    args.extend_from_slice(&["--epochs", "2", "--lr", "0.01", "--log"]);
+    args.push(log.to_str().unwrap());
+    let out = common::tl(dir.path(), &args);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let losses: Vec<f64> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(2).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(losses.len(), 20);
+    // Untrained, the loss is about ln 65 = 4.17 nats per character.
+    assert!(losses[0] > 4.0 && losses[19] < 3.1, "{losses:?}");
+}
+
+#[test]
+fn character_language_model_passes_the_gradient_check_at_a_small_size() {
+    let dir = shakespeare_with(3);
+    let mut s = tensor_logic::Session::new();
+    s.load_file(&dir.path().join("shakespeare_lm.tl")).unwrap();
+    let mut opts = tensor_logic::RunOptions::default();
+    opts.settings.scalars = [
+        ("Layers", 2.0),
+        ("Dim", 4.0),
+        ("Heads", 2.0),
+        ("HeadDim", 2.0),
+    ]
+    .into_iter()
+    .chain([("Hidden", 6.0)])
+    .map(|(n, v)| (n.to_string(), v))
+    .collect();
+    let checks = s.check_gradients(&opts, "Loss", &[], 4).unwrap();
+    assert_eq!(checks.len(), 9);
+    for c in checks {
+        assert!(c.passes(), "{c:?}");
+    }
+}

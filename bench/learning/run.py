@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """The learning benchmark: one training step (forward, backward, Adam update), `tl train`
 against the same model in PyTorch (CPU) in the same invocation, for the digits MLP
-64-256-256-10 at batch 128 and the tiny transformer LM of examples/tiny_lm.tl (one block,
-two heads, d=32, 16 positions) at 12 windows per batch.
+64-256-256-10 at batch 128, the tiny transformer LM of examples/tiny_lm.tl (one block,
+two heads, d=32, 16 positions) at 12 windows per batch, and the character-level LM of
+examples/shakespeare_lm.tl (4 blocks, 4 heads, d=128, context 64) at 32 windows per batch
+(at most 25 steps; also reported as tokens per second).
 
     python3 bench/learning/run.py [--threads N] [--steps N]
 
@@ -74,6 +76,40 @@ print(statistics.median(times[5:]) * 1e3)
 '''
 
 
+TORCH_CHAR_LM = r'''
+import sys, time, statistics, numpy as np, torch
+threads, steps = int(sys.argv[1]), int(sys.argv[2])
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+text = torch.tensor(np.load(sys.argv[3]).astype(np.int64))
+B, P, D, H, K, F, L, V = 32, 64, 128, 4, 32, 512, 4, 65
+lin = lambda i, o: torch.nn.Linear(i, o, bias=False)
+emb = torch.nn.Embedding(V, D); pos = torch.nn.Parameter(torch.randn(P, D) * 0.02)
+blocks = torch.nn.ModuleList(torch.nn.ModuleList([lin(D, H * K), lin(D, H * K), lin(D, H * K),
+                             lin(H * K, D), lin(D, F), lin(F, D)]) for _ in range(L))
+wout = lin(D, V)
+params = [pos, *emb.parameters(), *blocks.parameters(), *wout.parameters()]
+opt = torch.optim.Adam(params, lr=0.003)
+mask = torch.triu(torch.ones(P, P, dtype=torch.bool), 1)
+def step(batch):
+    x = emb(batch[:, :P]) + pos
+    for wq, wk, wv, ws, w1, w2 in blocks:
+        q, k, v = (w(x).view(B, P, H, K).transpose(1, 2) for w in (wq, wk, wv))
+        s = (q @ k.transpose(-1, -2) / K ** 0.5).masked_fill(mask, -1e9)
+        o = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, P, H * K)
+        x1 = torch.nn.functional.layer_norm(ws(o) + x, (D,), eps=1e-5)
+        x = torch.nn.functional.layer_norm(w2(torch.relu(w1(x1))) + x1, (D,), eps=1e-5)
+    return torch.nn.functional.cross_entropy(wout(x).reshape(B * P, V), batch[:, 1:].reshape(-1))
+times = []
+for s in range(steps):
+    batch = text[s * B:(s + 1) * B]
+    t0 = time.perf_counter()
+    opt.zero_grad(); loss = step(batch); loss.backward(); opt.step()
+    times.append(time.perf_counter() - t0)
+print(statistics.median(times[5:]) * 1e3)
+'''
+
+
 def setup():
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
     if not os.path.exists(PY):
@@ -105,6 +141,7 @@ def main():
     args = sys.argv[1:]
     threads = int(args[args.index("--threads") + 1]) if "--threads" in args else 1
     steps = int(args[args.index("--steps") + 1]) if "--steps" in args else 60
+    big_steps = min(steps, 25)
     setup()
     data = os.path.join(ROOT, "examples", "data")
     vocab = len(set(open(os.path.join(data, "rhymes.txt")).read().split()))
@@ -116,12 +153,20 @@ def main():
         (f"tiny transformer LM training step, 12 windows of 16",
          tl_step_ms("examples/tiny_lm.tl", "Window:12", threads, steps),
          peer_ms(TORCH_LM, threads, steps, vocab)),
+        (f"character LM (4 blocks, d 128, context 64) training step, 32 windows",
+         tl_step_ms("examples/shakespeare_lm.tl", "Window:32", threads, big_steps),
+         peer_ms(TORCH_CHAR_LM, threads, big_steps,
+                 os.path.join(data, "shakespeare_chars.npy"))),
     ]
     print(f"{threads} thread(s), median step after 5 warm-up steps")
     print("| workload | tl | PyTorch | tl / PyTorch |")
     print("|---|---|---|---|")
     for name, tl_ms, torch_ms in rows:
         print(f"| {name} | {tl_ms:.2f} ms | {torch_ms:.2f} ms | {tl_ms / torch_ms:.1f}x |")
+    tokens = 32 * 64
+    char_tl, char_torch = rows[-1][1], rows[-1][2]
+    print(f"character LM: tl {tokens / char_tl * 1e3:.0f} tokens/s, "
+          f"PyTorch {tokens / char_torch * 1e3:.0f} tokens/s")
 
 
 if __name__ == "__main__":

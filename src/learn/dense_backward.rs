@@ -33,16 +33,7 @@ pub(crate) fn backward_dense(
     adj: &mut [Option<Vec<f64>>],
     kept: Option<&[Option<KeptTerm>]>,
 ) -> bool {
-    // The tuples of a tensor of defined elements weigh by their values, which the scatter's
-    // backward pass does not apply.
-    let weighted = d.terms.iter().flat_map(|c| &c.sparse).any(|f| {
-        !f.shift.is_empty()
-            || !matches!(
-                values[f.tensor].storage,
-                crate::tensor::Storage::Relation(_)
-            )
-    });
-    if weighted || nested_normalize(&d.expr, false) || !fits(d, values, o.max_memory) {
+    if !covers(d, values, o) {
         return false;
     }
     let threads = o.threads.max(1);
@@ -134,6 +125,38 @@ pub(crate) fn backward_dense(
         }
     }
     true
+}
+
+/// Whether [`backward_dense`] takes `d` with these values (it then returns `true`): the
+/// checks it makes before adding anything, so a caller can choose another path first. They
+/// do not depend on where windows lie, so one step of an index recursion answers for all.
+pub(crate) fn covers(d: &DenseEquation, values: &[Tensor], o: &EvalOptions) -> bool {
+    // The tuples of a tensor of defined elements weigh by their values, which the scatter's
+    // backward pass does not apply.
+    let weighted = d.terms.iter().flat_map(|c| &c.sparse).any(|f| {
+        !f.shift.is_empty()
+            || !matches!(
+                values[f.tensor].storage,
+                crate::tensor::Storage::Relation(_)
+            )
+    });
+    if weighted || nested_normalize(&d.expr, false) || !fits(d, values, o.max_memory) {
+        return false;
+    }
+    let binds = |p: &RowProgram| Program::bind(p, o).is_some();
+    let mut lifted = d.terms.len();
+    let mut arguments = true;
+    let expr = replace_normalize(&d.expr, &mut |_, _, arg| {
+        arguments &= RowProgram::compile(arg).is_some_and(|a| binds(&a));
+        lifted += 1;
+        Some(Expr::Term(lifted - 1))
+    });
+    let whole = match (&d.program, expr) {
+        (Some(planned), _) => binds(planned),
+        (None, Some(e)) => RowProgram::compile(&e).is_some_and(|c| binds(&c)),
+        (None, None) => false,
+    };
+    arguments && whole
 }
 
 /// Adds to each factor's adjoint the einsum of the term's adjoint `g` (over `vars`) with

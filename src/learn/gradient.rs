@@ -8,8 +8,10 @@
 
 use super::backprop::{self, Head, Sink};
 use super::dense_backward::backward_dense;
+use super::steps_backward;
 use crate::eval::{EvalOptions, KeptTerms, Record, StratumRecord};
 use crate::plan::einsum::DenseEquation;
+use crate::plan::steps::Steps;
 use crate::plan::{Kernel, Plan};
 use crate::semantics::{Checked, Family, Kind, Node, TensorId};
 use crate::tensor::Tensor;
@@ -74,19 +76,36 @@ pub(crate) fn needed(p: &Checked, loss: TensorId) -> Vec<bool> {
 }
 
 /// Strata whose evaluation must be recorded for the backward sweep: recursive ones and those
-/// with a virtual index, when they carry a gradient.
-pub(crate) fn strata_to_record(p: &Checked, active: &[bool]) -> Vec<bool> {
+/// with a virtual index, when they carry a gradient, except recursion along an index that
+/// the dense kernels differentiate step by step (`steps_backward`; `skip` says where their
+/// inputs turned out not to allow it).
+pub(crate) fn strata_to_record(
+    p: &Checked,
+    plan: &Plan,
+    active: &[bool],
+    skip: &[bool],
+) -> Vec<bool> {
     p.strata
         .iter()
-        .map(|st| {
+        .enumerate()
+        .map(|(i, st)| {
             st.tensors.iter().any(|&t| active[t])
                 && (st.recursive
                     || st
                         .equations
                         .iter()
                         .any(|&e| p.equations[e].virtual_var.is_some()))
+                && (skip.get(i).copied().unwrap_or(false) || steps_of(plan, i).is_none())
         })
         .collect()
+}
+
+/// The stratum's index-order plan, when the dense kernels can differentiate it.
+pub(crate) fn steps_of(plan: &Plan, i: usize) -> Option<&Steps> {
+    match plan.strata.get(i).map(|s| &s.kernel) {
+        Some(Kernel::Steps(s)) if steps_backward::planned(s) => Some(s),
+        _ => None,
+    }
 }
 
 /// Adjoints of every active tensor for d(loss)/d(·), the loss being a scalar; `values` are
@@ -112,12 +131,18 @@ pub(crate) fn backward(
         if !st.tensors.iter().any(|&t| active[t]) || st.equations.is_empty() {
             continue;
         }
+        let record = records.get(i).and_then(Option::as_ref);
+        if let (None, Some(steps)) = (record, plan.and_then(|pl| steps_of(pl, i))) {
+            if st.recursive {
+                steps_backward::backward(steps, values, o, &mut adj);
+                continue;
+            }
+        }
         let upstream: Vec<Vec<f64>> = st
             .tensors
             .iter()
             .map(|&t| adj[t].take().unwrap_or_default())
             .collect();
-        let record = records.get(i).and_then(Option::as_ref);
         let reference = match record {
             Some(StratumRecord::Reference(r)) => Some(r),
             _ => None,

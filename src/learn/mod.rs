@@ -13,6 +13,7 @@ mod dense_backward;
 pub mod gradcheck;
 mod gradient;
 pub mod optim;
+mod steps_backward;
 pub mod train;
 
 use crate::diagnostics::{codes, Diagnostic, Diagnostics};
@@ -94,8 +95,26 @@ fn differentiate(
     let needed = gradient::needed(p, loss);
     let (mut values, records) = match plan {
         Some(plan) => {
-            let record = gradient::strata_to_record(p, &active);
-            evaluate_recorded(p, plan, o, &needed, &record)?
+            let mut skip = vec![false; p.strata.len()];
+            let record = gradient::strata_to_record(p, plan, &active, &skip);
+            let (values, records) = evaluate_recorded(p, plan, o, &needed, &record)?;
+            // Recursion along an index whose inputs the dense backward pass does not take
+            // (checked before it adds anything) is evaluated again, recorded.
+            for (i, r) in record.iter().enumerate() {
+                let steps = gradient::steps_of(plan, i);
+                skip[i] = !r
+                    && needed[i]
+                    && p.strata[i].tensors.iter().any(|&t| active[t])
+                    && p.strata[i].recursive
+                    && steps.is_some_and(|s| !steps_backward::covered(s, &values, o));
+            }
+            match skip.contains(&true) {
+                true => {
+                    let record = gradient::strata_to_record(p, plan, &active, &skip);
+                    evaluate_recorded(p, plan, o, &needed, &record)?
+                }
+                false => (values, records),
+            }
         }
         None => {
             let all = vec![true; p.strata.len()];

@@ -53,7 +53,8 @@ pub struct StepEquation {
     /// The step variable's stride in each factor of each term of `dense` (0 where a factor
     /// does not read it): a step moves that factor's window by it.
     pub strides: Vec<Vec<i64>>,
-    /// The dense plan of one step (the step variable at 0), if the dense path takes it.
+    /// The dense plan of one step (the step variable at 0), if the dense path takes it; its
+    /// terms' gradient einsums move with it (`learn::steps_backward`).
     pub dense: Option<DenseEquation>,
     /// For a `max=`/`min=` product of reads, its plan with the step variable bound.
     pub extreme: Option<ExtremeProduct>,
@@ -112,6 +113,15 @@ impl StepEquation {
                     return false;
                 }
                 w.offset = offset as usize;
+            }
+            // Each factor's gradient einsum reads the term's other factors where they lie.
+            for (j, g) in c.gradients.iter_mut().enumerate() {
+                let others = c.factors.iter().enumerate().filter(|&(k, _)| k != j);
+                for (gf, (_, f)) in g.factors.iter_mut().skip(1).zip(others) {
+                    if let (Some(gw), Some(w)) = (gf.window.as_mut(), f.window.as_ref()) {
+                        gw.offset = w.offset;
+                    }
+                }
             }
             // A relation read at the step variable moves its shift.
             if let (Some(f), Some(base)) = (c.sparse.as_mut(), planned.sparse.as_ref()) {
@@ -175,8 +185,8 @@ pub fn plan_virtual(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Virtua
     })
 }
 
-/// A one-step plan without its terms' gradient einsums: steps are differentiated by the
-/// reference's recorded iterates, and each step copies its plan.
+/// A one-step plan without its terms' gradient einsums: virtual steps are differentiated by
+/// the reference's recorded slices, and each evaluation copies its plan.
 fn without_gradients(mut d: DenseEquation) -> DenseEquation {
     d.terms.iter_mut().for_each(|c| c.gradients.clear());
     d
@@ -350,15 +360,14 @@ fn step_equation(
         offset,
         range,
         strides,
-        dense: dense.filter(|_| movable).map(without_gradients),
+        dense: dense.filter(|_| movable),
         extreme: super::extreme::plan_extreme(p, eq, var),
         nest,
     }
 }
 
 /// Chooses a step axis per tensor: every equation's left-hand side writes it at `v + c` or a
-/// constant. Tries the combinations (few: tensors of a recursion have few axes), first the
-/// one with the most constant or single-variable positions.
+/// constant, and the reads of the stratum's tensors agree (`agreement`).
 fn find_axes(
     p: &Checked,
     st: &Stratum,
@@ -378,41 +387,66 @@ fn find_axes(
                 .collect()
         })
         .collect();
-    let total: usize = candidates.iter().map(Vec::len).product();
-    if total == 0 || total > 4096 {
-        return None;
-    }
     // Each tensor's axis must move with its equations: some equation shifts it (`v + 1`)
-    // or the tensor is read along it by one that does.
-    for k in 0..total {
-        let mut rest = k;
-        let choice: Vec<(TensorId, usize)> = st
-            .tensors
-            .iter()
-            .zip(&candidates)
-            .map(|(&t, c)| {
-                let a = c[rest % c.len()];
-                rest /= c.len();
-                (t, a)
-            })
-            .collect();
-        if consistent(&choice, equations) {
-            return Some(choice);
-        }
-    }
-    None
+    // or the tensor is read along it by one that does. A depth-first search over the
+    // tensors, dropping a partial choice as soon as an equation between chosen tensors
+    // disagrees with it (a transformer block has a dozen tensors of rank 4 or 5).
+    let mut choice = Vec::with_capacity(st.tensors.len());
+    let mut budget = SEARCH_BUDGET;
+    search(
+        &st.tensors,
+        &candidates,
+        equations,
+        &mut choice,
+        &mut budget,
+    )
+    .then_some(choice)
 }
 
-/// Whether every read of the stratum's tensors in an equation with a step variable reads
-/// their chosen axes at that variable plus a constant no larger than the written one, and at
-/// least one equation writes a later step than it reads (the recursion moves along the axes).
-fn consistent(axes: &[(TensorId, usize)], equations: &[Cow<Equation>]) -> bool {
+/// How many partial choices `find_axes` may try before it gives up on index order.
+const SEARCH_BUDGET: usize = 100_000;
+
+/// Extends `choice` (axes for a prefix of `tensors`) to all of them, if some extension is
+/// consistent.
+fn search(
+    tensors: &[TensorId],
+    candidates: &[Vec<usize>],
+    equations: &[Cow<Equation>],
+    choice: &mut Vec<(TensorId, usize)>,
+    budget: &mut usize,
+) -> bool {
+    let k = choice.len();
+    let (Some(&t), Some(axes)) = (tensors.get(k), candidates.get(k)) else {
+        return agreement(choice, equations) == Some(true);
+    };
+    for &a in axes {
+        if *budget == 0 {
+            return false;
+        }
+        *budget -= 1;
+        choice.push((t, a));
+        if agreement(choice, equations).is_some()
+            && search(tensors, candidates, equations, choice, budget)
+        {
+            return true;
+        }
+        choice.pop();
+    }
+    false
+}
+
+/// Whether every read of a chosen tensor, in an equation whose target is chosen, reads its
+/// axis at the equation's step variable plus a constant no larger than the written one
+/// (`None` if not); and if so, whether some equation writes a later step than it reads
+/// (the recursion moves along the axes).
+fn agreement(axes: &[(TensorId, usize)], equations: &[Cow<Equation>]) -> Option<bool> {
     let axis_of = |t: TensorId| axes.iter().find(|(x, _)| *x == t).map(|&(_, a)| a);
     let mut moves = false;
     for eq in equations {
-        let Some((var, offset)) = axis_of(eq.target).and_then(|a| step_of(&eq.lhs[a])) else {
-            return false;
+        let Some(a) = axis_of(eq.target) else {
+            continue;
         };
+        let (var, offset) = step_of(eq.lhs.get(a)?)?;
         let mut ok = true;
         eq.rhs.reads(&mut |tensor, index| {
             let Some(a) = axis_of(tensor) else {
@@ -424,10 +458,10 @@ fn consistent(axes: &[(TensorId, usize)], equations: &[Cow<Equation>]) -> bool {
             }
         });
         if !ok {
-            return false;
+            return None;
         }
     }
-    moves
+    Some(moves)
 }
 
 /// A position that is a variable plus a constant (`(Some(v), c)`) or a constant (`(None, c)`).

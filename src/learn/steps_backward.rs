@@ -1,0 +1,81 @@
+//! Gradients of recursion along an index (a layer axis, `X[s, l + 1, p, d] = …`) by the
+//! dense kernels, step by step in reverse (§12).
+//!
+//! The forward pass ran each equation once per step on its one-step dense plan, its windows
+//! moved to that step (`plan::steps`); every step's values stay in the stratum's tensors.
+//! So the backward pass needs no record: it walks the steps from the last to the first, the
+//! equations of a step in reverse order, moves each one-step plan to its step again and runs
+//! its dense backward pass (`backward_dense`) with its target's adjoint, which by then holds
+//! every contribution from later steps and from the same step's readers. This is the exact
+//! derivative of what the fixpoint computes, as the reference's backpropagation through its
+//! iterations is, in one pass instead of one per iteration.
+
+use super::dense_backward::{backward_dense, covers};
+use crate::eval::EvalOptions;
+use crate::plan::einsum::DenseEquation;
+use crate::plan::steps::Steps;
+use crate::semantics::Family;
+use crate::tensor::Tensor;
+
+/// Whether the plan lets the dense kernels differentiate the stratum: sums, every equation
+/// on its one-step dense plan, that plan movable to each of its steps.
+pub(crate) fn planned(steps: &Steps) -> bool {
+    steps.family == Family::Sum
+        && steps.equations.iter().all(|eq| {
+            let Some(dense) = &eq.dense else {
+                return false;
+            };
+            let mut moved = dense.clone();
+            eq.extreme.is_none() && (0..eq.range).all(|x| eq.move_to(x, &mut moved))
+        })
+}
+
+/// Whether the dense backward pass takes every equation with these values (checked once
+/// per evaluation, before anything is added: the answer is the same at every step).
+pub(crate) fn covered(steps: &Steps, values: &[Tensor], o: &EvalOptions) -> bool {
+    steps
+        .equations
+        .iter()
+        .all(|eq| eq.dense.as_ref().is_some_and(|d| covers(d, values, o)))
+}
+
+/// Adds the stratum's contributions to `adj`, whose entries for the stratum's own tensors
+/// hold the adjoints that later strata gave them (and receive those of earlier steps).
+pub(crate) fn backward(
+    steps: &Steps,
+    values: &[Tensor],
+    o: &EvalOptions,
+    adj: &mut [Option<Vec<f64>>],
+) {
+    let mut moved: Vec<Option<DenseEquation>> =
+        steps.equations.iter().map(|e| e.dense.clone()).collect();
+    for s in (0..steps.count).rev() {
+        for (eq, dense) in steps.equations.iter().zip(&mut moved).rev() {
+            let (Some(x), Some(d)) = (eq.at_step(s), dense.as_mut()) else {
+                continue;
+            };
+            if !eq.move_to(x, d) {
+                continue;
+            }
+            let Some(upstream) = adj.get_mut(eq.target).and_then(Option::take) else {
+                continue;
+            };
+            // An equation that reads its own target at an earlier step (`Emb[n, l, e]` in
+            // `Emb[n, l + 1, d]`) adds to that adjoint while reading it.
+            let reads_itself = d
+                .terms
+                .iter()
+                .flat_map(|c| &c.factors)
+                .any(|f| f.tensor == eq.target);
+            if reads_itself {
+                adj[eq.target] = Some(vec![0.0; upstream.len()]);
+            }
+            backward_dense(d, values, &upstream, o, adj, None);
+            let mut upstream = upstream;
+            if let Some(own) = adj[eq.target].take() {
+                upstream.iter_mut().zip(own).for_each(|(u, g)| *u += g);
+            }
+            adj[eq.target] = Some(upstream);
+        }
+    }
+}
