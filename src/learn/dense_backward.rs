@@ -207,6 +207,43 @@ fn add_factor(adj: &mut [Option<Vec<f64>>], f: &Factor, extents: &[usize], g: &[
         return;
     };
     let dims: Vec<usize> = f.vars.iter().map(|&v| extents[v]).collect();
+    // Rows whose last axis is contiguous in the tensor are added a row at a time.
+    if let (Some(&n), Some(&1)) = (dims.last(), w.strides.last()) {
+        if n > 0 {
+            let outer = &dims[..dims.len() - 1];
+            let mut idx = vec![0usize; outer.len()];
+            let mut at = w.offset as i64;
+            for row in g.chunks_exact(n) {
+                let slot = usize::try_from(at).ok().and_then(|a| buf.get_mut(a..a + n));
+                match slot {
+                    Some(slot) => slot.iter_mut().zip(row).for_each(|(b, x)| *b += x),
+                    None => {
+                        for (k, x) in row.iter().enumerate() {
+                            let a = usize::try_from(at + k as i64).ok();
+                            if let Some(b) = a.and_then(|a| buf.get_mut(a)) {
+                                *b += x;
+                            }
+                        }
+                    }
+                }
+                for ax in (0..outer.len()).rev() {
+                    idx[ax] += 1;
+                    at += w.strides[ax];
+                    if idx[ax] < outer[ax] {
+                        break;
+                    }
+                    at -= w.strides[ax] * outer[ax] as i64;
+                    idx[ax] = 0;
+                }
+            }
+            return;
+        }
+    }
+    add_strided(buf, w, &dims, g);
+}
+
+/// [`add_factor`]'s window, element by element (elements outside the tensor are skipped).
+fn add_strided(buf: &mut [f64], w: &crate::plan::einsum::Window, dims: &[usize], g: &[f64]) {
     let mut idx = vec![0usize; dims.len()];
     let mut at = w.offset as i64;
     for &x in g {

@@ -521,6 +521,13 @@ fn run(command: Command) -> Result<(), String> {
                     last.as_deref().unwrap_or("-")
                 );
             }
+            // The trained program answers its queries and writes its files on the full data;
+            // one without outputs (a model trained for its loss curve and checkpoint) is not
+            // evaluated again.
+            let checked = session.check(&opts.settings);
+            if checked.is_ok_and(|c| c.outputs.is_empty()) {
+                return Ok(());
+            }
             let lines = session.run(&opts).map_err(|d| render(&session, &d))?;
             print_lines(&lines);
             Ok(())
