@@ -207,56 +207,40 @@ fn add_factor(adj: &mut [Option<Vec<f64>>], f: &Factor, extents: &[usize], g: &[
         return;
     };
     let dims: Vec<usize> = f.vars.iter().map(|&v| extents[v]).collect();
-    // Rows whose last axis is contiguous in the tensor are added a row at a time.
-    if let (Some(&n), Some(&1)) = (dims.last(), w.strides.last()) {
-        if n > 0 {
-            let outer = &dims[..dims.len() - 1];
-            let mut idx = vec![0usize; outer.len()];
-            let mut at = w.offset as i64;
-            for row in g.chunks_exact(n) {
-                let slot = usize::try_from(at).ok().and_then(|a| buf.get_mut(a..a + n));
-                match slot {
-                    Some(slot) => slot.iter_mut().zip(row).for_each(|(b, x)| *b += x),
-                    None => {
-                        for (k, x) in row.iter().enumerate() {
-                            let a = usize::try_from(at + k as i64).ok();
-                            if let Some(b) = a.and_then(|a| buf.get_mut(a)) {
-                                *b += x;
-                            }
-                        }
+    // Runs along a last axis that is contiguous in the tensor are added a slice at a time;
+    // otherwise each run is one element.
+    let (run, outer) = match (dims.split_last(), w.strides.last()) {
+        (Some((&n, rest)), Some(&1)) => (n, rest),
+        _ => (1, dims.as_slice()),
+    };
+    if g.is_empty() || run == 0 {
+        return;
+    }
+    let mut idx = vec![0usize; outer.len()];
+    let mut at = w.offset as i64;
+    for row in g.chunks_exact(run) {
+        match usize::try_from(at)
+            .ok()
+            .and_then(|a| buf.get_mut(a..a + run))
+        {
+            Some(slot) => slot.iter_mut().zip(row).for_each(|(b, x)| *b += x),
+            // Part of the run lies outside the tensor: its elements there are skipped.
+            None => {
+                for (k, x) in row.iter().enumerate() {
+                    let a = usize::try_from(at + k as i64).ok();
+                    if let Some(b) = a.and_then(|a| buf.get_mut(a)) {
+                        *b += x;
                     }
-                }
-                for ax in (0..outer.len()).rev() {
-                    idx[ax] += 1;
-                    at += w.strides[ax];
-                    if idx[ax] < outer[ax] {
-                        break;
-                    }
-                    at -= w.strides[ax] * outer[ax] as i64;
-                    idx[ax] = 0;
                 }
             }
-            return;
         }
-    }
-    add_strided(buf, w, &dims, g);
-}
-
-/// [`add_factor`]'s window, element by element (elements outside the tensor are skipped).
-fn add_strided(buf: &mut [f64], w: &crate::plan::einsum::Window, dims: &[usize], g: &[f64]) {
-    let mut idx = vec![0usize; dims.len()];
-    let mut at = w.offset as i64;
-    for &x in g {
-        if let Some(slot) = usize::try_from(at).ok().and_then(|a| buf.get_mut(a)) {
-            *slot += x;
-        }
-        for ax in (0..dims.len()).rev() {
+        for ax in (0..outer.len()).rev() {
             idx[ax] += 1;
             at += w.strides[ax];
-            if idx[ax] < dims[ax] {
+            if idx[ax] < outer[ax] {
                 break;
             }
-            at -= w.strides[ax] * dims[ax] as i64;
+            at -= w.strides[ax] * outer[ax] as i64;
             idx[ax] = 0;
         }
     }

@@ -103,7 +103,7 @@ pub(crate) fn strata_to_record(
 /// The stratum's index-order plan, when the dense kernels can differentiate it.
 pub(crate) fn steps_of(plan: &Plan, i: usize) -> Option<&Steps> {
     match plan.strata.get(i).map(|s| &s.kernel) {
-        Some(Kernel::Steps(s)) if steps_backward::planned(s) => Some(s),
+        Some(Kernel::Steps(s)) if s.differentiable => Some(s),
         _ => None,
     }
 }
@@ -133,10 +133,8 @@ pub(crate) fn backward(
         }
         let record = records.get(i).and_then(Option::as_ref);
         if let (None, Some(steps)) = (record, plan.and_then(|pl| steps_of(pl, i))) {
-            if st.recursive {
-                steps_backward::backward(steps, values, o, &mut adj);
-                continue;
-            }
+            steps_backward::backward(steps, values, o, &mut adj);
+            continue;
         }
         let upstream: Vec<Vec<f64>> = st
             .tensors

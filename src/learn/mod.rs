@@ -100,13 +100,11 @@ fn differentiate(
             let (values, records) = evaluate_recorded(p, plan, o, &needed, &record)?;
             // Recursion along an index whose inputs the dense backward pass does not take
             // (checked before it adds anything) is evaluated again, recorded.
-            for (i, r) in record.iter().enumerate() {
-                let steps = gradient::steps_of(plan, i);
-                skip[i] = !r
-                    && needed[i]
-                    && p.strata[i].tensors.iter().any(|&t| active[t])
-                    && p.strata[i].recursive
-                    && steps.is_some_and(|s| !steps_backward::covered(s, &values, o));
+            for (i, st) in p.strata.iter().enumerate() {
+                skip[i] = needed[i]
+                    && st.tensors.iter().any(|&t| active[t])
+                    && gradient::steps_of(plan, i)
+                        .is_some_and(|s| !steps_backward::covered(s, &values, o));
             }
             match skip.contains(&true) {
                 true => {

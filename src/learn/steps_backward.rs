@@ -14,21 +14,7 @@ use super::dense_backward::{backward_dense, covers};
 use crate::eval::EvalOptions;
 use crate::plan::einsum::DenseEquation;
 use crate::plan::steps::Steps;
-use crate::semantics::Family;
 use crate::tensor::Tensor;
-
-/// Whether the plan lets the dense kernels differentiate the stratum: sums, every equation
-/// on its one-step dense plan, that plan movable to each of its steps.
-pub(crate) fn planned(steps: &Steps) -> bool {
-    steps.family == Family::Sum
-        && steps.equations.iter().all(|eq| {
-            let Some(dense) = &eq.dense else {
-                return false;
-            };
-            let mut moved = dense.clone();
-            eq.extreme.is_none() && (0..eq.range).all(|x| eq.move_to(x, &mut moved))
-        })
-}
 
 /// Whether the dense backward pass takes every equation with these values (checked once
 /// per evaluation, before anything is added: the answer is the same at every step).

@@ -34,6 +34,10 @@ pub struct Steps {
     /// The equations in the order each step evaluates them: grouped by target, targets in
     /// the order their same-step reads need.
     pub equations: Vec<StepEquation>,
+    /// Whether learning can differentiate the stratum step by step on the dense kernels
+    /// (`learn::steps_backward`): sums, every equation on a one-step dense plan that moves
+    /// to each of its steps.
+    pub differentiable: bool,
 }
 
 /// One equation, planned for one step.
@@ -308,11 +312,20 @@ pub fn plan_steps(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Steps> {
         .map(|&(t, a)| p.tensors[t].shape[a])
         .max()
         .unwrap_or(0);
+    let differentiable = family == Family::Sum
+        && planned.iter().all(|eq| {
+            let Some(dense) = &eq.dense else {
+                return false;
+            };
+            let mut moved = dense.clone();
+            eq.extreme.is_none() && (0..eq.range).all(|x| eq.move_to(x, &mut moved))
+        });
     Some(Steps {
         axes,
         count,
         family,
         equations: planned,
+        differentiable,
     })
 }
 
