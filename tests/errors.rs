@@ -346,3 +346,14 @@ fn every_code_is_documented_and_every_documented_code_exists() {
         assert!(example.contains('`'), "no example: {line}");
     }
 }
+
+#[test]
+fn initialisers_with_arguments_that_are_not_constants() {
+    let err = fails(
+        "N : 3\nX : real[N]\nW ~ uniform(0, 1 / sqrt(X))\nW : real[N]\nY[i] = W[i] X[i]\n",
+        &[],
+        &[],
+    );
+    has(&err, "E0105", "3:25");
+    assert!(err.contains("must be a constant"), "{err}");
+}

@@ -3,10 +3,11 @@
 
 use super::{Ctx, Kind, TensorInfo};
 use crate::diagnostics::{codes, Diagnostic};
-use crate::syntax::ast::StmtKind;
+use crate::syntax::ast::{Access, BinOp, Brackets, Expr, StmtKind};
 use crate::tensor::Tensor;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Normal, Uniform};
+use std::collections::HashMap;
 
 impl Ctx<'_> {
     /// A domain named in declarations but declared nowhere takes its size from data; where
@@ -108,7 +109,17 @@ impl Ctx<'_> {
             let rank = info.shape.len();
             let (dist, args, span) = match d.init.map(|s| &program.statements[s]) {
                 Some(st) => match &st.kind {
-                    StmtKind::Init { dist, args, .. } => (dist.text.clone(), args.clone(), st.span),
+                    StmtKind::Init { dist, args, .. } => {
+                        let valued: Result<Vec<f64>, Diagnostic> =
+                            args.iter().map(|a| constant(a, &self.scalars)).collect();
+                        match valued {
+                            Ok(values) => (dist.text.clone(), values, st.span),
+                            Err(d) => {
+                                self.diags.push(d);
+                                continue;
+                            }
+                        }
+                    }
                     _ => continue,
                 },
                 None if rank >= 2 => {
@@ -163,4 +174,88 @@ fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
         (h ^ b as u64).wrapping_mul(0x100000001b3)
     })
+}
+
+/// The value of an initialiser's argument: numbers and scalar constants (`Dim = 128`, or one
+/// set with `--set`) combined with `+ - * / ^` and `sqrt`, `exp`, `log`, `abs`, so that
+/// `W ~ normal(0, 1 / sqrt(Dim))` follows the model's size.
+fn constant(e: &Expr, scalars: &HashMap<String, f64>) -> Result<f64, Diagnostic> {
+    let not_constant = |span, what: &str| {
+        Diagnostic::error(
+            codes::FORM,
+            span,
+            format!("an initialiser's argument must be a constant, but this is {what}"),
+        )
+        .with_note(
+            "use numbers and scalar constants (`Dim = 128`), e.g. `normal(0, 1 / sqrt(Dim))`",
+        )
+    };
+    Ok(match e {
+        Expr::Number(k, _) => *k,
+        Expr::Access(Access {
+            name,
+            brackets: Brackets::None,
+            ..
+        }) => match scalars.get(&name.text) {
+            Some(v) => *v,
+            None => {
+                let what = format!("`{}`, which is not a scalar constant", name.text);
+                return Err(not_constant(name.span, &what));
+            }
+        },
+        Expr::Neg(x, _) => -constant(x, scalars)?,
+        Expr::Binary(op, a, b, span) => {
+            let (a, b) = (constant(a, scalars)?, constant(b, scalars)?);
+            match op {
+                BinOp::Add => a + b,
+                BinOp::Sub => a - b,
+                BinOp::Pow => a.powf(b),
+                BinOp::Rem => a % b,
+                BinOp::Quot => return Err(not_constant(*span, "an integer division")),
+            }
+        }
+        Expr::Term(factors, _) => {
+            let mut v = 1.0;
+            for (divide, f) in factors {
+                let x = constant(f, scalars)?;
+                v = if *divide { v / x } else { v * x };
+            }
+            v
+        }
+        Expr::Call { func, args, span } => match (func.text.as_str(), args.as_slice()) {
+            ("sqrt", [x]) => constant(x, scalars)?.sqrt(),
+            ("exp", [x]) => constant(x, scalars)?.exp(),
+            ("log", [x]) => constant(x, scalars)?.ln(),
+            ("abs", [x]) => constant(x, scalars)?.abs(),
+            _ => return Err(not_constant(*span, &format!("a call of `{}`", func.text))),
+        },
+        other => {
+            let what = "a tensor, a symbol or a comparison";
+            return Err(not_constant(other.span(), what));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::semantics::tests::{checked, error_codes};
+
+    /// An initialiser's arguments may be expressions over scalar constants, so a model's
+    /// scale follows its size (`--set Dim=32` changes both).
+    #[test]
+    fn initialiser_arguments_follow_scalar_constants() {
+        let c = checked(
+            "Dim = 4\nW ~ uniform(-1 / sqrt(Dim), 2 ^ -2 * 2)\nW : real[3, 4]\nY[i] = W[i, j]\n",
+        );
+        let w = c.tensor_id("W").unwrap();
+        let values = c.data[w].as_ref().unwrap().to_dense_values();
+        assert!(values.iter().all(|v| (-0.5..0.5).contains(v)), "{values:?}");
+        assert!(values.iter().any(|v| *v < 0.0));
+    }
+
+    #[test]
+    fn initialiser_arguments_that_are_not_constants_are_errors() {
+        let codes = error_codes("N : 3\nX : real[N]\nW ~ normal(0, X)\nV ~ normal(X[0], 1)\nW : real[3]\nV : real[3]\nZ[i] = W[i] X[i] V[i]\n");
+        assert_eq!(codes, vec![crate::diagnostics::codes::FORM; 2]);
+    }
 }

@@ -86,8 +86,9 @@ pub enum StmtKind {
         name: Name,
         /// Distribution name.
         dist: Name,
-        /// Its numeric arguments.
-        args: Vec<f64>,
+        /// Its arguments: numbers, or expressions over scalar constants (`1 / sqrt(Dim)`),
+        /// valued when the program is checked.
+        args: Vec<Expr>,
     },
     /// `Parent = "parent.tsv"`.
     FileRead {

@@ -521,14 +521,7 @@ impl<'a> Parser<'a> {
         let mut args = Vec::new();
         if self.eat(&Tok::LParen) {
             loop {
-                let neg = self.eat(&Tok::Minus);
-                match self.bump() {
-                    Some((Tok::Number(n), _)) => args.push(if neg { -n.value } else { n.value }),
-                    _ => {
-                        self.pos = self.pos.saturating_sub(1);
-                        return Err(self.unexpected("a number"));
-                    }
-                }
+                args.push(self.sum()?);
                 if !self.eat(&Tok::Comma) {
                     break;
                 }
