@@ -7,6 +7,12 @@ examples/shakespeare_lm.tl (4 blocks, 4 heads, d=128, context 64) at 32 windows 
 (at most 25 steps; also reported as tokens per second).
 
     python3 bench/learning/run.py [--threads N] [--steps N]
+    python3 bench/learning/run.py --parity [--steps N]
+
+`--parity` checks the character LM against PyTorch from the same start: PyTorch writes its
+initial weights as a checkpoint, `tl train --load` starts from it, both take the same
+unshuffled batches, and the per-step losses are printed side by side (they agree to about
+1e-4: both compute in f32).
 
 Builds target/release/tl and installs numpy and torch into bench/.venv. tl's per-step time is
 measured in-process by `tl train` (the `examples_per_sec` column of --log: the step alone,
@@ -82,6 +88,7 @@ threads, steps = int(sys.argv[1]), int(sys.argv[2])
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 text = torch.tensor(np.load(sys.argv[3]).astype(np.int64))
+parity = sys.argv[4] if len(sys.argv) > 4 else None
 B, P, D, H, K, F, L, V = 32, 64, 128, 4, 32, 512, 4, 65
 lin = lambda i, o: torch.nn.Linear(i, o, bias=False)
 emb = torch.nn.Embedding(V, D); pos = torch.nn.Parameter(torch.randn(P, D) * 0.02)
@@ -90,6 +97,14 @@ blocks = torch.nn.ModuleList(torch.nn.ModuleList([lin(D, H * K), lin(D, H * K), 
 wout = lin(D, V)
 params = [pos, *emb.parameters(), *blocks.parameters(), *wout.parameters()]
 opt = torch.optim.Adam(params, lr=0.003)
+if parity:
+    from safetensors.numpy import save_file
+    f = lambda t: np.ascontiguousarray(t.detach().numpy())
+    per_layer = lambda i, shape: f(torch.stack([b[i].weight.view(*shape) for b in blocks]))
+    save_file({"Emb": f(emb.weight), "Pos": f(pos), "WQ": per_layer(0, (H, K, D)),
+               "WK": per_layer(1, (H, K, D)), "WV": per_layer(2, (H, K, D)),
+               "WS": per_layer(3, (D, H, K)), "W1": per_layer(4, (F, D)),
+               "W2": per_layer(5, (D, F)), "WOut": f(wout.weight)}, parity)
 mask = torch.triu(torch.ones(P, P, dtype=torch.bool), 1)
 def step(batch):
     x = emb(batch[:, :P]) + pos
@@ -106,7 +121,10 @@ for s in range(steps):
     t0 = time.perf_counter()
     opt.zero_grad(); loss = step(batch); loss.backward(); opt.step()
     times.append(time.perf_counter() - t0)
-print(statistics.median(times[5:]) * 1e3)
+    if parity:
+        print(loss.item())
+if not parity:
+    print(statistics.median(times[5:]) * 1e3)
 '''
 
 
@@ -117,6 +135,9 @@ def setup():
     probe = subprocess.run([PY, "-c", "import numpy, torch"], capture_output=True)
     if probe.returncode != 0:
         subprocess.run([PY, "-m", "pip", "install", "-q", "numpy", "torch"], check=True)
+    probe = subprocess.run([PY, "-c", "import safetensors"], capture_output=True)
+    if probe.returncode != 0:
+        subprocess.run([PY, "-m", "pip", "install", "-q", "safetensors"], check=True)
 
 
 def tl_step_ms(program, batch, threads, steps):
@@ -137,12 +158,35 @@ def peer_ms(script, *args):
     return float(out.stdout.strip())
 
 
+def parity(steps):
+    """Per-step losses of the character LM in tl and PyTorch from the same initial weights."""
+    data = os.path.join(ROOT, "examples", "data", "shakespeare_chars.npy")
+    with tempfile.TemporaryDirectory() as tmp:
+        start, log = os.path.join(tmp, "start.safetensors"), os.path.join(tmp, "m.csv")
+        out = subprocess.run([PY, "-c", TORCH_CHAR_LM, "2", str(steps), data, start],
+                             capture_output=True, text=True, check=True)
+        torch_losses = [float(x) for x in out.stdout.split()]
+        subprocess.run([TL, "train", "examples/shakespeare_lm.tl", "--batch", "Window:32",
+                        "--steps", str(steps), "--lr", "0.003", "--threads", "2", "--load",
+                        start, "--log", log, "--quiet"], cwd=ROOT, check=True)
+        tl_losses = [float(r["loss"]) for r in csv.DictReader(open(log))]
+    print("| step | tl loss | PyTorch loss |")
+    print("|---|---|---|")
+    for i, (a, b) in enumerate(zip(tl_losses, torch_losses)):
+        print(f"| {i + 1} | {a:.4f} | {b:.4f} |")
+    worst = max(abs(a - b) for a, b in zip(tl_losses, torch_losses))
+    print(f"largest difference over {len(tl_losses)} steps: {worst:.2e}")
+
+
 def main():
     args = sys.argv[1:]
     threads = int(args[args.index("--threads") + 1]) if "--threads" in args else 1
     steps = int(args[args.index("--steps") + 1]) if "--steps" in args else 60
     big_steps = min(steps, 25)
     setup()
+    if "--parity" in args:
+        parity(steps if "--steps" in args else 30)
+        return
     data = os.path.join(ROOT, "examples", "data")
     vocab = len(set(open(os.path.join(data, "rhymes.txt")).read().split()))
     rows = [
