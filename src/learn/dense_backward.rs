@@ -7,8 +7,8 @@
 
 use crate::eval::dense::rows::{self, Program};
 use crate::eval::dense::{
-    factor_values, fits, normalize_for, permute, reduce, replace_normalize, sparse_operands,
-    subtree_from, targets, term, widen, KeptTerm, Num, Operand, TupleWalk, Vars,
+    factor_values, fits, normalize_for, permute, placement, reduce, replace_normalize,
+    sparse_operands, subtree_from, term, widen, KeptTerm, Num, Operand, TupleWalk, Vars,
 };
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
@@ -75,10 +75,8 @@ pub(crate) fn backward_dense(
     let upstream = if d.scatter.is_some() {
         // Each grid element was added at its left-hand-side position: it gets that
         // position's adjoint (none where it was skipped).
-        spread = targets(d)
-            .into_iter()
-            .map(|at| at.and_then(|at| upstream.get(at)).copied().unwrap_or(0.0))
-            .collect();
+        let len = d.out.iter().map(|&v| d.extents[v]).product();
+        spread = placement(d).gather(len, upstream, 0.0);
         &spread
     } else if block == 1 {
         upstream
@@ -98,7 +96,10 @@ pub(crate) fn backward_dense(
         rows::backward(&arg, d, &terms, &adjoint, &mut g);
     }
     for ((c, gk), t) in d.terms.iter().zip(g).zip(&terms) {
-        let gk: Vec<f64> = gk.iter().map(|x| x * c.scale).collect();
+        let mut gk = gk;
+        if c.scale != 1.0 {
+            gk.iter_mut().for_each(|x| *x *= c.scale);
+        }
         match &c.sparse {
             None => factor_gradients(c, &t.vars, &gk, values, threads, adj),
             Some(r) => {
@@ -115,8 +116,10 @@ pub(crate) fn backward_dense(
                             vars: Vars::from_slice(&part.vars),
                             data: gp.into(),
                         };
-                        let grad = permute(grad, &f.vars, &c.extents);
-                        add_factor(adj, f, &c.extents, &grad.data);
+                        let order = memory_order(f);
+                        let onto: Vec<VarId> = order.iter().map(|&i| f.vars[i]).collect();
+                        let grad = permute(grad, &onto, &c.extents);
+                        add_factor(adj, f, &order, &c.extents, &grad.data);
                     }
                 } else if let (Some(part), Some(gp)) = (parts.first(), gparts.into_iter().next()) {
                     factor_gradients(c, &part.vars, &gp, values, threads, adj);
@@ -187,29 +190,49 @@ fn factor_gradients(
         let Some(path) = &grad.path else {
             continue;
         };
+        let order = memory_order(f);
+        let onto: Vec<VarId> = order.iter().map(|&i| f.vars[i]).collect();
         let acc = if grad.single {
-            widen(gradient::<f32>(grad, path, &f.vars, g, values, threads))
+            widen(gradient::<f32>(grad, path, &onto, g, values, threads))
         } else {
-            gradient::<f64>(grad, path, &f.vars, g, values, threads)
+            gradient::<f64>(grad, path, &onto, g, values, threads)
         };
-        add_factor(adj, f, &c.extents, &acc.data);
+        add_factor(adj, f, &order, &c.extents, &acc.data);
     }
 }
 
-/// Adds a factor's gradient (over its variables) to its tensor's adjoint: element for
-/// element, or for a window each element at the position it was read from, overlapping
-/// windows adding up (col2im), in row-major order of the factor's variables.
-fn add_factor(adj: &mut [Option<Vec<f64>>], f: &Factor, extents: &[usize], g: &[f64]) {
+/// The factor's variables (as positions in `f.vars`) in the order its tensor lays them out:
+/// by decreasing window stride. A gradient computed in this order is added to the adjoint
+/// in contiguous runs rather than one strided element at a time.
+fn memory_order(f: &Factor) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..f.vars.len()).collect();
+    if let Some(w) = &f.window {
+        order.sort_by_key(|&i| std::cmp::Reverse(w.strides[i].unsigned_abs()));
+    }
+    order
+}
+
+/// Adds a factor's gradient (over its variables in `order`, positions in `f.vars`) to its
+/// tensor's adjoint: element for element, or for a window each element at the position it
+/// was read from, overlapping windows adding up (col2im), in row-major order of `g`.
+fn add_factor(
+    adj: &mut [Option<Vec<f64>>],
+    f: &Factor,
+    order: &[usize],
+    extents: &[usize],
+    g: &[f64],
+) {
     let Some(w) = &f.window else {
         return add_to(adj, f.tensor, g);
     };
     let Some(buf) = adj.get_mut(f.tensor).and_then(Option::as_mut) else {
         return;
     };
-    let dims: Vec<usize> = f.vars.iter().map(|&v| extents[v]).collect();
+    let dims: Vec<usize> = order.iter().map(|&i| extents[f.vars[i]]).collect();
+    let strides: Vec<i64> = order.iter().map(|&i| w.strides[i]).collect();
     // Runs along a last axis that is contiguous in the tensor are added a slice at a time;
     // otherwise each run is one element.
-    let (run, outer) = match (dims.split_last(), w.strides.last()) {
+    let (run, outer) = match (dims.split_last(), strides.last()) {
         (Some((&n, rest)), Some(&1)) => (n, rest),
         _ => (1, dims.as_slice()),
     };
@@ -236,11 +259,11 @@ fn add_factor(adj: &mut [Option<Vec<f64>>], f: &Factor, extents: &[usize], g: &[
         }
         for ax in (0..outer.len()).rev() {
             idx[ax] += 1;
-            at += w.strides[ax];
+            at += strides[ax];
             if idx[ax] < outer[ax] {
                 break;
             }
-            at -= w.strides[ax] * outer[ax] as i64;
+            at -= strides[ax] * outer[ax] as i64;
             idx[ax] = 0;
         }
     }

@@ -58,6 +58,25 @@ impl Placement {
 }
 
 impl Placement {
+    /// The target's values at the grid's elements (`zero` where an element lies outside
+    /// it): what a backward pass reads where the forward pass wrote.
+    pub(crate) fn gather<T: Copy>(&self, len: usize, target: &[T], zero: T) -> Vec<T> {
+        let mut out = vec![zero; len];
+        let copied = self.runs(len, &mut |i, a, n| {
+            if let (Some(dst), Some(src)) = (out.get_mut(i..i + n), target.get(a..a + n)) {
+                dst.copy_from_slice(src);
+            }
+        });
+        if copied.is_none() {
+            self.each(len, &mut |i, a| {
+                if let (Some(dst), Some(&v)) = (out.get_mut(i), target.get(a)) {
+                    *dst = v;
+                }
+            });
+        }
+        out
+    }
+
     /// Whether [`Placement::runs`] can place the grid: it lands in runs of consecutive
     /// target offsets.
     pub(crate) fn in_runs(&self) -> bool {

@@ -40,7 +40,7 @@ use operand::*;
 use products::*;
 use scatter::*;
 
-pub(super) use epilogue::Placement;
+pub(crate) use epilogue::Placement;
 
 /// What the backward pass of these kernels (`learn::dense_backward`) computes with.
 pub(crate) use self::{
@@ -236,15 +236,19 @@ pub(super) fn contributions(
             }?)
         }
     };
+    Some((grid, placement(d)))
+}
+
+/// Where each element of the equation's grid lands in its target.
+pub(crate) fn placement(d: &DenseEquation) -> Placement {
     let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
-    let at = match &d.scatter {
+    match &d.scatter {
         None => Placement::Same,
         Some(at) => match affine_layout(d, at, &dims) {
             Some((base, steps)) => Placement::Strided { base, steps, dims },
             None => Placement::Listed(targets(d)),
         },
-    };
-    Some((grid, at))
+    }
 }
 
 /// An equation's values over its grid: in f64, or in f32 as an f32 product computed them.
