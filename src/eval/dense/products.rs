@@ -53,6 +53,32 @@ pub(super) fn looped<T: Num>(
     };
     let count: usize = loops.iter().map(|l| l.0).product();
     let mut out = vec![unit.0; count * m * n];
+    // With threads, whole products go to workers (each product is its own output, computed
+    // as on one thread): a batch of small products (attention's per-head scores, a layer's
+    // rows read through a window) is split where no single product is big enough to be.
+    if threads > 1 && count > 1 && m * n > 0 && count * m * n * k >= THREADED_PRODUCT {
+        use rayon::prelude::*;
+        out.par_chunks_exact_mut(m * n)
+            .enumerate()
+            .for_each(|(b, block)| {
+                let (mut ox, mut oy, mut rest) = (0usize, 0usize, b);
+                for &(extent, sx, sy) in loops.iter().rev() {
+                    let i = rest % extent.max(1);
+                    rest /= extent.max(1);
+                    ox += i * sx;
+                    oy += i * sy;
+                }
+                matmul(
+                    (m, n, k),
+                    (lhs.0, ox, lhs.1),
+                    (rhs.0, oy, rhs.1),
+                    block,
+                    unit,
+                    1,
+                );
+            });
+        return out;
+    }
     let mut idx = vec![0usize; loops.len()];
     let (mut ox, mut oy) = (0usize, 0usize);
     for block in out.chunks_exact_mut((m * n).max(1)).take(count) {
@@ -252,5 +278,39 @@ pub(super) fn matmul<T: Num>(
                 parallelism,
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch of products split across threads gives the bits of the batch on one thread.
+    #[test]
+    fn a_batch_split_across_threads_matches_one_thread() {
+        let (b, m, n, k) = (64, 64, 64, 64);
+        let lhs: Vec<f32> = (0..b * m * k)
+            .map(|i| ((i * 7919) % 113) as f32 / 37.0)
+            .collect();
+        let rhs: Vec<f32> = (0..b * k * n)
+            .map(|i| ((i * 104_729) % 97) as f32 / 29.0)
+            .collect();
+        let loops = [(b, m * k, k * n)];
+        let run = |threads| {
+            let lhs = (lhs.as_slice(), [k, 1]);
+            let rhs = (rhs.as_slice(), [n, 1]);
+            looped(&loops, (m, n, k), lhs, rhs, (0.0, 1.0), threads)
+        };
+        let one = run(1);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let two = pool.install(|| run(2));
+        assert!(one
+            .iter()
+            .zip(&two)
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
+        assert_eq!(one.len(), b * m * n);
     }
 }
