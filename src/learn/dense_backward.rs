@@ -7,8 +7,9 @@
 
 use crate::eval::dense::rows::{self, Program};
 use crate::eval::dense::{
-    factor_values, fits, normalize_for, permute, placement, reduce, replace_normalize,
-    sparse_operands, subtree_from, term, widen, KeptTerm, Num, Operand, TupleWalk, Vars,
+    factor_operand, fits, memory_order, normalize_for, permute, placement, reduce,
+    replace_normalize, sparse_operands, subtree_from, term, widen, KeptTerm, Num, Operand,
+    TupleWalk, Vars,
 };
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
@@ -201,17 +202,6 @@ fn factor_gradients(
     }
 }
 
-/// The factor's variables (as positions in `f.vars`) in the order its tensor lays them out:
-/// by decreasing window stride. A gradient computed in this order is added to the adjoint
-/// in contiguous runs rather than one strided element at a time.
-fn memory_order(f: &Factor) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..f.vars.len()).collect();
-    if let Some(w) = &f.window {
-        order.sort_by_key(|&i| std::cmp::Reverse(w.strides[i].unsigned_abs()));
-    }
-    order
-}
-
 /// Adds a factor's gradient (over its variables in `order`, positions in `f.vars`) to its
 /// tensor's adjoint: element for element, or for a window each element at the position it
 /// was read from, overlapping windows adding up (col2im), in row-major order of `g`.
@@ -281,13 +271,12 @@ fn gradient<'a, T: Num>(
 ) -> Operand<'a, T> {
     let leaf = |k: usize| {
         let f = &grad.factors[k];
-        Operand {
-            vars: Vars::from_slice(&f.vars),
-            data: if k == 0 {
-                T::cast(g)
-            } else {
-                factor_values(f, values, &grad.extents)
+        match k {
+            0 => Operand {
+                vars: Vars::from_slice(&f.vars),
+                data: T::cast(g),
             },
+            _ => factor_operand(f, values, &grad.extents),
         }
     };
     let acc = subtree_from(grad, path, &leaf, threads);

@@ -143,13 +143,7 @@ pub(super) fn subtree<'a, T: Num>(
     values: &'a [Tensor],
     threads: usize,
 ) -> Operand<'a, T> {
-    let leaf = |k: usize| {
-        let f = &c.factors[k];
-        Operand {
-            vars: Vars::from_slice(&f.vars),
-            data: factor_values(f, values, &c.extents),
-        }
-    };
+    let leaf = |k: usize| factor_operand(&c.factors[k], values, &c.extents);
     subtree_from(c, path, &leaf, threads)
 }
 

@@ -90,36 +90,59 @@ pub(crate) fn widen<'a, T: Num>(op: Operand<'a, T>) -> Operand<'a> {
     }
 }
 
-/// A factor's values over its variables: the tensor as stored, or its window gathered.
-pub(crate) fn factor_values<'a, T: Num>(
+/// A factor's variables (as positions in `f.vars`) in the order its tensor lays them out:
+/// by decreasing window stride (as written, for a factor read whole). A window taken in this
+/// order is read in place or copied in contiguous runs, and a gradient computed in it is
+/// added back in runs.
+pub(crate) fn memory_order(f: &Factor) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..f.vars.len()).collect();
+    if let Some(w) = &f.window {
+        order.sort_by_key(|&i| std::cmp::Reverse(w.strides[i].unsigned_abs()));
+    }
+    order
+}
+
+/// A factor as an operand: the tensor as stored, or its window gathered, over the factor's
+/// variables in [`memory_order`].
+pub(crate) fn factor_operand<'a, T: Num>(
     f: &Factor,
     values: &'a [Tensor],
     extents: &[usize],
-) -> Cow<'a, [T]> {
+) -> Operand<'a, T> {
+    let order = memory_order(f);
+    let vars: Vec<VarId> = order.iter().map(|&i| f.vars[i]).collect();
     let Some(Storage::Dense(d)) = values.get(f.tensor).map(|t| &t.storage) else {
-        return Cow::Owned(Vec::new());
+        return Operand {
+            vars: Vars::from_slice(&vars),
+            data: Cow::Owned(Vec::new()),
+        };
     };
     let all = T::elements(d);
-    match &f.window {
+    let data = match &f.window {
         None => all,
         Some(w) => {
-            let dims: Vec<usize> = f.vars.iter().map(|&v| extents[v]).collect();
+            let dims: Vec<usize> = vars.iter().map(|&v| extents[v]).collect();
+            let steps: Vec<i64> = order.iter().map(|&i| w.strides[i]).collect();
             // A window that is a row-major block of the tensor (`WP[l, d, e]` at one `l`)
             // is that slice of it, read in place.
             let block = row_major(&dims)
                 .iter()
-                .zip(&w.strides)
+                .zip(&steps)
                 .zip(&dims)
                 .all(|((&r, &s), &n)| n == 1 || r as i64 == s);
             let len: usize = dims.iter().product();
             match (block, &all) {
                 (true, Cow::Borrowed(a)) => match a.get(w.offset..w.offset + len) {
                     Some(slice) => Cow::Borrowed(slice),
-                    None => Cow::Owned(strided_copy(a, w.offset as i64, &w.strides, &dims)),
+                    None => Cow::Owned(strided_copy(a, w.offset as i64, &steps, &dims)),
                 },
-                _ => Cow::Owned(strided_copy(&all, w.offset as i64, &w.strides, &dims)),
+                _ => Cow::Owned(strided_copy(&all, w.offset as i64, &steps, &dims)),
             }
         }
+    };
+    Operand {
+        vars: Vars::from_slice(&vars),
+        data,
     }
 }
 
