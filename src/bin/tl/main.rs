@@ -314,7 +314,16 @@ impl Common {
     }
 }
 
+/// mimalloc's `mi_option_purge_delay` (the same position in mimalloc 2 and 3).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
 fn main() -> ExitCode {
+    // By default mimalloc gives freed pages back to the kernel after 10 ms. A training step
+    // frees and allocates buffers of the same sizes every step, and faulting them back in
+    // took 7% of a step of the character LM (12,400 page faults in ten steps, 570 without).
+    // `tl` keeps them for reuse until it exits.
+    // SAFETY: mi_option_set only stores an option's value; no allocation depends on it.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
     let cli = Cli::parse();
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
