@@ -7,7 +7,6 @@
 //! element type) and combined with the same f64 operations in the same order.
 
 use crate::semantics::{Checked, Func, Node, TensorId};
-use crate::syntax::ast::BinOp;
 
 /// The value of a rank-0 tensor that is a scalar constant: defined by a scalar statement (or
 /// `--set`) and by nothing else, and not a parameter (§12), so no evaluation or training
@@ -49,16 +48,7 @@ pub fn value(p: &Checked, n: &Node) -> Option<f64> {
             }
             acc
         }
-        Node::Binary(op, a, b) => {
-            let (a, b) = (value(p, a)?, value(p, b)?);
-            match op {
-                BinOp::Add => a + b,
-                BinOp::Sub => a - b,
-                BinOp::Pow => a.powf(b),
-                BinOp::Rem => a % b,
-                BinOp::Quot => (a / b).trunc(),
-            }
-        }
+        Node::Binary(op, a, b) => op.apply(value(p, a)?, value(p, b)?),
         Node::Compare(op, a, b) => {
             if op.holds(value(p, a)?, value(p, b)?) {
                 1.0

@@ -3,7 +3,7 @@
 
 use super::{Ctx, Kind, TensorInfo};
 use crate::diagnostics::{codes, Diagnostic};
-use crate::syntax::ast::{Access, BinOp, Brackets, Expr, StmtKind};
+use crate::syntax::ast::{Access, Brackets, Expr, StmtKind};
 use crate::tensor::Tensor;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Normal, Uniform};
@@ -204,16 +204,7 @@ fn constant(e: &Expr, scalars: &HashMap<String, f64>) -> Result<f64, Diagnostic>
             }
         },
         Expr::Neg(x, _) => -constant(x, scalars)?,
-        Expr::Binary(op, a, b, span) => {
-            let (a, b) = (constant(a, scalars)?, constant(b, scalars)?);
-            match op {
-                BinOp::Add => a + b,
-                BinOp::Sub => a - b,
-                BinOp::Pow => a.powf(b),
-                BinOp::Rem => a % b,
-                BinOp::Quot => return Err(not_constant(*span, "an integer division")),
-            }
-        }
+        Expr::Binary(op, a, b, _) => op.apply(constant(a, scalars)?, constant(b, scalars)?),
         Expr::Term(factors, _) => {
             let mut v = 1.0;
             for (divide, f) in factors {

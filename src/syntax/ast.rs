@@ -244,6 +244,19 @@ pub enum BinOp {
     Quot,
 }
 
+impl BinOp {
+    /// The operation on two values: what a constant expression folds to.
+    pub fn apply(self, a: f64, b: f64) -> f64 {
+        match self {
+            BinOp::Add => a + b,
+            BinOp::Sub => a - b,
+            BinOp::Pow => a.powf(b),
+            BinOp::Rem => a % b,
+            BinOp::Quot => (a / b).trunc(),
+        }
+    }
+}
+
 /// Comparison operators (§6.5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CmpOp {

@@ -53,54 +53,34 @@ pub(super) fn looped<T: Num>(
     };
     let count: usize = loops.iter().map(|l| l.0).product();
     let mut out = vec![unit.0; count * m * n];
+    if m * n == 0 {
+        return out;
+    }
+    // Product `b` of the batch reads its operands at these offsets (`b` row-major over the
+    // loops).
+    let one = |(b, block): (usize, &mut [T]), threads: usize| {
+        let (mut ox, mut oy, mut rest) = (0usize, 0usize, b);
+        for &(extent, sx, sy) in loops.iter().rev() {
+            let i = rest % extent.max(1);
+            rest /= extent.max(1);
+            ox += i * sx;
+            oy += i * sy;
+        }
+        let (lhs, rhs) = ((lhs.0, ox, lhs.1), (rhs.0, oy, rhs.1));
+        matmul((m, n, k), lhs, rhs, block, unit, threads);
+    };
     // With threads, whole products go to workers (each product is its own output, computed
     // as on one thread): a batch of small products (attention's per-head scores, a layer's
     // rows read through a window) is split where no single product is big enough to be.
-    if threads > 1 && count > 1 && m * n > 0 && count * m * n * k >= THREADED_PRODUCT {
+    if threads > 1 && count > 1 && count * m * n * k >= THREADED_PRODUCT {
         use rayon::prelude::*;
         out.par_chunks_exact_mut(m * n)
             .enumerate()
-            .for_each(|(b, block)| {
-                let (mut ox, mut oy, mut rest) = (0usize, 0usize, b);
-                for &(extent, sx, sy) in loops.iter().rev() {
-                    let i = rest % extent.max(1);
-                    rest /= extent.max(1);
-                    ox += i * sx;
-                    oy += i * sy;
-                }
-                matmul(
-                    (m, n, k),
-                    (lhs.0, ox, lhs.1),
-                    (rhs.0, oy, rhs.1),
-                    block,
-                    unit,
-                    1,
-                );
-            });
-        return out;
-    }
-    let mut idx = vec![0usize; loops.len()];
-    let (mut ox, mut oy) = (0usize, 0usize);
-    for block in out.chunks_exact_mut((m * n).max(1)).take(count) {
-        matmul(
-            (m, n, k),
-            (lhs.0, ox, lhs.1),
-            (rhs.0, oy, rhs.1),
-            block,
-            unit,
-            threads,
-        );
-        for (ax, &(extent, sx, sy)) in loops.iter().enumerate().rev() {
-            idx[ax] += 1;
-            ox += sx;
-            oy += sy;
-            if idx[ax] < extent {
-                break;
-            }
-            ox -= sx * extent;
-            oy -= sy * extent;
-            idx[ax] = 0;
-        }
+            .for_each(|b| one(b, 1));
+    } else {
+        out.chunks_exact_mut(m * n)
+            .enumerate()
+            .for_each(|b| one(b, threads));
     }
     out
 }
