@@ -21,11 +21,8 @@ left out, in PyKEEN's favour. The output ends with one line per dataset:
 `kinship: tl MRR 0.852 in 10.9 s, pykeen MRR 0.790 in 95.3 s`."""
 import argparse, json, os, subprocess, sys, time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-VENV = os.path.join(ROOT, "bench", ".venv")
-TL = os.path.join(ROOT, "target", "release", "tl")
-PY = os.path.join(VENV, "bin", "python")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from common import PY, ROOT, TL, setup  # noqa: E402
 
 PYKEEN = r'''
 import json, sys, time, torch
@@ -63,15 +60,6 @@ print(json.dumps(dict(
 '''
 
 
-def setup():
-    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
-    if not os.path.exists(PY):
-        subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
-    probe = subprocess.run([PY, "-c", "import pykeen"], capture_output=True)
-    if probe.returncode != 0:
-        subprocess.run([PY, "-m", "pip", "install", "-q", "pykeen==1.11.1"], check=True)
-
-
 def run_tl(name, epochs, threads):
     start = time.perf_counter()
     out = subprocess.run(
@@ -99,7 +87,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--datasets", default="kinship,umls")
     args = ap.parse_args()
-    setup()
+    setup({"pykeen": "pykeen==1.11.1"})
     names = args.datasets.split(",")
     results = {n: (run_tl(n, args.epochs, args.threads), run_pykeen(n, args.epochs, args.threads))
                for n in names}

@@ -20,11 +20,8 @@ without process start or loading files); PyTorch's with time.perf_counter around
 step. Both report the median step after 5 warm-up steps."""
 import csv, os, statistics, subprocess, sys, tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-VENV = os.path.join(ROOT, "bench", ".venv")
-TL = os.path.join(ROOT, "target", "release", "tl")
-PY = os.path.join(VENV, "bin", "python")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from common import PY, ROOT, TL, setup  # noqa: E402
 
 TORCH = r'''
 import sys, time, statistics, numpy as np, torch
@@ -128,18 +125,6 @@ if not parity:
 '''
 
 
-def setup():
-    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
-    if not os.path.exists(PY):
-        subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
-    probe = subprocess.run([PY, "-c", "import numpy, torch"], capture_output=True)
-    if probe.returncode != 0:
-        subprocess.run([PY, "-m", "pip", "install", "-q", "numpy", "torch"], check=True)
-    probe = subprocess.run([PY, "-c", "import safetensors"], capture_output=True)
-    if probe.returncode != 0:
-        subprocess.run([PY, "-m", "pip", "install", "-q", "safetensors"], check=True)
-
-
 def tl_step_ms(program, batch, threads, steps):
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "m.csv")
@@ -183,7 +168,7 @@ def main():
     threads = int(args[args.index("--threads") + 1]) if "--threads" in args else 1
     steps = int(args[args.index("--steps") + 1]) if "--steps" in args else 60
     big_steps = min(steps, 25)
-    setup()
+    setup({"numpy": "numpy", "torch": "torch", "safetensors": "safetensors"})
     if "--parity" in args:
         parity(steps if "--steps" in args else 30)
         return
