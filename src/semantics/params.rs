@@ -177,8 +177,8 @@ fn fnv(s: &str) -> u64 {
 }
 
 /// The value of an initialiser's argument: numbers and scalar constants (`Dim = 128`, or one
-/// set with `--set`) combined with `+ - * / ^` and `sqrt`, `exp`, `log`, `abs`, so that
-/// `W ~ normal(0, 1 / sqrt(Dim))` follows the model's size.
+/// set with `--set`) combined with `+ - * / ^` and the built-in scalar functions (as constant
+/// folding computes them), so that `W ~ normal(0, 1 / sqrt(Dim))` follows the model's size.
 fn constant(e: &Expr, scalars: &HashMap<String, f64>) -> Result<f64, Diagnostic> {
     let not_constant = |span, what: &str| {
         Diagnostic::error(
@@ -213,11 +213,14 @@ fn constant(e: &Expr, scalars: &HashMap<String, f64>) -> Result<f64, Diagnostic>
             }
             v
         }
-        Expr::Call { func, args, span } => match (func.text.as_str(), args.as_slice()) {
-            ("sqrt", [x]) => constant(x, scalars)?.sqrt(),
-            ("exp", [x]) => constant(x, scalars)?.exp(),
-            ("log", [x]) => constant(x, scalars)?.ln(),
-            ("abs", [x]) => constant(x, scalars)?.abs(),
+        Expr::Call { func, args, span } => match crate::functions::builtin(&func.text) {
+            Some((f, arities)) if arities.contains(&args.len()) => {
+                let xs = args
+                    .iter()
+                    .map(|a| constant(a, scalars))
+                    .collect::<Result<Vec<f64>, Diagnostic>>()?;
+                f.apply(&xs)
+            }
             _ => return Err(not_constant(*span, &format!("a call of `{}`", func.text))),
         },
         other => {
