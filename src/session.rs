@@ -159,7 +159,7 @@ impl Session {
             }
             None => self.stale = true,
         }
-        // Kept as it is (a lent buffer stays lent); a check copies it into its data.
+        // Kept as it is (a lent buffer stays lent); a check shares it with its data.
         self.tensors.insert(name.to_string(), tensor.clone());
     }
 
@@ -289,10 +289,16 @@ impl Session {
         self.live = None;
         self.rebound.clear();
         self.checked_with = Some(options.settings.clone());
+        // A dense bound tensor's buffer is shared, not converted: the check gives it to the
+        // tensor as it is when the types agree (a lent buffer stays lent).
         for (name, tensor) in &self.tensors {
+            let values = match &tensor.storage {
+                crate::tensor::Storage::Dense(d) => d.clone(),
+                _ => crate::tensor::Dense::from_f64(tensor.elem, tensor.to_dense_values()),
+            };
             let raw = RawData::Dense {
                 shape: tensor.shape.clone(),
-                values: tensor.to_dense_values(),
+                values,
                 elem: tensor.elem,
             };
             self.bindings.insert(name.clone(), raw);
@@ -324,12 +330,6 @@ impl Session {
             .into_iter()
             .map(|w| w.located(&self.file_name, &self.source))
             .collect();
-        // The program reads bound buffers themselves (a lent one in place), not copies.
-        for (name, tensor) in &self.tensors {
-            if let Some(t) = same_form(&checked, name, tensor) {
-                checked.data[t] = Some(tensor.clone());
-            }
-        }
         self.plan = Some(crate::plan::plan(&checked));
         Ok(self.checked.insert(checked))
     }

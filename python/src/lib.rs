@@ -2,6 +2,8 @@
 //! engine's [`Session`] and its results back. The Python package (`tensorlogic/`) wraps it
 //! for the conversions that are easier in Python (torch tensors, pandas frames).
 
+mod ctrl_c;
+
 use numpy::ndarray::{ArrayViewD, IxDyn};
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::create_exception;
@@ -91,15 +93,7 @@ fn family(code: Option<&str>, message: String) -> PyErr {
 #[pyclass(module = "tensorlogic._native", unsendable)]
 struct Program {
     session: Session,
-    /// Set by a Ctrl-C seen while the engine runs; the engine then stops with E0403.
-    interrupt: Arc<AtomicBool>,
-    /// How long the last run took: a quick program runs on the calling thread (see `run`).
-    last_run: Option<std::time::Duration>,
 }
-
-/// Runs no longer than this run on the calling thread, without a watcher for Ctrl-C: a
-/// thread costs more than such a run, and Ctrl-C is then seen as soon as the run ends.
-const QUICK: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// The Python exception for a program's diagnostics: the first one's fields as attributes,
 /// every one as a dict in `diagnostics`.
@@ -172,11 +166,7 @@ impl Program {
         if let Err(d) = session.load_source(name, source, &PathBuf::from(base_dir)) {
             return Err(error(py, &d, name, source));
         }
-        Ok(Program {
-            session,
-            interrupt: Arc::new(AtomicBool::new(false)),
-            last_run: None,
-        })
+        Ok(Program { session })
     }
 
     /// Reads and parses a program file; its folder resolves the files it names.
@@ -193,11 +183,7 @@ impl Program {
             let (file, source) = session.source();
             return Err(error(py, &d, file, source));
         }
-        Ok(Program {
-            session,
-            interrupt: Arc::new(AtomicBool::new(false)),
-            last_run: None,
-        })
+        Ok(Program { session })
     }
 
     /// Binds a dense tensor from a NumPy array. A C-contiguous float32 or float64 array is
@@ -248,10 +234,8 @@ impl Program {
     }
 
     /// Checks and evaluates the program on `threads` threads, without the GIL; returns the
-    /// answers of the program's own queries. Ctrl-C stops it (`KeyboardInterrupt`): a
-    /// watcher on this thread sees it while a worker runs the engine, except after a run
-    /// quicker than [`QUICK`], when the next run goes on this thread and Ctrl-C is seen
-    /// when it ends.
+    /// answers of the program's own queries. On the main thread, Ctrl-C stops the engine
+    /// and is then raised as Python would raise it (`KeyboardInterrupt`), see [`ctrl_c`].
     #[pyo3(signature = (threads = 1, write_files = true, timeout = None))]
     fn run(
         &mut self,
@@ -260,62 +244,19 @@ impl Program {
         write_files: bool,
         timeout: Option<f64>,
     ) -> PyResult<Vec<String>> {
-        self.interrupt.store(false, Ordering::SeqCst);
+        let watch = ctrl_c::Watch::start();
         let options = RunOptions {
             threads,
             write_files,
             timeout: timeout.map(std::time::Duration::from_secs_f64),
-            interrupt: Some(Arc::clone(&self.interrupt)),
+            interrupt: watch.as_ref().map(ctrl_c::Watch::flag),
             ..RunOptions::default()
         };
-        let started = std::time::Instant::now();
-        if self.last_run.is_some_and(|d| d < QUICK) {
-            let session = &mut self.session;
-            let result = py.detach(|| session.run(&options));
-            self.last_run = Some(started.elapsed());
-            py.check_signals()?;
-            return result.map_err(|d| self.fail(py, &d));
-        }
         let session = &mut self.session;
-        let interrupt = Arc::clone(&self.interrupt);
-        let result = std::thread::scope(|scope| {
-            let (tx, rx) = std::sync::mpsc::channel();
-            // Waiting moves to a thread without the GIL, which needs a shareable receiver.
-            let rx = std::sync::Mutex::new(rx);
-            let worker = scope.spawn(move || {
-                let _ = tx.send(session.run(&options));
-            });
-            // This thread waits without the GIL, waking every 20 ms to look at signals, so
-            // that Ctrl-C (KeyboardInterrupt) stops the engine; the result wakes it at once.
-            let mut signalled = None;
-            let outcome = loop {
-                let wait = std::time::Duration::from_millis(20);
-                let received = py.detach(|| match rx.lock() {
-                    Ok(rx) => rx.recv_timeout(wait),
-                    Err(_) => Err(std::sync::mpsc::RecvTimeoutError::Disconnected),
-                });
-                match received {
-                    Ok(r) => break Ok(r),
-                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break Err(()),
-                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                }
-                if signalled.is_none() {
-                    if let Err(e) = py.check_signals() {
-                        interrupt.store(true, Ordering::SeqCst);
-                        signalled = Some(e);
-                    }
-                }
-            };
-            let _ = worker.join();
-            (outcome, signalled)
-        });
-        self.last_run = Some(started.elapsed());
-        match result {
-            (_, Some(signal)) => Err(signal),
-            (Ok(Ok(lines)), None) => Ok(lines),
-            (Ok(Err(d)), None) => Err(self.fail(py, &d)),
-            (Err(()), None) => Err(TensorLogicError::new_err("the engine stopped unexpectedly")),
-        }
+        let result = py.detach(|| session.run(&options));
+        drop(watch);
+        py.check_signals()?;
+        result.map_err(|d| self.fail(py, &d))
     }
 
     /// Evaluates with the differential engine on `workers` threads (without the GIL) and
@@ -768,6 +709,8 @@ fn to_python<'py>(
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Program>()?;
     let py = m.py();
+    let main = py.import("threading")?.call_method0("main_thread")?;
+    ctrl_c::record_main_thread(main.getattr("ident")?.extract()?);
     m.add("TensorLogicError", py.get_type::<TensorLogicError>())?;
     m.add("ParseError", py.get_type::<ParseError>())?;
     m.add("NameError", py.get_type::<NameError>())?;

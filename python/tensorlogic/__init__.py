@@ -85,14 +85,24 @@ def _fields(value: Any) -> List[List[str]]:
     return rows
 
 
+_DLPACK_CPU = 1
+
+
 def _array(value: Any) -> np.ndarray:
-    """`value` as a NumPy array: NumPy arrays as they are, CPU torch tensors through
-    `numpy()`, anything else through `np.asarray`."""
+    """`value` as a NumPy array over the same memory where it can be: NumPy arrays as they
+    are; anything with `__dlpack__` (a torch tensor, a JAX or CuPy array) through DLPack,
+    which views CPU memory in place (a tensor on another device is copied to the CPU
+    first); anything else through `np.asarray`."""
     if isinstance(value, np.ndarray):
         return value
-    numpy = getattr(value, "numpy", None)
-    if callable(numpy) and hasattr(value, "detach"):
-        return value.detach().cpu().numpy()
+    if hasattr(value, "__dlpack__"):
+        if getattr(value, "requires_grad", False):
+            value = value.detach()
+        device = getattr(value, "__dlpack_device__", None)
+        if callable(device) and device()[0] != _DLPACK_CPU and callable(
+                getattr(value, "cpu", None)):
+            value = value.cpu()
+        return np.from_dlpack(value)
     return np.asarray(value)
 
 
@@ -113,10 +123,12 @@ class Program:
         return prog
 
     def bind(self, name: str, value: Any) -> "Program":
-        """Gives tensor `name` its data, as a file would: a NumPy array, a CPU torch tensor
-        or anything `np.asarray` takes for a dense tensor; a list of tuples, a 2-D integer
+        """Gives tensor `name` its data, as a file would: a NumPy array, a torch tensor (or
+        anything with `__dlpack__`) or anything `np.asarray` takes for a dense tensor; a list of tuples, a 2-D integer
         array of rows or a pandas DataFrame for a relation (a final number column makes it
-        valued). The data is copied. Returns the program, so calls chain."""
+        valued). A C-contiguous float32 or float64 array or CPU tensor is read in place,
+        not copied (do not write it during a run); other data is copied. Returns the
+        program, so calls chain."""
         rows = _rows(value)
         if rows is not None:
             self._native.bind_rows(name, rows)

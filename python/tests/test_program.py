@@ -1,6 +1,10 @@
 """The Python API end to end: programs from text and files, bindings in every accepted
 form, runs, results as arrays and rows, queries, explain, and errors."""
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -73,19 +77,45 @@ def test_pandas_frames_bind_relations():
     assert prog.query("Ancestor(Ann, x)") == [("Ann", "Ben"), ("Ann", "Cid")]
 
 
+class Exported:
+    """An array from another library that NumPy knows only through DLPack."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+def test_dlpack_arrays_are_read_in_place():
+    prog = tl.Program("Y[i] = X[i] + 1\n")
+    x = np.arange(3, dtype=np.float32)
+    prog.bind("X", Exported(x))
+    prog.run()
+    assert prog["Y"].tolist() == [1.0, 2.0, 3.0]
+    assert np.shares_memory(prog._native.array("X"), x)
+    wide = tl.Program("X : f64[3]\nY[i] = X[i] + 1\n")
+    x = np.arange(3, dtype=np.float64)
+    wide.bind("X", Exported(x)).run()
+    assert np.shares_memory(wide._native.array("X"), x)
+
+
 @pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
-def test_torch_tensors_bind_through_numpy():
+def test_torch_tensors_in_and_out_through_dlpack():
     torch = pytest.importorskip("torch")
     prog = tl.Program("Y[i] = X[i] + 1\n")
-    x = torch.arange(3, dtype=torch.float32)
+    x = torch.arange(3, dtype=torch.float32, requires_grad=True)
     prog.bind("X", x)
     prog.run()
     # A CPU tensor's storage is read in place: the engine's X is the tensor's memory.
-    assert np.shares_memory(prog._native.array("X"), x.numpy())
+    assert prog._native.array("X").ctypes.data == x.data_ptr()
     # A result goes to torch without a copy (read-only, as every result view is).
-    y = torch.from_numpy(prog["Y"])
-    assert y.tolist() == [1.0, 2.0, 3.0]
-    assert y.data_ptr() == prog["Y"].__array_interface__["data"][0]
+    for y in (torch.from_dlpack(prog["Y"]), torch.from_numpy(prog["Y"])):
+        assert y.tolist() == [1.0, 2.0, 3.0]
+        assert y.data_ptr() == prog["Y"].__array_interface__["data"][0]
     # float64 keeps its type.
     prog.bind("X", torch.zeros(3, dtype=torch.float64))
     prog.run()
@@ -158,17 +188,16 @@ def test_run_releases_the_gil():
     assert len(ticks) > 0.25 * elapsed / 0.001 * 0.1
 
 
-def test_ctrl_c_stops_a_long_run():
-    import _thread
-    prog = tl.Program("Nat(0).\nNat(x + 1) :- Nat(x), x < 200000000.\nN = Nat(x)\n")
+def _press_ctrl_c_until(done):
+    """Sends SIGINT to this process, as a terminal's Ctrl-C does, every half second until
+    `done` is set (an impatient user)."""
+    while not done.wait(0.5):
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+def _long_run_stops_on_ctrl_c(prog):
     done = threading.Event()
-
-    def press_ctrl_c():
-        # Again every half second until the run ends, as an impatient user would.
-        while not done.wait(0.5):
-            _thread.interrupt_main()
-
-    presser = threading.Thread(target=press_ctrl_c)
+    presser = threading.Thread(target=_press_ctrl_c_until, args=(done,))
     presser.start()
     start = time.time()
     try:
@@ -177,7 +206,45 @@ def test_ctrl_c_stops_a_long_run():
     finally:
         done.set()
         presser.join()
-    assert time.time() - start < 20
+    return time.time() - start
+
+
+LONG = "Nat(0).\nNat(x + 1) :- Nat(x), x < 200000000.\nN = Nat(x)\n"
+
+
+def test_ctrl_c_stops_a_long_run():
+    assert _long_run_stops_on_ctrl_c(tl.Program(LONG)) < 5
+
+
+def test_ctrl_c_stops_a_long_run_that_follows_quick_ones():
+    prog = tl.Program("Nat(0).\nNat(x + 1) :- Nat(x), Go(1), x < 200000000.\nN = Nat(x)\n")
+    for _ in range(3):
+        prog.bind("Go", [(0,)]).run()
+        assert float(prog["N"]) == 1
+    prog.bind("Go", [(1,)])
+    assert _long_run_stops_on_ctrl_c(prog) < 5
+    # Python's handler is back: a later Ctrl-C outside a run raises as usual.
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+
+
+def test_ctrl_c_handlers_of_the_user_are_called():
+    seen = []
+    previous = signal.signal(signal.SIGINT, lambda *_: seen.append(1))
+    try:
+        done = threading.Event()
+        presser = threading.Thread(target=_press_ctrl_c_until, args=(done,))
+        presser.start()
+        try:
+            with pytest.raises(tl.EvaluationError) as e:
+                tl.Program(LONG).run()
+        finally:
+            done.set()
+            presser.join()
+        assert e.value.code == "E0403" and seen
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_a_timeout_ends_the_run_with_an_error():
@@ -320,6 +387,24 @@ def test_contiguous_float_arrays_are_read_in_place():
     prog.run()
     assert prog["Y"].tolist() == [2.0, 10.0]
     assert not np.shares_memory(prog._native.array("X"), wide)
+
+
+def test_a_large_bound_array_is_not_copied_by_the_first_check():
+    # In a fresh process, so that its peak memory is this run's: binding and checking a
+    # 200 MB array must not hold it again (as f64 or as a second f32 buffer).
+    script = """
+import resource, numpy as np, tensorlogic as tl
+x = np.ones(50_000_000, dtype=np.float32)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+prog = tl.Program("S = X[i]\\n")
+prog.bind("X", x).run()
+assert float(prog["S"]) == 5e7, prog["S"]
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    grown_mb = int(out.stdout.split()[-1])
+    assert grown_mb < 100, f"peak memory grew by {grown_mb} MB"
 
 
 def test_errors_render_as_html_for_notebooks():

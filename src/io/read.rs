@@ -1,6 +1,6 @@
 //! Readers for `.tsv`, `.csv`, `.npy`, `.safetensors` and `.txt`.
 
-use crate::tensor::ElemType;
+use crate::tensor::{Dense, ElemType};
 use std::path::Path;
 
 /// A file's contents before the checker gives them meaning.
@@ -12,8 +12,8 @@ pub enum RawData {
     Dense {
         /// Extents.
         shape: Vec<usize>,
-        /// Row-major values.
-        values: Vec<f64>,
+        /// Row-major values, in an f32 buffer for f32 data (a bound array may be lent).
+        values: Dense,
         /// Element type as stored.
         elem: ElemType,
     },
@@ -213,16 +213,16 @@ fn read_npy(bytes: &[u8]) -> Result<RawData, String> {
     };
     let code = descr.trim_start_matches(['<', '>', '|', '=']);
     let err = |e: std::io::Error| e.to_string();
+    if code == "f4" {
+        let values = Dense::from_f32(npy.into_vec::<f32>().map_err(err)?);
+        return Ok(RawData::Dense {
+            shape,
+            values,
+            elem: ElemType::F32,
+        });
+    }
     let (values, elem): (Vec<f64>, ElemType) = match code {
         "f8" => (npy.into_vec::<f64>().map_err(err)?, ElemType::F64),
-        "f4" => (
-            npy.into_vec::<f32>()
-                .map_err(err)?
-                .into_iter()
-                .map(f64::from)
-                .collect(),
-            ElemType::F32,
-        ),
         "f2" => (
             npy.into_vec::<half::f16>()
                 .map_err(err)?
@@ -271,7 +271,7 @@ fn read_npy(bytes: &[u8]) -> Result<RawData, String> {
     };
     Ok(RawData::Dense {
         shape,
-        values,
+        values: Dense::from_f64(ElemType::F64, values),
         elem,
     })
 }
@@ -367,12 +367,20 @@ fn read_safetensors(bytes: &[u8], entry: &str) -> Result<RawData, String> {
         format!("no entry named `{entry}` (entries: {})", names.join(", "))
     })?;
     let data = view.data();
+    if view.dtype() == Dtype::F32 {
+        let values = data.chunks_exact(4).map(|c| {
+            let mut b = [0u8; 4];
+            b.copy_from_slice(c);
+            f32::from_le_bytes(b)
+        });
+        return Ok(RawData::Dense {
+            shape: view.shape().to_vec(),
+            values: Dense::from_f32(values.collect()),
+            elem: ElemType::F32,
+        });
+    }
     let (values, elem): (Vec<f64>, ElemType) = match view.dtype() {
         Dtype::F64 => (decode(data, f64::from_le_bytes), ElemType::F64),
-        Dtype::F32 => (
-            decode(data, |b| f32::from_le_bytes(b) as f64),
-            ElemType::F32,
-        ),
         Dtype::F16 => (
             decode(data, |b| half::f16::from_le_bytes(b).to_f64()),
             ElemType::F16,
@@ -399,7 +407,7 @@ fn read_safetensors(bytes: &[u8], entry: &str) -> Result<RawData, String> {
     };
     Ok(RawData::Dense {
         shape: view.shape().to_vec(),
-        values,
+        values: Dense::from_f64(ElemType::F64, values),
         elem,
     })
 }

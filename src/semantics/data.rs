@@ -386,6 +386,10 @@ impl<'a> Ctx<'a> {
                 out.push(None);
                 continue;
             }
+            if let Some(whole) = self.whole_buffer(t, info) {
+                out.push(Some(whole));
+                continue;
+            }
             let tensor = if info.kind == Kind::Bool || info.sparse_values {
                 Tensor::sparse(info.elem, info.shape.clone())
             } else {
@@ -417,7 +421,8 @@ impl<'a> Ctx<'a> {
             for si in self.tensors[t].sources.clone() {
                 match &program.statements[si].kind {
                     StmtKind::Literal { value, name } => {
-                        self.add_dense(&mut g, &value.shape, &value.values, name.span, &name.text);
+                        let values = value.values.iter().copied();
+                        self.add_dense(&mut g, &value.shape, values, name.span, &name.text);
                     }
                     StmtKind::Scalar { value, name, .. } => {
                         let v = self.scalars.get(&name.text).copied().unwrap_or(*value);
@@ -433,7 +438,7 @@ impl<'a> Ctx<'a> {
                 let src = self.sources[k].clone();
                 match &*src.raw {
                     RawData::Dense { shape, values, .. } => {
-                        self.add_dense(&mut g, shape, values, src.span, &src.file)
+                        self.add_dense(&mut g, shape, values.values(), src.span, &src.file)
                     }
                     RawData::Table(rows) => self.add_rows(&mut g, t, info, rows, &src),
                     RawData::Words(words) => {
@@ -449,6 +454,45 @@ impl<'a> Ctx<'a> {
             out.push(Some(g.finish()));
         }
         out
+    }
+
+    /// The data of a tensor whose only source is one dense array of its exact shape and
+    /// buffer type: that array's buffer itself, shared rather than copied, so that a large
+    /// input (a bound NumPy array, which stays lent) is not held twice.
+    fn whole_buffer(&self, t: usize, info: &TensorInfo) -> Option<Tensor> {
+        let d = &self.tensors[t];
+        let program_data = d.sources.iter().any(|&s| {
+            matches!(
+                self.program.statements[s].kind,
+                StmtKind::Literal { .. } | StmtKind::Scalar { .. }
+            )
+        });
+        if program_data
+            || !d.facts.is_empty()
+            || !d.elements.is_empty()
+            || info.kind == Kind::Bool
+            || info.sparse_values
+        {
+            return None;
+        }
+        let mut sources = self.sources.iter().filter(|s| s.tensor == t);
+        let (Some(only), None) = (sources.next(), sources.next()) else {
+            return None;
+        };
+        match &*only.raw {
+            RawData::Dense { shape, values, .. }
+                if *shape == info.shape
+                    && values.holds(info.elem)
+                    && values.len() == shape.iter().product::<usize>() =>
+            {
+                Some(Tensor {
+                    elem: info.elem,
+                    shape: shape.clone(),
+                    storage: Storage::Dense(values.clone()),
+                })
+            }
+            _ => None,
+        }
     }
 
     /// A dense tensor of zeros, or an error if it would exceed `--max-memory`.
@@ -501,7 +545,7 @@ impl<'a> Ctx<'a> {
         &mut self,
         g: &mut Gather,
         shape: &[usize],
-        values: &[f64],
+        values: impl Iterator<Item = f64>,
         span: Span,
         what: &str,
     ) {
@@ -529,7 +573,7 @@ impl<'a> Ctx<'a> {
             return;
         }
         let mut idx = vec![0usize; shape.len()];
-        for &v in values {
+        for v in values {
             if g.tensor.elem == ElemType::Bool {
                 if v != 0.0 {
                     g.add(&idx, 1.0);

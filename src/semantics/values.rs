@@ -162,7 +162,7 @@ impl super::Ctx<'_> {
         let rank = d.rank();
         for s in self.sources.iter().filter(|s| s.tensor == t) {
             match &*s.raw {
-                RawData::Dense { values, .. } => values.iter().for_each(|&v| see(v)),
+                RawData::Dense { values, .. } => values.values().for_each(&mut see),
                 RawData::Table(rows) => {
                     for r in rows.rows() {
                         match r.len() > rank {

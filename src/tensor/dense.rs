@@ -180,6 +180,25 @@ impl Dense {
         }
     }
 
+    /// Every element, exactly, as f64, without converting the buffer first.
+    pub fn values(&self) -> impl Iterator<Item = f64> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+
+    /// Whether this is the buffer a dense tensor of `elem` keeps: `int` excepted, whose
+    /// values are rounded on the way in.
+    pub fn holds(&self, elem: ElemType) -> bool {
+        matches!(
+            (self, elem),
+            (Dense::F64(_), ElemType::F64)
+                | (Dense::F32(_), ElemType::F32)
+                | (Dense::BF16(_), ElemType::BF16)
+                | (Dense::F16(_), ElemType::F16)
+                | (Dense::FP8(_), ElemType::FP8)
+                | (Dense::I8(_), ElemType::I8)
+        )
+    }
+
     /// The elements at `start`, `start + step`, … into `out` (one per slot), exactly, as
     /// f64; the type is matched once. Offsets past the end read 0.
     pub fn gather(&self, start: i64, step: i64, out: &mut [f64]) {
