@@ -346,3 +346,32 @@ fn registered_functions_backpropagate_through_their_derivative() {
         "{checks:?}"
     );
 }
+
+/// A backward pass large enough to split its element-wise work among threads gives the bits
+/// of one thread: a term laid out like the output, a broadcast one (`B[h]`), a transposed
+/// one (`V[h, e]`) and one read twice.
+#[test]
+fn gradients_are_bit_identical_for_every_thread_count() {
+    let src = "W : real[64, 32]\nW ~ normal(0, 0.2)\nX : real[512, 32]\nX ~ normal(0, 1)\n\
+               B : real[64]\nB ~ normal(0, 0.1)\nV : real[64, 512]\nV ~ normal(0, 0.1)\n\
+               H[e, h] = tanh(W[h, i] X[e, i] + B[h]) * V[h, e] + V[h, e] * B[h] * B[h]\n\
+               Loss = H[e, h] H[e, h]\n";
+    let mut s = Session::new();
+    s.load_source("g.tl", src, Path::new(".")).unwrap();
+    let p = s.check(&Settings::default()).unwrap().clone();
+    let loss = loss_tensor(&p, "Loss").unwrap();
+    let plan = tensor_logic::Plan::new(&p);
+    let run = |threads| {
+        let o = EvalOptions {
+            threads,
+            ..EvalOptions::default()
+        };
+        tensor_logic::learn::gradients(&p, &plan, &o, loss, &p.params).unwrap()
+    };
+    let (one, two) = (run(1), run(2));
+    assert_eq!(one.loss.to_bits(), two.loss.to_bits());
+    for (a, b) in one.grads.iter().zip(&two.grads) {
+        assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()));
+        assert!(a.iter().any(|&x| x != 0.0));
+    }
+}

@@ -26,6 +26,7 @@ pub use dense::KeptTerms;
 pub use differential::{parse_hosts, Cluster, Delta, Differential, Incremental, Processes};
 pub(crate) use reference::{assignments, points, Cx};
 pub use reference::{Record, Reference};
+pub(crate) use standard::thread_pool;
 pub use standard::{evaluate_recorded, Standard, StratumRecord};
 pub use stop::Stop;
 

@@ -328,7 +328,7 @@ impl<'a> State<'a> {
 /// A pool of `--threads` workers, or none for one thread. Pools are built once per thread
 /// count and reused, so repeated evaluations (`tl bench`, training steps) do not pay for
 /// starting threads.
-fn thread_pool(o: &EvalOptions) -> Option<std::sync::Arc<rayon::ThreadPool>> {
+pub(crate) fn thread_pool(o: &EvalOptions) -> Option<std::sync::Arc<rayon::ThreadPool>> {
     use std::sync::{Arc, Mutex, OnceLock};
     type Pools = Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>>;
     static POOLS: OnceLock<Pools> = OnceLock::new();

@@ -88,13 +88,15 @@ pub(crate) fn backward_dense(
             .collect();
         &spread
     };
-    rows::backward(&program, d, &terms, upstream, &mut g);
+    let split = rows::worth_splitting(&program, upstream.len());
+    rows::backward(&program, d, &terms, upstream, &mut g, split);
     for r in lifted {
         let adjoint = row_adjoint(d, &r, &terms[r.term].data, &g[r.term]);
         let Some(arg) = Program::bind(&r.arg, o) else {
             return false;
         };
-        rows::backward(&arg, d, &terms, &adjoint, &mut g);
+        let split = rows::worth_splitting(&arg, adjoint.len());
+        rows::backward(&arg, d, &terms, &adjoint, &mut g, split);
     }
     for ((c, gk), t) in d.terms.iter().zip(g).zip(&terms) {
         let mut gk = gk;

@@ -120,7 +120,12 @@ fn differentiate(
         }
     };
     let loss_value = values[loss].get(&[]).unwrap_or(0.0);
-    let adj = gradient::backward(p, plan, &mut values, &records, o, loss, &active);
+    // Work the backward pass splits goes to the `--threads` pool, as the forward pass's does.
+    let mut sweep = || gradient::backward(p, plan, &mut values, &records, o, loss, &active);
+    let adj = match crate::eval::thread_pool(o) {
+        Some(pool) => pool.install(sweep),
+        None => sweep(),
+    };
     let grads = trainable
         .iter()
         .map(|&t| {

@@ -180,6 +180,19 @@ impl RowLayout {
         }
     }
 
+    /// Whether term `k` is laid out exactly like the grid (row-major over the output's
+    /// axes), so that each grid element is its own element of the term.
+    pub fn is_grid(&self, k: usize) -> bool {
+        let mut stride = 1;
+        for (ax, &n) in self.dims.iter().enumerate().rev() {
+            if n > 1 && self.steps[k][ax] != stride {
+                return false;
+            }
+            stride *= n;
+        }
+        true
+    }
+
     /// The step of term `k` along the row.
     pub fn inner_step(&self, k: usize) -> usize {
         self.steps[k].last().copied().unwrap_or(0)

@@ -211,16 +211,31 @@ fn map2((a, b): (&[f64], &[f64]), out: &mut [f64], f: impl Fn(f64, f64) -> f64) 
 /// The expression's value at every output element, row-major over `d.out`.
 pub(crate) fn values(p: &Program, d: &DenseEquation, terms: &[Operand]) -> Vec<f64> {
     let rows = Rows::new(d, terms);
-    let mut out = vec![0.0; rows.0.len * rows.0.count];
     let n = rows.0.len;
-    let mut vals: SmallVec<[f64; 32]> = smallvec![0.0; n * p.ops.len()];
+    let mut out = vec![0.0; n * rows.0.count];
     let Some(root) = p.ops.len().checked_sub(1) else {
         return out;
     };
-    rows.each(d, 0..rows.0.count, &mut |row, at, env| {
-        forward_row(p, (d, &rows, terms), at, env, None, &mut vals);
-        out[row * n..(row + 1) * n].copy_from_slice(&vals[root * n..(root + 1) * n]);
-    });
+    if n == 0 {
+        return out;
+    }
+    let block = |first: usize, chunk: &mut [f64]| {
+        let mut vals: SmallVec<[f64; 32]> = smallvec![0.0; n * p.ops.len()];
+        let range = first..first + chunk.len() / n;
+        rows.each(d, range, &mut |row, at, env| {
+            forward_row(p, (d, &rows, terms), at, env, None, &mut vals);
+            let mine = &mut chunk[(row - first) * n..(row - first + 1) * n];
+            mine.copy_from_slice(&vals[root * n..(root + 1) * n]);
+        });
+    };
+    if worth_splitting(p, out.len()) {
+        use rayon::prelude::*;
+        out.par_chunks_mut(BLOCK_ROWS * n)
+            .enumerate()
+            .for_each(|(i, chunk)| block(i * BLOCK_ROWS, chunk));
+    } else {
+        block(0, &mut out);
+    }
     out
 }
 
@@ -261,114 +276,270 @@ pub(super) fn in_place(
             }
         });
     };
-    let per = n * 64;
     if split {
         use rayon::prelude::*;
-        buf.par_chunks_mut(per)
+        buf.par_chunks_mut(BLOCK_ROWS * n)
             .enumerate()
-            .for_each(|(i, chunk)| block(i * 64, chunk));
+            .for_each(|(i, chunk)| block(i * BLOCK_ROWS, chunk));
     } else {
         block(0, buf);
     }
 }
 
 /// Adds to `g[k]` (laid out like term `k`) the adjoint of each term, given the adjoint of
-/// the expression at every output element.
+/// the expression at every output element. With `split`, blocks of rows go to the current
+/// rayon pool's workers, and the sums come out bit for bit as on one thread: a term laid
+/// out like the grid gets each block's rows in place (they are its own elements); any other
+/// (broadcast, or permuted) gets them through a grid-sized buffer per use, added afterwards
+/// in the order one thread adds them.
 pub(crate) fn backward(
     p: &Program,
     d: &DenseEquation,
     terms: &[Operand],
     upstream: &[f64],
     g: &mut [Vec<f64>],
+    split: bool,
 ) {
     let rows = Rows::new(d, terms);
     let n = rows.0.len;
-    let mut vals = vec![0.0; n * p.ops.len()];
-    let mut adj = vec![vec![0.0; n]; p.ops.len()];
-    let Some(root) = p.ops.len().checked_sub(1) else {
+    if p.ops.is_empty() || n == 0 {
         return;
-    };
+    }
+    if split {
+        return backward_split(p, (d, &rows, terms), upstream, g);
+    }
+    let mut scratch = Scratch::new(p, n);
     rows.each(d, 0..rows.0.count, &mut |row, at, env| {
+        let up = &upstream[row * n..(row + 1) * n];
+        backward_row(
+            p,
+            (d, &rows, terms),
+            (at, env),
+            up,
+            &mut scratch,
+            &mut |_, k, a| {
+                let (base, step) = (at[k], rows.0.inner_step(k));
+                for (j, &x) in a.iter().enumerate() {
+                    g[k][base + j * step] += x;
+                }
+            },
+        );
+    });
+}
+
+/// Rows per block of a split pass.
+const BLOCK_ROWS: usize = 64;
+
+/// Row operations times elements under which a pass stays on the calling thread.
+const SPLIT_WORK: usize = 1 << 17;
+
+/// Whether a pass of `p` over `elements` grid elements is worth splitting: only inside a
+/// pool of `--threads` workers (a caller that chose one thread is never on one), never on
+/// rayon's global pool.
+pub(crate) fn worth_splitting(p: &Program, elements: usize) -> bool {
+    rayon::current_thread_index().is_some()
+        && rayon::current_num_threads() > 1
+        && elements.saturating_mul(p.ops.len()) >= SPLIT_WORK
+}
+
+/// [`backward`] with blocks of rows on the current pool's workers.
+fn backward_split(
+    p: &Program,
+    (d, rows, terms): (&DenseEquation, &Rows, &[Operand]),
+    upstream: &[f64],
+    g: &mut [Vec<f64>],
+) {
+    use rayon::prelude::*;
+    let (n, count) = (rows.0.len, rows.0.count);
+    let grid = n * count;
+    let direct: Vec<bool> = (0..terms.len())
+        .map(|k| rows.0.is_grid(k) && g[k].len() == grid)
+        .collect();
+    // Each use of a term not laid out like the grid: (its operation, the term, a buffer).
+    let mut deferred: Vec<(usize, usize, Vec<f64>)> = p
+        .ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, op)| match op {
+            RowOp::Term(k) if !direct[*k] => Some((i, *k, vec![0.0; grid])),
+            _ => None,
+        })
+        .collect();
+    let per = BLOCK_ROWS * n;
+    let mut own: Vec<(usize, std::slice::ChunksMut<f64>)> = g
+        .iter_mut()
+        .enumerate()
+        .filter(|(k, _)| direct[*k])
+        .map(|(k, gk)| (k, gk.chunks_mut(per)))
+        .collect();
+    let mut later: Vec<(usize, std::slice::ChunksMut<f64>)> = deferred
+        .iter_mut()
+        .map(|(i, _, buf)| (*i, buf.chunks_mut(per)))
+        .collect();
+    let blocks: Vec<(usize, Slices, Slices)> = (0..count.div_ceil(BLOCK_ROWS))
+        .map(|b| (b * BLOCK_ROWS, next_block(&mut own), next_block(&mut later)))
+        .collect();
+    blocks
+        .into_par_iter()
+        .for_each(|(first, mut own, mut later)| {
+            let mut scratch = Scratch::new(p, n);
+            let last = (first + BLOCK_ROWS).min(count);
+            rows.each(d, first..last, &mut |row, at, env| {
+                let up = &upstream[row * n..(row + 1) * n];
+                let at_row = (row - first) * n;
+                backward_row(
+                    p,
+                    (d, rows, terms),
+                    (at, env),
+                    up,
+                    &mut scratch,
+                    &mut |i, k, a| {
+                        let slot = match direct[k] {
+                            true => own.iter_mut().find(|(x, _)| *x == k),
+                            false => later.iter_mut().find(|(x, _)| *x == i),
+                        };
+                        if let Some((_, s)) = slot {
+                            let s = &mut s[at_row..at_row + n];
+                            s.iter_mut().zip(a).for_each(|(t, &x)| *t += x);
+                        }
+                    },
+                );
+            });
+        });
+    if deferred.is_empty() {
+        return;
+    }
+    // In the order one thread adds them: row by row, each row's uses last operation first.
+    deferred.sort_by_key(|(i, _, _)| std::cmp::Reverse(*i));
+    rows.each(d, 0..count, &mut |row, at, _| {
         let up = &upstream[row * n..(row + 1) * n];
         if up.iter().all(|&a| a == 0.0) {
             return;
         }
-        forward_row(p, (d, &rows, terms), at, env, None, &mut vals);
-        for a in adj.iter_mut() {
-            a.fill(0.0);
-        }
-        adj[root].copy_from_slice(up);
-        for (i, op) in p.ops.iter().enumerate().rev() {
-            let (before, rest) = adj.split_at_mut(i);
-            let a = &rest[0];
-            let v = |x: usize| &vals[x * n..(x + 1) * n];
-            match op {
-                RowOp::Term(k) => {
-                    let (base, step) = (at[*k], rows.0.inner_step(*k));
-                    for (j, &x) in a.iter().enumerate() {
-                        g[*k][base + j * step] += x;
-                    }
-                }
-                RowOp::Const(_) | RowOp::Var(_) | RowOp::Compare(..) => {}
-                RowOp::Neg(x) | RowOp::Not(x) => add_scaled(&mut before[*x][..n], a, |_| -1.0),
-                RowOp::Add(x, y) => {
-                    add_scaled(&mut before[*x][..n], a, |_| 1.0);
-                    add_scaled(&mut before[*y][..n], a, |_| 1.0);
-                }
-                RowOp::Sub(x, y) => {
-                    add_scaled(&mut before[*x][..n], a, |_| 1.0);
-                    add_scaled(&mut before[*y][..n], a, |_| -1.0);
-                }
-                RowOp::Mul(x, y) => {
-                    let (vx, vy) = (v(*x), v(*y));
-                    add_scaled(&mut before[*x][..n], a, |j| vy[j]);
-                    add_scaled(&mut before[*y][..n], a, |j| vx[j]);
-                }
-                RowOp::Div(x, y) => {
-                    let (vx, vy) = (v(*x), v(*y));
-                    add_scaled(&mut before[*x][..n], a, |j| 1.0 / vy[j]);
-                    add_scaled(&mut before[*y][..n], a, |j| -vx[j] / (vy[j] * vy[j]));
-                }
-                RowOp::Quot(..) => {}
-                RowOp::Rem(x, y) => {
-                    let (vx, vy) = (v(*x), v(*y));
-                    add_scaled(&mut before[*x][..n], a, |_| 1.0);
-                    add_scaled(&mut before[*y][..n], a, |j| -(vx[j] / vy[j]).trunc());
-                }
-                RowOp::Pow(x, y) => {
-                    let (vx, vy) = (v(*x), v(*y));
-                    add_scaled(&mut before[*x][..n], a, |j| vy[j] * vx[j].powf(vy[j] - 1.0));
-                    add_scaled(&mut before[*y][..n], a, |j| {
-                        if vx[j] > 0.0 {
-                            vx[j].powf(vy[j]) * vx[j].ln()
-                        } else {
-                            0.0
-                        }
-                    });
-                }
-                RowOp::Builtin(Builtin::Relu, args) if args.len() == 1 => {
-                    let vx = v(args[0]);
-                    add_scaled(&mut before[args[0]][..n], a, |j| {
-                        crate::functions::step(vx[j])
-                    });
-                }
-                RowOp::Builtin(f, args) => match args.as_slice() {
-                    [x] => {
-                        let vx = v(*x);
-                        add_scaled(&mut before[*x][..n], a, |j| f.partial(&[vx[j]], 0));
-                    }
-                    [x, y] => {
-                        let (vx, vy) = (v(*x), v(*y));
-                        add_scaled(&mut before[*x][..n], a, |j| f.partial(&[vx[j], vy[j]], 0));
-                        add_scaled(&mut before[*y][..n], a, |j| f.partial(&[vx[j], vy[j]], 1));
-                    }
-                    _ => {}
-                },
-                RowOp::User(slot, x) => {
-                    let vx = v(*x);
-                    add_scaled(&mut before[*x][..n], a, |j| (p.users[*slot].df)(vx[j]));
-                }
+        for (_, k, buf) in &deferred {
+            let (base, step) = (at[*k], rows.0.inner_step(*k));
+            for (j, &x) in buf[row * n..(row + 1) * n].iter().enumerate() {
+                g[*k][base + j * step] += x;
             }
         }
     });
+}
+
+/// A block's slices of several buffers, each with what it belongs to.
+type Slices<'a> = SmallVec<[(usize, &'a mut [f64]); 4]>;
+
+/// The next block of each buffer.
+fn next_block<'a>(buffers: &mut [(usize, std::slice::ChunksMut<'a, f64>)]) -> Slices<'a> {
+    buffers
+        .iter_mut()
+        .filter_map(|(x, it)| Some((*x, it.next()?)))
+        .collect()
+}
+
+/// One row's operation values and adjoints.
+struct Scratch {
+    vals: Vec<f64>,
+    adj: Vec<Vec<f64>>,
+}
+
+impl Scratch {
+    fn new(p: &Program, n: usize) -> Scratch {
+        Scratch {
+            vals: vec![0.0; n * p.ops.len()],
+            adj: vec![vec![0.0; n]; p.ops.len()],
+        }
+    }
+}
+
+/// One row backwards: `up` is the expression's adjoint along the row; `term(i, k, a)` gets
+/// the adjoint `a` of term `k` that operation `i` reads. Rows whose adjoint is all zero
+/// give nothing.
+fn backward_row(
+    p: &Program,
+    (d, rows, terms): (&DenseEquation, &Rows, &[Operand]),
+    (at, env): (&[usize], &[usize]),
+    up: &[f64],
+    scratch: &mut Scratch,
+    term: &mut dyn FnMut(usize, usize, &[f64]),
+) {
+    let n = rows.0.len;
+    if up.iter().all(|&a| a == 0.0) {
+        return;
+    }
+    let Scratch { vals, adj } = scratch;
+    let Some(root) = p.ops.len().checked_sub(1) else {
+        return;
+    };
+    forward_row(p, (d, rows, terms), at, env, None, vals);
+    for a in adj.iter_mut() {
+        a.fill(0.0);
+    }
+    adj[root].copy_from_slice(up);
+    for (i, op) in p.ops.iter().enumerate().rev() {
+        let (before, rest) = adj.split_at_mut(i);
+        let a = &rest[0];
+        let v = |x: usize| &vals[x * n..(x + 1) * n];
+        match op {
+            RowOp::Term(k) => term(i, *k, a),
+            RowOp::Const(_) | RowOp::Var(_) | RowOp::Compare(..) => {}
+            RowOp::Neg(x) | RowOp::Not(x) => add_scaled(&mut before[*x][..n], a, |_| -1.0),
+            RowOp::Add(x, y) => {
+                add_scaled(&mut before[*x][..n], a, |_| 1.0);
+                add_scaled(&mut before[*y][..n], a, |_| 1.0);
+            }
+            RowOp::Sub(x, y) => {
+                add_scaled(&mut before[*x][..n], a, |_| 1.0);
+                add_scaled(&mut before[*y][..n], a, |_| -1.0);
+            }
+            RowOp::Mul(x, y) => {
+                let (vx, vy) = (v(*x), v(*y));
+                add_scaled(&mut before[*x][..n], a, |j| vy[j]);
+                add_scaled(&mut before[*y][..n], a, |j| vx[j]);
+            }
+            RowOp::Div(x, y) => {
+                let (vx, vy) = (v(*x), v(*y));
+                add_scaled(&mut before[*x][..n], a, |j| 1.0 / vy[j]);
+                add_scaled(&mut before[*y][..n], a, |j| -vx[j] / (vy[j] * vy[j]));
+            }
+            RowOp::Quot(..) => {}
+            RowOp::Rem(x, y) => {
+                let (vx, vy) = (v(*x), v(*y));
+                add_scaled(&mut before[*x][..n], a, |_| 1.0);
+                add_scaled(&mut before[*y][..n], a, |j| -(vx[j] / vy[j]).trunc());
+            }
+            RowOp::Pow(x, y) => {
+                let (vx, vy) = (v(*x), v(*y));
+                add_scaled(&mut before[*x][..n], a, |j| vy[j] * vx[j].powf(vy[j] - 1.0));
+                add_scaled(&mut before[*y][..n], a, |j| {
+                    if vx[j] > 0.0 {
+                        vx[j].powf(vy[j]) * vx[j].ln()
+                    } else {
+                        0.0
+                    }
+                });
+            }
+            RowOp::Builtin(Builtin::Relu, args) if args.len() == 1 => {
+                let vx = v(args[0]);
+                add_scaled(&mut before[args[0]][..n], a, |j| {
+                    crate::functions::step(vx[j])
+                });
+            }
+            RowOp::Builtin(f, args) => match args.as_slice() {
+                [x] => {
+                    let vx = v(*x);
+                    add_scaled(&mut before[*x][..n], a, |j| f.partial(&[vx[j]], 0));
+                }
+                [x, y] => {
+                    let (vx, vy) = (v(*x), v(*y));
+                    add_scaled(&mut before[*x][..n], a, |j| f.partial(&[vx[j], vy[j]], 0));
+                    add_scaled(&mut before[*y][..n], a, |j| f.partial(&[vx[j], vy[j]], 1));
+                }
+                _ => {}
+            },
+            RowOp::User(slot, x) => {
+                let vx = v(*x);
+                add_scaled(&mut before[*x][..n], a, |j| (p.users[*slot].df)(vx[j]));
+            }
+        }
+    }
 }
