@@ -11,7 +11,7 @@ use crate::plan::dataflow::{Arrangement, ArrangementId, DataflowPlan, FlowRule, 
 use crate::plan::datalog::{
     join_order, keys_within, variable_order, Atom, JoinStats, JoinStep, LetValue, Rule, Term,
 };
-use crate::plan::einsum::{Contraction, Expr, Path};
+use crate::plan::einsum::{Contraction, DenseEquation, Expr, Path};
 use crate::plan::nest::{Level, Position, Scope, Value};
 use crate::plan::{Kernel, Plan};
 use crate::semantics::{Checked, Equation, Family, Stratum, TensorId, VarId};
@@ -99,9 +99,19 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
                     "stratum {}: {names} ({kind}), dense contractions (matrix products)",
                     k + 1
                 );
-                for d in plans {
+                for (i, d) in plans.iter().enumerate() {
                     let eq = &p.equations[d.equation];
-                    let _ = writeln!(out, "  {}", statement(eq, source));
+                    // An equation planned in parts (`einsum::parts`) is printed once.
+                    let same = |x: &&DenseEquation| x.equation == d.equation;
+                    let before = plans[..i].iter().filter(same).count();
+                    let of = plans.iter().filter(same).count();
+                    if before == 0 {
+                        let _ = writeln!(out, "  {}", statement(eq, source));
+                    }
+                    if of > 1 {
+                        let part = before + 1;
+                        let _ = writeln!(out, "   part {part} of {of} of its sum, planned alone:");
+                    }
                     for (k, c) in d.terms.iter().enumerate() {
                         let mut what: Vec<String> =
                             c.path.iter().map(|path| order(p, c, path)).collect();

@@ -375,3 +375,21 @@ fn gradients_are_bit_identical_for_every_thread_count() {
         assert!(a.iter().any(|&x| x != 0.0));
     }
 }
+
+/// A loss whose parts sum different variables around a call (a regulariser beside a
+/// cross-entropy) is planned as one dense equation per part, not a loop nest, and its
+/// gradients are exact.
+#[test]
+fn a_loss_summing_parts_over_different_variables_is_dense_and_exact() {
+    let src = "M : real[10, 8]\nM ~ uniform(0.1, 1)\nW : real[10, 3, 10]\nW ~ normal(0, 0.1)\n\
+               Train(1, 2, 3). Train(4, 1, 5). Train(7, 0, 9). Train(9, 2, 0).\n\
+               TP[x, r, y] = sigmoid(W[x, r, y])\n\
+               Loss = 0.01 M[x, i] sqrt(M[x, i]) - Train(x, r, y) log(TP[x, r, y]) + 0.5 M[x, i] M[x, i]\n";
+    let mut s = Session::new();
+    s.load_source("g.tl", src, Path::new(".")).unwrap();
+    s.check(&Settings::default()).unwrap();
+    let explained = s.explain().unwrap();
+    assert!(explained.contains("part 3 of 3"), "{explained}");
+    assert!(!explained.contains("loop nests"), "{explained}");
+    assert_fast_matches_reference(src);
+}

@@ -7,7 +7,7 @@
 //! time). Boolean and integer tensors carry no gradient: `step` has derivative 0.
 
 use super::backprop::{self, Head, Sink};
-use super::dense_backward::backward_dense;
+use super::dense_backward::{backward_dense, covers};
 use super::steps_backward;
 use crate::eval::{EvalOptions, KeptTerms, Record, StratumRecord};
 use crate::plan::einsum::DenseEquation;
@@ -255,13 +255,22 @@ fn one_pass(
     upstream: &[Vec<f64>],
     sink: &mut Sink,
 ) {
+    // An equation planned in parts is done by its kernels only if every part is: each part
+    // is checked before any adds its gradients.
     let mut done = vec![false; p.equations.len()];
+    let mut declined = vec![false; p.equations.len()];
+    for d in dense {
+        declined[d.equation] |= !covers(d, values, o);
+    }
     for (j, &t) in st.tensors.iter().enumerate() {
         if upstream[j].is_empty() {
             continue;
         }
-        for d in dense.iter().filter(|d| d.target == t) {
-            let kept = kept.get(&d.equation).map(Vec::as_slice);
+        for (i, d) in dense.iter().enumerate().filter(|(_, d)| d.target == t) {
+            if declined[d.equation] {
+                continue;
+            }
+            let kept = kept.get(&i).map(Vec::as_slice);
             done[d.equation] = backward_dense(d, values, &upstream[j], o, sink.adj, kept);
         }
     }

@@ -301,10 +301,84 @@ pub fn plan_dense(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Vec<Dens
     {
         return None;
     }
-    st.equations
-        .iter()
-        .map(|&e| plan_one(p, e, &p.equations[e], sparse))
-        .collect()
+    let mut plans = Vec::new();
+    for &e in &st.equations {
+        let eq = &p.equations[e];
+        match plan_one(p, e, eq, sparse) {
+            Some(d) => plans.push(d),
+            None if !st.recursive => {
+                for part in parts(p, eq)? {
+                    plans.push(plan_one(p, e, &part, sparse)?);
+                }
+            }
+            None => return None,
+        }
+    }
+    Some(plans)
+}
+
+/// A sum of parts that each sum their own variables (a loss with a regulariser,
+/// `λ M[x, i] sqrt(M[x, i]) - Train(x, r, y) log(P[x, r, y])`), as one equation per part:
+/// `Σ_V (Σ_W₁ P₁ − Σ_W₂ P₂) = Σ_V∪W₁ P₁ − Σ_V∪W₂ P₂`, each then a grid summed after its
+/// expression. Exact but for the order of the additions, as long as no point is dropped
+/// by a read leaving its tensor (§5.1: that drops every part at that point): so every
+/// position must be a constant or affine in one variable, whose range `valid::restricted`
+/// then keeps inside the tensor. `None` for anything else, and for fewer than two parts.
+fn parts(p: &Checked, eq: &Equation) -> Option<Vec<Equation>> {
+    if eq.family != Family::Sum || eq.virtual_var.is_some() {
+        return None;
+    }
+    let eq = super::valid::restricted(p, eq)?;
+    let Node::Sum { vars, body } = &eq.rhs else {
+        return None;
+    };
+    let mut simple = true;
+    eq.rhs.reads(&mut |_, index| {
+        simple &= index
+            .iter()
+            .all(|f| matches!(f, IndexFn::Const(_)) || super::valid::single(f).is_some());
+    });
+    let mut found = Vec::new();
+    signed(body, false, &mut found);
+    if !simple || found.len() < 2 {
+        return None;
+    }
+    let split = found.into_iter().map(|(negated, part)| {
+        let (mut summed, body) = match part {
+            Node::Sum { vars, body } => (vars.clone(), (**body).clone()),
+            other => (Vec::new(), other.clone()),
+        };
+        summed.splice(0..0, vars.iter().copied());
+        let body = match negated {
+            true => Node::Neg(Box::new(body)),
+            false => body,
+        };
+        Equation {
+            rhs: Node::Sum {
+                vars: summed,
+                body: Box::new(body),
+            },
+            ..eq.as_ref().clone()
+        }
+    });
+    Some(split.collect())
+}
+
+/// The parts of sums and differences under `n`, each with whether it is subtracted.
+fn signed<'n>(n: &'n Node, negated: bool, out: &mut Vec<(bool, &'n Node)>) {
+    match n {
+        Node::Binary(BinOp::Add, a, b) => {
+            signed(a, negated, out);
+            signed(b, negated, out);
+        }
+        Node::Binary(BinOp::Sub, a, b) => {
+            signed(a, negated, out);
+            signed(b, !negated, out);
+        }
+        Node::Neg(a) => signed(a, !negated, out),
+        Node::Sum { vars, body } if vars.is_empty() => signed(body, negated, out),
+        other => out.push((negated, other)),
+    }
 }
 
 /// `max=`/`min=` tensors hold only their defined elements; the dense path reads one only

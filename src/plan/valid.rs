@@ -72,7 +72,7 @@ fn reads(n: &Node, f: &mut dyn FnMut(usize, &[IndexFn])) {
 }
 
 /// `k · v + c` when the position is affine in one variable only (`k ≠ 0`).
-fn single(f: &IndexFn) -> Option<(VarId, i64, i64)> {
+pub(super) fn single(f: &IndexFn) -> Option<(VarId, i64, i64)> {
     let (coefs, c) = super::einsum::affine(f)?;
     match coefs.as_slice() {
         [(v, k)] if *k != 0 => Some((*v, *k, c)),

@@ -158,7 +158,7 @@ fn evaluate_once(
         // they are rather than added to a buffer of zeros.
         let elements = info.shape.iter().product();
         let mut acc = p.data[t].as_ref().map(|_| start.to_f64().into_owned());
-        for d in plans.iter().filter(|d| d.target == t) {
+        for (i, d) in plans.iter().enumerate().filter(|(_, d)| d.target == t) {
             // Small equations stay on the calling thread: moving them to the pool costs more
             // than their work (and scatters their allocations across threads). Work is split
             // only inside the pool of `--threads` workers, never on rayon's global one.
@@ -186,7 +186,7 @@ fn evaluate_once(
                 return false;
             }
             if let Some(k) = keep.as_deref_mut() {
-                k.insert(d.equation, owned);
+                k.insert(i, owned);
             }
         }
         values[t] = Tensor {
@@ -348,6 +348,7 @@ fn extreme(
 /// A term a dense evaluation computed: its variables and values.
 pub type KeptTerm = (Vec<VarId>, Vec<f64>);
 
-/// Terms a dense evaluation computed, per equation (`None` for a term that only read a
+/// Terms a dense evaluation computed, by the index of their plan among the stratum's (an
+/// equation split into parts has one plan per part; `None` for a term that only read a
 /// tensor).
 pub type KeptTerms = std::collections::BTreeMap<usize, Vec<Option<KeptTerm>>>;
