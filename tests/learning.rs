@@ -393,3 +393,14 @@ fn a_loss_summing_parts_over_different_variables_is_dense_and_exact() {
     assert!(!explained.contains("loop nests"), "{explained}");
     assert_fast_matches_reference(src);
 }
+
+/// Heads concatenated inside a recursion along a layer index run as dense steps, and their
+/// gradients are exact.
+#[test]
+fn a_concat_inside_index_recursion_has_exact_gradients() {
+    assert_fast_matches_reference(
+        "W : real[4, 2, 8, 16]\nW ~ normal(0, 0.3)\nE : real[3, 16]\nE ~ normal(0, 1)\n\
+         X[s, 0, d] = E[s, d]\nO[s, l, h, k] = tanh(W[l, h, k, d] X[s, l, d])\n\
+         X[s, l + 1, m] = concat(O[s, l, h, k])\nLoss = X[s, 4, m] X[s, 4, m]\n",
+    );
+}

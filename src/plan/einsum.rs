@@ -421,10 +421,11 @@ fn dense_equation(p: &Checked, e: usize, eq: &Equation, sparse: &[bool]) -> Opti
             (lhs, rhs, shape, None)
         }
         None => {
+            let (lhs, rhs) = flatten_concat_scattered(&eq.lhs, &eq.rhs, &extents);
             let mut grid = Vec::new();
-            eq.lhs.iter().for_each(|f| index_vars(f, &mut grid));
+            lhs.iter().for_each(|f| index_vars(f, &mut grid));
             let shape = p.tensors[eq.target].shape.clone();
-            (grid, &eq.rhs, shape, Some(eq.lhs.clone()))
+            (grid, rhs, shape, Some(lhs))
         }
     };
     // The grid lays out the target only where it has the variables' shape.
@@ -576,6 +577,46 @@ fn flatten_concat<'a>(lhs: &[VarId], rhs: &'a Node, extents: &[usize]) -> (Vec<V
             grid.extend(parts);
             grid.extend(&lhs[at + 1..]);
             return (grid, arg);
+        }
+    }
+    (lhs.to_vec(), rhs)
+}
+
+/// As [`flatten_concat`] for a left-hand side with index arithmetic (one step of an index
+/// recursion, `X[s, l + 1, m] = concat(O[s, l, h, k])`): the position written as the
+/// concatenated variable becomes its flattened index, `h · K + k`, scattered like any other
+/// arithmetic. Only where that variable is one whole position and appears nowhere else.
+fn flatten_concat_scattered<'a>(
+    lhs: &[IndexFn],
+    rhs: &'a Node,
+    extents: &[usize],
+) -> (Vec<IndexFn>, &'a Node) {
+    if let Node::Concat { out, parts, arg } = rhs.inside_empty_sums() {
+        let filled = parts.iter().map(|&v| extents[v]).product::<usize>() == extents[*out];
+        let whole: Vec<usize> = (0..lhs.len())
+            .filter(|&k| lhs[k] == IndexFn::Var(*out))
+            .collect();
+        let mut mentioned = Vec::new();
+        lhs.iter().for_each(|f| f.vars(&mut mentioned));
+        let once = whole.len() == 1 && mentioned.iter().filter(|&&v| v == *out).count() == 1;
+        let flat = parts.iter().fold(None, |acc: Option<IndexFn>, &v| {
+            Some(match acc {
+                None => IndexFn::Var(v),
+                Some(a) => IndexFn::Arith(
+                    Box::new(IndexFn::Arith(
+                        Box::new(a),
+                        ArithOp::Mul,
+                        Box::new(IndexFn::Const(extents[v] as i64)),
+                    )),
+                    ArithOp::Add,
+                    Box::new(IndexFn::Var(v)),
+                ),
+            })
+        });
+        if let (true, true, Some(flat)) = (filled, once, flat) {
+            let mut written = lhs.to_vec();
+            written[whole[0]] = flat;
+            return (written, arg);
         }
     }
     (lhs.to_vec(), rhs)

@@ -552,6 +552,17 @@ mod tests {
     }
 
     #[test]
+    fn a_concat_inside_index_recursion_is_a_dense_step() {
+        let s = steps(
+            "W : real[4, 2, 8, 16]\nE : real[3, 16]\nX[s, 0, d] = E[s, d]\n\
+             O[s, l, h, k] = tanh(W[l, h, k, d] X[s, l, d])\n\
+             X[s, l + 1, m] = concat(O[s, l, h, k])\n",
+        )
+        .unwrap();
+        assert!(s.equations.iter().all(|e| e.dense.is_some()));
+    }
+
+    #[test]
     fn recursions_that_are_not_along_an_index_have_none() {
         assert!(steps("M : real[3, 3]\nR[i] = 0.5 * M[i, j] R[j] + 1\n").is_none());
         assert!(steps("E(0, 1).\nP(x, y) :- E(x, y).\nP(x, z) :- P(x, y), E(y, z).\n").is_none());
