@@ -119,8 +119,7 @@ pub(crate) fn backward_dense(
                             vars: Vars::from_slice(&part.vars),
                             data: gp.into(),
                         };
-                        let order = memory_order(f);
-                        let onto: Vec<VarId> = order.iter().map(|&i| f.vars[i]).collect();
+                        let (order, onto) = memory_order(f);
                         let grad = permute(grad, &onto, &c.extents);
                         add_factor(adj, f, &order, &c.extents, &grad.data);
                     }
@@ -193,8 +192,7 @@ fn factor_gradients(
         let Some(path) = &grad.path else {
             continue;
         };
-        let order = memory_order(f);
-        let onto: Vec<VarId> = order.iter().map(|&i| f.vars[i]).collect();
+        let (order, onto) = memory_order(f);
         let acc = if grad.single {
             widen(gradient::<f32>(grad, path, &onto, g, values, threads))
         } else {

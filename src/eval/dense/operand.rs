@@ -90,16 +90,17 @@ pub(crate) fn widen<'a, T: Num>(op: Operand<'a, T>) -> Operand<'a> {
     }
 }
 
-/// A factor's variables (as positions in `f.vars`) in the order its tensor lays them out:
-/// by decreasing window stride (as written, for a factor read whole). A window taken in this
-/// order is read in place or copied in contiguous runs, and a gradient computed in it is
-/// added back in runs.
-pub(crate) fn memory_order(f: &Factor) -> Vec<usize> {
+/// A factor's variables in the order its tensor lays them out, as positions in `f.vars` and
+/// as the variables there: by decreasing window stride (as written, for a factor read
+/// whole). A window taken in this order is read in place or copied in contiguous runs, and
+/// a gradient computed in it is added back in runs.
+pub(crate) fn memory_order(f: &Factor) -> (Vec<usize>, Vec<VarId>) {
     let mut order: Vec<usize> = (0..f.vars.len()).collect();
     if let Some(w) = &f.window {
         order.sort_by_key(|&i| std::cmp::Reverse(w.strides[i].unsigned_abs()));
     }
-    order
+    let vars = order.iter().map(|&i| f.vars[i]).collect();
+    (order, vars)
 }
 
 /// A factor as an operand: the tensor as stored, or its window gathered, over the factor's
@@ -109,8 +110,7 @@ pub(crate) fn factor_operand<'a, T: Num>(
     values: &'a [Tensor],
     extents: &[usize],
 ) -> Operand<'a, T> {
-    let order = memory_order(f);
-    let vars: Vec<VarId> = order.iter().map(|&i| f.vars[i]).collect();
+    let (order, vars) = memory_order(f);
     let Some(Storage::Dense(d)) = values.get(f.tensor).map(|t| &t.storage) else {
         return Operand {
             vars: Vars::from_slice(&vars),
