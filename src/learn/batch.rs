@@ -142,21 +142,24 @@ fn slice_tensor(t: &Tensor, axes: &[usize], rows: &[usize], new_pos: &[Option<us
         shape[k] = rows.len();
     }
     if let Storage::Dense(v) = &t.storage {
-        // Gather: each batch element reads its example's element, no index lists.
+        // Gather: the axes after the last batched one are contiguous in both, so each
+        // block of them is copied whole from its example's place, no index lists.
         let mut strides = vec![1usize; t.shape.len()];
         for k in (0..t.shape.len().saturating_sub(1)).rev() {
             strides[k] = strides[k + 1] * t.shape[k + 1];
         }
+        let last = axes.iter().copied().max().unwrap_or(0);
+        let inner: usize = shape[last + 1..].iter().product();
         let total: usize = shape.iter().product();
-        let mut out = Vec::with_capacity(total);
-        let mut idx = vec![0usize; shape.len()];
-        for _ in 0..total {
+        let mut out = vec![0.0; total];
+        let mut idx = vec![0usize; last + 1];
+        for block in out.chunks_exact_mut(inner.max(1)) {
             let mut off = 0;
             for (k, (&i, &s)) in idx.iter().zip(&strides).enumerate() {
                 let i = if axes.contains(&k) { rows[i] } else { i };
                 off += i * s;
             }
-            out.push(v.get(off).unwrap_or(0.0));
+            v.gather(off as i64, 1, block);
             for k in (0..idx.len()).rev() {
                 idx[k] += 1;
                 if idx[k] < shape[k] {

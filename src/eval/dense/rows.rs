@@ -317,12 +317,7 @@ pub(crate) fn backward(
             (at, env),
             up,
             &mut scratch,
-            &mut |_, k, a| {
-                let (base, step) = (at[k], rows.0.inner_step(k));
-                for (j, &x) in a.iter().enumerate() {
-                    g[k][base + j * step] += x;
-                }
-            },
+            &mut |_, k, a| add_along(&mut g[k], (at[k], rows.0.inner_step(k)), a),
         );
     });
 }
@@ -417,12 +412,23 @@ fn backward_split(
             return;
         }
         for (_, k, buf) in &deferred {
-            let (base, step) = (at[*k], rows.0.inner_step(*k));
-            for (j, &x) in buf[row * n..(row + 1) * n].iter().enumerate() {
-                g[*k][base + j * step] += x;
-            }
+            let along = (at[*k], rows.0.inner_step(*k));
+            add_along(&mut g[*k], along, &buf[row * n..(row + 1) * n]);
         }
     });
+}
+
+/// Adds `a` to `g` at `base`, `base + step`, …: a contiguous slice at a time when `step` is
+/// 1 (the same additions in the same order).
+fn add_along(g: &mut [f64], (base, step): (usize, usize), a: &[f64]) {
+    match g.get_mut(base..base + a.len()) {
+        Some(run) if step == 1 => run.iter_mut().zip(a).for_each(|(t, &x)| *t += x),
+        _ => {
+            for (j, &x) in a.iter().enumerate() {
+                g[base + j * step] += x;
+            }
+        }
+    }
 }
 
 /// A block's slices of several buffers, each with what it belongs to.
