@@ -91,26 +91,27 @@ impl Config {
         self.lr * warm * decay
     }
 
-    /// Applies one update to `params` from `grads` (clipped in place); returns the gradient
-    /// norm before clipping.
+    /// Applies one update to `params` from `grads` (clipped in place); with `--clip`, returns
+    /// the gradient norm before clipping (a sum over every element, made only then).
     pub fn update(
         &self,
         state: &mut State,
         params: &mut [Vec<f64>],
         grads: &mut [Vec<f64>],
-    ) -> f64 {
-        let norm = grads
-            .iter()
-            .flat_map(|g| g.iter())
-            .map(|x| x * x)
-            .sum::<f64>()
-            .sqrt();
-        if let Some(c) = self.clip {
+    ) -> Option<f64> {
+        let clip = self.clip.map(|c| {
+            let norm = grads
+                .iter()
+                .flat_map(|g| g.iter())
+                .map(|x| x * x)
+                .sum::<f64>()
+                .sqrt();
             if norm > c && norm > 0.0 {
                 let s = c / norm;
                 grads.iter_mut().flatten().for_each(|x| *x *= s);
             }
-        }
+            norm
+        });
         if state.m.len() != params.len() {
             state.m = params.iter().map(|p| vec![0.0; p.len()]).collect();
         }
@@ -149,7 +150,7 @@ impl Config {
                 }
             }
         }
-        norm
+        clip
     }
 }
 
@@ -292,7 +293,7 @@ mod tests {
         let mut s = State::default();
         let mut p = vec![vec![0.0], vec![0.0]];
         let norm = c.update(&mut s, &mut p, &mut [vec![3.0], vec![4.0]]);
-        assert_eq!(norm, 5.0);
+        assert_eq!(norm, Some(5.0));
         assert!((p[0][0] + 0.6).abs() < 1e-12 && (p[1][0] + 0.8).abs() < 1e-12);
     }
 
