@@ -347,8 +347,8 @@ fn check_npy_header(bytes: &[u8]) -> Result<(), String> {
     }
 }
 
-/// Little-endian elements of `N` bytes each, converted to f64.
-fn decode<const N: usize>(data: &[u8], f: impl Fn([u8; N]) -> f64) -> Vec<f64> {
+/// Little-endian elements of `N` bytes each, converted by `f`.
+fn decode<const N: usize, T>(data: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
     data.chunks_exact(N)
         .map(|c| {
             let mut b = [0u8; N];
@@ -368,14 +368,9 @@ fn read_safetensors(bytes: &[u8], entry: &str) -> Result<RawData, String> {
     })?;
     let data = view.data();
     if view.dtype() == Dtype::F32 {
-        let values = data.chunks_exact(4).map(|c| {
-            let mut b = [0u8; 4];
-            b.copy_from_slice(c);
-            f32::from_le_bytes(b)
-        });
         return Ok(RawData::Dense {
             shape: view.shape().to_vec(),
-            values: Dense::from_f32(values.collect()),
+            values: Dense::from_f32(decode(data, f32::from_le_bytes)),
             elem: ElemType::F32,
         });
     }

@@ -88,15 +88,13 @@ pub(crate) fn backward_dense(
             .collect();
         &spread
     };
-    let split = rows::worth_splitting(&program, upstream.len());
-    rows::backward(&program, d, &terms, upstream, &mut g, split);
+    rows::backward(&program, d, &terms, upstream, &mut g);
     for r in lifted {
         let adjoint = row_adjoint(d, &r, &terms[r.term].data, &g[r.term]);
         let Some(arg) = Program::bind(&r.arg, o) else {
             return false;
         };
-        let split = rows::worth_splitting(&arg, adjoint.len());
-        rows::backward(&arg, d, &terms, &adjoint, &mut g, split);
+        rows::backward(&arg, d, &terms, &adjoint, &mut g);
     }
     for ((c, gk), t) in d.terms.iter().zip(g).zip(&terms) {
         let mut gk = gk;

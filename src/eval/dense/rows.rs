@@ -287,8 +287,8 @@ pub(super) fn in_place(
 }
 
 /// Adds to `g[k]` (laid out like term `k`) the adjoint of each term, given the adjoint of
-/// the expression at every output element. With `split`, blocks of rows go to the current
-/// rayon pool's workers, and the sums come out bit for bit as on one thread: a term laid
+/// the expression at every output element. Where [`worth_splitting`], blocks of rows go to
+/// the current rayon pool's workers, and the sums come out bit for bit as on one thread: a term laid
 /// out like the grid gets each block's rows in place (they are its own elements); any other
 /// (broadcast, or permuted) gets them through a grid-sized buffer per use, added afterwards
 /// in the order one thread adds them.
@@ -298,14 +298,13 @@ pub(crate) fn backward(
     terms: &[Operand],
     upstream: &[f64],
     g: &mut [Vec<f64>],
-    split: bool,
 ) {
     let rows = Rows::new(d, terms);
     let n = rows.0.len;
     if p.ops.is_empty() || n == 0 {
         return;
     }
-    if split {
+    if worth_splitting(p, upstream.len()) {
         return backward_split(p, (d, &rows, terms), upstream, g);
     }
     let mut scratch = Scratch::new(p, n);
@@ -331,7 +330,7 @@ const SPLIT_WORK: usize = 1 << 17;
 /// Whether a pass of `p` over `elements` grid elements is worth splitting: only inside a
 /// pool of `--threads` workers (a caller that chose one thread is never on one), never on
 /// rayon's global pool.
-pub(crate) fn worth_splitting(p: &Program, elements: usize) -> bool {
+fn worth_splitting(p: &Program, elements: usize) -> bool {
     rayon::current_thread_index().is_some()
         && rayon::current_num_threads() > 1
         && elements.saturating_mul(p.ops.len()) >= SPLIT_WORK
@@ -394,8 +393,7 @@ fn backward_split(
                             false => later.iter_mut().find(|(x, _)| *x == i),
                         };
                         if let Some((_, s)) = slot {
-                            let s = &mut s[at_row..at_row + n];
-                            s.iter_mut().zip(a).for_each(|(t, &x)| *t += x);
+                            add_along(s, (at_row, 1), a);
                         }
                     },
                 );
