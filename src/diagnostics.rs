@@ -67,6 +67,8 @@ pub mod codes {
     /// The differential dataflow failed: a worker stopped, or a peer process could not be
     /// reached or ended mid-run.
     pub const DATAFLOW: &str = "E0404";
+    /// A commit that the running incremental evaluation cannot take.
+    pub const COMMIT: &str = "E0405";
     /// A file could not be read or written.
     pub const FILE: &str = "E0501";
     /// A file row does not fit the tensor.

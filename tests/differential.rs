@@ -323,3 +323,126 @@ fn watch_prints_the_answers_that_change_with_stdin_facts_and_file_edits() {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", common::stderr(&out));
 }
+
+#[test]
+fn watch_over_two_processes_takes_commits_at_process_0_and_ends_on_a_lost_peer() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    common::write(dir.path(), "edge.tsv", "1\t2\n2\t3\n");
+    common::write(
+        dir.path(),
+        "w.tl",
+        "N : 10\nEdge : bool[N, N]\nEdge = \"edge.tsv\"\nPath(x, y) :- Edge(x, y).\nPath(x, z) :- Path(x, y), Edge(y, z).\nPath(1, x)?\n",
+    );
+    let hosts = hosts(dir.path());
+    let h = hosts.to_str().unwrap();
+    let args = |i: &'static str| {
+        vec![
+            "watch",
+            "w.tl",
+            "--processes",
+            "2",
+            "--process",
+            i,
+            "--hosts",
+            h,
+            "--workers",
+            "2",
+        ]
+    };
+    let watch = |i| {
+        Command::new(env!("CARGO_BIN_EXE_tl"))
+            .args(args(i))
+            .current_dir(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut one = watch("1");
+    let mut zero = watch("0");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = zero.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    let wait = std::time::Duration::from_secs(30);
+    let expect = |line: &str| {
+        let got = rx
+            .recv_timeout(wait)
+            .unwrap_or_else(|_| panic!("no `{line}`"));
+        assert_eq!(got, line);
+    };
+    expect("Path(1, 2)");
+    expect("Path(1, 3)");
+    let mut stdin = zero.stdin.take().unwrap();
+    writeln!(stdin, "+Edge(3, 4)").unwrap();
+    expect("+Path(1, 4)");
+    writeln!(stdin, "-Edge(2, 3)").unwrap();
+    expect("-Path(1, 3)");
+    expect("-Path(1, 4)");
+    // A value outside the domain would need a fresh evaluation on every process.
+    writeln!(stdin, "+Edge(3, 12)").unwrap();
+    writeln!(stdin, "+Edge(2, 3)").unwrap();
+    expect("+Path(1, 3)");
+    expect("+Path(1, 4)");
+    // Process 1 dies: process 0's next commit ends it with E0404.
+    one.kill().unwrap();
+    let _ = one.wait();
+    writeln!(stdin, "+Edge(4, 5)").unwrap();
+    let out = zero.wait_with_output().unwrap();
+    let err = common::stderr(&out);
+    assert!(!out.status.success());
+    assert!(err.contains("E0405"), "{err}");
+    assert!(
+        err.contains("error[E0404]") && err.contains("another process of the run ended"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn watch_over_two_processes_ends_process_1_cleanly_with_process_0() {
+    let dir = setup(30);
+    let hosts = hosts(dir.path());
+    let h = hosts.to_str().unwrap();
+    let one = spawn(
+        dir.path(),
+        &[
+            "watch",
+            "p.tl",
+            "--processes",
+            "2",
+            "--process",
+            "1",
+            "--hosts",
+            h,
+        ],
+    );
+    let zero = Command::new(env!("CARGO_BIN_EXE_tl"))
+        .args([
+            "watch",
+            "p.tl",
+            "--processes",
+            "2",
+            "--process",
+            "0",
+            "--hosts",
+            h,
+        ])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let single = common::tl(dir.path(), &["run", "p.tl"]);
+    assert!(zero.status.success(), "{}", common::stderr(&zero));
+    assert_eq!(common::stdout(&zero), common::stdout(&single));
+    let one = one.wait_with_output().unwrap();
+    assert!(one.status.success(), "{}", common::stderr(&one));
+    assert_eq!(common::stdout(&one), "");
+}

@@ -6,7 +6,7 @@ mod common;
 
 use proptest::prelude::*;
 use std::path::Path;
-use tensor_logic::eval::{Cluster, Differential, Engine, Reference, Standard};
+use tensor_logic::eval::{Cluster, Differential, Engine, Processes, Reference, Standard};
 use tensor_logic::{RunOptions, Session};
 
 const VARS: [&str; 4] = ["x", "y", "z", "w"];
@@ -179,6 +179,102 @@ proptest! {
     }
 }
 
+/// Random insertions and removals, commit by commit.
+type Commits = Vec<Vec<(bool, (usize, usize, usize, usize))>>;
+
+/// Commits `commits` to `inc` (in incremental mode on the program of `facts` and `rules`)
+/// and checks after each that it holds what a run from scratch on the same facts computes,
+/// and reports exactly the difference.
+fn commits_agree(
+    inc: &mut Session,
+    facts: &[(usize, usize, usize, usize)],
+    rules: &[GenRule],
+    commits: &Commits,
+) -> Result<(), TestCaseError> {
+    const NAMES: [&str; 7] = ["D0", "D1", "D2", "N0", "N1", "N2", "M"];
+    let src = program(facts, rules);
+    let mut current: std::collections::BTreeSet<(String, Vec<String>)> =
+        facts.iter().map(fact).collect();
+    let mut before = run(&src, &Standard).unwrap();
+    for batch in commits {
+        for (insert, f) in batch {
+            let (name, fields) = fact(f);
+            if *insert {
+                inc.insert(&name, std::slice::from_ref(&fields)).unwrap();
+                current.insert((name, fields));
+            } else {
+                inc.remove(&name, std::slice::from_ref(&fields)).unwrap();
+                current.remove(&(name, fields));
+            }
+        }
+        let changes = inc.commit().unwrap_or_else(|e| panic!("{src}\n{e:?}"));
+        let now: Vec<(String, Vec<String>)> = current.iter().cloned().collect();
+        let scratch_src = program_of(&now, rules);
+        let scratch = run(&scratch_src, &Standard).unwrap();
+        for name in NAMES {
+            prop_assert_eq!(
+                inc.tensor(name),
+                scratch.tensor(name),
+                "{} after {:?} in\n{}",
+                name,
+                batch,
+                src
+            );
+            // Changes are reported for what rules derive, not for the facts given.
+            let checked = scratch.checked().unwrap();
+            let t = checked.tensor_id(name).unwrap();
+            if !checked
+                .strata
+                .iter()
+                .any(|s| s.tensors.contains(&t) && !s.equations.is_empty())
+            {
+                continue;
+            }
+            let (old, new) = (before.rows(name).unwrap(), scratch.rows(name).unwrap());
+            let added: Vec<_> = new.iter().filter(|r| !old.contains(r)).cloned().collect();
+            let removed: Vec<_> = old.iter().filter(|r| !new.contains(r)).cloned().collect();
+            let reported = changes.iter().find(|c| c.name == name);
+            let (mut got_added, mut got_removed) = reported
+                .map(|c| (c.added.clone(), c.removed.clone()))
+                .unwrap_or_default();
+            let key = |r: &tensor_logic::Row| format!("{r:?}");
+            got_added.sort_by_key(key);
+            got_removed.sort_by_key(key);
+            let (mut added, mut removed) = (added, removed);
+            added.sort_by_key(key);
+            removed.sort_by_key(key);
+            prop_assert_eq!(
+                &got_added,
+                &added,
+                "{} added after {:?} in\n{}",
+                name,
+                batch,
+                src
+            );
+            prop_assert_eq!(
+                &got_removed,
+                &removed,
+                "{} removed after {:?} in\n{}",
+                name,
+                batch,
+                src
+            );
+        }
+        before = scratch;
+    }
+    Ok(())
+}
+
+fn commits_strategy() -> impl Strategy<Value = Commits> {
+    proptest::collection::vec(
+        proptest::collection::vec(
+            (any::<bool>(), (0usize..3, 0usize..4, 0usize..4, 0usize..4)),
+            1..5,
+        ),
+        1..5,
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
@@ -188,61 +284,65 @@ proptest! {
     fn incremental_commits_agree_with_evaluating_from_scratch(
         facts in proptest::collection::vec((0usize..3, 0usize..4, 0usize..4, 0usize..4), 1..14),
         rules in proptest::collection::vec(rule_strategy(), 1..6),
-        commits in proptest::collection::vec(
-            proptest::collection::vec((any::<bool>(), (0usize..3, 0usize..4, 0usize..4, 0usize..4)), 1..5),
-            1..5,
-        ),
+        commits in commits_strategy(),
         workers in 1usize..3,
     ) {
-        const NAMES: [&str; 7] = ["D0", "D1", "D2", "N0", "N1", "N2", "M"];
         let src = program(&facts, &rules);
         let mut inc = Session::new();
         inc.load_source("p.tl", &src, Path::new(".")).unwrap();
         inc.run_incremental(&RunOptions::default(), workers).unwrap_or_else(|e| panic!("{src}\n{e:?}"));
-        let mut current: std::collections::BTreeSet<(String, Vec<String>)> =
-            facts.iter().map(fact).collect();
-        let mut before = run(&src, &Standard).unwrap();
-        for batch in &commits {
-            for (insert, f) in batch {
-                let (name, fields) = fact(f);
-                if *insert {
-                    inc.insert(&name, std::slice::from_ref(&fields)).unwrap();
-                    current.insert((name, fields));
-                } else {
-                    inc.remove(&name, std::slice::from_ref(&fields)).unwrap();
-                    current.remove(&(name, fields));
-                }
-            }
-            let changes = inc.commit().unwrap_or_else(|e| panic!("{src}\n{e:?}"));
-            let now: Vec<(String, Vec<String>)> = current.iter().cloned().collect();
-            let scratch_src = program_of(&now, &rules);
-            let scratch = run(&scratch_src, &Standard).unwrap();
-            for name in NAMES {
-                prop_assert_eq!(inc.tensor(name), scratch.tensor(name), "{} after {:?} in\n{}", name, batch, src);
-                // Changes are reported for what rules derive, not for the facts given.
-                let checked = scratch.checked().unwrap();
-                let t = checked.tensor_id(name).unwrap();
-                if !checked.strata.iter().any(|s| s.tensors.contains(&t) && !s.equations.is_empty()) {
-                    continue;
-                }
-                let (old, new) = (before.rows(name).unwrap(), scratch.rows(name).unwrap());
-                let added: Vec<_> = new.iter().filter(|r| !old.contains(r)).cloned().collect();
-                let removed: Vec<_> = old.iter().filter(|r| !new.contains(r)).cloned().collect();
-                let reported = changes.iter().find(|c| c.name == name);
-                let (mut got_added, mut got_removed) = reported
-                    .map(|c| (c.added.clone(), c.removed.clone()))
-                    .unwrap_or_default();
-                let key = |r: &tensor_logic::Row| format!("{r:?}");
-                got_added.sort_by_key(key);
-                got_removed.sort_by_key(key);
-                let (mut added, mut removed) = (added, removed);
-                added.sort_by_key(key);
-                removed.sort_by_key(key);
-                prop_assert_eq!(&got_added, &added, "{} added after {:?} in\n{}", name, batch, src);
-                prop_assert_eq!(&got_removed, &removed, "{} removed after {:?} in\n{}", name, batch, src);
-            }
-            before = scratch;
-        }
+        commits_agree(&mut inc, &facts, &rules, &commits)?;
+    }
+}
+
+/// Two processes' clusters over two free localhost ports: process 0's and process 1's.
+fn two_processes(workers: usize) -> (Cluster, Cluster) {
+    // Both listeners are held until both ports are known, so the two differ.
+    let listeners: Vec<std::net::TcpListener> = (0..2)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let hosts: Vec<String> = listeners
+        .iter()
+        .map(|l| format!("127.0.0.1:{}", l.local_addr().unwrap().port()))
+        .collect();
+    drop(listeners);
+    let of = |index| Cluster {
+        workers,
+        processes: Some(Processes {
+            index,
+            hosts: hosts.clone(),
+        }),
+    };
+    (of(0), of(1))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// The same over two processes talking TCP on localhost (process 1 served from a thread
+    /// of this test): process 0 takes the commits and holds what a run from scratch computes.
+    #[test]
+    fn incremental_commits_over_two_processes_agree_with_evaluating_from_scratch(
+        facts in proptest::collection::vec((0usize..3, 0usize..4, 0usize..4, 0usize..4), 1..14),
+        rules in proptest::collection::vec(rule_strategy(), 1..6),
+        commits in commits_strategy(),
+        workers in 1usize..3,
+    ) {
+        let src = program(&facts, &rules);
+        let (zero, one) = two_processes(workers);
+        let served = src.clone();
+        let other = std::thread::spawn(move || {
+            let mut s = Session::new();
+            s.load_source("p.tl", &served, Path::new(".")).unwrap();
+            s.serve_incremental(&RunOptions::default(), &one)
+        });
+        let mut inc = Session::new();
+        inc.load_source("p.tl", &src, Path::new(".")).unwrap();
+        inc.run_incremental_on(&RunOptions::default(), &zero).unwrap_or_else(|e| panic!("{src}\n{e:?}"));
+        commits_agree(&mut inc, &facts, &rules, &commits)?;
+        drop(inc);
+        let served = other.join().unwrap();
+        prop_assert!(served.is_ok(), "process 1: {:?}", served.err());
     }
 }
 

@@ -9,7 +9,7 @@ use super::{dense, initial, nest, reference, relational};
 use super::{Decision, Engine, EvalOptions, Evaluation, KeptTerms, Ran, Record};
 use crate::diagnostics::Diagnostics;
 use crate::plan::{Kernel, Plan, StratumPlan};
-use crate::semantics::{Checked, Query, Stratum};
+use crate::semantics::{Checked, Query, Stratum, TensorId};
 use crate::tensor::{Dense, Sparse, Storage, Tensor};
 
 /// The default engine: each stratum on the kernel its plan names — semi-naive joins for
@@ -219,6 +219,14 @@ impl<'a> State<'a> {
     /// The decision logged last.
     pub(super) fn last_decision(&mut self) -> Option<&mut Decision> {
         self.log.last_mut()
+    }
+
+    /// Gives tensor `t` a value computed elsewhere (no longer pending).
+    pub(super) fn set(&mut self, t: TensorId, value: Tensor) {
+        self.values[t] = value;
+        if let Some(flag) = self.pending.get_mut(t) {
+            *flag = false;
+        }
     }
 
     /// Gives the still pending tensors of `tensors` their zeros.

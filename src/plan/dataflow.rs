@@ -108,7 +108,7 @@ pub struct DataflowPlan {
     /// Per stratum, where it runs.
     pub placement: Vec<Placement>,
     /// The relations the dataflow reads from outside it (facts, files, strata run before),
-    /// and the facts of relations it defines: one input each.
+    /// and the facts of relations it defines (none, for some): one input each.
     pub inputs: Vec<TensorId>,
     /// The strata in the dataflow, in evaluation order.
     pub strata: Vec<FlowStratum>,
@@ -205,7 +205,12 @@ pub fn plan_dataflow(p: &Checked, plan: &Plan) -> DataflowPlan {
                 inputs.push(a.tensor);
             }
         }
-        inputs.extend(fs.tensors.iter().filter(|&&t| p.data[t].is_some()));
+        // A relation's facts enter as an input, even with none yet, so that incremental
+        // mode can insert some; a count's facts are added to it after the dataflow.
+        match fs.counts {
+            true => {}
+            false => inputs.extend(&fs.tensors),
+        }
     }
     inputs.sort_unstable();
     inputs.dedup();

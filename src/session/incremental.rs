@@ -10,7 +10,7 @@
 
 use super::{cell, eval_options, rows_matching, Row, RunOptions, Session};
 use crate::diagnostics::{codes, Diagnostic, Diagnostics};
-use crate::eval::{Delta, Incremental};
+use crate::eval::{Cluster, Delta, Incremental};
 use crate::output;
 use crate::semantics::{number_text, Checked, Kind, Output, TensorId};
 use crate::tensor::{Storage, Tensor};
@@ -31,7 +31,7 @@ pub struct Changes {
 pub(super) struct Live {
     inc: Incremental,
     options: RunOptions,
-    workers: usize,
+    cluster: Cluster,
 }
 
 /// Facts waiting for the next commit: relation, fields, +1 or −1.
@@ -70,22 +70,55 @@ impl Session {
         options: &RunOptions,
         workers: usize,
     ) -> Result<Vec<String>, Diagnostics> {
+        let cluster = Cluster {
+            workers,
+            processes: None,
+        };
+        self.run_incremental_on(options, &cluster)
+    }
+
+    /// [`Session::run_incremental`] with the dataflow spread over the processes of
+    /// `cluster`, this session being process 0: it alone takes commits and gathers their
+    /// changes, while every other process runs [`Session::serve_incremental`] on the same
+    /// program and files.
+    pub fn run_incremental_on(
+        &mut self,
+        options: &RunOptions,
+        cluster: &Cluster,
+    ) -> Result<Vec<String>, Diagnostics> {
         self.live = None;
         self.check_for(options)?;
         self.remove_overlaid();
         let checked = self.checked.as_ref().ok_or_else(super::not_checked)?;
         let plan = self.plan.as_ref().ok_or_else(super::not_checked)?;
         let o = eval_options(options, &self.functions);
-        let inc = Incremental::start(checked, plan, &o, workers)
+        let inc = Incremental::start(checked, plan, &o, cluster)
             .map_err(|d| d.located(&self.file_name, &self.source))?;
         self.log = inc.log().to_vec();
         let lines = self.publish(inc.values().to_vec(), options)?;
         self.live = Some(Live {
             inc,
             options: options.clone(),
-            workers,
+            cluster: cluster.clone(),
         });
         Ok(lines)
+    }
+
+    /// Takes part, as one of the other processes of `cluster`, in the incremental run that
+    /// process 0 drives with [`Session::run_incremental_on`]: evaluates what comes before
+    /// the dataflow, serves its share of the dataflow, and returns when process 0 ends the
+    /// run (an error if process 0 is lost). Answers and files are process 0's.
+    pub fn serve_incremental(
+        &mut self,
+        options: &RunOptions,
+        cluster: &Cluster,
+    ) -> Result<(), Diagnostics> {
+        self.check_for(options)?;
+        let checked = self.checked.as_ref().ok_or_else(super::not_checked)?;
+        let plan = self.plan.as_ref().ok_or_else(super::not_checked)?;
+        let o = eval_options(options, &self.functions);
+        Incremental::serve(checked, plan, &o, cluster)
+            .map_err(|d| d.located(&self.file_name, &self.source))
     }
 
     /// Stages facts to insert into relation `name` at the next [`Session::commit`]: one row
@@ -247,11 +280,18 @@ impl Session {
         for (name, rows) in &tables {
             self.bind_rows(name, rows);
         }
-        let (options, workers) = match &self.live {
-            Some(l) => (l.options.clone(), l.workers),
-            None => (RunOptions::default(), 1),
+        let (options, cluster) = match &self.live {
+            Some(l) => (l.options.clone(), l.cluster.clone()),
+            None => (RunOptions::default(), Cluster::default()),
         };
-        self.run_incremental(&options, workers)?;
+        if cluster.processes.is_some() {
+            return Err(Diagnostic::global(
+                codes::COMMIT,
+                "this commit needs the program evaluated again from scratch (a value not in its domain yet, or a relation that a stratum before the dataflow or a value check reads), which a run over several processes cannot do: start the processes again with the new facts",
+            )
+            .into());
+        }
+        self.run_incremental_on(&options, &cluster)?;
         let after = self.derived_rows()?;
         let mut out = Vec::new();
         for (name, new) in after {

@@ -541,8 +541,11 @@ fn run(command: Command) -> Result<(), String> {
             print_lines(&lines);
             Ok(())
         }
-        Command::Watch { file, common } => {
-            let session = load(&file)?;
+        Command::Watch { file, mut common } => {
+            // `tl watch` always runs the differential engine.
+            common.engine = "differential".into();
+            let cluster = common.cluster()?;
+            let mut session = load(&file)?;
             let options = RunOptions {
                 settings: common.settings(&[]),
                 tol: Some(common.tol),
@@ -551,11 +554,18 @@ fn run(command: Command) -> Result<(), String> {
                 timeout: common.timeout.map(std::time::Duration::from_secs_f64),
                 interrupt: None,
             };
-            let workers = common.workers.unwrap_or(common.threads) as usize;
-            if common.processes > 1 {
-                return Err("`tl watch` runs in one process (`--workers N` for threads)\n".into());
+            if cluster.gathers() {
+                return watch::watch(session, options, &cluster, common.quiet);
             }
-            watch::watch(session, options, workers, common.quiet)
+            if !common.quiet {
+                eprintln!(
+                    "process {}: serving the dataflow until process 0 ends",
+                    common.process
+                );
+            }
+            session
+                .serve_incremental(&options, &cluster)
+                .map_err(|d| render(&session, &d))
         }
         Command::Repl { file, common } => repl::repl(
             file,

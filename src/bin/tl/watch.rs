@@ -2,12 +2,14 @@
 //! to date. A line `+Edge(1, 2)` or `-Edge(1, 2)` on standard input inserts or removes a
 //! fact; a change to one of the program's input files inserts and removes the rows that
 //! changed. After each change it prints the query answers that appeared (`+`) and went
-//! (`-`). End of input (Ctrl-D) ends it.
+//! (`-`). End of input (Ctrl-D) ends it. Over several processes, process 0 does all this;
+//! the others serve their share of the dataflow until it ends.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::time::{Duration, SystemTime};
+use tensor_logic::eval::Cluster;
 use tensor_logic::{Change, RunOptions, Session};
 
 /// How often input files are looked at.
@@ -25,7 +27,7 @@ struct Watched {
 pub fn watch(
     mut session: Session,
     options: RunOptions,
-    workers: usize,
+    cluster: &Cluster,
     quiet: bool,
 ) -> Result<(), String> {
     let render = |s: &Session, d: &tensor_logic::Diagnostics| {
@@ -33,7 +35,7 @@ pub fn watch(
         d.render(name, src)
     };
     let lines = session
-        .run_incremental(&options, workers)
+        .run_incremental_on(&options, cluster)
         .map_err(|d| render(&session, &d))?;
     for l in &lines {
         println!("{l}");
@@ -136,6 +138,13 @@ fn commit(session: &mut Session, shown: &mut BTreeSet<String>) -> Result<(), Str
         d.render(name, src)
     };
     if let Err(d) = session.commit() {
+        // A failed dataflow (a lost process) cannot take further commits.
+        if d.0
+            .iter()
+            .any(|e| e.code == tensor_logic::diagnostics::codes::DATAFLOW)
+        {
+            return Err(render(session, &d));
+        }
         eprint!("{}", render(session, &d));
         return Ok(());
     }

@@ -3,8 +3,8 @@
 //! the strata after it run again on its results. A commit returns the changes of every
 //! relation and counting tensor the program derives.
 
-use super::live::{Failure, Live};
-use super::{relation, snapshot, Job, Row, Values};
+use super::live::{self, Failure, InputChanges, Live};
+use super::{relation, snapshot, Cluster, Job, Row, Values};
 use crate::diagnostics::Diagnostics;
 use crate::eval::standard::State;
 use crate::eval::{Decision, EvalOptions, Ran, Stop};
@@ -12,7 +12,7 @@ use crate::plan::dataflow::{plan_dataflow, DataflowPlan, Placement};
 use crate::plan::Plan;
 use crate::semantics::{Checked, TensorId};
 use crate::tensor::{Relation, Storage, Tensor};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The changes of one derived tensor in a commit, as tuples of positions; for a tensor with
 /// values (a count, a dense result), an element's positions followed by the 64 bits of its
@@ -51,41 +51,97 @@ pub struct Incremental {
     flow: DataflowPlan,
     values: Vec<Tensor>,
     log: Vec<Decision>,
+    /// The facts given to each relation that rules also derive (its value holds both).
+    given: BTreeMap<TensorId, BTreeSet<Vec<u32>>>,
+}
+
+/// What every process of an incremental run computes before its dataflow starts.
+struct Prepared<'a> {
+    flow: DataflowPlan,
+    state: State<'a>,
+    job: Job,
+    initial: InputChanges,
+    fingerprint: u64,
+}
+
+/// Runs the strata before the dataflow and collects the dataflow's initial inputs.
+fn prepare<'a>(
+    p: &'a Checked,
+    plan: &'a Plan,
+    o: &'a EvalOptions,
+) -> Result<Prepared<'a>, Diagnostics> {
+    let flow = plan_dataflow(p, plan);
+    let mut state = State::new(p, plan, o)?;
+    for (i, st) in p.strata.iter().enumerate() {
+        if flow.placement[i] == Placement::Before {
+            state.stratum(i, st)?;
+        }
+    }
+    let initial: InputChanges = flow
+        .inputs
+        .iter()
+        .enumerate()
+        .flat_map(|(k, &t)| {
+            let value = super::input(p, &flow, &state.values, t);
+            super::rows(&value)
+                .map(move |r| (k, r, 1))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let sizes = (0..flow.inputs.len()).map(|k| initial.iter().filter(|c| c.0 == k).count());
+    let fingerprint = super::fingerprint(&flow, sizes);
+    let job = Job {
+        values: std::sync::Arc::new(Values {
+            tensors: snapshot(&state.values, &flow.read_by_values),
+            options: o.clone(),
+        }),
+        plan: flow.clone(),
+    };
+    Ok(Prepared {
+        flow,
+        state,
+        job,
+        initial,
+        fingerprint,
+    })
 }
 
 impl Incremental {
-    /// Evaluates the program with the dataflow on `workers` threads of this process, which
-    /// then stay up for updates.
+    /// Evaluates the program with the dataflow on `cluster` (this being its process 0, or
+    /// its only process), whose workers then stay up for updates. Every other process of the
+    /// cluster runs [`Incremental::serve`].
     pub fn start(
         p: &Checked,
         plan: &Plan,
         o: &EvalOptions,
-        workers: usize,
+        cluster: &Cluster,
     ) -> Result<Incremental, Diagnostics> {
-        let flow = plan_dataflow(p, plan);
-        let mut state = State::new(p, plan, o)?;
-        for (i, st) in p.strata.iter().enumerate() {
-            if flow.placement[i] == Placement::Before {
-                state.stratum(i, st)?;
-            }
-        }
-        let initial: Vec<(usize, Row, isize)> = flow
+        let Prepared {
+            flow,
+            mut state,
+            job,
+            initial,
+            fingerprint,
+        } = prepare(p, plan, o)?;
+        let mut given: BTreeMap<TensorId, BTreeSet<Vec<u32>>> = flow
             .inputs
             .iter()
-            .enumerate()
-            .flat_map(|(k, &t)| super::rows(&state.values[t]).map(move |r| (k, r, 1)))
+            .filter(|&&t| flow.outputs().any(|u| u == t))
+            .map(|&t| (t, BTreeSet::new()))
             .collect();
-        let job = Job {
-            values: std::sync::Arc::new(Values {
-                tensors: snapshot(&state.values, &flow.read_by_values),
-                options: o.clone(),
-            }),
-            plan: flow.clone(),
-        };
+        for (k, row, _) in &initial {
+            let t = flow.inputs[*k];
+            if flow.outputs().any(|u| u == t) {
+                given.entry(t).or_default().insert(row.to_vec());
+            }
+        }
         // Rounds end on Ctrl-C; a `--timeout` bounds the first evaluation only.
         let stop = Stop::new(None, o.stop.flag.clone());
-        let mut live = Live::start(job, workers, stop).map_err(|e| super::failed(&e))?;
-        let changes = live.round(initial).map_err(|f| failure(p, &flow, o, f))?;
+        let mut live = Live::start(job, initial, (cluster, fingerprint), stop)
+            .map_err(|e| super::failed(&e))?;
+        let changes = live
+            .round(Vec::new())
+            .map_err(|f| failure(p, &flow, o, f))?;
         for fs in &flow.strata {
             state.fill_pending(&fs.tensors);
             for &t in &fs.tensors {
@@ -102,12 +158,33 @@ impl Incremental {
             flow,
             values: Vec::new(),
             log: Vec::new(),
+            given,
         };
         inc.after(p, &mut state)?;
         let done = state.finish();
         inc.values = done.values;
         inc.log = done.log;
         Ok(inc)
+    }
+
+    /// Takes part in the incremental run that process 0 of `cluster` drives, as process
+    /// `cluster.processes.index`: builds the same dataflow from the same program and files,
+    /// and serves it until process 0 ends the run.
+    pub fn serve(
+        p: &Checked,
+        plan: &Plan,
+        o: &EvalOptions,
+        cluster: &Cluster,
+    ) -> Result<(), Diagnostics> {
+        let Prepared {
+            flow,
+            job,
+            initial,
+            fingerprint,
+            ..
+        } = prepare(p, plan, o)?;
+        let stop = Stop::new(None, o.stop.flag.clone());
+        live::serve(job, initial, (cluster, fingerprint), stop).map_err(|f| failure(p, &flow, o, f))
     }
 
     /// Every tensor's current value.
@@ -120,25 +197,27 @@ impl Incremental {
         &self.log
     }
 
-    /// Whether `t` can change by [`Incremental::update`]: a relation of facts (or a file) that
-    /// the dataflow reads, which no stratum before the dataflow and no value check reads.
+    /// Whether `t` can change by [`Incremental::update`]: a relation of facts (or a file)
+    /// that no rule defines, or that the dataflow defines (its facts are an input of it); and
+    /// that no value check reads, directly or through the strata run before the dataflow
+    /// (what value checks read is fixed when the dataflow is built).
     pub fn updatable(&self, p: &Checked, t: TensorId) -> bool {
         let defined = p
             .strata
             .iter()
             .any(|s| s.tensors.contains(&t) && !s.equations.is_empty());
-        let read_before = p.strata.iter().enumerate().any(|(i, s)| {
-            self.flow.placement[i] == Placement::Before
-                && s.equations.iter().any(|&e| {
-                    let mut reads = false;
-                    p.equations[e].rhs.reads(&mut |u, _| reads |= u == t);
-                    reads
-                })
-        });
-        self.flow.inputs.contains(&t)
-            && !defined
-            && !read_before
-            && !self.flow.read_by_values.contains(&t)
+        if defined && !self.given.contains_key(&t) {
+            return false;
+        }
+        let mut affected = vec![t];
+        for (i, s) in p.strata.iter().enumerate() {
+            if self.flow.placement[i] == Placement::Before && reads_any(p, s, &affected) {
+                affected.extend(&s.tensors);
+            }
+        }
+        !affected
+            .iter()
+            .any(|u| self.flow.read_by_values.contains(u))
     }
 
     /// Applies changes to relations that [`Incremental::updatable`] allows, in order (a
@@ -160,27 +239,65 @@ impl Incremental {
         let mut inputs = Vec::new();
         let mut facts: BTreeMap<TensorId, Delta> = BTreeMap::new();
         for ((t, row), d) in net {
-            let holds = match &self.values[t].storage {
-                Storage::Relation(r) => r.contains(&row),
+            let holds = match (self.given.get(&t), &self.values[t].storage) {
+                (Some(given), _) => given.contains(&row),
+                (None, Storage::Relation(r)) => r.contains(&row),
                 _ => false,
             };
-            let Some(k) = self.flow.inputs.iter().position(|&u| u == t) else {
-                continue;
-            };
+            // A relation only strata after the dataflow read changes outside it.
+            let input = self.flow.inputs.iter().position(|&u| u == t);
             match (d > 0, holds) {
                 (true, false) => {
-                    inputs.push((k, Row::from_slice(&row), 1));
+                    inputs.extend(input.map(|k| (k, Row::from_slice(&row), 1)));
                     facts.entry(t).or_default().added.push(row);
                 }
                 (false, true) if d < 0 => {
-                    inputs.push((k, Row::from_slice(&row), -1));
+                    inputs.extend(input.map(|k| (k, Row::from_slice(&row), -1)));
                     facts.entry(t).or_default().removed.push(row);
                 }
                 _ => {}
             }
         }
         for (&t, delta) in &facts {
-            self.values[t] = patched(&self.values[t], delta);
+            match self.given.get_mut(&t) {
+                // The dataflow's changes to the relation carry these facts' effect.
+                Some(given) => {
+                    given.extend(delta.added.iter().cloned());
+                    delta.removed.iter().for_each(|r| {
+                        given.remove(r);
+                    });
+                }
+                None => self.values[t] = patched(&self.values[t], delta),
+            }
+        }
+        // Strata before the dataflow that read changed facts run again; what changes in
+        // the relations they give the dataflow enters it with the facts.
+        let mut deltas: BTreeMap<TensorId, Delta> = BTreeMap::new();
+        let changed: Vec<TensorId> = facts.keys().copied().collect();
+        let before = |i: usize| self.flow.placement[i] == Placement::Before;
+        let rerun = p
+            .strata
+            .iter()
+            .enumerate()
+            .any(|(i, s)| before(i) && reads_any(p, s, &changed));
+        if rerun {
+            let old = self.rerun(p, plan, o, &|x: &Placement| *x == Placement::Before)?;
+            for (i, st) in p.strata.iter().enumerate() {
+                if self.flow.placement[i] != Placement::Before || st.equations.is_empty() {
+                    continue;
+                }
+                for &t in &st.tensors {
+                    if let Some(k) = self.flow.inputs.iter().position(|&u| u == t) {
+                        let (added, removed) = row_changes(&old[t], &self.values[t]);
+                        inputs.extend(added.into_iter().map(|r| (k, r, 1)));
+                        inputs.extend(removed.into_iter().map(|r| (k, r, -1)));
+                    }
+                    let d = difference(&old[t], &self.values[t]);
+                    if !d.added.is_empty() || !d.removed.is_empty() {
+                        deltas.insert(t, d);
+                    }
+                }
+            }
         }
         let out = self
             .live
@@ -191,7 +308,6 @@ impl Incremental {
         let mut out: Vec<((TensorId, Row), isize)> =
             out.into_iter().map(|(t, r, d)| ((t, r), d)).collect();
         differential_dataflow::consolidation::consolidate(&mut out);
-        let mut deltas: BTreeMap<TensorId, Delta> = BTreeMap::new();
         for ((t, row), d) in out {
             let delta = deltas.entry(t).or_default();
             match d > 0 {
@@ -220,24 +336,9 @@ impl Incremental {
             .iter()
             .any(|x| matches!(x, Placement::After(_)))
         {
-            let before = self.values.clone();
-            let mut state = State::new(p, plan, o)?;
-            for (t, v) in self.values.iter().enumerate() {
-                state.values[t] = v.clone();
-            }
-            let mut fresh = State::new(p, plan, o)?;
-            for (i, st) in p.strata.iter().enumerate() {
-                if let Placement::After(_) = self.flow.placement[i] {
-                    for &t in &st.tensors {
-                        state.values[t] = std::mem::replace(
-                            &mut fresh.values[t],
-                            Tensor::relation(Vec::new(), std::iter::empty()),
-                        );
-                    }
-                }
-            }
-            self.after(p, &mut state)?;
-            self.values = state.finish().values;
+            let before = self.rerun(p, plan, o, &|x: &Placement| {
+                matches!(x, Placement::After(_))
+            })?;
             for (i, st) in p.strata.iter().enumerate() {
                 if let Placement::After(_) = self.flow.placement[i] {
                     for &t in &st.tensors {
@@ -254,6 +355,42 @@ impl Incremental {
             d.removed.sort_unstable();
         }
         Ok(deltas)
+    }
+
+    /// Evaluates again the strata with equations placed where `which` says, on the current
+    /// values of every other tensor; returns the values before.
+    fn rerun(
+        &mut self,
+        p: &Checked,
+        plan: &Plan,
+        o: &EvalOptions,
+        which: &dyn Fn(&Placement) -> bool,
+    ) -> Result<Vec<Tensor>, Diagnostics> {
+        let old = self.values.clone();
+        let mut state = State::new(p, plan, o)?;
+        let again: Vec<TensorId> = p
+            .strata
+            .iter()
+            .enumerate()
+            .filter(|(i, st)| which(&self.flow.placement[*i]) && !st.equations.is_empty())
+            .flat_map(|(_, st)| st.tensors.iter().copied())
+            .collect();
+        for (t, v) in self.values.iter().enumerate() {
+            if !again.contains(&t) {
+                state.set(t, v.clone());
+            }
+        }
+        for (i, st) in p.strata.iter().enumerate() {
+            let place = &self.flow.placement[i];
+            if which(place) && !st.equations.is_empty() {
+                state.stratum(i, st)?;
+                if let (Placement::After(why), Some(d)) = (place, state.last_decision()) {
+                    d.reason = d.reason.take().or(Some(why.clone()));
+                }
+            }
+        }
+        self.values = state.finish().values;
+        Ok(old)
     }
 
     /// Runs the strata after the dataflow, logging why each is there.
@@ -289,7 +426,28 @@ fn failure(p: &Checked, flow: &DataflowPlan, o: &EvalOptions, f: Failure) -> Dia
 /// A relation with `delta` applied, by one merge of sorted tuples.
 fn patched(t: &Tensor, delta: &Delta) -> Tensor {
     let Storage::Relation(r) = &t.storage else {
-        return t.clone();
+        // A relation without facts may be held as zeros: patch its tuples.
+        let mut flat = Vec::new();
+        let mut count = 0;
+        for row in super::rows(t) {
+            flat.extend_from_slice(&row);
+            count += 1;
+        }
+        let arity = t.shape.len();
+        let tuples = match arity {
+            0 => Relation::from_flat(0, Vec::new(), count),
+            _ => {
+                let mut rows: Vec<&[u32]> = flat.chunks(arity).collect();
+                rows.sort_unstable();
+                Relation::from_sorted(arity, rows.concat())
+            }
+        };
+        let relation = Tensor {
+            elem: t.elem,
+            shape: t.shape.clone(),
+            storage: Storage::Relation(tuples),
+        };
+        return patched(&relation, delta);
     };
     let arity = r.arity();
     let mut removed: Vec<&[u32]> = delta.removed.iter().map(Vec::as_slice).collect();
@@ -396,4 +554,25 @@ fn difference(old: &Tensor, new: &Tensor) -> Delta {
         added: b.iter().filter(|r| !sa.contains(r)).cloned().collect(),
         removed: a.iter().filter(|r| !sb.contains(r)).cloned().collect(),
     }
+}
+
+/// Whether stratum `s` reads any of `tensors`.
+fn reads_any(p: &Checked, s: &crate::semantics::Stratum, tensors: &[TensorId]) -> bool {
+    s.equations.iter().any(|&e| {
+        let mut reads = false;
+        p.equations[e]
+            .rhs
+            .reads(&mut |u, _| reads |= tensors.contains(&u));
+        reads
+    })
+}
+
+/// The dataflow rows of `new` not in `old`, and the reverse.
+fn row_changes(old: &Tensor, new: &Tensor) -> (Vec<Row>, Vec<Row>) {
+    let a: BTreeSet<Row> = super::rows(old).collect();
+    let b: BTreeSet<Row> = super::rows(new).collect();
+    (
+        b.difference(&a).cloned().collect(),
+        a.difference(&b).cloned().collect(),
+    )
 }

@@ -1,13 +1,18 @@
-//! A dataflow kept alive between rounds (incremental mode): its workers wait for a round's
-//! input changes, run the round to completion, and worker 0 sends back the changes of every
-//! relation the dataflow computes. Dropping it stops the workers.
+//! A dataflow kept alive between rounds (incremental mode). Every process of the cluster
+//! builds it and feeds its share of the initial inputs. The workers of process 0 then wait
+//! for each round's input changes, run the round to completion, and worker 0 sends back
+//! the changes of every relation the dataflow computes. The other processes close their
+//! inputs after the first round and serve the dataflow (its exchanges and arrangements)
+//! until process 0 closes its own, which ends the dataflow everywhere.
 
+use super::quiet::{catching, Hushed};
 use super::render::render;
-use super::{Job, Row};
+use super::{Cluster, Job, Row, CONNECT_WITHIN};
 use crate::eval::Stop;
 use crate::semantics::TensorId;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Changes to the dataflow's inputs: the input's index, the tuple, +1 or −1.
 pub(super) type InputChanges = Vec<(usize, Row, isize)>;
@@ -27,19 +32,31 @@ pub(super) enum Failure {
     Failed(String),
 }
 
-/// The workers of a dataflow that stays up between rounds.
+/// The workers of process 0 of a dataflow that stays up between rounds.
 pub(super) struct Live {
     commands: Vec<Sender<Command>>,
     results: Receiver<Result<OutputChanges, Failure>>,
     workers: Option<timely::communication::WorkerGuards<()>>,
     round: u64,
     dead: bool,
+    /// Panics of the workers (a lost peer) become a round's error instead of a backtrace.
+    hushed: Hushed,
 }
 
+/// How often a serving worker looks at the stop flag while nothing happens.
+const POLL: Duration = Duration::from_millis(100);
+
 impl Live {
-    /// Starts `workers` threads of this process, each with the dataflow built.
-    pub(super) fn start(job: Job, workers: usize, stop: Stop) -> Result<Live, String> {
-        let workers = workers.max(1);
+    /// Starts this process's workers (process 0 of the cluster, or its only one), each with
+    /// the dataflow built and its share of `initial` fed; the first [`Live::round`] returns
+    /// what they derive from it. `fingerprint` must be the same in every process.
+    pub(super) fn start(
+        job: Job,
+        initial: InputChanges,
+        (cluster, fingerprint): (&Cluster, u64),
+        stop: Stop,
+    ) -> Result<Live, String> {
+        let workers = cluster.workers.max(1);
         let (mut senders, mut receivers) = (Vec::new(), Vec::new());
         for _ in 0..workers {
             let (s, r) = channel::<Command>();
@@ -49,20 +66,20 @@ impl Live {
         let receivers = Arc::new(Mutex::new(receivers));
         let (results_tx, results) = channel();
         let results_tx = Arc::new(Mutex::new(results_tx));
-        let job = Arc::new(job);
-        let config = match workers {
-            1 => timely::CommunicationConfig::Thread,
-            n => timely::CommunicationConfig::Process(n),
-        };
-        let (builders, others) = config.try_build()?;
+        let (job, initial) = (Arc::new(job), Arc::new(initial));
+        let hushed = Hushed::new();
+        let (builders, others) = cluster.allocators(fingerprint, CONNECT_WITHIN)?;
         let guards = timely::execute::execute_from(
             builders,
             others,
             timely::WorkerConfig::default(),
             move |worker| {
-                let index = worker.index();
-                let peers = worker.peers();
-                let commands = receivers.lock().ok().and_then(|mut r| r[index].take());
+                let (index, peers) = (worker.index(), worker.peers());
+                // Process 0's workers are the first `workers` of the cluster.
+                let commands = receivers
+                    .lock()
+                    .ok()
+                    .and_then(|mut r| r.get_mut(index)?.take());
                 let Some(commands) = commands else { return };
                 let send = |r| {
                     if let Ok(tx) = results_tx.lock() {
@@ -70,14 +87,9 @@ impl Live {
                     }
                 };
                 let mut r = render(worker, &job);
+                feed(&mut r.inputs, &initial, (index, peers));
                 while let Ok(Command::Round(round, changes)) = commands.recv() {
-                    for (i, (input, row, diff)) in changes.iter().enumerate() {
-                        if i % peers == index {
-                            if let Some(h) = r.inputs.get_mut(*input) {
-                                h.update(row.clone(), *diff);
-                            }
-                        }
-                    }
+                    feed(&mut r.inputs, &changes, (index, workers));
                     for h in &mut r.inputs {
                         h.advance_to(round + 1);
                         h.flush();
@@ -86,6 +98,7 @@ impl Live {
                         worker.step();
                         if stop.requested() {
                             send(Err(Failure::Stopped));
+                            abandon(worker);
                             return;
                         }
                     }
@@ -101,6 +114,7 @@ impl Live {
             workers: Some(guards),
             round: 0,
             dead: false,
+            hushed,
         })
     }
 
@@ -115,7 +129,7 @@ impl Live {
         for c in &self.commands {
             if c.send(Command::Round(self.round, changes.clone())).is_err() {
                 self.dead = true;
-                return Err(Failure::Failed("a worker is gone".into()));
+                return Err(self.lost());
             }
         }
         self.round += 1;
@@ -127,9 +141,18 @@ impl Live {
             }
             Err(_) => {
                 self.dead = true;
-                Err(Failure::Failed("a worker stopped".into()))
+                Err(self.lost())
             }
         }
+    }
+
+    /// Why the workers are gone: the panic that ended them (a lost peer), if one did.
+    fn lost(&self) -> Failure {
+        Failure::Failed(
+            self.hushed
+                .first()
+                .unwrap_or_else(|| "a worker stopped".into()),
+        )
     }
 }
 
@@ -140,8 +163,77 @@ impl Drop for Live {
         }
         self.commands.clear();
         if let Some(g) = self.workers.take() {
-            // Workers that stopped early (Ctrl-C) have already returned.
-            let _ = g.join();
+            // Workers that stopped early (Ctrl-C) have already returned; those whose peer
+            // is gone have panicked, and so does joining their network threads.
+            let _ = self.hushed.quietly(|| g.join());
         }
+    }
+}
+
+/// Serves a dataflow that process 0 of `cluster` drives ([`Live::start`] there): builds it
+/// in this process's workers, feeds their share of `initial`, closes their inputs and
+/// steps until process 0 closes its own. Returns once the dataflow has ended everywhere.
+pub(super) fn serve(
+    job: Job,
+    initial: InputChanges,
+    (cluster, fingerprint): (&Cluster, u64),
+    stop: Stop,
+) -> Result<(), Failure> {
+    let (job, initial) = (Arc::new(job), Arc::new(initial));
+    let (builders, others) = cluster
+        .allocators(fingerprint, CONNECT_WITHIN)
+        .map_err(Failure::Failed)?;
+    let work = move |worker: &mut timely::worker::Worker| {
+        let (index, peers) = (worker.index(), worker.peers());
+        let mut r = render(worker, &job);
+        feed(&mut r.inputs, &initial, (index, peers));
+        for mut h in r.inputs {
+            h.advance_to(1);
+            h.flush();
+        }
+        while worker.has_dataflows() {
+            worker.step_or_park(Some(POLL));
+            if stop.requested() {
+                abandon(worker);
+                return Err(());
+            }
+        }
+        Ok(())
+    };
+    let results = catching(move || {
+        let guards =
+            timely::execute::execute_from(builders, others, timely::WorkerConfig::default(), work)?;
+        Ok(guards.join())
+    })
+    .map_err(Failure::Failed)?;
+    for result in results {
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(())) => return Err(Failure::Stopped),
+            Err(e) => return Err(Failure::Failed(format!("a worker failed: {e}"))),
+        }
+    }
+    Ok(())
+}
+
+/// Feeds worker `index` of `peers` its share of `changes` (every `peers`-th).
+fn feed(
+    inputs: &mut [differential_dataflow::input::InputSession<u64, Row, isize>],
+    changes: &[(usize, Row, isize)],
+    (index, peers): (usize, usize),
+) {
+    for (i, (input, row, diff)) in changes.iter().enumerate() {
+        if i % peers == index {
+            if let Some(h) = inputs.get_mut(*input) {
+                h.update(row.clone(), *diff);
+            }
+        }
+    }
+}
+
+/// Drops the worker's dataflows, so that a stopped worker does not step them to the end.
+fn abandon(worker: &mut timely::worker::Worker) {
+    for id in worker.installed_dataflows() {
+        worker.drop_dataflow(id);
     }
 }

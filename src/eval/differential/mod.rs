@@ -141,7 +141,7 @@ impl Engine for Differential {
         let inputs: Vec<Tensor> = flow
             .inputs
             .iter()
-            .map(|&t| state.values[t].clone())
+            .map(|&t| input(p, &flow, &state.values, t))
             .collect();
         let job = Job {
             values: Arc::new(Values {
@@ -181,6 +181,16 @@ impl Engine for Differential {
     }
 }
 
+/// What input `t` of the dataflow starts with: the facts of a relation it defines, the value
+/// of one it reads.
+fn input(p: &Checked, flow: &DataflowPlan, values: &[Tensor], t: TensorId) -> Tensor {
+    match (flow.outputs().any(|u| u == t), &p.data[t]) {
+        (false, _) => values[t].clone(),
+        (true, Some(facts)) => facts.clone(),
+        (true, None) => Tensor::relation(p.tensors[t].shape.clone(), std::iter::empty()),
+    }
+}
+
 /// The tensors the dataflow's value checks read; the others left empty.
 fn snapshot(values: &[Tensor], read: &[TensorId]) -> Vec<Tensor> {
     values
@@ -201,7 +211,7 @@ fn run_once(
     (cluster, o): (&Cluster, &EvalOptions),
     span: Span,
 ) -> Result<Vec<(TensorId, Row, isize)>, Diagnostics> {
-    let fingerprint = fingerprint(&job.plan, &inputs);
+    let fingerprint = fingerprint(&job.plan, inputs.iter().map(|t| rows(t).count()));
     let job = Arc::new(job);
     let inputs = Arc::new(inputs);
     let stop = o.stop.clone();
@@ -250,13 +260,14 @@ fn run_once(
     Ok(all.into_iter().map(|((t, r), d)| (t, r, d)).collect())
 }
 
-/// A hash of the dataflow and of its inputs' sizes, which every process of a run must share.
-fn fingerprint(plan: &DataflowPlan, inputs: &[Tensor]) -> u64 {
+/// A hash of the dataflow and of its inputs' sizes (tuples per input), which every process
+/// of a run must share.
+fn fingerprint(plan: &DataflowPlan, sizes: impl Iterator<Item = usize>) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = rustc_hash::FxHasher::default();
     format!("{plan:?}").hash(&mut h);
-    for t in inputs {
-        rows(t).count().hash(&mut h);
+    for n in sizes {
+        n.hash(&mut h);
     }
     h.finish()
 }
