@@ -446,3 +446,89 @@ fn watch_over_two_processes_ends_process_1_cleanly_with_process_0() {
     assert!(one.status.success(), "{}", common::stderr(&one));
     assert_eq!(common::stdout(&one), "");
 }
+
+/// Random edge insertions and removals, one commit per line, sent to `tl watch` over two
+/// processes (both started here): the answers it ends with, replayed from its `+`/`-`
+/// lines, are those of `tl run` on the final edges.
+#[test]
+fn watch_over_two_processes_ends_with_the_answers_of_a_run_on_the_final_facts() {
+    use std::collections::BTreeSet;
+    use std::io::Write;
+    let declared = format!("N : 12\nEdge : bool[N, N]\n{PROGRAM}");
+    for seed in [7u64, 1234, 99991] {
+        let dir = tempfile::tempdir().unwrap();
+        common::write(dir.path(), "p.tl", &declared);
+        let mut state = seed;
+        let mut next = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let mut edges: BTreeSet<(u64, u64)> = BTreeSet::new();
+        while edges.len() < 10 {
+            edges.insert((next(12), next(12)));
+        }
+        let file = |edges: &BTreeSet<(u64, u64)>| {
+            edges
+                .iter()
+                .map(|(a, b)| format!("{a}\t{b}\n"))
+                .collect::<String>()
+        };
+        common::write(dir.path(), "edge.tsv", &file(&edges));
+        let mut lines = Vec::new();
+        for _ in 0..12 {
+            let e = (next(12), next(12));
+            let insert = next(3) > 0;
+            lines.push(format!(
+                "{}Edge({}, {})",
+                if insert { '+' } else { '-' },
+                e.0,
+                e.1
+            ));
+            match insert {
+                true => edges.insert(e),
+                false => edges.remove(&e),
+            };
+        }
+        let hosts = hosts(dir.path());
+        let h = hosts.to_str().unwrap();
+        let base = ["watch", "p.tl", "--processes", "2", "--hosts", h, "--quiet"];
+        let one = spawn(dir.path(), &[&base[..], &["--process", "1"]].concat());
+        let mut zero = Command::new(env!("CARGO_BIN_EXE_tl"))
+            .args([&base[..], &["--process", "0", "--workers", "1"]].concat())
+            .current_dir(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = zero.stdin.take().unwrap();
+        for l in &lines {
+            writeln!(stdin, "{l}").unwrap();
+        }
+        drop(stdin);
+        let out = zero.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", common::stderr(&out));
+        assert!(
+            !common::stderr(&out).contains("error"),
+            "{}",
+            common::stderr(&out)
+        );
+        let one = one.wait_with_output().unwrap();
+        assert!(one.status.success(), "{}", common::stderr(&one));
+        let mut shown: BTreeSet<String> = BTreeSet::new();
+        for l in common::stdout(&out).lines() {
+            match (l.strip_prefix('+'), l.strip_prefix('-')) {
+                (Some(a), _) => assert!(shown.insert(a.to_string()), "{a} shown twice"),
+                (_, Some(a)) => assert!(shown.remove(a), "{a} was not shown"),
+                _ => assert!(shown.insert(l.to_string())),
+            }
+        }
+        // The file still holds the first edges: the run reads the final ones instead.
+        common::write(dir.path(), "edge.tsv", &file(&edges));
+        let run = common::tl(dir.path(), &["run", "p.tl"]);
+        let expected: BTreeSet<String> = common::stdout(&run).lines().map(str::to_string).collect();
+        assert_eq!(shown, expected, "seed {seed}: {lines:?}");
+    }
+}
