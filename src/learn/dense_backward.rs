@@ -21,11 +21,12 @@ use std::borrow::Cow;
 
 /// Adds d(loss)/d(factor) to `adj` for every dense factor whose tensor has a buffer there,
 /// given `upstream` = d(loss)/d(target) (row-major over `d.out`) and the terms the forward
-/// pass kept, if it did. `false`, with nothing
-/// added, for what this path does not cover (softmax/lnorm, a relation factor taking a
-/// gradient, a tensor of defined elements or a shifted relation as a factor, inputs not as
-/// planned): the caller
-/// then uses the reference loops.
+/// pass kept, if it did. The caller has asked [`covers`] first, once for every step of an
+/// index recursion or for every part of an equation before any part adds: this path does
+/// not take softmax/lnorm nested in each other, a relation factor taking a gradient, a
+/// tensor of defined elements or a shifted relation as a factor, or inputs not as planned,
+/// and the caller then uses the reference loops. `false`, with nothing added, if the
+/// normalizations cannot be lifted after all.
 pub(crate) fn backward_dense(
     d: &DenseEquation,
     values: &[Tensor],
@@ -34,9 +35,6 @@ pub(crate) fn backward_dense(
     adj: &mut [Option<Vec<f64>>],
     kept: Option<&[Option<KeptTerm>]>,
 ) -> bool {
-    if !covers(d, values, o) {
-        return false;
-    }
     let threads = o.threads.max(1);
     // Terms the forward pass kept are read back; the others (reads of a tensor) are cheap.
     let mut terms: Vec<Operand> = d

@@ -27,12 +27,17 @@ pub(crate) fn covered(steps: &Steps, values: &[Tensor], o: &EvalOptions) -> bool
 
 /// Adds the stratum's contributions to `adj`, whose entries for the stratum's own tensors
 /// hold the adjoints that later strata gave them (and receive those of earlier steps).
+/// Adds nothing unless [`covered`]: the caller then evaluates the stratum recorded, for
+/// the reference loops to go backwards through it.
 pub(crate) fn backward(
     steps: &Steps,
     values: &[Tensor],
     o: &EvalOptions,
     adj: &mut [Option<Vec<f64>>],
 ) {
+    if !covered(steps, values, o) {
+        return;
+    }
     let mut moved: Vec<Option<DenseEquation>> =
         steps.equations.iter().map(|e| e.dense.clone()).collect();
     for s in (0..steps.count).rev() {
