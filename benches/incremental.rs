@@ -3,10 +3,13 @@
 //! the standard engine's from-scratch run, the differential engine's first evaluation, and
 //! the time of each commit: one edge inserted and removed at the chain's end, one in its
 //! middle, then 1,000 random forward edges inserted and removed in one commit each. Pass
-//! `--workers N` for more dataflow workers, `--quick` to stop after the chain's end.
+//! `--workers N` for more dataflow workers, `--processes 2` to run the dataflow as two
+//! processes over localhost TCP (the second served from a thread of this one), `--quick` to
+//! stop after the chain's end.
 
 use std::path::Path;
 use std::time::Instant;
+use tensor_logic::eval::{Cluster, Processes};
 use tensor_logic::{RunOptions, Session};
 
 const NODES: usize = 2000;
@@ -14,11 +17,13 @@ const NODES: usize = 2000;
 fn main() {
     let mut workers = 1usize;
     let mut quick = false;
+    let mut processes = 1usize;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--workers" => workers = args.next().and_then(|w| w.parse().ok()).unwrap_or(1),
             "--quick" => quick = true,
+            "--processes" => processes = args.next().and_then(|w| w.parse().ok()).unwrap_or(1),
             _ => {}
         }
     }
@@ -45,13 +50,24 @@ fn main() {
         "standard engine, from scratch: {:.1} ms",
         from_scratch * 1e3
     );
+    let clusters = clusters(workers, processes);
+    let mut others = Vec::new();
+    for cluster in clusters.iter().skip(1).cloned() {
+        let mut s = load();
+        let options = options.clone();
+        others.push(std::thread::spawn(move || {
+            s.serve_incremental(&options, &cluster)
+                .expect("the other process serves the dataflow");
+        }));
+    }
     let mut inc = load();
     let t = Instant::now();
-    inc.run_incremental(&options, workers)
+    inc.run_incremental_on(&options, &clusters[0])
         .expect("the dataflow runs");
     println!(
-        "differential, first evaluation ({workers} worker{}): {:.1} ms",
+        "differential, first evaluation ({workers} worker{}, {processes} process{}): {:.1} ms",
         if workers == 1 { "" } else { "s" },
+        if processes == 1 { "" } else { "es" },
         t.elapsed().as_secs_f64() * 1e3
     );
     let edge = |a: usize, b: usize| vec![a.to_string(), b.to_string()];
@@ -83,28 +99,60 @@ fn main() {
         false,
         vec![edge(NODES - 1, NODES)],
     );
-    if quick {
-        return;
-    }
-    commit("remove Edge(1000, 1001)", false, vec![edge(1000, 1001)]);
-    commit("insert Edge(1000, 1001)", true, vec![edge(1000, 1001)]);
-    // Forward edges (i < j) add no path, but every one is derived again and deduplicated.
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % NODES as u64) as usize
-    };
-    let mut batch: Vec<Vec<String>> = Vec::new();
-    while batch.len() < 1000 {
-        let (a, b) = (next(), next());
-        let e = edge(a.min(b), a.max(b));
-        // Not a chain edge (removing the batch must leave the chain), not twice.
-        if a.abs_diff(b) >= 2 && !batch.contains(&e) {
-            batch.push(e);
+    if !quick {
+        commit("remove Edge(1000, 1001)", false, vec![edge(1000, 1001)]);
+        commit("insert Edge(1000, 1001)", true, vec![edge(1000, 1001)]);
+        // Forward edges (i < j) add no path, but every one is derived again and deduplicated.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % NODES as u64) as usize
+        };
+        let mut batch: Vec<Vec<String>> = Vec::new();
+        while batch.len() < 1000 {
+            let (a, b) = (next(), next());
+            let e = edge(a.min(b), a.max(b));
+            // Not a chain edge (removing the batch must leave the chain), not twice.
+            if a.abs_diff(b) >= 2 && !batch.contains(&e) {
+                batch.push(e);
+            }
         }
+        commit("insert 1,000 random forward edges", true, batch.clone());
+        commit("remove them", false, batch);
     }
-    commit("insert 1,000 random forward edges", true, batch.clone());
-    commit("remove them", false, batch);
+    // Process 0 ending the run ends the others.
+    drop(inc);
+    for other in others {
+        let _ = other.join();
+    }
+}
+
+/// The cluster of each process: threads of this one, or `processes` over localhost ports.
+fn clusters(workers: usize, processes: usize) -> Vec<Cluster> {
+    if processes <= 1 {
+        return vec![Cluster {
+            workers,
+            processes: None,
+        }];
+    }
+    let listeners: Vec<std::net::TcpListener> = (0..processes)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"))
+        .collect();
+    let hosts: Vec<String> = listeners
+        .iter()
+        .filter_map(|l| l.local_addr().ok())
+        .map(|a| a.to_string())
+        .collect();
+    drop(listeners);
+    (0..processes)
+        .map(|index| Cluster {
+            workers,
+            processes: Some(Processes {
+                index,
+                hosts: hosts.clone(),
+            }),
+        })
+        .collect()
 }
