@@ -450,44 +450,55 @@ fn patched(t: &Tensor, delta: &Delta) -> Tensor {
         return patched(&relation, delta);
     };
     let arity = r.arity();
-    let mut removed: Vec<&[u32]> = delta.removed.iter().map(Vec::as_slice).collect();
-    removed.sort_unstable();
-    let mut added: Vec<&[u32]> = delta.added.iter().map(Vec::as_slice).collect();
-    added.sort_unstable();
-    let (mut flat, mut count) = (Vec::with_capacity(r.flat().len() + arity * added.len()), 0);
-    let (mut i, mut a) = (0usize, 0usize);
-    let mut push = |row: &[u32], flat: &mut Vec<u32>| {
-        flat.extend_from_slice(row);
-        count += 1;
-    };
-    for row in r.iter() {
-        while a < added.len() && added[a] < row {
-            push(added[a], &mut flat);
-            a += 1;
-        }
-        while i < removed.len() && removed[i] < row {
-            i += 1;
-        }
-        if i < removed.len() && removed[i] == row {
-            continue;
-        }
-        if a < added.len() && added[a] == row {
-            a += 1;
-        }
-        push(row, &mut flat);
-    }
-    for row in &added[a..] {
-        push(row, &mut flat);
-    }
     let rel = match arity {
-        0 => Relation::from_flat(0, Vec::new(), count),
-        _ => Relation::from_sorted(arity, flat),
+        0 => {
+            let holds = (r.len() > 0 || !delta.added.is_empty()) && delta.removed.is_empty();
+            Relation::from_flat(0, Vec::new(), usize::from(holds))
+        }
+        _ => Relation::from_sorted(arity, merged(r, delta)),
     };
     Tensor {
         elem: t.elem,
         shape: t.shape.clone(),
         storage: Storage::Relation(rel),
     }
+}
+
+/// The flat tuples of `r` with `delta` applied: the runs between changed tuples are found
+/// by binary search and copied whole, so a small change to a large relation costs little
+/// more than one copy of it.
+fn merged(r: &Relation, delta: &Delta) -> Vec<u32> {
+    let (arity, rows, all) = (r.arity(), r.len(), r.flat());
+    let mut changes: Vec<(&[u32], bool)> = delta
+        .removed
+        .iter()
+        .map(|x| (x.as_slice(), false))
+        .chain(delta.added.iter().map(|x| (x.as_slice(), true)))
+        .collect();
+    changes.sort_unstable();
+    changes.dedup();
+    let mut flat = Vec::with_capacity(all.len() + arity * delta.added.len());
+    let mut from = 0usize;
+    for (row, add) in changes {
+        let (mut lo, mut hi) = (from, rows);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match r.tuple(mid) < row {
+                true => lo = mid + 1,
+                false => hi = mid,
+            }
+        }
+        flat.extend_from_slice(&all[from * arity..lo * arity]);
+        from = lo;
+        let present = lo < rows && r.tuple(lo) == row;
+        match (add, present) {
+            (true, false) => flat.extend_from_slice(row),
+            (false, true) => from = lo + 1,
+            _ => {}
+        }
+    }
+    flat.extend_from_slice(&all[from * arity..]);
+    flat
 }
 
 /// A counting tensor with its heads' counts changed (the dataflow's rows: a head, then its
@@ -575,4 +586,39 @@ fn row_changes(old: &Tensor, new: &Tensor) -> (Vec<Row>, Vec<Row>) {
         b.difference(&a).cloned().collect(),
         a.difference(&b).cloned().collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(t: &Tensor) -> Vec<Vec<u32>> {
+        match &t.storage {
+            Storage::Relation(r) => r.iter().map(<[u32]>::to_vec).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn patching_adds_and_removes_tuples_anywhere_and_ignores_no_ops() {
+        let rows: Vec<Vec<u32>> = (0..50).map(|i| vec![i / 7, i % 7]).collect();
+        let t = Tensor::relation(vec![8, 7], rows.clone());
+        let delta = Delta {
+            added: vec![vec![0, 0], vec![9, 9], vec![3, 9], vec![0, 8]],
+            removed: vec![vec![0, 1], vec![7, 0], vec![5, 5], vec![6, 9]],
+        };
+        let mut want: BTreeSet<Vec<u32>> = rows.into_iter().collect();
+        for r in &delta.removed {
+            want.remove(r);
+        }
+        want.extend(delta.added.iter().cloned());
+        let got = pairs(&patched(&t, &delta));
+        assert_eq!(got, want.into_iter().collect::<Vec<_>>());
+        let empty = Tensor::relation(vec![8, 7], Vec::<Vec<u32>>::new());
+        assert_eq!(pairs(&patched(&empty, &delta)), {
+            let mut a = delta.added.clone();
+            a.sort();
+            a
+        });
+    }
 }
