@@ -452,7 +452,7 @@ fn patched(t: &Tensor, delta: &Delta) -> Tensor {
     let arity = r.arity();
     let rel = match arity {
         0 => {
-            let holds = (r.len() > 0 || !delta.added.is_empty()) && delta.removed.is_empty();
+            let holds = (!r.is_empty() || !delta.added.is_empty()) && delta.removed.is_empty();
             Relation::from_flat(0, Vec::new(), usize::from(holds))
         }
         _ => Relation::from_sorted(arity, merged(r, delta)),
