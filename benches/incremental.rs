@@ -52,9 +52,9 @@ fn main() {
     );
     let clusters = clusters(workers, processes);
     let mut others = Vec::new();
-    for cluster in clusters.iter().skip(1).cloned() {
+    for cluster in clusters.iter().skip(1) {
         let mut s = load();
-        let options = options.clone();
+        let (options, cluster) = (options.clone(), cluster.clone());
         others.push(std::thread::spawn(move || {
             s.serve_incremental(&options, &cluster)
                 .expect("the other process serves the dataflow");
