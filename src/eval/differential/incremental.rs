@@ -465,8 +465,8 @@ fn patched(t: &Tensor, delta: &Delta) -> Tensor {
 }
 
 /// The flat tuples of `r` with `delta` applied: the runs between changed tuples are found
-/// by binary search and copied whole, so a small change to a large relation costs little
-/// more than one copy of it.
+/// by galloping search and copied whole, so a small change to a large relation costs little
+/// more than one copy of it, and a large one about a merge.
 fn merged(r: &Relation, delta: &Delta) -> Vec<u32> {
     let (arity, rows, all) = (r.arity(), r.len(), r.flat());
     let mut changes: Vec<(&[u32], bool)> = delta
@@ -480,7 +480,13 @@ fn merged(r: &Relation, delta: &Delta) -> Vec<u32> {
     let mut flat = Vec::with_capacity(all.len() + arity * delta.added.len());
     let mut from = 0usize;
     for (row, add) in changes {
-        let (mut lo, mut hi) = (from, rows);
+        // Gallop from the last change, then bisect: changes close together cost little.
+        let (mut lo, mut step) = (from, 1);
+        while lo + step <= rows && r.tuple(lo + step - 1) < row {
+            lo += step;
+            step *= 2;
+        }
+        let mut hi = (lo + step - 1).min(rows);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             match r.tuple(mid) < row {
@@ -614,6 +620,25 @@ mod tests {
         want.extend(delta.added.iter().cloned());
         let got = pairs(&patched(&t, &delta));
         assert_eq!(got, want.into_iter().collect::<Vec<_>>());
+        // Many changes, close together and far apart.
+        let rows: Vec<Vec<u32>> = (0..1000).map(|i| vec![i / 40, i % 40]).collect();
+        let t = Tensor::relation(vec![30, 40], rows.clone());
+        let delta = Delta {
+            added: (0..300).map(|i| vec![i % 30, 40 + i / 30]).collect(),
+            removed: (0..1000)
+                .filter(|i| i % 3 == 0 || (400..700).contains(i))
+                .map(|i| vec![i / 40, i % 40])
+                .collect(),
+        };
+        let mut want: BTreeSet<Vec<u32>> = rows.into_iter().collect();
+        for r in &delta.removed {
+            want.remove(r);
+        }
+        want.extend(delta.added.iter().cloned());
+        assert_eq!(
+            pairs(&patched(&t, &delta)),
+            want.into_iter().collect::<Vec<_>>()
+        );
         let empty = Tensor::relation(vec![8, 7], Vec::<Vec<u32>>::new());
         assert_eq!(pairs(&patched(&empty, &delta)), {
             let mut a = delta.added.clone();
