@@ -75,6 +75,38 @@ fn spawn(dir: &Path, args: &[&str]) -> Child {
         .unwrap()
 }
 
+/// `tl` with `args`, its standard input a pipe to write to.
+fn spawn_fed(dir: &Path, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_tl"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// A check that the next line `child` prints (within 30 s) is the one given.
+fn expecting(child: &mut Child) -> impl Fn(&str) {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    move |line: &str| {
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("no `{line}`"));
+        assert_eq!(got, line);
+    }
+}
+
 #[test]
 fn one_process_prints_and_writes_what_the_standard_engine_does() {
     let dir = setup(120);
@@ -274,7 +306,7 @@ fn explain_prints_the_dataflow_and_where_other_strata_run() {
 
 #[test]
 fn watch_prints_the_answers_that_change_with_stdin_facts_and_file_edits() {
-    use std::io::{BufRead, Write};
+    use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     common::write(dir.path(), "edge.tsv", "1\t2\n2\t3\n");
     common::write(
@@ -282,30 +314,8 @@ fn watch_prints_the_answers_that_change_with_stdin_facts_and_file_edits() {
         "w.tl",
         "Edge = \"edge.tsv\"\nPath(x, y) :- Edge(x, y).\nPath(x, z) :- Path(x, y), Edge(y, z).\nPath(1, x)?\n",
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tl"))
-        .args(["watch", "w.tl", "--workers", "2"])
-        .current_dir(dir.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            if tx.send(line.unwrap()).is_err() {
-                return;
-            }
-        }
-    });
-    let wait = std::time::Duration::from_secs(30);
-    let expect = |line: &str| {
-        let got = rx
-            .recv_timeout(wait)
-            .unwrap_or_else(|_| panic!("no `{line}`"));
-        assert_eq!(got, line);
-    };
+    let mut child = spawn_fed(dir.path(), &["watch", "w.tl", "--workers", "2"]);
+    let expect = expecting(&mut child);
     expect("Path(1, 2)");
     expect("Path(1, 3)");
     let mut stdin = child.stdin.take().unwrap();
@@ -326,7 +336,7 @@ fn watch_prints_the_answers_that_change_with_stdin_facts_and_file_edits() {
 
 #[test]
 fn watch_over_two_processes_takes_commits_at_process_0_and_ends_on_a_lost_peer() {
-    use std::io::{BufRead, Write};
+    use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     common::write(dir.path(), "edge.tsv", "1\t2\n2\t3\n");
     common::write(
@@ -350,34 +360,10 @@ fn watch_over_two_processes_takes_commits_at_process_0_and_ends_on_a_lost_peer()
             "2",
         ]
     };
-    let watch = |i| {
-        Command::new(env!("CARGO_BIN_EXE_tl"))
-            .args(args(i))
-            .current_dir(dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
+    let watch = |i| spawn_fed(dir.path(), &args(i));
     let mut one = watch("1");
     let mut zero = watch("0");
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stdout = zero.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            if tx.send(line.unwrap()).is_err() {
-                return;
-            }
-        }
-    });
-    let wait = std::time::Duration::from_secs(30);
-    let expect = |line: &str| {
-        let got = rx
-            .recv_timeout(wait)
-            .unwrap_or_else(|_| panic!("no `{line}`"));
-        assert_eq!(got, line);
-    };
+    let expect = expecting(&mut zero);
     expect("Path(1, 2)");
     expect("Path(1, 3)");
     let mut stdin = zero.stdin.take().unwrap();
@@ -495,14 +481,10 @@ fn watch_over_two_processes_ends_with_the_answers_of_a_run_on_the_final_facts() 
         let h = hosts.to_str().unwrap();
         let base = ["watch", "p.tl", "--processes", "2", "--hosts", h, "--quiet"];
         let one = spawn(dir.path(), &[&base[..], &["--process", "1"]].concat());
-        let mut zero = Command::new(env!("CARGO_BIN_EXE_tl"))
-            .args([&base[..], &["--process", "0", "--workers", "1"]].concat())
-            .current_dir(dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut zero = spawn_fed(
+            dir.path(),
+            &[&base[..], &["--process", "0", "--workers", "1"]].concat(),
+        );
         let mut stdin = zero.stdin.take().unwrap();
         for l in &lines {
             writeln!(stdin, "{l}").unwrap();
