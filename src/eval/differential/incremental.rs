@@ -130,9 +130,8 @@ impl Incremental {
             .map(|&t| (t, BTreeSet::new()))
             .collect();
         for (k, row, _) in &initial {
-            let t = flow.inputs[*k];
-            if flow.outputs().any(|u| u == t) {
-                given.entry(t).or_default().insert(row.to_vec());
+            if let Some(facts) = given.get_mut(&flow.inputs[*k]) {
+                facts.insert(row.to_vec());
             }
         }
         // Rounds end on Ctrl-C; a `--timeout` bounds the first evaluation only.
@@ -160,7 +159,7 @@ impl Incremental {
             log: Vec::new(),
             given,
         };
-        inc.after(p, &mut state)?;
+        inc.run_placed(p, &mut state, &|x| matches!(x, Placement::After(_)))?;
         let done = state.finish();
         inc.values = done.values;
         inc.log = done.log;
@@ -380,25 +379,24 @@ impl Incremental {
                 state.set(t, v.clone());
             }
         }
+        self.run_placed(p, &mut state, which)?;
+        self.values = state.finish().values;
+        Ok(old)
+    }
+
+    /// Runs the strata with equations placed where `which` says, logging why each that runs
+    /// after the dataflow is there.
+    fn run_placed(
+        &self,
+        p: &Checked,
+        state: &mut State,
+        which: &dyn Fn(&Placement) -> bool,
+    ) -> Result<(), Diagnostics> {
         for (i, st) in p.strata.iter().enumerate() {
             let place = &self.flow.placement[i];
             if which(place) && !st.equations.is_empty() {
                 state.stratum(i, st)?;
                 if let (Placement::After(why), Some(d)) = (place, state.last_decision()) {
-                    d.reason = d.reason.take().or(Some(why.clone()));
-                }
-            }
-        }
-        self.values = state.finish().values;
-        Ok(old)
-    }
-
-    /// Runs the strata after the dataflow, logging why each is there.
-    fn after(&self, p: &Checked, state: &mut State) -> Result<(), Diagnostics> {
-        for (i, st) in p.strata.iter().enumerate() {
-            if let Placement::After(why) = &self.flow.placement[i] {
-                state.stratum(i, st)?;
-                if let Some(d) = state.last_decision() {
                     d.reason = d.reason.take().or(Some(why.clone()));
                 }
             }
@@ -433,19 +431,10 @@ fn patched(t: &Tensor, delta: &Delta) -> Tensor {
             flat.extend_from_slice(&row);
             count += 1;
         }
-        let arity = t.shape.len();
-        let tuples = match arity {
-            0 => Relation::from_flat(0, Vec::new(), count),
-            _ => {
-                let mut rows: Vec<&[u32]> = flat.chunks(arity).collect();
-                rows.sort_unstable();
-                Relation::from_sorted(arity, rows.concat())
-            }
-        };
         let relation = Tensor {
             elem: t.elem,
             shape: t.shape.clone(),
-            storage: Storage::Relation(tuples),
+            storage: Storage::Relation(Relation::from_flat(t.shape.len(), flat, count)),
         };
         return patched(&relation, delta);
     };
