@@ -7,7 +7,7 @@
 //! or slow. It prints the plan `plan::plan` makes, which is the one evaluation follows.
 
 use crate::output::label;
-use crate::plan::dataflow::{Arrangement, ArrangementId, DataflowPlan, FlowRule, Placement};
+use crate::plan::dataflow::{Arrangement, ArrangementId, DataflowPlan, FlowRule, Heads, Placement};
 use crate::plan::datalog::{
     join_order, keys_within, variable_order, Atom, JoinStats, JoinStep, LetValue, Rule, Term,
 };
@@ -607,10 +607,15 @@ pub fn explain_dataflow(p: &Checked, d: &DataflowPlan, source: &str) -> String {
         let _ = writeln!(out, "stratum {}: {} ({where_})", i + 1, names(&st.tensors));
     }
     for fs in &d.strata {
-        let what = match (fs.recursive, fs.counts) {
-            (true, _) => "iterate: a fixpoint scope of its own",
-            (false, true) => "count per head",
-            (false, false) => "distinct",
+        let what = match (fs.recursive, fs.heads) {
+            (true, Heads::Extreme(f)) => format!(
+                "iterate: a fixpoint scope of its own, {} per head, at most --max-iters iterations",
+                extreme_name(f)
+            ),
+            (true, _) => "iterate: a fixpoint scope of its own".to_string(),
+            (false, Heads::Count) => "count per head".to_string(),
+            (false, Heads::Extreme(f)) => format!("{} per head", extreme_name(f)),
+            (false, Heads::Distinct) => "distinct".to_string(),
         };
         let _ = writeln!(
             out,
@@ -636,12 +641,26 @@ pub fn explain_dataflow(p: &Checked, d: &DataflowPlan, source: &str) -> String {
         }
         for r in &fs.rules {
             let eq = &p.equations[r.rule.equation];
-            let var = |v: &VarId| {
-                eq.vars
-                    .get(*v)
-                    .map_or_else(|| format!("_{v}"), |i| i.name.clone())
+            // A value's two words print as one name: `value(Edge)`.
+            let word = |v: &VarId| {
+                let words = r.value.as_ref()?.words.iter().enumerate();
+                words
+                    .filter_map(|(k, w)| Some((k, (*w)?)))
+                    .find(|(_, w)| w.contains(v))
+                    .map(|(k, w)| match w[0] == *v {
+                        true => Some(format!("value({})", names(&[r.rule.atoms[k].tensor]))),
+                        false => None,
+                    })
             };
-            let vs = |vs: &[VarId]| vs.iter().map(var).collect::<Vec<_>>().join(", ");
+            let var = |v: &VarId| match word(v) {
+                Some(name) => name,
+                None => Some(
+                    eq.vars
+                        .get(*v)
+                        .map_or_else(|| format!("_{v}"), |i| i.name.clone()),
+                ),
+            };
+            let vs = |vs: &[VarId]| vs.iter().filter_map(var).collect::<Vec<_>>().join(", ");
             let head = names(&[r.rule.head]);
             let mut ops = vec![format!("a{} ({})", r.first.0, vs(&r.first_env))];
             for j in &r.joins {
@@ -664,12 +683,22 @@ pub fn explain_dataflow(p: &Checked, d: &DataflowPlan, source: &str) -> String {
             for a in &r.antijoins {
                 ops.push(format!("antijoin a{}", a.arrangement.0));
             }
-            ops.push(format!("map to {head}"));
+            match r.value {
+                Some(_) => ops.push(format!("map to {head} with its value")),
+                None => ops.push(format!("map to {head}")),
+            }
             let _ = writeln!(out, "  {}", statement(eq, source));
             let _ = writeln!(out, "    {}", ops.join(" → "));
         }
     }
     out
+}
+
+fn extreme_name(f: Family) -> &'static str {
+    match f {
+        Family::Max => "max",
+        _ => "min",
+    }
 }
 
 fn or_none(s: String) -> String {
@@ -687,9 +716,15 @@ fn uses(r: &FlowRule, a: ArrangementId) -> bool {
 
 fn arrangement_text(p: &Checked, a: &Arrangement) -> String {
     let mut s = format!("{} by column", p.tensors[a.tensor].name);
+    // Columns past the tensor's positions hold its value's two words.
+    let rank = p.tensors[a.tensor].shape.len();
     let cols = |cs: &[usize]| {
         cs.iter()
-            .map(|c| c.to_string())
+            .filter(|&&c| c <= rank)
+            .map(|&c| match c == rank {
+                true => "value".to_string(),
+                false => c.to_string(),
+            })
             .collect::<Vec<_>>()
             .join(", ")
     };

@@ -305,6 +305,35 @@ fn explain_prints_the_dataflow_and_where_other_strata_run() {
 }
 
 #[test]
+fn watch_keeps_a_minimum_up_to_date_and_explain_shows_its_reduce() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    common::write(dir.path(), "edge.tsv", "1\t2\n2\t3\n");
+    common::write(
+        dir.path(),
+        "h.tl",
+        "Edge = \"edge.tsv\"\nHop[x, y] min= Edge(x, y)\nHop[x, z] min= Hop[x, y] + Edge(y, z)\nHop[1, x]?\n",
+    );
+    let out = common::tl(dir.path(), &["explain", "h.tl", "--engine", "differential"]);
+    let text = common::stdout(&out);
+    assert!(text.contains("Hop (iterate: a fixpoint scope of its own, min per head"), "{text}");
+    assert!(text.contains("map to Hop with its value"), "{text}");
+    let mut child = spawn_fed(dir.path(), &["watch", "h.tl", "--workers", "2"]);
+    let expect = expecting(&mut child);
+    expect("Hop[1, 2] = 1");
+    expect("Hop[1, 3] = 2");
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "+Edge(1, 3)").unwrap();
+    expect("-Hop[1, 3] = 2");
+    expect("+Hop[1, 3] = 1");
+    writeln!(stdin, "-Edge(1, 3)").unwrap();
+    expect("-Hop[1, 3] = 1");
+    expect("+Hop[1, 3] = 2");
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
 fn watch_prints_the_answers_that_change_with_stdin_facts_and_file_edits() {
     use std::io::Write;
     let dir = tempfile::tempdir().unwrap();

@@ -2,16 +2,19 @@
 //! engine, `eval::differential`): where each stratum runs, and each rule as a pipeline of
 //! joins over arrangements that its stratum's rules share.
 //!
-//! A stratum runs in the dataflow when its plan is semi-naive joins or counting joins
-//! ([`Kernel::Datalog`], [`Kernel::Counts`]) and the values its checks read are known before
-//! the dataflow starts. Every other stratum runs on the standard engine: *before* the dataflow
+//! A stratum runs in the dataflow when its plan is semi-naive joins, counting joins or a
+//! `min=`/`max=` recursion ([`Kernel::Datalog`], [`Kernel::Counts`], [`Kernel::Extremum`])
+//! and the values its checks read are known before the dataflow starts. A `min=`/`max=`
+//! stratum's values travel in its rows (two last words per atom of a tensor with values),
+//! and a `reduce` per head keeps the best. Every other stratum runs on the standard engine: *before* the dataflow
 //! when it reads nothing the dataflow computes (its relations then enter the dataflow as
 //! inputs), *after* it otherwise, on the dataflow's results. Only relations cross between
 //! the two.
 
-use super::datalog::{Rule, Term};
+use super::datalog::{Atom, Rule, Term, ValueExpr, ValuedRule};
 use super::{Kernel, Plan};
-use crate::semantics::{Checked, Kind, TensorId, VarId};
+use crate::semantics::{Checked, Family, Kind, TensorId, VarId};
+use crate::tensor::ElemType;
 
 /// Where a stratum runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,12 +72,30 @@ pub struct Antijoin {
     pub terms: Vec<Term>,
 }
 
+/// How a `min=`/`max=` rule's head value is computed: every atom of a tensor with values
+/// reads its row's last two words (the value's bits, high first) into two variables of
+/// their own, which no other atom shares, so they join nothing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RuleValue {
+    /// The value at one assignment, over the atoms' values.
+    pub expr: ValueExpr,
+    /// Per atom of the rule, the variables holding its value's high and low words; `None`
+    /// for a relation, whose atoms are worth 1 where they hold.
+    pub words: Vec<Option<[VarId; 2]>>,
+    /// What the head's elements are rounded to (each candidate, as the standard engine
+    /// rounds it).
+    pub elem: ElemType,
+}
+
 /// A rule as a dataflow: the first atom's rows, joins, then the rule's comparisons,
 /// computed positions and value checks, then negation, then the head.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FlowRule {
-    /// The rule as the standard engine plans it (filters, checks and lets are read from it).
+    /// The rule as the standard engine plans it (filters, checks and lets are read from it),
+    /// with the value variables of a `min=`/`max=` rule added to its atoms.
     pub rule: Rule,
+    /// For a `min=`/`max=` rule, its head value: the head's rows then end with its words.
+    pub value: Option<RuleValue>,
     /// The first atom's arrangement.
     pub first: ArrangementId,
     /// The variables of the first atom's rows: its key, then its values.
@@ -92,14 +113,25 @@ pub struct FlowStratum {
     pub stratum: usize,
     /// Whether it is a fixpoint (an `iterate` scope of its own).
     pub recursive: bool,
-    /// Whether it counts assignments (one integer tensor) rather than defining relations.
-    pub counts: bool,
+    /// What its tensors are made of their rules' head rows.
+    pub heads: Heads,
     /// The tensors it defines.
     pub tensors: Vec<TensorId>,
     /// Arrangements shared by its rules (built inside its loop when it is recursive).
     pub arrangements: Vec<Arrangement>,
     /// Its rules.
     pub rules: Vec<FlowRule>,
+}
+
+/// What a stratum in the dataflow makes of the head rows its rules derive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Heads {
+    /// A relation: each distinct tuple.
+    Distinct,
+    /// A count: the number of rows per head tuple (one integer tensor).
+    Count,
+    /// `min=` or `max=`: per head tuple, the least or greatest value its rows carry.
+    Extreme(Family),
 }
 
 /// The program as the differential engine runs it.
@@ -115,6 +147,10 @@ pub struct DataflowPlan {
     /// The tensors that the rules' value checks and computed positions read: captured when
     /// the dataflow is built.
     pub read_by_values: Vec<TensorId>,
+    /// The tensors whose rows carry their element's value as two last words (the bits of
+    /// the `f64`, high first): those `min=`/`max=` strata define, and those they read that
+    /// have values.
+    pub valued: Vec<TensorId>,
 }
 
 impl Arrangement {
@@ -144,6 +180,7 @@ pub fn plan_dataflow(p: &Checked, plan: &Plan) -> DataflowPlan {
     let mut home: Vec<Option<usize>> = vec![None; p.tensors.len()];
     let mut strata = Vec::new();
     let mut read_by_values = Vec::new();
+    let mut valued = Vec::new();
     for (i, (st, sp)) in p.strata.iter().zip(&plan.strata).enumerate() {
         if i > 0 {
             for &t in &p.strata[i - 1].tensors {
@@ -157,12 +194,22 @@ pub fn plan_dataflow(p: &Checked, plan: &Plan) -> DataflowPlan {
         for &e in &st.equations {
             p.equations[e].rhs.reads(&mut |t, _| reads.push(t));
         }
-        let rules: Option<Vec<&Rule>> = match &sp.kernel {
-            Kernel::Datalog(rules, _) => Some(rules.iter().collect()),
-            Kernel::Counts(rules) => Some(rules.iter().map(|(r, _)| r).collect()),
+        let lowered: Option<(Heads, Vec<Lowering>)> = match &sp.kernel {
+            Kernel::Datalog(rules, _) => Some((
+                Heads::Distinct,
+                rules.iter().map(|r| (r.clone(), None)).collect(),
+            )),
+            Kernel::Counts(rules) => Some((
+                Heads::Count,
+                rules.iter().map(|(r, _)| (r.clone(), None)).collect(),
+            )),
+            Kernel::Extremum(rules) => Some((
+                Heads::Extreme(p.tensors[st.tensors[0]].family),
+                rules.iter().map(|vr| with_values(p, vr)).collect(),
+            )),
             _ => None,
         };
-        let Some(rules) = rules else {
+        let Some((heads, rules)) = lowered else {
             let late = reads.iter().any(|&t| in_flow(t) || after(t));
             placement.push(match late {
                 true => Placement::After("not a Datalog stratum".into()),
@@ -170,7 +217,12 @@ pub fn plan_dataflow(p: &Checked, plan: &Plan) -> DataflowPlan {
             });
             continue;
         };
-        let values = value_reads(p, &rules, &reads);
+        // A `min=`/`max=` stratum's values travel in its rows; other rules' values are read
+        // from tensors known when the dataflow is built.
+        let values = match heads {
+            Heads::Extreme(_) => Vec::new(),
+            _ => value_reads(p, &rules, &reads),
+        };
         let blocked = reads.iter().copied().find(|&t| after(t)).or_else(|| {
             values
                 .iter()
@@ -186,8 +238,18 @@ pub fn plan_dataflow(p: &Checked, plan: &Plan) -> DataflowPlan {
             continue;
         }
         read_by_values.extend(values);
-        let counts = matches!(sp.kernel, Kernel::Counts(_));
-        strata.push(lower_stratum(i, st.recursive, counts, &st.tensors, &rules));
+        // Joins read only Boolean tensors, so a tensor's rows carry values in every rule
+        // that reads them or in none.
+        if let Heads::Extreme(_) = heads {
+            valued.extend(&st.tensors);
+            let atoms = rules.iter().flat_map(|(r, _)| &r.atoms);
+            valued.extend(
+                atoms
+                    .map(|a| a.tensor)
+                    .filter(|&t| p.tensors[t].kind != Kind::Bool),
+            );
+        }
+        strata.push(lower_stratum(i, st.recursive, heads, &st.tensors, &rules));
         placement.push(Placement::Flow);
     }
     for (i, st) in p.strata.iter().enumerate() {
@@ -197,6 +259,8 @@ pub fn plan_dataflow(p: &Checked, plan: &Plan) -> DataflowPlan {
     }
     read_by_values.sort_unstable();
     read_by_values.dedup();
+    valued.sort_unstable();
+    valued.dedup();
     let mut inputs: Vec<TensorId> = Vec::new();
     for fs in &strata {
         for a in &fs.arrangements {
@@ -207,9 +271,9 @@ pub fn plan_dataflow(p: &Checked, plan: &Plan) -> DataflowPlan {
         }
         // A relation's facts enter as an input, even with none yet, so that incremental
         // mode can insert some; a count's facts are added to it after the dataflow.
-        match fs.counts {
-            true => {}
-            false => inputs.extend(&fs.tensors),
+        match fs.heads {
+            Heads::Count => {}
+            Heads::Distinct | Heads::Extreme(_) => inputs.extend(&fs.tensors),
         }
     }
     inputs.sort_unstable();
@@ -219,13 +283,43 @@ pub fn plan_dataflow(p: &Checked, plan: &Plan) -> DataflowPlan {
         inputs,
         strata,
         read_by_values,
+        valued,
     }
 }
 
+/// A rule to lower, with its head value if it has one.
+type Lowering = (Rule, Option<RuleValue>);
+
+/// A `min=`/`max=` rule with two value variables added to each atom of a tensor with values.
+fn with_values(p: &Checked, vr: &ValuedRule) -> (Rule, Option<RuleValue>) {
+    let mut rule = vr.rule.clone();
+    let mut words = Vec::with_capacity(rule.atoms.len());
+    for a in rule.atoms.iter_mut() {
+        words.push(value_words(p, a, &mut rule.vars));
+    }
+    let value = RuleValue {
+        expr: vr.value.clone(),
+        words,
+        elem: p.tensors[rule.head].elem,
+    };
+    (rule, Some(value))
+}
+
+/// Appends two fresh variables to atom `a` of a tensor with values, numbered from `vars`.
+fn value_words(p: &Checked, a: &mut Atom, vars: &mut usize) -> Option<[VarId; 2]> {
+    if p.tensors[a.tensor].kind == Kind::Bool {
+        return None;
+    }
+    let w = [*vars, *vars + 1];
+    *vars += 2;
+    a.terms.extend([Term::Var(w[0]), Term::Var(w[1])]);
+    Some(w)
+}
+
 /// The tensors read other than as a rule's atoms (in value checks and computed positions).
-fn value_reads(p: &Checked, rules: &[&Rule], reads: &[TensorId]) -> Vec<TensorId> {
+fn value_reads(p: &Checked, rules: &[Lowering], reads: &[TensorId]) -> Vec<TensorId> {
     let mut literal = vec![0usize; p.tensors.len()];
-    for r in rules {
+    for (r, _) in rules {
         let tensors = r.atoms.iter().chain(&r.negated).map(|a| a.tensor);
         for t in tensors.chain(r.absent.iter().map(|a| a.tensor)) {
             literal[t] += 1;
@@ -243,20 +337,21 @@ fn value_reads(p: &Checked, rules: &[&Rule], reads: &[TensorId]) -> Vec<TensorId
 fn lower_stratum(
     stratum: usize,
     recursive: bool,
-    counts: bool,
+    heads: Heads,
     tensors: &[TensorId],
-    rules: &[&Rule],
+    rules: &[Lowering],
 ) -> FlowStratum {
     let mut fs = FlowStratum {
         stratum,
         recursive,
-        counts,
+        heads,
         tensors: tensors.to_vec(),
         arrangements: Vec::new(),
         rules: Vec::new(),
     };
-    for r in rules {
-        let rule = lower_rule(r, &mut fs.arrangements);
+    for (r, value) in rules {
+        let mut rule = lower_rule(r, &mut fs.arrangements);
+        rule.value = value.clone();
         fs.rules.push(rule);
     }
     fs
@@ -391,6 +486,7 @@ fn lower_rule(r: &Rule, arrangements: &mut Vec<Arrangement>) -> FlowRule {
         .collect();
     FlowRule {
         rule: r.clone(),
+        value: None,
         first,
         first_env,
         joins,
@@ -477,6 +573,32 @@ mod tests {
         let fs = &d.strata[0];
         assert_eq!(fs.arrangements.len(), 1, "{:?}", fs.arrangements);
         assert_eq!(fs.rules.len(), 2);
+    }
+
+    #[test]
+    fn min_and_max_strata_carry_values_in_their_rows() {
+        let src = "Edge[A, B] = 2\nEdge[B, C] = 3\nOk(B).\nDist[x, y] min= Edge[x, y]\nDist[x, z] min= Dist[x, y] + Edge[y, z] + Ok(y)\nFar[x] max= Dist[x, y]\n";
+        let (c, d) = lowered(src);
+        let id = |n: &str| c.tensor_id(n).unwrap();
+        assert_eq!(d.valued, {
+            let mut v = vec![id("Edge"), id("Dist"), id("Far")];
+            v.sort_unstable();
+            v
+        });
+        let dist = d.strata.iter().find(|s| s.tensors == [id("Dist")]).unwrap();
+        assert!(dist.recursive && dist.heads == Heads::Extreme(Family::Min));
+        let r = &dist.rules[1];
+        let value = r.value.as_ref().unwrap();
+        // Dist and Edge carry two words each, Ok none: it is worth 1 where it holds.
+        let vars = c.equations[r.rule.equation].vars.len();
+        assert_eq!(
+            value.words,
+            vec![Some([vars, vars + 1]), Some([vars + 2, vars + 3]), None]
+        );
+        assert_eq!(r.rule.atoms[0].terms.len(), 4);
+        let far = d.strata.iter().find(|s| s.tensors == [id("Far")]).unwrap();
+        assert!(!far.recursive && far.heads == Heads::Extreme(Family::Max));
+        assert!(d.read_by_values.is_empty(), "values travel in rows");
     }
 
     #[test]

@@ -250,11 +250,21 @@ impl Session {
             return Err(super::not_checked().into());
         };
         let o = eval_options(&live.options, &self.functions);
-        let deltas = live
-            .inc
-            .update(checked, plan, &o, changes)
-            .map_err(|d| d.located(&self.file_name, &self.source))?;
+        let update = live.inc.update(checked, plan, &o, changes);
         let current = live.inc.values();
+        let deltas = match update {
+            Ok(deltas) => deltas,
+            Err(d) => {
+                // A failed commit's facts stay; what rules derive keeps its last values
+                // until a commit succeeds.
+                if let Some(values) = &mut self.values {
+                    for (t, _, _) in changes {
+                        values[*t] = current[*t].clone();
+                    }
+                }
+                return Err(d.located(&self.file_name, &self.source));
+            }
+        };
         if let Some(values) = &mut self.values {
             let touched = deltas.keys().chain(changes.iter().map(|(t, _, _)| t));
             for &t in touched {

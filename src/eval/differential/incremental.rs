@@ -4,11 +4,11 @@
 //! relation and counting tensor the program derives.
 
 use super::live::{self, Failure, InputChanges, Live};
-use super::{relation, snapshot, Cluster, Job, Row, Values};
+use super::{snapshot, tensor_of, trouble, Cluster, Job, Row, Values};
 use crate::diagnostics::Diagnostics;
 use crate::eval::standard::State;
 use crate::eval::{Decision, EvalOptions, Ran, Stop};
-use crate::plan::dataflow::{plan_dataflow, DataflowPlan, Placement};
+use crate::plan::dataflow::{plan_dataflow, DataflowPlan, Heads, Placement};
 use crate::plan::Plan;
 use crate::semantics::{Checked, TensorId};
 use crate::tensor::{Relation, Storage, Tensor};
@@ -53,6 +53,12 @@ pub struct Incremental {
     log: Vec<Decision>,
     /// The facts given to each relation that rules also derive (its value holds both).
     given: BTreeMap<TensorId, BTreeSet<Vec<u32>>>,
+    /// What `min=`/`max=` fixpoints still change past `--max-iters`, summed over rounds:
+    /// while any is left, commits fail with E0401.
+    late: BTreeMap<(TensorId, Row), isize>,
+    /// The values of the last commit that succeeded, while commits fail: the next one that
+    /// succeeds reports its changes from them.
+    last_good: Option<Vec<Tensor>>,
 }
 
 /// What every process of an incremental run computes before its dataflow starts.
@@ -83,7 +89,7 @@ fn prepare<'a>(
         .enumerate()
         .flat_map(|(k, &t)| {
             let value = super::input(p, &flow, &state.values, t);
-            super::rows(&value)
+            super::rows(&value, flow.valued.contains(&t))
                 .map(move |r| (k, r, 1))
                 .collect::<Vec<_>>()
         })
@@ -138,19 +144,20 @@ impl Incremental {
         let stop = Stop::new(None, o.stop.flag.clone());
         let mut live = Live::start(job, initial, (cluster, fingerprint), stop)
             .map_err(|e| super::failed(&e))?;
-        let changes = live
+        let (changes, late) = live
             .round(Vec::new())
             .map_err(|f| failure(p, &flow, o, f))?;
         for fs in &flow.strata {
             state.fill_pending(&fs.tensors);
             for &t in &fs.tensors {
                 let rows = changes.iter().filter(|(u, _, d)| *u == t && *d > 0);
-                state.values[t] = match fs.counts {
-                    true => super::counts(p, t, plan.sparse[t], rows.map(|(_, r, _)| r.as_slice())),
-                    false => relation(p, t, rows.map(|(_, r, _)| r.as_slice())),
-                };
+                state.values[t] = tensor_of(p, plan, (fs, t), rows.map(|(_, r, _)| r.as_slice()));
             }
             state.log(fs.stratum, Ran::Differential, None);
+        }
+        let late_tensors = late.iter().map(|(t, _, _)| *t);
+        if let Some(d) = trouble(p, (&flow, o), late_tensors, &state.values) {
+            return Err(d.into());
         }
         let mut inc = Incremental {
             live,
@@ -158,6 +165,8 @@ impl Incremental {
             values: Vec::new(),
             log: Vec::new(),
             given,
+            late: BTreeMap::new(),
+            last_good: None,
         };
         inc.run_placed(p, &mut state, &|x| matches!(x, Placement::After(_)))?;
         let done = state.finish();
@@ -229,6 +238,13 @@ impl Incremental {
         o: &EvalOptions,
         changes: &[(TensorId, Vec<u32>, isize)],
     ) -> Result<BTreeMap<TensorId, Delta>, Diagnostics> {
+        // A commit may fail (a `min=`/`max=` fixpoint that does not settle) after the
+        // dataflow took it: the values then follow the dataflow, and the next commit that
+        // succeeds reports its changes from these.
+        let kept = match self.may_fail() && self.last_good.is_none() {
+            true => Some(self.values.clone()),
+            false => None,
+        };
         // Changes apply in order: a tuple holds after the commit if its last change
         // inserts it.
         let mut net: BTreeMap<(TensorId, Vec<u32>), isize> = BTreeMap::new();
@@ -287,7 +303,8 @@ impl Incremental {
                 }
                 for &t in &st.tensors {
                     if let Some(k) = self.flow.inputs.iter().position(|&u| u == t) {
-                        let (added, removed) = row_changes(&old[t], &self.values[t]);
+                        let valued = self.flow.valued.contains(&t);
+                        let (added, removed) = row_changes(&old[t], &self.values[t], valued);
                         inputs.extend(added.into_iter().map(|r| (k, r, 1)));
                         inputs.extend(removed.into_iter().map(|r| (k, r, -1)));
                     }
@@ -298,10 +315,14 @@ impl Incremental {
                 }
             }
         }
-        let out = self
+        let (out, late) = self
             .live
             .round(inputs)
             .map_err(|f| failure(p, &self.flow, o, f))?;
+        for (t, row, d) in late {
+            *self.late.entry((t, row)).or_default() += d;
+        }
+        self.late.retain(|_, d| *d != 0);
         // Leaving a fixpoint scope keeps a tuple derived at another iteration than before
         // as a retraction and an addition: they net out here.
         let mut out: Vec<((TensorId, Row), isize)> =
@@ -320,12 +341,14 @@ impl Incremental {
                     continue;
                 };
                 let delta = &delta;
-                if fs.counts {
-                    let (value, changed) = recounted(p, &self.values[t], t, delta);
-                    self.values[t] = value;
-                    deltas.insert(t, changed);
-                } else {
-                    self.values[t] = patched(&self.values[t], delta);
+                match fs.heads {
+                    Heads::Count => {
+                        let (value, changed) = recounted(p, &self.values[t], t, delta);
+                        self.values[t] = value;
+                        deltas.insert(t, changed);
+                    }
+                    Heads::Distinct => self.values[t] = patched(&self.values[t], delta),
+                    Heads::Extreme(_) => self.values[t] = revalued(&self.values[t], delta),
                 }
             }
         }
@@ -349,11 +372,42 @@ impl Incremental {
                 }
             }
         }
+        let late = self.late.keys().map(|(t, _)| *t);
+        if let Some(d) = trouble(p, (&self.flow, o), late, &self.values) {
+            if let Some(kept) = kept {
+                self.last_good = Some(kept);
+            }
+            return Err(d.into());
+        }
+        if let Some(good) = self.last_good.take() {
+            deltas = self
+                .derived(p)
+                .map(|t| (t, difference(&good[t], &self.values[t])))
+                .filter(|(_, d)| !d.added.is_empty() || !d.removed.is_empty())
+                .collect();
+        }
         for d in deltas.values_mut() {
             d.added.sort_unstable();
             d.removed.sort_unstable();
         }
         Ok(deltas)
+    }
+
+    /// Whether a commit can fail after the dataflow took it: a `min=`/`max=` fixpoint in
+    /// the dataflow may not settle.
+    fn may_fail(&self) -> bool {
+        let extreme = |fs: &crate::plan::dataflow::FlowStratum| {
+            fs.recursive && matches!(fs.heads, Heads::Extreme(_))
+        };
+        self.flow.strata.iter().any(extreme)
+    }
+
+    /// The tensors that rules (or equations) define.
+    fn derived<'a>(&self, p: &'a Checked) -> impl Iterator<Item = TensorId> + 'a {
+        p.strata
+            .iter()
+            .filter(|st| !st.equations.is_empty())
+            .flat_map(|st| st.tensors.iter().copied())
     }
 
     /// Evaluates again the strata with equations placed where `which` says, on the current
@@ -427,7 +481,7 @@ fn patched(t: &Tensor, delta: &Delta) -> Tensor {
         // A relation without facts may be held as zeros: patch its tuples.
         let mut flat = Vec::new();
         let mut count = 0;
-        for row in super::rows(t) {
+        for row in super::rows(t, false) {
             flat.extend_from_slice(&row);
             count += 1;
         }
@@ -494,6 +548,33 @@ fn merged(r: &Relation, delta: &Delta) -> Vec<u32> {
     }
     flat.extend_from_slice(&all[from * arity..]);
     flat
+}
+
+/// A `min=`/`max=` tensor with `delta` applied: its removed elements (positions and old
+/// value) taken out, then its added ones (positions and new value) set.
+fn revalued(t: &Tensor, delta: &Delta) -> Tensor {
+    let mut elements: BTreeMap<Vec<u32>, f64> = BTreeMap::new();
+    if let Storage::Sparse(m) = &t.storage {
+        elements.extend(m.iter().map(|(k, v)| (k.to_vec(), v)));
+    }
+    for r in &delta.removed {
+        elements.remove(Delta::value(r).0);
+    }
+    for r in &delta.added {
+        let (idx, v) = Delta::value(r);
+        elements.insert(idx.to_vec(), v);
+    }
+    let arity = t.shape.len();
+    let (mut keys, mut values) = (Vec::with_capacity(elements.len() * arity), Vec::new());
+    for (k, v) in elements {
+        keys.extend(k);
+        values.push(v);
+    }
+    Tensor {
+        elem: t.elem,
+        shape: t.shape.clone(),
+        storage: Storage::Sparse(crate::tensor::Sparse::from_entries(arity, keys, values)),
+    }
 }
 
 /// A counting tensor with its heads' counts changed (the dataflow's rows: a head, then its
@@ -574,9 +655,9 @@ fn reads_any(p: &Checked, s: &crate::semantics::Stratum, tensors: &[TensorId]) -
 }
 
 /// The dataflow rows of `new` not in `old`, and the reverse.
-fn row_changes(old: &Tensor, new: &Tensor) -> (Vec<Row>, Vec<Row>) {
-    let a: BTreeSet<Row> = super::rows(old).collect();
-    let b: BTreeSet<Row> = super::rows(new).collect();
+fn row_changes(old: &Tensor, new: &Tensor, valued: bool) -> (Vec<Row>, Vec<Row>) {
+    let a: BTreeSet<Row> = super::rows(old, valued).collect();
+    let b: BTreeSet<Row> = super::rows(new, valued).collect();
     (
         b.difference(&a).cloned().collect(),
         a.difference(&b).cloned().collect(),

@@ -16,8 +16,9 @@ use std::time::Duration;
 
 /// Changes to the dataflow's inputs: the input's index, the tuple, +1 or −1.
 pub(super) type InputChanges = Vec<(usize, Row, isize)>;
-/// Changes to the relations it computes.
-pub(super) type OutputChanges = Vec<(TensorId, Row, isize)>;
+/// Changes to the tensors it computes, and those a `min=`/`max=` fixpoint made past
+/// `--max-iters` ([`super::render::Rendered::unsettled`]).
+pub(super) type OutputChanges = (Vec<(TensorId, Row, isize)>, Vec<(TensorId, Row, isize)>);
 
 enum Command {
     Round(u64, Arc<InputChanges>),
@@ -103,7 +104,7 @@ impl Live {
                         }
                     }
                     if index == 0 {
-                        send(Ok(r.captured.take()));
+                        send(Ok((r.captured.take(), r.unsettled.take())));
                     }
                 }
             },

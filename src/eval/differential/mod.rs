@@ -17,10 +17,10 @@ pub use incremental::{Delta, Incremental};
 use super::standard::State;
 use super::{Engine, EvalOptions, Evaluation, Ran};
 use crate::diagnostics::{codes, Diagnostic, Diagnostics, Span};
-use crate::plan::dataflow::{plan_dataflow, DataflowPlan, Placement};
+use crate::plan::dataflow::{plan_dataflow, DataflowPlan, Heads, Placement};
 use crate::plan::Plan;
 use crate::semantics::{Checked, TensorId};
-use crate::tensor::{Storage, Tensor};
+use crate::tensor::{Sparse, Storage, Tensor};
 use std::sync::Arc;
 
 /// A tuple in the dataflow: its positions, inline up to four (no allocation per tuple for
@@ -157,17 +157,18 @@ impl Engine for Differential {
             .first()
             .and_then(|fs| fs.rules.first())
             .map_or(Span::new(0, 0), |r| p.equations[r.rule.equation].span);
-        let changes = run_once(job, inputs, (&self.cluster, o), span)?;
+        let (changes, unsettled) = run_once(job, inputs, (&self.cluster, o), span)?;
         for fs in &flow.strata {
             state.fill_pending(&fs.tensors);
             for &t in &fs.tensors {
                 let rows = changes.iter().filter(|(u, _, d)| *u == t && *d > 0);
-                state.values[t] = match fs.counts {
-                    true => counts(p, t, plan.sparse[t], rows.map(|(_, r, _)| r.as_slice())),
-                    false => relation(p, t, rows.map(|(_, r, _)| r.as_slice())),
-                };
+                state.values[t] = tensor_of(p, plan, (fs, t), rows.map(|(_, r, _)| r.as_slice()));
             }
             state.log(fs.stratum, Ran::Differential, None);
+        }
+        let late = unsettled.iter().map(|(t, _, _)| *t);
+        if let Some(d) = trouble(p, (&flow, o), late, &state.values) {
+            return Err(d.into());
         }
         for (i, st) in p.strata.iter().enumerate() {
             if let Placement::After(why) = &flow.placement[i] {
@@ -179,6 +180,55 @@ impl Engine for Differential {
         }
         Ok(state.finish())
     }
+}
+
+/// Tensor `t` of flow stratum `fs` from the rows the dataflow gives it.
+fn tensor_of<'a>(
+    p: &Checked,
+    plan: &Plan,
+    (fs, t): (&crate::plan::dataflow::FlowStratum, TensorId),
+    rows: impl Iterator<Item = &'a [u32]>,
+) -> Tensor {
+    match fs.heads {
+        Heads::Count => counts(p, t, plan.sparse[t], rows),
+        Heads::Distinct => relation(p, t, rows),
+        Heads::Extreme(_) => extremes(p, t, rows),
+    }
+}
+
+/// E0401 where a `min=`/`max=` fixpoint of the dataflow has no answer: it still changed
+/// after `--max-iters` iterations (`late` names the tensors that did), or an element is not
+/// a finite number (the recursion grew without bound).
+fn trouble(
+    p: &Checked,
+    (flow, o): (&DataflowPlan, &EvalOptions),
+    mut late: impl Iterator<Item = TensorId>,
+    values: &[Tensor],
+) -> Option<Diagnostic> {
+    let stratum = |t: TensorId| {
+        let fs = flow.strata.iter().find(|fs| fs.tensors.contains(&t))?;
+        p.strata.get(fs.stratum)
+    };
+    if let Some(st) = late.next().and_then(stratum) {
+        return Some(
+            super::fixpoint::recursion_unsettled(p, st, o.max_iters)
+                .with_note("the dataflow still found better values at the last iteration allowed")
+                .with_note("raise --max-iters, or check that the recursion has no cycle that keeps improving (a negative cycle under `min=`, a positive one under `max=`)"),
+        );
+    }
+    let extremes = flow
+        .strata
+        .iter()
+        .filter(|fs| matches!(fs.heads, Heads::Extreme(_)));
+    for &t in extremes.flat_map(|fs| &fs.tensors) {
+        let Storage::Sparse(m) = &values[t].storage else {
+            continue;
+        };
+        if let Some((_, bad)) = m.iter().find(|(_, v)| !v.is_finite()) {
+            return Some(super::fixpoint::diverged(p, stratum(t)?, t, bad));
+        }
+    }
+    None
 }
 
 /// What input `t` of the dataflow starts with: the facts of a relation it defines, the value
@@ -203,6 +253,10 @@ fn snapshot(values: &[Tensor], read: &[TensorId]) -> Vec<Tensor> {
         .collect()
 }
 
+/// Results of a dataflow: changes per tensor, and those a `min=`/`max=` fixpoint made past
+/// `--max-iters` (nothing for one that settled).
+type Changes = (Vec<(TensorId, Row, isize)>, Vec<(TensorId, Row, isize)>);
+
 /// Runs the dataflow over `inputs` once, on the cluster's workers, and returns every result
 /// tuple (at process 0; nothing elsewhere).
 fn run_once(
@@ -210,8 +264,15 @@ fn run_once(
     inputs: Vec<Tensor>,
     (cluster, o): (&Cluster, &EvalOptions),
     span: Span,
-) -> Result<Vec<(TensorId, Row, isize)>, Diagnostics> {
-    let fingerprint = fingerprint(&job.plan, inputs.iter().map(|t| rows(t).count()));
+) -> Result<Changes, Diagnostics> {
+    let valued: Vec<bool> = job
+        .plan
+        .inputs
+        .iter()
+        .map(|t| job.plan.valued.contains(t))
+        .collect();
+    let sizes = inputs.iter().zip(&valued).map(|(t, &v)| rows(t, v).count());
+    let fingerprint = fingerprint(&job.plan, sizes);
     let job = Arc::new(job);
     let inputs = Arc::new(inputs);
     let stop = o.stop.clone();
@@ -221,8 +282,8 @@ fn run_once(
     let work = move |worker: &mut timely::worker::Worker| {
         let mut r = render::render(worker, &job);
         let (index, peers) = (worker.index(), worker.peers());
-        for (input, t) in r.inputs.iter_mut().zip(inputs.iter()) {
-            for (i, row) in rows(t).enumerate() {
+        for ((input, t), &v) in r.inputs.iter_mut().zip(inputs.iter()).zip(&valued) {
+            for (i, row) in rows(t, v).enumerate() {
                 if i % peers == index {
                     input.insert(row);
                 }
@@ -236,7 +297,7 @@ fn run_once(
                 return Err(());
             }
         }
-        Ok(r.captured.take())
+        Ok((r.captured.take(), r.unsettled.take()))
     };
     let config = timely::WorkerConfig::default();
     // A peer process that ends mid-run makes timely's network threads and workers panic;
@@ -246,18 +307,27 @@ fn run_once(
         Ok(guards.join())
     })
     .map_err(|e| failed(&e))?;
-    let mut all: Vec<((TensorId, Row), isize)> = Vec::new();
+    let (mut all, mut late) = (Vec::new(), Vec::new());
     for result in results {
         match result {
-            Ok(Ok(changes)) => all.extend(changes.into_iter().map(|(t, r, d)| ((t, r), d))),
+            Ok(Ok((changes, unsettled))) => {
+                all.extend(changes);
+                late.extend(unsettled);
+            }
             Ok(Err(())) => return Err(Diagnostics(vec![o.stop.error(span)])),
             Err(e) => return Err(failed(&format!("a worker failed: {e}"))),
         }
     }
-    // A tuple's changes net out here: the same tuple may be added and retracted within a
-    // round (an iteration deriving it through a tuple later found not to hold).
+    Ok((consolidated(all), consolidated(late)))
+}
+
+/// Changes with each tuple's netted: the same tuple may be added and retracted within a
+/// round (an iteration deriving it through a tuple later found not to hold).
+fn consolidated(changes: Vec<(TensorId, Row, isize)>) -> Vec<(TensorId, Row, isize)> {
+    let mut all: Vec<((TensorId, Row), isize)> =
+        changes.into_iter().map(|(t, r, d)| ((t, r), d)).collect();
     differential_dataflow::consolidation::consolidate(&mut all);
-    Ok(all.into_iter().map(|((t, r), d)| (t, r, d)).collect())
+    all.into_iter().map(|((t, r), d)| (t, r, d)).collect()
 }
 
 /// A hash of the dataflow and of its inputs' sizes (tuples per input), which every process
@@ -280,8 +350,26 @@ fn failed(message: &str) -> Diagnostics {
     )])
 }
 
-/// The tuples of a relation's value.
-fn rows(t: &Tensor) -> Box<dyn Iterator<Item = Row> + '_> {
+/// The rows of a tensor as the dataflow holds it: a relation's tuples, or (`valued`) every
+/// defined element's positions and value (1 for a relation's tuple) as two more words.
+fn rows(t: &Tensor, valued: bool) -> Box<dyn Iterator<Item = Row> + '_> {
+    if valued {
+        let elements: Box<dyn Iterator<Item = (Row, f64)> + '_> = match &t.storage {
+            Storage::Relation(r) => Box::new(r.iter().map(|k| (Row::from_slice(k), 1.0))),
+            Storage::Sparse(m) => Box::new(m.iter().map(|(k, v)| (Row::from_slice(k), v))),
+            Storage::Dense(_) => Box::new(
+                t.entries()
+                    .into_iter()
+                    .map(|(idx, v)| (idx.into_iter().map(|i| i as u32).collect(), v)),
+            ),
+        };
+        return Box::new(elements.map(|(mut row, v)| {
+            let bits = v.to_bits();
+            row.push((bits >> 32) as u32);
+            row.push(bits as u32);
+            row
+        }));
+    }
     match &t.storage {
         Storage::Relation(r) => Box::new(r.iter().map(Row::from_slice)),
         _ => Box::new(
@@ -302,6 +390,23 @@ fn relation<'a>(p: &Checked, t: TensorId, rows: impl Iterator<Item = &'a [u32]>)
         count += 1;
     }
     Tensor::relation_flat(shape, flat, count)
+}
+
+/// `min=`/`max=` tensor `t` from its elements' rows (positions, then the value's words).
+fn extremes<'a>(p: &Checked, t: TensorId, rows: impl Iterator<Item = &'a [u32]>) -> Tensor {
+    let info = &p.tensors[t];
+    let arity = info.shape.len();
+    let (mut keys, mut values) = (Vec::new(), Vec::new());
+    for r in rows {
+        let (idx, v) = Delta::value(r);
+        keys.extend_from_slice(idx);
+        values.push(v);
+    }
+    Tensor {
+        elem: info.elem,
+        shape: info.shape.clone(),
+        storage: Storage::Sparse(Sparse::from_entries(arity, keys, values)),
+    }
 }
 
 /// Count tensor `t`: its facts plus each head's count (the last two positions of a row).

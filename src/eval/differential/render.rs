@@ -5,19 +5,20 @@
 use super::{Job, Row};
 use crate::eval::nest::Checker;
 use crate::eval::relational::{bind_lets, passes};
-use crate::plan::dataflow::{Arrangement, ArrangementId, FlowRule, FlowStratum};
+use crate::plan::dataflow::{Arrangement, ArrangementId, FlowRule, FlowStratum, Heads, RuleValue};
 use crate::plan::datalog::Term;
-use crate::semantics::TensorId;
+use crate::semantics::{Family, TensorId};
 use differential_dataflow::input::{Input, InputSession};
 use differential_dataflow::lattice::Lattice;
 use differential_dataflow::operators::arrange::{Arranged, TraceAgent};
 use differential_dataflow::operators::iterate::VecVariable;
 use differential_dataflow::trace::implementations::ValSpine;
-use differential_dataflow::VecCollection;
+use differential_dataflow::{AsCollection, VecCollection};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use timely::dataflow::operators::probe::Handle;
+use timely::dataflow::operators::vec::Filter;
 use timely::dataflow::operators::{Exchange, Inspect, Probe};
 use timely::dataflow::Scope;
 use timely::order::Product;
@@ -27,6 +28,9 @@ use timely::progress::Timestamp;
 type Diff = isize;
 type Coll<'s, T> = VecCollection<'s, T, Row, Diff>;
 type Arr<'s, T> = Arranged<'s, TraceAgent<ValSpine<Row, Row, T, Diff>>>;
+
+/// Collections by the tensor they hold.
+type Named<'s> = HashMap<TensorId, Coll<'s, u64>>;
 
 /// Changes to one relation the dataflow computes, as captured at worker 0.
 pub(super) type Captured = Rc<RefCell<Vec<(TensorId, Row, Diff)>>>;
@@ -39,6 +43,30 @@ pub(super) struct Rendered {
     pub probe: Handle<u64>,
     /// The results' changes (at worker 0; empty elsewhere).
     pub captured: Captured,
+    /// Changes a `min=`/`max=` fixpoint made at iteration `--max-iters` or later, per
+    /// tensor (at worker 0): what it still changes after the last iteration allowed, which
+    /// the dataflow does not feed back. Any left after a round means it did not settle.
+    pub unsettled: Captured,
+}
+
+/// Where a worker's results go: captured at worker 0, and the probe that passes a round
+/// once every one of them is.
+struct Sinks {
+    probe: Handle<u64>,
+    captured: Captured,
+    unsettled: Captured,
+}
+
+impl Sinks {
+    /// Sends `c`'s changes, as tensor `t`'s, to worker 0 and captures them in `sink`.
+    fn capture(&self, t: TensorId, c: Coll<'_, u64>, sink: &Captured) {
+        let sink = sink.clone();
+        // Worker 0 sums each tuple's changes, so they need not be consolidated first.
+        c.inner
+            .exchange(|_| 0)
+            .inspect(move |(row, _, diff)| sink.borrow_mut().push((t, row.clone(), *diff)))
+            .probe_with(&self.probe);
+    }
 }
 
 /// Builds the dataflow in `worker`.
@@ -58,42 +86,40 @@ pub(super) fn render(worker: &mut timely::worker::Worker, job: &Job) -> Rendered
             .filter(|(t, _)| !defined.contains(t))
             .map(|(&t, c)| (t, c.clone()))
             .collect();
+        let sinks = Sinks {
+            probe: Handle::new(),
+            captured: Rc::new(RefCell::new(Vec::new())),
+            unsettled: Rc::new(RefCell::new(Vec::new())),
+        };
         for fs in &plan.strata {
-            let defs = match (fs.recursive, fs.counts) {
-                (true, _) => recursive(scope, fs, &rels, &facts, job),
-                (false, true) => counted(fs, &rels, job),
-                (false, false) => {
-                    let heads = stratum_rules(fs, &|t| rels.get(&t).cloned(), job);
+            let defs = match (fs.recursive, fs.heads) {
+                (true, _) => recursive(scope, fs, (&rels, &facts), job, &sinks),
+                (false, Heads::Count) => counted(fs, &rels, job),
+                (false, heads) => {
+                    let rows = stratum_rules(fs, &|t| rels.get(&t).cloned(), job);
                     fs.tensors
                         .iter()
                         .filter_map(|&t| {
                             let own = facts.get(&t).cloned();
-                            Some((t, union(heads_of(&heads, t).chain(own))?.distinct()))
+                            Some((t, settle(union(heads_of(&rows, t).chain(own))?, heads)))
                         })
                         .collect()
                 }
             };
             rels.extend(defs);
         }
-        let captured: Captured = Rc::new(RefCell::new(Vec::new()));
-        let probe = Handle::new();
         for t in defined {
             let Some(c) = rels.get(&t) else { continue };
-            let sink = captured.clone();
-            // Worker 0 sums each tuple's changes, so they need not be consolidated first.
-            c.clone()
-                .inner
-                .exchange(|_| 0)
-                .inspect(move |(row, _, diff)| sink.borrow_mut().push((t, row.clone(), *diff)))
-                .probe_with(&probe);
+            sinks.capture(t, c.clone(), &sinks.captured);
         }
         for c in facts.values() {
-            c.clone().inner.probe_with(&probe);
+            c.clone().inner.probe_with(&sinks.probe);
         }
         Rendered {
             inputs,
-            probe,
-            captured,
+            probe: sinks.probe,
+            captured: sinks.captured,
+            unsettled: sinks.unsettled,
         }
     })
 }
@@ -117,14 +143,68 @@ fn union<'s, T: Timestamp + Lattice>(
     Some(first.concatenate(parts))
 }
 
-/// A recursive stratum: one variable per relation in an `iterate` scope, each the distinct
-/// union of its facts and its rules' heads over the variables' last values.
+/// A tensor made of its facts' and rules' head rows, as `heads` says.
+fn settle<'s, T: Timestamp + Lattice>(rows: Coll<'s, T>, heads: Heads) -> Coll<'s, T> {
+    match heads {
+        Heads::Extreme(family) => best(rows, family),
+        Heads::Distinct | Heads::Count => rows.distinct(),
+    }
+}
+
+/// Per head tuple, the row with the least (`min=`) or greatest (`max=`) value: rows end
+/// with their value's two words.
+fn best<'s, T: Timestamp + Lattice>(rows: Coll<'s, T>, family: Family) -> Coll<'s, T> {
+    rows.map(|mut r| {
+        let k = r.len().saturating_sub(2);
+        let v: Row = r[k..].iter().copied().collect();
+        r.truncate(k);
+        (r, v)
+    })
+    .reduce(
+        move |_, values: &[(&Row, Diff)], output: &mut Vec<(Row, Diff)>| {
+            let mut pick: Option<(&Row, f64)> = None;
+            for &(v, n) in values {
+                let x = from_words(v);
+                if n > 0 && pick.is_none_or(|(_, y)| better(family, x, y)) {
+                    pick = Some((v, x));
+                }
+            }
+            if let Some((v, _)) = pick {
+                output.push((v.clone(), 1));
+            }
+        },
+    )
+    .map(|(mut k, v)| {
+        k.extend_from_slice(&v);
+        k
+    })
+}
+
+/// Whether `new` improves on `old`, as the standard engine decides it: strictly, and any
+/// number on NaN.
+fn better(family: Family, new: f64, old: f64) -> bool {
+    match family {
+        Family::Min => new < old || (old.is_nan() && !new.is_nan()),
+        _ => new > old || (old.is_nan() && !new.is_nan()),
+    }
+}
+
+/// The value whose bits two words hold, high first.
+fn from_words(w: &[u32]) -> f64 {
+    let word = |i: usize| u64::from(w.get(i).copied().unwrap_or(0));
+    f64::from_bits((word(0) << 32) | word(1))
+}
+
+/// A recursive stratum: one variable per tensor in an `iterate` scope, each made (as its
+/// stratum's heads say) of its facts and its rules' heads over the variables' last values.
+/// A `min=`/`max=` one feeds back only the changes of its first `--max-iters` iterations;
+/// later ones go to the sinks' `unsettled`.
 fn recursive<'s>(
     scope: Scope<'s, u64>,
     fs: &FlowStratum,
-    rels: &HashMap<TensorId, Coll<'s, u64>>,
-    facts: &HashMap<TensorId, Coll<'s, u64>>,
+    (rels, facts): (&Named<'s>, &Named<'s>),
     job: &Job,
+    sinks: &Sinks,
 ) -> Vec<(TensorId, Coll<'s, u64>)> {
     scope.iterative::<u64, _, _>(|inner| {
         let mut own: HashMap<TensorId, Coll<'_, Product<u64, u64>>> = HashMap::new();
@@ -149,13 +229,22 @@ fn recursive<'s>(
             Some(c)
         };
         let heads = stratum_rules(fs, &rel, job);
+        let cap = job.values.options.max_iters as u64;
         let mut out = Vec::new();
         for (t, v) in vars {
             let fact = facts.get(&t).map(|c| c.clone().enter(inner));
             let Some(def) = union(heads_of(&heads, t).chain(fact)) else {
                 continue;
             };
-            let def = def.distinct();
+            let mut def = settle(def, fs.heads);
+            if let Heads::Extreme(_) = fs.heads {
+                let late = def.inner.clone().filter(move |(_, at, _)| at.inner >= cap);
+                sinks.capture(t, late.as_collection().leave(scope), &sinks.unsettled);
+                def = def
+                    .inner
+                    .filter(move |(_, at, _)| at.inner < cap)
+                    .as_collection();
+            }
             v.set(def.clone());
             out.push((t, def.leave(scope)));
         }
@@ -287,7 +376,25 @@ fn rule<'s, T: Timestamp + Lattice>(
         full = keyed.concat(hits.negate()).map(|(_, a)| a);
     }
     let head = r.rule.head_terms.clone();
-    Some(full.map(move |a| key(&head, &a)))
+    Some(match r.value.clone() {
+        None => full.map(move |a| key(&head, &a)),
+        Some(value) => full.map(move |a| {
+            let mut row = key(&head, &a);
+            let bits = valued(&value, &a).to_bits();
+            row.push((bits >> 32) as u32);
+            row.push(bits as u32);
+            row
+        }),
+    })
+}
+
+/// A `min=`/`max=` rule's head value under assignment `a`, rounded to its element type.
+fn valued(value: &RuleValue, a: &[u32]) -> f64 {
+    let atom = |k: usize| match value.words.get(k).copied().flatten() {
+        Some([hi, lo]) => from_words(&[a[hi], a[lo]]),
+        None => 1.0,
+    };
+    value.elem.round(value.expr.eval(&atom))
 }
 
 /// The positions `terms` take under assignment `a`.
