@@ -1,6 +1,8 @@
 #!/bin/bash
 # The differential engine against the standard engine and ascent on the transitive-closure
-# workloads (bench.tl: no answers written), with wall time and peak memory per process:
+# workloads (bench.tl: no answers written), and against the standard engine on single-source
+# shortest paths (`min=`) over a random weighted graph of 100,000 nodes and 400,000 edges,
+# with wall time and peak memory per process:
 #   python3 bench/datalog/run.py tc-chain-2000 tc-random-5000-20000   (once: data, ascent-bench)
 #   bench/datalog/differential.sh
 set -e
@@ -23,4 +25,24 @@ for w in tc-chain-2000 tc-random-5000-20000; do
     "$T" run bench.tl --engine differential --processes 2 --process 0 --hosts "$HOSTS" > /dev/null
   wait
   cat "$P1"
+done
+
+S="$HERE/data/sssp-random-100k"
+mkdir -p "$S"
+cd "$S"
+[ -f w.tsv ] || python3 -c '
+import random
+r = random.Random("20261203-sssp")
+n, m, e = 100000, 400000, set()
+while len(e) < m:
+    a, b = r.randrange(n), r.randrange(n)
+    if a != b:
+        e.add((a, b))
+with open("w.tsv", "w") as f:
+    f.writelines("%d\t%d\t%d\n" % (a, b, r.randrange(1, 100)) for a, b in sorted(e))
+'
+printf 'W = "w.tsv"\nDist[y] min= W[0, y]\nDist[z] min= Dist[y] + W[y, z]\n' > bench.tl
+/usr/bin/time -f "sssp-random-100k standard: %e s, %M KB" "$T" run bench.tl --max-iters 1000 > /dev/null
+for n in 1 2; do
+  /usr/bin/time -f "sssp-random-100k differential $n worker(s): %e s, %M KB" "$T" run bench.tl --max-iters 1000 --engine differential --workers $n > /dev/null
 done
