@@ -316,7 +316,10 @@ fn watch_keeps_a_minimum_up_to_date_and_explain_shows_its_reduce() {
     );
     let out = common::tl(dir.path(), &["explain", "h.tl", "--engine", "differential"]);
     let text = common::stdout(&out);
-    assert!(text.contains("Hop (iterate: a fixpoint scope of its own, min per head"), "{text}");
+    assert!(
+        text.contains("Hop (iterate: a fixpoint scope of its own, min per head"),
+        "{text}"
+    );
     assert!(text.contains("map to Hop with its value"), "{text}");
     let mut child = spawn_fed(dir.path(), &["watch", "h.tl", "--workers", "2"]);
     let expect = expecting(&mut child);
@@ -329,6 +332,35 @@ fn watch_keeps_a_minimum_up_to_date_and_explain_shows_its_reduce() {
     writeln!(stdin, "-Edge(1, 3)").unwrap();
     expect("-Hop[1, 3] = 1");
     expect("+Hop[1, 3] = 2");
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn watch_takes_new_weights_from_stdin_and_from_file_edits() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    common::write(dir.path(), "w.tsv", "1\t2\t5\n2\t3\t1\n");
+    common::write(
+        dir.path(),
+        "d.tl",
+        "W = \"w.tsv\"\nDist[x, y] min= W[x, y]\nDist[x, z] min= Dist[x, y] + W[y, z]\nDist[1, x]?\n",
+    );
+    let mut child = spawn_fed(dir.path(), &["watch", "d.tl"]);
+    let expect = expecting(&mut child);
+    expect("Dist[1, 2] = 5");
+    expect("Dist[1, 3] = 6");
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "+W(1, 3, 2)").unwrap();
+    expect("-Dist[1, 3] = 6");
+    expect("+Dist[1, 3] = 2");
+    // The file's row `1 2 5` becomes `1 2 1`: the old weight goes, the new one comes.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    common::write(dir.path(), "w.tsv", "1\t2\t1\n2\t3\t1\n");
+    expect("-Dist[1, 2] = 5");
+    expect("+Dist[1, 2] = 1");
+    writeln!(stdin, "-W(1, 2)").unwrap();
+    expect("-Dist[1, 2] = 1");
     drop(stdin);
     assert!(child.wait().unwrap().success());
 }

@@ -834,3 +834,73 @@ fn a_commit_that_keeps_a_minimum_improving_fails_and_the_next_one_recovers() {
         assert_eq!(cells(&dist.removed), ["AC=Some(-2.0)", "BC=Some(-1.0)"]);
     }
 }
+
+/// A weighted graph over seven declared nodes with `min=`/`max=` paths over it.
+fn weighted_program(w: &std::collections::BTreeMap<(usize, usize), i32>) -> String {
+    let mut src = String::from("N : {N0, N1, N2, N3, N4, N5, N6}\nDist : int[N, N]\n");
+    for ((a, b), v) in w {
+        src.push_str(&format!("W[N{a}, N{b}] = {v}\n"));
+    }
+    src.push_str(
+        "Dist[x, y] min= W[x, y]\nDist[x, z] min= Dist[x, y] + W[y, z]\nFar[x] max= Dist[x, y]\n",
+    );
+    src
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+
+    /// Setting and removing weights commit by commit keeps shortest and longest paths equal
+    /// to a run from scratch, and reports exactly what changed.
+    #[test]
+    fn incremental_weight_changes_agree_with_evaluating_from_scratch(
+        edges in proptest::collection::vec(((0usize..7, 0usize..7), 1i32..9), 1..14),
+        commits in proptest::collection::vec(
+            proptest::collection::vec((any::<bool>(), (0usize..7, 0usize..7), 1i32..9), 1..4),
+            1..5,
+        ),
+        workers in 1usize..3,
+    ) {
+        let mut w: std::collections::BTreeMap<(usize, usize), i32> = edges.into_iter().collect();
+        let src = weighted_program(&w);
+        let mut inc = Session::new();
+        inc.load_source("w.tl", &src, Path::new(".")).unwrap();
+        inc.run_incremental(&RunOptions::default(), workers).unwrap_or_else(|e| panic!("{src}\n{e:?}"));
+        let mut before = run(&src, &Standard).unwrap();
+        for batch in &commits {
+            for &(set, (a, b), v) in batch {
+                let at = vec![format!("N{a}"), format!("N{b}")];
+                if set {
+                    let mut row = at;
+                    row.push(v.to_string());
+                    inc.insert("W", &[row]).unwrap();
+                    w.insert((a, b), v);
+                } else {
+                    inc.remove("W", &[at]).unwrap();
+                    w.remove(&(a, b));
+                }
+            }
+            let changes = inc.commit().unwrap_or_else(|e| panic!("{src}\n{batch:?}\n{e:?}"));
+            let scratch = run(&weighted_program(&w), &Standard).unwrap();
+            for name in ["W", "Dist", "Far"] {
+                prop_assert_eq!(inc.tensor(name), scratch.tensor(name), "{} after {:?} in\n{}", name, batch, src);
+            }
+            for name in ["Dist", "Far"] {
+                let (old, new) = (before.rows(name).unwrap(), scratch.rows(name).unwrap());
+                let key = |r: &tensor_logic::Row| format!("{r:?}");
+                let mut added: Vec<_> = new.iter().filter(|r| !old.contains(r)).cloned().collect();
+                let mut removed: Vec<_> = old.iter().filter(|r| !new.contains(r)).cloned().collect();
+                let reported = changes.iter().find(|c| c.name == name);
+                let (mut got_added, mut got_removed) = reported
+                    .map(|c| (c.added.clone(), c.removed.clone()))
+                    .unwrap_or_default();
+                for v in [&mut added, &mut removed, &mut got_added, &mut got_removed] {
+                    v.sort_by_key(key);
+                }
+                prop_assert_eq!(got_added, added, "{} added after {:?} in\n{}", name, batch, src);
+                prop_assert_eq!(got_removed, removed, "{} removed after {:?} in\n{}", name, batch, src);
+            }
+            before = scratch;
+        }
+    }
+}

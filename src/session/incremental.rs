@@ -138,25 +138,41 @@ impl Session {
             .tensor_id(name)
             .ok_or_else(|| super::unknown(name))?;
         let info = &checked.tensors[t];
+        let (rank, valued) = (info.shape.len(), info.kind != Kind::Bool);
         let mut errors = Vec::new();
-        if info.kind != Kind::Bool {
+        if valued && !info.sparse_values {
             errors.push(Diagnostic::global(
                 codes::FILE_ROW,
-                format!("`{name}` is not a relation: only a relation's facts can be inserted or removed"),
+                format!("`{name}` has a value at every position: only a relation's facts, or the elements of a tensor given element by element or by a file, can be inserted or removed"),
             ));
         }
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        // An element to insert is its positions and its value; one to remove, its
+        // positions (a value after them is ignored, so a file's old row removes it).
+        let fits = |n: usize| match (valued, sign > 0) {
+            (false, _) => n == rank,
+            (true, true) => n == rank + 1,
+            (true, false) => n == rank || n == rank + 1,
+        };
         for (i, r) in rows.iter().enumerate() {
-            if r.len() != info.shape.len() {
+            if !fits(r.len()) {
+                let wanted = match valued {
+                    true => format!("{rank} position{} and a value", plural(rank)),
+                    false => format!("{rank} position{}", plural(rank)),
+                };
                 errors.push(Diagnostic::global(
                     codes::FILE_ROW,
                     format!(
-                        "row {} for `{name}` has {} field{}; `{name}` has {} position{}",
+                        "row {} for `{name}` has {} field{}; `{name}` has {wanted}",
                         i + 1,
                         r.len(),
-                        if r.len() == 1 { "" } else { "s" },
-                        info.shape.len(),
-                        if info.shape.len() == 1 { "" } else { "s" }
+                        plural(r.len()),
                     ),
+                ));
+            } else if valued && sign > 0 && number_text(&r[rank]).is_none() {
+                errors.push(Diagnostic::global(
+                    codes::FILE_ROW,
+                    format!("row {} for `{name}`: `{}` is not a number", i + 1, r[rank]),
                 ));
             }
         }
@@ -164,7 +180,11 @@ impl Session {
             return Err(Diagnostics(errors));
         }
         for r in rows {
-            self.staged.push((name.to_string(), r.clone(), sign));
+            let fields = match sign > 0 {
+                true => r.clone(),
+                false => r[..rank.min(r.len())].to_vec(),
+            };
+            self.staged.push((name.to_string(), fields, sign));
         }
         Ok(())
     }
@@ -180,13 +200,37 @@ impl Session {
             )
             .into());
         }
+        let changes = self.positions(&staged);
+        if changes.is_none() {
+            let names = staged.iter().map(|(n, _, _)| n);
+            if let Some(name) = names
+                .chain(self.overlay.relations.keys())
+                .find(|n| self.has_values(n))
+            {
+                return Err(Diagnostic::global(
+                    codes::COMMIT,
+                    format!("this commit needs the program evaluated again from scratch (a value not in its domain yet, or a relation that a stratum before the dataflow or a value check reads), which incremental mode does not do once the elements of `{name}` change: declare the domains the facts use, or start again with the new facts"),
+                )
+                .into());
+            }
+        }
         for (name, fields, sign) in &staged {
             self.overlay.record(name, fields, *sign);
         }
-        match self.positions(&staged) {
+        match changes {
             Some(changes) => self.commit_round(&changes),
             None => self.commit_again(),
         }
+    }
+
+    /// Whether `name` is a tensor with values (not a relation).
+    fn has_values(&self, name: &str) -> bool {
+        let Some(checked) = self.checked.as_ref() else {
+            return false;
+        };
+        checked
+            .tensor_id(name)
+            .is_some_and(|t| checked.tensors[t].kind != Kind::Bool)
     }
 
     /// Takes the facts commits removed out of the checked program's facts.
@@ -230,12 +274,21 @@ impl Session {
                 if !live.inc.updatable(checked, t) {
                     return None;
                 }
-                let pos: Option<Vec<u32>> = fields
+                let info = &checked.tensors[t];
+                let rank = info.shape.len();
+                let pos: Option<Vec<u32>> = fields[..rank.min(fields.len())]
                     .iter()
                     .enumerate()
                     .map(|(ax, f)| position(checked, t, ax, f))
                     .collect();
-                Some((t, pos?, *sign))
+                let mut row = pos?;
+                // An element to insert carries its value's words, as the dataflow's rows do.
+                if let Some(text) = fields.get(rank) {
+                    let v: f64 = number_text(text)?.parse().ok()?;
+                    let bits = info.elem.round(v).to_bits();
+                    row.extend([(bits >> 32) as u32, bits as u32]);
+                }
+                Some((t, row, *sign))
             })
             .collect()
     }

@@ -10,7 +10,7 @@ use crate::eval::standard::State;
 use crate::eval::{Decision, EvalOptions, Ran, Stop};
 use crate::plan::dataflow::{plan_dataflow, DataflowPlan, Heads, Placement};
 use crate::plan::Plan;
-use crate::semantics::{Checked, TensorId};
+use crate::semantics::{Checked, Kind, TensorId};
 use crate::tensor::{Relation, Storage, Tensor};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -147,6 +147,8 @@ impl Incremental {
         let (changes, late) = live
             .round(Vec::new())
             .map_err(|f| failure(p, &flow, o, f))?;
+        // A `min=`/`max=` element's value found early and retracted later nets out here.
+        let (changes, late) = (super::consolidated(changes), super::consolidated(late));
         for fs in &flow.strata {
             state.fill_pending(&fs.tensors);
             for &t in &fs.tensors {
@@ -247,20 +249,49 @@ impl Incremental {
         };
         // Changes apply in order: a tuple holds after the commit if its last change
         // inserts it.
-        let mut net: BTreeMap<(TensorId, Vec<u32>), isize> = BTreeMap::new();
+        // An element of a tensor with values is keyed by its positions: its last change
+        // sets (or removes) it.
+        let mut net: BTreeMap<(TensorId, Vec<u32>), (isize, Option<f64>)> = BTreeMap::new();
         for (t, row, d) in changes {
-            net.insert((*t, row.clone()), d.signum());
+            let rank = p.tensors[*t].shape.len();
+            match p.tensors[*t].kind != Kind::Bool && row.len() == rank + 2 {
+                true => {
+                    let (pos, v) = Delta::value(row);
+                    net.insert((*t, pos.to_vec()), (d.signum(), Some(v)));
+                }
+                false => {
+                    net.insert((*t, row.clone()), (d.signum(), None));
+                }
+            }
         }
         let mut inputs = Vec::new();
         let mut facts: BTreeMap<TensorId, Delta> = BTreeMap::new();
-        for ((t, row), d) in net {
+        for ((t, row), (d, value)) in net {
+            let input = self.flow.inputs.iter().position(|&u| u == t);
+            if p.tensors[t].kind != Kind::Bool {
+                let old = self.element(t, &row);
+                let new = value.filter(|_| d > 0);
+                if old.map(f64::to_bits) == new.map(f64::to_bits) {
+                    continue;
+                }
+                let delta = facts.entry(t).or_default();
+                for (v, sign) in [(old, -1), (new, 1)] {
+                    let Some(v) = v else { continue };
+                    let r = with_value(&row, v);
+                    inputs.extend(input.map(|k| (k, Row::from_slice(&r), sign)));
+                    match sign > 0 {
+                        true => delta.added.push(r),
+                        false => delta.removed.push(r),
+                    }
+                }
+                continue;
+            }
             let holds = match (self.given.get(&t), &self.values[t].storage) {
                 (Some(given), _) => given.contains(&row),
                 (None, Storage::Relation(r)) => r.contains(&row),
                 _ => false,
             };
             // A relation only strata after the dataflow read changes outside it.
-            let input = self.flow.inputs.iter().position(|&u| u == t);
             match (d > 0, holds) {
                 (true, false) => {
                     inputs.extend(input.map(|k| (k, Row::from_slice(&row), 1)));
@@ -281,6 +312,9 @@ impl Incremental {
                     delta.removed.iter().for_each(|r| {
                         given.remove(r);
                     });
+                }
+                None if p.tensors[t].kind != Kind::Bool => {
+                    self.values[t] = revalued(&self.values[t], delta)
                 }
                 None => self.values[t] = patched(&self.values[t], delta),
             }
@@ -319,16 +353,13 @@ impl Incremental {
             .live
             .round(inputs)
             .map_err(|f| failure(p, &self.flow, o, f))?;
-        for (t, row, d) in late {
+        for (t, row, d) in super::consolidated(late) {
             *self.late.entry((t, row)).or_default() += d;
         }
         self.late.retain(|_, d| *d != 0);
         // Leaving a fixpoint scope keeps a tuple derived at another iteration than before
         // as a retraction and an addition: they net out here.
-        let mut out: Vec<((TensorId, Row), isize)> =
-            out.into_iter().map(|(t, r, d)| ((t, r), d)).collect();
-        differential_dataflow::consolidation::consolidate(&mut out);
-        for ((t, row), d) in out {
+        for (t, row, d) in super::consolidated(out) {
             let delta = deltas.entry(t).or_default();
             match d > 0 {
                 true => delta.added.push(row.to_vec()),
@@ -391,6 +422,17 @@ impl Incremental {
             d.removed.sort_unstable();
         }
         Ok(deltas)
+    }
+
+    /// The value of element `pos` of tensor `t` with values, among its facts (if the
+    /// dataflow defines it) or in its value.
+    fn element(&self, t: TensorId, pos: &[u32]) -> Option<f64> {
+        if let Some(given) = self.given.get(&t) {
+            let row = given.range(pos.to_vec()..).next()?;
+            return (row.get(..pos.len()) == Some(pos)).then(|| Delta::value(row).1);
+        }
+        let idx: Vec<usize> = pos.iter().map(|&i| i as usize).collect();
+        self.values[t].get(&idx)
     }
 
     /// Whether a commit can fail after the dataflow took it: a `min=`/`max=` fixpoint in
