@@ -6,8 +6,12 @@
 //! `--workers N` for more dataflow workers, `--processes 2` to run the dataflow as two
 //! processes over localhost TCP (the second served from a thread of this one), `--quick` to
 //! stop after the chain's end.
+//!
+//! `--sssp` measures single-source shortest paths (`min=`) instead, over a random graph of
+//! 100,000 nodes and 400,000 edges with weights 1–99 (written to a temporary file): one
+//! shortcut from the source set and removed, one random weight set and removed, then 100
+//! random weights set in one commit and removed in another.
 
-use std::path::Path;
 use std::time::Instant;
 use tensor_logic::eval::{Cluster, Processes};
 use tensor_logic::{RunOptions, Session};
@@ -18,30 +22,36 @@ fn main() {
     let mut workers = 1usize;
     let mut quick = false;
     let mut processes = 1usize;
+    let mut sssp = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--workers" => workers = args.next().and_then(|w| w.parse().ok()).unwrap_or(1),
             "--quick" => quick = true,
+            "--sssp" => sssp = true,
             "--processes" => processes = args.next().and_then(|w| w.parse().ok()).unwrap_or(1),
             _ => {}
         }
     }
-    // The nodes are declared, so that an edge to the node past the chain is in the domain.
-    let mut src = format!(
-        "N : {}\nEdge : bool[N, N]\nPath(x, y) :- Edge(x, y).\nPath(x, z) :- Path(x, y), Edge(y, z).\n",
-        NODES + 1
-    );
-    for i in 0..NODES - 1 {
-        src.push_str(&format!("Edge({i}, {}).\n", i + 1));
-    }
+    let (src, base) = match sssp {
+        true => sssp_source(),
+        false => (chain_source(), std::path::PathBuf::from(".")),
+    };
     let load = || {
         let mut s = Session::new();
-        s.load_source("chain.tl", &src, Path::new("."))
+        s.load_source("bench.tl", &src, &base)
             .expect("the program parses");
         s
     };
-    let options = RunOptions::default();
+    // Shortest paths take as many iterations as the longest of them has edges.
+    let settings = tensor_logic::Settings {
+        max_iters: 1000,
+        ..Default::default()
+    };
+    let options = RunOptions {
+        settings,
+        ..RunOptions::default()
+    };
     let mut scratch = load();
     let t = Instant::now();
     scratch.run(&options).expect("the standard engine runs");
@@ -71,12 +81,13 @@ fn main() {
         t.elapsed().as_secs_f64() * 1e3
     );
     let edge = |a: usize, b: usize| vec![a.to_string(), b.to_string()];
+    let relation = if sssp { "W" } else { "Edge" };
     let mut commit = |label: &str, insert: bool, rows: Vec<Vec<String>>| {
         match insert {
-            true => inc.insert("Edge", &rows),
-            false => inc.remove("Edge", &rows),
+            true => inc.insert(relation, &rows),
+            false => inc.remove(relation, &rows),
         }
-        .expect("the facts fit Edge");
+        .expect("the facts fit");
         let t = Instant::now();
         let changes = inc.commit().expect("the commit runs");
         let ms = t.elapsed().as_secs_f64() * 1e3;
@@ -89,6 +100,30 @@ fn main() {
             ms / (from_scratch * 1e3) * 100.0
         );
     };
+    if sssp {
+        commit("set W(0, 99) = 1", true, vec![weighted(0, 99, 1)]);
+        commit("remove W(0, 99)", false, vec![edge(0, 99)]);
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
+        let changed: Vec<(usize, usize, u64)> = (0..100)
+            .filter_map(|_| {
+                let (a, b) = random_edge(&mut next, SSSP_NODES);
+                (a != b).then(|| (a, b, next() % 99 + 1))
+            })
+            .collect();
+        let (a, b, w) = changed[0];
+        commit(
+            &format!("set W({a}, {b}) = {w}"),
+            true,
+            vec![weighted(a, b, w)],
+        );
+        commit(&format!("remove W({a}, {b})"), false, vec![edge(a, b)]);
+        let set: Vec<Vec<String>> = changed.iter().map(|&(a, b, w)| weighted(a, b, w)).collect();
+        let gone: Vec<Vec<String>> = changed.iter().map(|&(a, b, _)| edge(a, b)).collect();
+        commit("set 100 random weights", true, set);
+        commit("remove them", false, gone);
+        drop(inc);
+        return;
+    }
     commit(
         "insert Edge(1999, 2000)",
         true,
@@ -103,13 +138,8 @@ fn main() {
         commit("remove Edge(1000, 1001)", false, vec![edge(1000, 1001)]);
         commit("insert Edge(1000, 1001)", true, vec![edge(1000, 1001)]);
         // Forward edges (i < j) add no path, but every one is derived again and deduplicated.
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % NODES as u64) as usize
-        };
+        let mut random = xorshift(0x2545_f491_4f6c_dd1d);
+        let mut next = || (random() % NODES as u64) as usize;
         let mut batch: Vec<Vec<String>> = Vec::new();
         while batch.len() < 1000 {
             let (a, b) = (next(), next());
@@ -127,6 +157,65 @@ fn main() {
     for other in others {
         let _ = other.join();
     }
+}
+
+/// The closure of the chain; its nodes are declared, so that an edge to the node past the
+/// chain is in the domain.
+fn chain_source() -> String {
+    let mut src = format!(
+        "N : {}\nEdge : bool[N, N]\nPath(x, y) :- Edge(x, y).\nPath(x, z) :- Path(x, y), Edge(y, z).\n",
+        NODES + 1
+    );
+    for i in 0..NODES - 1 {
+        src.push_str(&format!("Edge({i}, {}).\n", i + 1));
+    }
+    src
+}
+
+const SSSP_NODES: usize = 100_000;
+
+/// Shortest paths from node 0 over random weighted edges in `w.tsv` (written to a
+/// temporary folder, returned as the program's base), the nodes declared through `Dist`.
+fn sssp_source() -> (String, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join("tl-bench-sssp");
+    std::fs::create_dir_all(&dir).expect("a temporary folder");
+    let mut next = xorshift(0x5151_2026_1203_0001);
+    let mut edges = std::collections::BTreeMap::new();
+    while edges.len() < 400_000 {
+        let (a, b) = random_edge(&mut next, SSSP_NODES);
+        if a != b {
+            edges.insert((a, b), next() % 99 + 1);
+        }
+    }
+    let text: String = edges
+        .iter()
+        .map(|((a, b), w)| format!("{a}\t{b}\t{w}\n"))
+        .collect();
+    std::fs::write(dir.join("w.tsv"), text).expect("the weights are written");
+    let src = format!(
+        "N : {SSSP_NODES}\nDist : int[N]\nW = \"w.tsv\"\nDist[y] min= W[0, y]\nDist[z] min= Dist[y] + W[y, z]\n"
+    );
+    (src, dir)
+}
+
+/// A seeded xorshift generator.
+fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed;
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
+}
+
+fn random_edge(next: &mut impl FnMut() -> u64, nodes: usize) -> (usize, usize) {
+    let a = (next() % nodes as u64) as usize;
+    (a, (next() % nodes as u64) as usize)
+}
+
+fn weighted(a: usize, b: usize, w: u64) -> Vec<String> {
+    vec![a.to_string(), b.to_string(), w.to_string()]
 }
 
 /// The cluster of each process: threads of this one, or `processes` over localhost ports.

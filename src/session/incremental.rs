@@ -311,16 +311,22 @@ impl Session {
                 // A failed commit's facts stay; what rules derive keeps its last values
                 // until a commit succeeds.
                 if let Some(values) = &mut self.values {
-                    for (t, _, _) in changes {
-                        values[*t] = current[*t].clone();
+                    let facts: BTreeSet<TensorId> = changes.iter().map(|(t, _, _)| *t).collect();
+                    for t in facts {
+                        values[t] = current[t].clone();
                     }
                 }
                 return Err(d.located(&self.file_name, &self.source));
             }
         };
         if let Some(values) = &mut self.values {
-            let touched = deltas.keys().chain(changes.iter().map(|(t, _, _)| t));
-            for &t in touched {
+            // Each tensor once, however many of its facts the commit changed.
+            let touched: BTreeSet<TensorId> = deltas
+                .keys()
+                .copied()
+                .chain(changes.iter().map(|(t, _, _)| *t))
+                .collect();
+            for t in touched {
                 values[t] = current[t].clone();
             }
         }

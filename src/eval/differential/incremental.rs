@@ -244,7 +244,7 @@ impl Incremental {
         // dataflow took it: the values then follow the dataflow, and the next commit that
         // succeeds reports its changes from these.
         let kept = match self.may_fail() && self.last_good.is_none() {
-            true => Some(self.values.clone()),
+            true => Some(self.derived_values(p)),
             false => None,
         };
         // Changes apply in order: a tuple holds after the commit if its last change
@@ -444,6 +444,20 @@ impl Incremental {
         self.flow.strata.iter().any(extreme)
     }
 
+    /// The values of the tensors rules define (the others empty): what a failed commit
+    /// keeps to report the next one's changes from.
+    fn derived_values(&self, p: &Checked) -> Vec<Tensor> {
+        let derived: BTreeSet<TensorId> = self.derived(p).collect();
+        self.values
+            .iter()
+            .enumerate()
+            .map(|(t, v)| match derived.contains(&t) {
+                true => v.clone(),
+                false => Tensor::relation(Vec::new(), std::iter::empty()),
+            })
+            .collect()
+    }
+
     /// The tensors that rules (or equations) define.
     fn derived<'a>(&self, p: &'a Checked) -> impl Iterator<Item = TensorId> + 'a {
         p.strata
@@ -592,30 +606,52 @@ fn merged(r: &Relation, delta: &Delta) -> Vec<u32> {
     flat
 }
 
-/// A `min=`/`max=` tensor with `delta` applied: its removed elements (positions and old
-/// value) taken out, then its added ones (positions and new value) set.
+/// A `min=`/`max=` tensor (or one of element facts) with `delta` applied: its removed
+/// elements (positions and old value) taken out, then its added ones (positions and new
+/// value) set, by one walk along its sorted elements.
 fn revalued(t: &Tensor, delta: &Delta) -> Tensor {
-    let mut elements: BTreeMap<Vec<u32>, f64> = BTreeMap::new();
-    if let Storage::Sparse(m) = &t.storage {
-        elements.extend(m.iter().map(|(k, v)| (k.to_vec(), v)));
-    }
+    let mut changes: BTreeMap<&[u32], Option<f64>> = BTreeMap::new();
     for r in &delta.removed {
-        elements.remove(Delta::value(r).0);
+        changes.insert(Delta::value(r).0, None);
     }
     for r in &delta.added {
         let (idx, v) = Delta::value(r);
-        elements.insert(idx.to_vec(), v);
+        changes.insert(idx, Some(v));
     }
     let arity = t.shape.len();
-    let (mut keys, mut values) = (Vec::with_capacity(elements.len() * arity), Vec::new());
-    for (k, v) in elements {
-        keys.extend(k);
-        values.push(v);
+    let none = crate::tensor::Sparse::new(arity);
+    let old = match &t.storage {
+        Storage::Sparse(m) => m,
+        _ => &none,
+    };
+    let size = old.iter().count() + delta.added.len();
+    let (mut keys, mut values) = (Vec::with_capacity(size * arity), Vec::with_capacity(size));
+    let mut stored = old.iter().peekable();
+    for (idx, v) in changes {
+        while let Some((k, x)) = stored.next_if(|(k, _)| *k < idx) {
+            keys.extend_from_slice(k);
+            values.push(x);
+        }
+        stored.next_if(|(k, _)| *k == idx);
+        if let Some(v) = v {
+            keys.extend_from_slice(idx);
+            values.push(v);
+        }
     }
+    for (k, x) in stored {
+        keys.extend_from_slice(k);
+        values.push(x);
+    }
+    use crate::tensor::Sparse;
+    // The walk keeps positions sorted and distinct; a scalar's one element has none.
+    let sparse = match arity {
+        0 => Sparse::from_entries(0, keys, values),
+        _ => Sparse::from_sorted(Relation::from_sorted(arity, keys), values),
+    };
     Tensor {
         elem: t.elem,
         shape: t.shape.clone(),
-        storage: Storage::Sparse(crate::tensor::Sparse::from_entries(arity, keys, values)),
+        storage: Storage::Sparse(sparse),
     }
 }
 
@@ -715,6 +751,34 @@ mod tests {
             Storage::Relation(r) => r.iter().map(<[u32]>::to_vec).collect(),
             _ => Vec::new(),
         }
+    }
+
+    #[test]
+    fn revaluing_sets_and_removes_elements_in_order_at_any_arity() {
+        use crate::tensor::{ElemType, Sparse};
+        let sparse = |arity: usize, keys: Vec<u32>, values: Vec<f64>| Tensor {
+            elem: ElemType::F64,
+            shape: vec![4; arity],
+            storage: Storage::Sparse(Sparse::from_entries(arity, keys, values)),
+        };
+        let t = sparse(2, vec![0, 1, 2, 2, 3, 0], vec![5.0, 7.0, 1.0]);
+        // (2, 2) changes value, (0, 1) goes, (1, 3) and (3, 3) come.
+        let delta = Delta {
+            removed: vec![with_value(&[2, 2], 7.0), with_value(&[0, 1], 5.0)],
+            added: vec![
+                with_value(&[2, 2], 4.0),
+                with_value(&[3, 3], 2.0),
+                with_value(&[1, 3], 9.0),
+            ],
+        };
+        let want = sparse(2, vec![1, 3, 2, 2, 3, 0, 3, 3], vec![9.0, 4.0, 1.0, 2.0]);
+        assert_eq!(revalued(&t, &delta), want);
+        let scalar = sparse(0, Vec::new(), vec![3.0]);
+        let delta = Delta {
+            removed: vec![with_value(&[], 3.0)],
+            added: vec![with_value(&[], 2.0)],
+        };
+        assert_eq!(revalued(&scalar, &delta), sparse(0, Vec::new(), vec![2.0]));
     }
 
     #[test]
