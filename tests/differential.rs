@@ -17,10 +17,15 @@ Cyclic(x) :- Path(x, x).
 Acyclic(x) :- Node(x), not Cyclic(x).
 Sink(x) :- Node(x), not Edge(x, _).
 Reach[x] = Path(x, y)
+Hops[y] min= Edge(0, y)
+Hops[z] min= Hops[y] + Edge(y, z)
+Deepest max= Hops[x]
 \"path.tsv\" = Path
 Acyclic(x)?
 Sink(x)?
 Reach[x]?
+Hops[x]?
+Deepest?
 ";
 
 /// A graph of `n` nodes: a chain with a few back edges and chords.
