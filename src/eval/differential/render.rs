@@ -61,7 +61,7 @@ impl Sinks {
     /// Sends `c`'s changes, as tensor `t`'s, to worker 0 and captures them in `sink`.
     fn capture(&self, t: TensorId, c: Coll<'_, u64>, sink: &Captured) {
         let sink = sink.clone();
-        // Worker 0 sums each tuple's changes, so they need not be consolidated first.
+        // The caller nets each tuple's changes, so they need not be consolidated here.
         c.inner
             .exchange(|_| 0)
             .inspect(move |(row, _, diff)| sink.borrow_mut().push((t, row.clone(), *diff)))
