@@ -285,8 +285,7 @@ impl Session {
                 // An element to insert carries its value's words, as the dataflow's rows do.
                 if let Some(text) = fields.get(rank) {
                     let v: f64 = number_text(text)?.parse().ok()?;
-                    let bits = info.elem.round(v).to_bits();
-                    row.extend([(bits >> 32) as u32, bits as u32]);
+                    row.extend(Delta::words(info.elem.round(v)));
                 }
                 Some((t, row, *sign))
             })

@@ -29,19 +29,22 @@ impl Delta {
     /// An element's positions and value, from a row of a tensor with values.
     pub fn value(row: &[u32]) -> (&[u32], f64) {
         let k = row.len().saturating_sub(2);
-        let bits = row.get(k..).map_or(0, |w| {
-            (u64::from(w[0]) << 32) | u64::from(*w.get(1).unwrap_or(&0))
-        });
+        let word = |i: usize| u64::from(row.get(k + i).copied().unwrap_or(0));
+        let bits = (word(0) << 32) | word(1);
         (&row[..k], f64::from_bits(bits))
+    }
+
+    /// The two words a value ends a row with: the inverse of [`Delta::value`].
+    pub fn words(v: f64) -> [u32; 2] {
+        let bits = v.to_bits();
+        [(bits >> 32) as u32, bits as u32]
     }
 }
 
 /// An element's positions followed by its value's bits.
 fn with_value(idx: &[u32], v: f64) -> Vec<u32> {
-    let bits = v.to_bits();
     let mut row = idx.to_vec();
-    row.push((bits >> 32) as u32);
-    row.push(bits as u32);
+    row.extend(Delta::words(v));
     row
 }
 
@@ -447,15 +450,8 @@ impl Incremental {
     /// The values of the tensors rules define (the others empty): what a failed commit
     /// keeps to report the next one's changes from.
     fn derived_values(&self, p: &Checked) -> Vec<Tensor> {
-        let derived: BTreeSet<TensorId> = self.derived(p).collect();
-        self.values
-            .iter()
-            .enumerate()
-            .map(|(t, v)| match derived.contains(&t) {
-                true => v.clone(),
-                false => Tensor::relation(Vec::new(), std::iter::empty()),
-            })
-            .collect()
+        let derived: Vec<TensorId> = self.derived(p).collect();
+        snapshot(&self.values, &derived)
     }
 
     /// The tensors that rules (or equations) define.

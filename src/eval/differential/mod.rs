@@ -241,7 +241,8 @@ fn input(p: &Checked, flow: &DataflowPlan, values: &[Tensor], t: TensorId) -> Te
     }
 }
 
-/// The tensors the dataflow's value checks read; the others left empty.
+/// The values of tensors `read` (those the dataflow's value checks read, say); the others
+/// left empty.
 fn snapshot(values: &[Tensor], read: &[TensorId]) -> Vec<Tensor> {
     values
         .iter()
@@ -364,9 +365,7 @@ fn rows(t: &Tensor, valued: bool) -> Box<dyn Iterator<Item = Row> + '_> {
             ),
         };
         return Box::new(elements.map(|(mut row, v)| {
-            let bits = v.to_bits();
-            row.push((bits >> 32) as u32);
-            row.push(bits as u32);
+            row.extend(Delta::words(v));
             row
         }));
     }

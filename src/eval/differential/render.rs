@@ -2,7 +2,7 @@
 //! entering it, each stratum's arrangements and rules, an `iterate` scope per recursive
 //! stratum, and the results routed to worker 0, where they are captured.
 
-use super::{Job, Row};
+use super::{Delta, Job, Row};
 use crate::eval::nest::Checker;
 use crate::eval::relational::{bind_lets, passes};
 use crate::plan::dataflow::{Arrangement, ArrangementId, FlowRule, FlowStratum, Heads, RuleValue};
@@ -164,7 +164,7 @@ fn best<'s, T: Timestamp + Lattice>(rows: Coll<'s, T>, family: Family) -> Coll<'
         move |_, values: &[(&Row, Diff)], output: &mut Vec<(Row, Diff)>| {
             let mut pick: Option<(&Row, f64)> = None;
             for &(v, n) in values {
-                let x = from_words(v);
+                let x = Delta::value(v).1;
                 if n > 0 && pick.is_none_or(|(_, y)| better(family, x, y)) {
                     pick = Some((v, x));
                 }
@@ -187,12 +187,6 @@ fn better(family: Family, new: f64, old: f64) -> bool {
         Family::Min => new < old || (old.is_nan() && !new.is_nan()),
         _ => new > old || (old.is_nan() && !new.is_nan()),
     }
-}
-
-/// The value whose bits two words hold, high first.
-fn from_words(w: &[u32]) -> f64 {
-    let word = |i: usize| u64::from(w.get(i).copied().unwrap_or(0));
-    f64::from_bits((word(0) << 32) | word(1))
 }
 
 /// A recursive stratum: one variable per tensor in an `iterate` scope, each made (as its
@@ -380,9 +374,7 @@ fn rule<'s, T: Timestamp + Lattice>(
         None => full.map(move |a| key(&head, &a)),
         Some(value) => full.map(move |a| {
             let mut row = key(&head, &a);
-            let bits = valued(&value, &a).to_bits();
-            row.push((bits >> 32) as u32);
-            row.push(bits as u32);
+            row.extend(Delta::words(valued(&value, &a)));
             row
         }),
     })
@@ -391,7 +383,7 @@ fn rule<'s, T: Timestamp + Lattice>(
 /// A `min=`/`max=` rule's head value under assignment `a`, rounded to its element type.
 fn valued(value: &RuleValue, a: &[u32]) -> f64 {
     let atom = |k: usize| match value.words.get(k).copied().flatten() {
-        Some([hi, lo]) => from_words(&[a[hi], a[lo]]),
+        Some([hi, lo]) => Delta::value(&[a[hi], a[lo]]).1,
         None => 1.0,
     };
     value.elem.round(value.expr.eval(&atom))
