@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 mod change;
 mod incremental;
+mod overlay;
 pub use change::Change;
 pub use incremental::Changes;
 
@@ -66,7 +67,7 @@ pub struct Session {
     /// Incremental mode: the live dataflow, and facts staged for the next commit.
     live: Option<incremental::Live>,
     staged: incremental::Staged,
-    overlay: incremental::Overlay,
+    overlay: overlay::Overlay,
 }
 
 impl Session {
@@ -108,7 +109,7 @@ impl Session {
         self.values = None;
         self.live = None;
         self.staged.clear();
-        self.overlay = incremental::Overlay::default();
+        self.overlay = overlay::Overlay::default();
         let funcs: Vec<String> = self.functions.keys().cloned().collect();
         let is_function = |n: &str| crate::functions::is_builtin(n) || funcs.iter().any(|f| f == n);
         let (program, errors) = syntax::parse(source, &is_function);

@@ -8,6 +8,7 @@
 //! dataflow. Any other commit (a new symbol, a relation a dense stratum reads) binds the
 //! relation's new rows and evaluates again from scratch; its changes are the same.
 
+use super::overlay::Overlay;
 use super::{cell, eval_options, rows_matching, Row, RunOptions, Session};
 use crate::diagnostics::{codes, Diagnostic, Diagnostics};
 use crate::eval::{Cluster, Delta, Incremental};
@@ -37,30 +38,6 @@ pub(super) struct Live {
 /// Facts waiting for the next commit: relation, fields, +1 or −1.
 pub(super) type Staged = Vec<(String, Vec<String>, isize)>;
 
-/// Every commit's facts so far, per relation: those inserted (bound as rows, beside the
-/// program's own facts) and those removed (taken out of the checked facts), so that a
-/// check from scratch reproduces the state commits reached.
-#[derive(Default)]
-pub(super) struct Overlay {
-    relations: BTreeMap<String, (Facts, Facts)>,
-}
-
-/// A relation's facts as rows of fields.
-type Facts = BTreeSet<Vec<String>>;
-
-impl Overlay {
-    fn record(&mut self, name: &str, fields: &[String], sign: isize) {
-        let (added, removed) = self.relations.entry(name.to_string()).or_default();
-        if sign > 0 {
-            removed.remove(fields);
-            added.insert(fields.to_vec());
-        } else {
-            added.remove(fields);
-            removed.insert(fields.to_vec());
-        }
-    }
-}
-
 impl Session {
     /// Runs the program with the differential engine on `workers` threads and keeps its
     /// dataflow alive for [`Session::insert`], [`Session::remove`] and [`Session::commit`].
@@ -88,7 +65,7 @@ impl Session {
     ) -> Result<Vec<String>, Diagnostics> {
         self.live = None;
         self.check_for(options)?;
-        self.remove_overlaid();
+        self.apply_overlay();
         let checked = self.checked.as_ref().ok_or_else(super::not_checked)?;
         let plan = self.plan.as_ref().ok_or_else(super::not_checked)?;
         let o = eval_options(options, &self.functions);
@@ -107,18 +84,35 @@ impl Session {
     /// Takes part, as one of the other processes of `cluster`, in the incremental run that
     /// process 0 drives with [`Session::run_incremental_on`]: evaluates what comes before
     /// the dataflow, serves its share of the dataflow, and returns when process 0 ends the
-    /// run (an error if process 0 is lost). Answers and files are process 0's.
+    /// run (an error if process 0 is lost). Answers and files are process 0's. When a
+    /// commit at process 0 needs a fresh evaluation, process 0 sends every commit's facts
+    /// so far, and this process takes them and serves the new run.
     pub fn serve_incremental(
         &mut self,
         options: &RunOptions,
         cluster: &Cluster,
     ) -> Result<(), Diagnostics> {
-        self.check_for(options)?;
-        let checked = self.checked.as_ref().ok_or_else(super::not_checked)?;
-        let plan = self.plan.as_ref().ok_or_else(super::not_checked)?;
-        let o = eval_options(options, &self.functions);
-        Incremental::serve(checked, plan, &o, cluster)
-            .map_err(|d| d.located(&self.file_name, &self.source))
+        loop {
+            self.check_for(options)?;
+            self.apply_overlay();
+            let checked = self.checked.as_ref().ok_or_else(super::not_checked)?;
+            let plan = self.plan.as_ref().ok_or_else(super::not_checked)?;
+            let o = eval_options(options, &self.functions);
+            let again = Incremental::serve(checked, plan, &o, cluster)
+                .map_err(|d| d.located(&self.file_name, &self.source))?;
+            let Some(message) = again else {
+                return Ok(());
+            };
+            self.overlay = Overlay::decode(&message).ok_or_else(|| {
+                Diagnostic::global(
+                    codes::COMMIT,
+                    "process 0 sent facts this process cannot read: are both the same version of tl?",
+                )
+            })?;
+            for (name, rows) in &self.overlay.tables() {
+                self.bind_rows(name, rows);
+            }
+        }
     }
 
     /// Stages facts to insert into relation `name` at the next [`Session::commit`]: one row
@@ -201,42 +195,32 @@ impl Session {
             .into());
         }
         let changes = self.positions(&staged);
-        if changes.is_none() {
-            let names = staged.iter().map(|(n, _, _)| n);
-            if let Some(name) = names
-                .chain(self.overlay.relations.keys())
-                .find(|n| self.has_values(n))
-            {
-                return Err(Diagnostic::global(
-                    codes::COMMIT,
-                    format!("this commit needs the program evaluated again from scratch (a value not in its domain yet, or a relation that a stratum before the dataflow or a value check reads), which incremental mode does not do once the elements of `{name}` change: declare the domains the facts use, or start again with the new facts"),
-                )
-                .into());
-            }
-        }
+        let before = self.overlay.clone();
         for (name, fields, sign) in &staged {
-            self.overlay.record(name, fields, *sign);
+            let rank = self.checked.as_ref().and_then(|c| {
+                let t = c.tensor_id(name)?;
+                (c.tensors[t].kind != Kind::Bool).then_some(c.tensors[t].shape.len())
+            });
+            self.overlay.record(name, fields, *sign, rank);
         }
         match changes {
             Some(changes) => self.commit_round(&changes),
-            None => self.commit_again(),
+            None => self.commit_again(before),
         }
     }
 
-    /// Whether `name` is a tensor with values (not a relation).
-    fn has_values(&self, name: &str) -> bool {
-        let Some(checked) = self.checked.as_ref() else {
-            return false;
-        };
-        checked
-            .tensor_id(name)
-            .is_some_and(|t| checked.tensors[t].kind != Kind::Bool)
-    }
-
-    /// Takes the facts commits removed out of the checked program's facts.
-    fn remove_overlaid(&mut self) {
+    /// Takes the facts commits removed out of the checked program's facts, and sets (or
+    /// removes) the elements they changed: a bound row's value was added to the program's
+    /// own (§7), where a commit replaces it.
+    fn apply_overlay(&mut self) {
         let Some(checked) = self.checked.as_mut() else {
             return;
+        };
+        let positions = |checked: &crate::semantics::Checked, t: TensorId, f: &[String]| {
+            f.iter()
+                .enumerate()
+                .map(|(ax, x)| position(checked, t, ax, x))
+                .collect::<Option<Vec<u32>>>()
         };
         for (name, (_, removed)) in &self.overlay.relations {
             let Some(t) = checked.tensor_id(name) else {
@@ -244,12 +228,7 @@ impl Session {
             };
             let rows: Vec<Vec<u32>> = removed
                 .iter()
-                .filter_map(|f| {
-                    f.iter()
-                        .enumerate()
-                        .map(|(ax, x)| position(checked, t, ax, x))
-                        .collect()
-                })
+                .filter_map(|f| positions(checked, t, f))
                 .collect();
             if let Some(Tensor {
                 storage: Storage::Relation(r),
@@ -259,6 +238,29 @@ impl Session {
                 for row in rows {
                     r.set(&row, false);
                 }
+            }
+        }
+        for (name, elements) in &self.overlay.elements {
+            let Some(t) = checked.tensor_id(name) else {
+                continue;
+            };
+            let elem = checked.tensors[t].elem;
+            let changes: BTreeMap<Vec<u32>, Option<f64>> = elements
+                .iter()
+                .filter_map(|(f, v)| {
+                    let value = match v {
+                        Some(text) => Some(elem.round(number_text(text)?.parse().ok()?)),
+                        None => None,
+                    };
+                    Some((positions(checked, t, f)?, value))
+                })
+                .collect();
+            if let Some(Tensor {
+                storage: Storage::Sparse(m),
+                ..
+            }) = checked.data[t].as_mut()
+            {
+                *m = m.changed(changes.iter().map(|(k, v)| (k.as_slice(), *v)));
             }
         }
     }
@@ -335,35 +337,46 @@ impl Session {
             .collect())
     }
 
-    /// Binds the facts every commit inserted and evaluates again from scratch (the facts commits removed are taken out after the check).
-    fn commit_again(&mut self) -> Result<Vec<Changes>, Diagnostics> {
-        let before = self.derived_rows()?;
-        // Every commit's insertions so far, not only this one's: the check starts afresh.
-        let tables: Vec<(String, Vec<Vec<String>>)> = self
-            .overlay
-            .relations
-            .iter()
-            .map(|(name, (added, _))| (name.clone(), added.iter().cloned().collect()))
-            .collect();
-        for (name, rows) in &tables {
-            self.bind_rows(name, rows);
-        }
+    /// Binds the facts every commit inserted and evaluates again from scratch (the facts
+    /// commits removed, and the elements they set, are applied after the check). Over
+    /// several processes, process 0 first sends the others those facts, and every process
+    /// starts again. A commit whose facts do not check leaves the session as it was, its
+    /// overlay `before` it.
+    fn commit_again(&mut self, before: Overlay) -> Result<Vec<Changes>, Diagnostics> {
+        let old_rows = self.derived_rows()?;
         let (options, cluster) = match &self.live {
             Some(l) => (l.options.clone(), l.cluster.clone()),
             None => (RunOptions::default(), Cluster::default()),
         };
-        if cluster.processes.is_some() {
-            return Err(Diagnostic::global(
-                codes::COMMIT,
-                "this commit needs the program evaluated again from scratch (a value not in its domain yet, or a relation that a stratum before the dataflow or a value check reads), which a run over several processes cannot do: start the processes again with the new facts",
-            )
-            .into());
+        let tables = self.overlay.tables();
+        let kept = Kept::take(self, &tables, before);
+        for (name, rows) in &tables {
+            self.bind_rows(name, rows);
         }
-        self.run_incremental_on(&options, &cluster)?;
-        let after = self.derived_rows()?;
+        if let Err(d) = self.check_for(&options) {
+            kept.restore(self);
+            return Err(d);
+        }
+        let mut kept = kept;
+        if cluster.processes.is_some() {
+            // The others start again from what this run announces; this one's dataflow ends
+            // when its live state is dropped, freeing the run's ports.
+            if let (Some(live), Some(checked)) = (kept.live.as_mut(), kept.checked.as_ref()) {
+                let o = eval_options(&live.options, &self.functions);
+                live.inc
+                    .announce(checked, &o, self.overlay.encode())
+                    .map_err(|d| d.located(&self.file_name, &self.source))?;
+            }
+            kept.live = None;
+        }
+        if let Err(d) = self.run_incremental_on(&options, &cluster) {
+            kept.restore(self);
+            return Err(d);
+        }
+        let new_rows = self.derived_rows()?;
         let mut out = Vec::new();
-        for (name, new) in after {
-            let old = before
+        for (name, new) in new_rows {
+            let old = old_rows
                 .iter()
                 .find(|(n, _)| *n == name)
                 .map(|(_, r)| r.clone())
@@ -445,6 +458,60 @@ impl Session {
                 (checked.tensors[t].name.clone(), rows)
             })
             .collect())
+    }
+}
+
+/// What a fresh evaluation replaces, kept to put back if the new facts do not check (or
+/// the new run does not start): the session then goes on as before the commit.
+struct Kept {
+    live: Option<Live>,
+    checked: Option<Checked>,
+    plan: Option<crate::plan::Plan>,
+    checked_with: Option<crate::semantics::Settings>,
+    bindings: Vec<(String, Option<crate::io::RawData>)>,
+    tensors: Vec<(String, Option<Tensor>)>,
+    overlay: Overlay,
+}
+
+impl Kept {
+    /// Takes the session's checked program and live run, and the data bound under the
+    /// names of `tables`, which the fresh evaluation binds anew.
+    fn take(s: &mut Session, tables: &[(String, Vec<Vec<String>>)], overlay: Overlay) -> Kept {
+        Kept {
+            live: s.live.take(),
+            checked: s.checked.take(),
+            plan: s.plan.take(),
+            checked_with: s.checked_with.clone(),
+            bindings: tables
+                .iter()
+                .map(|(n, _)| (n.clone(), s.bindings.get(n).cloned()))
+                .collect(),
+            tensors: tables
+                .iter()
+                .map(|(n, _)| (n.clone(), s.tensors.get(n).cloned()))
+                .collect(),
+            overlay,
+        }
+    }
+
+    fn restore(self, s: &mut Session) {
+        s.live = self.live;
+        s.checked = self.checked;
+        s.plan = self.plan;
+        s.checked_with = self.checked_with;
+        s.stale = false;
+        for (name, raw) in self.bindings {
+            match raw {
+                Some(raw) => s.bindings.insert(name, raw),
+                None => s.bindings.remove(&name),
+            };
+        }
+        for (name, t) in self.tensors {
+            if let Some(t) = t {
+                s.tensors.insert(name, t);
+            }
+        }
+        s.overlay = self.overlay;
     }
 }
 

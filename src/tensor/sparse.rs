@@ -160,6 +160,43 @@ impl Sparse {
         }
     }
 
+    /// These elements with `changes` applied by one walk along them: each change, in
+    /// ascending position order without repeats, sets its element (`Some`) or removes it
+    /// (`None`). What an incremental commit does to a tensor of element facts.
+    pub fn changed<'a>(
+        &self,
+        changes: impl IntoIterator<Item = (&'a [u32], Option<f64>)>,
+    ) -> Sparse {
+        let arity = self.positions.arity();
+        let (mut keys, mut values) = (Vec::new(), Vec::new());
+        let mut stored = self.iter().peekable();
+        for (idx, v) in changes {
+            while let Some((k, x)) = stored.next_if(|(k, _)| *k < idx) {
+                keys.extend_from_slice(k);
+                values.push(x);
+            }
+            stored.next_if(|(k, _)| *k == idx);
+            if let Some(v) = v {
+                keys.extend_from_slice(idx);
+                values.push(v);
+            }
+        }
+        for (k, x) in stored {
+            keys.extend_from_slice(k);
+            values.push(x);
+        }
+        // The walk keeps positions sorted and distinct; a scalar's one element has none.
+        let positions = match arity {
+            0 => Relation::from_flat(0, keys, values.len()),
+            _ => Relation::from_sorted(arity, keys),
+        };
+        Sparse {
+            positions,
+            values,
+            zeros: self.zeros,
+        }
+    }
+
     /// The stored elements in ascending position order.
     pub fn iter(&self) -> impl Iterator<Item = (&[u32], f64)> + '_ {
         self.positions.iter().zip(self.values.iter().copied())

@@ -182,13 +182,14 @@ impl Incremental {
 
     /// Takes part in the incremental run that process 0 of `cluster` drives, as process
     /// `cluster.processes.index`: builds the same dataflow from the same program and files,
-    /// and serves it until process 0 ends the run.
+    /// and serves it until process 0 ends the run. Returns what process 0 announced before
+    /// ending it ([`Incremental::announce`]): then every process starts again.
     pub fn serve(
         p: &Checked,
         plan: &Plan,
         o: &EvalOptions,
         cluster: &Cluster,
-    ) -> Result<(), Diagnostics> {
+    ) -> Result<Option<Vec<Vec<u32>>>, Diagnostics> {
         let Prepared {
             flow,
             job,
@@ -198,6 +199,20 @@ impl Incremental {
         } = prepare(p, plan, o)?;
         let stop = Stop::new(None, o.stop.flag.clone());
         live::serve(job, initial, (cluster, fingerprint), stop).map_err(|f| failure(p, &flow, o, f))
+    }
+
+    /// Sends `message` (rows of words) to every other process of the run, whose
+    /// [`Incremental::serve`] returns it when this run ends: how process 0 has them start
+    /// again with the facts of a commit that needs a fresh evaluation.
+    pub fn announce(
+        &mut self,
+        p: &Checked,
+        o: &EvalOptions,
+        message: Vec<Vec<u32>>,
+    ) -> Result<(), Diagnostics> {
+        self.live
+            .announce(message)
+            .map_err(|f| failure(p, &self.flow, o, f))
     }
 
     /// Every tensor's current value.
@@ -614,35 +629,9 @@ fn revalued(t: &Tensor, delta: &Delta) -> Tensor {
         let (idx, v) = Delta::value(r);
         changes.insert(idx, Some(v));
     }
-    let arity = t.shape.len();
-    let none = crate::tensor::Sparse::new(arity);
-    let old = match &t.storage {
-        Storage::Sparse(m) => m,
-        _ => &none,
-    };
-    let size = old.iter().count() + delta.added.len();
-    let (mut keys, mut values) = (Vec::with_capacity(size * arity), Vec::with_capacity(size));
-    let mut stored = old.iter().peekable();
-    for (idx, v) in changes {
-        while let Some((k, x)) = stored.next_if(|(k, _)| *k < idx) {
-            keys.extend_from_slice(k);
-            values.push(x);
-        }
-        stored.next_if(|(k, _)| *k == idx);
-        if let Some(v) = v {
-            keys.extend_from_slice(idx);
-            values.push(v);
-        }
-    }
-    for (k, x) in stored {
-        keys.extend_from_slice(k);
-        values.push(x);
-    }
-    use crate::tensor::Sparse;
-    // The walk keeps positions sorted and distinct; a scalar's one element has none.
-    let sparse = match arity {
-        0 => Sparse::from_entries(0, keys, values),
-        _ => Sparse::from_sorted(Relation::from_sorted(arity, keys), values),
+    let sparse = match &t.storage {
+        Storage::Sparse(m) => m.changed(changes),
+        _ => crate::tensor::Sparse::new(t.shape.len()).changed(changes),
     };
     Tensor {
         elem: t.elem,

@@ -21,7 +21,8 @@ pub(super) type InputChanges = Vec<(usize, Row, isize)>;
 pub(super) type OutputChanges = (Vec<(TensorId, Row, isize)>, Vec<(TensorId, Row, isize)>);
 
 enum Command {
-    Round(u64, Arc<InputChanges>),
+    /// A round: its number, its input changes, and rows worker 0 sends every worker.
+    Round(u64, Arc<InputChanges>, Arc<Vec<Row>>),
     Stop,
 }
 
@@ -89,9 +90,14 @@ impl Live {
                 };
                 let mut r = render(worker, &job);
                 feed(&mut r.inputs, &initial, (index, peers));
-                while let Ok(Command::Round(round, changes)) = commands.recv() {
+                while let Ok(Command::Round(round, changes, notice)) = commands.recv() {
                     feed(&mut r.inputs, &changes, (index, workers));
-                    for h in &mut r.inputs {
+                    if index == 0 {
+                        notice
+                            .iter()
+                            .for_each(|row| r.notice.update(row.clone(), 1));
+                    }
+                    for h in r.inputs.iter_mut().chain([&mut r.notice]) {
                         h.advance_to(round + 1);
                         h.flush();
                     }
@@ -121,14 +127,36 @@ impl Live {
 
     /// Runs one round with these input changes; the changes of the computed relations.
     pub(super) fn round(&mut self, changes: InputChanges) -> Result<OutputChanges, Failure> {
+        self.round_with(changes, Vec::new())
+    }
+
+    /// Runs a round that sends `message` to every worker of every process: the
+    /// [`serve`] of each other process returns it once this run ends.
+    pub(super) fn announce(&mut self, message: Vec<Vec<u32>>) -> Result<(), Failure> {
+        // Each row leads with its place, as they may arrive in any order.
+        let rows = message.iter().enumerate().map(|(i, m)| {
+            let mut row = Row::from_slice(&[i as u32]);
+            row.extend_from_slice(m);
+            row
+        });
+        self.round_with(Vec::new(), rows.collect()).map(|_| ())
+    }
+
+    fn round_with(
+        &mut self,
+        changes: InputChanges,
+        notice: Vec<Row>,
+    ) -> Result<OutputChanges, Failure> {
         if self.dead {
             return Err(Failure::Failed(
                 "an earlier round did not finish; start again".into(),
             ));
         }
-        let changes = Arc::new(changes);
+        let (changes, notice) = (Arc::new(changes), Arc::new(notice));
         for c in &self.commands {
-            if c.send(Command::Round(self.round, changes.clone())).is_err() {
+            if c.send(Command::Round(self.round, changes.clone(), notice.clone()))
+                .is_err()
+            {
                 self.dead = true;
                 return Err(self.lost());
             }
@@ -173,13 +201,14 @@ impl Drop for Live {
 
 /// Serves a dataflow that process 0 of `cluster` drives ([`Live::start`] there): builds it
 /// in this process's workers, feeds their share of `initial`, closes their inputs and
-/// steps until process 0 closes its own. Returns once the dataflow has ended everywhere.
+/// steps until process 0 closes its own. Returns once the dataflow has ended everywhere,
+/// with what process 0 announced ([`Live::announce`]), if it did.
 pub(super) fn serve(
     job: Job,
     initial: InputChanges,
     (cluster, fingerprint): (&Cluster, u64),
     stop: Stop,
-) -> Result<(), Failure> {
+) -> Result<Option<Vec<Vec<u32>>>, Failure> {
     let (job, initial) = (Arc::new(job), Arc::new(initial));
     let (builders, others) = cluster
         .allocators(fingerprint, CONNECT_WITHIN)
@@ -188,7 +217,7 @@ pub(super) fn serve(
         let (index, peers) = (worker.index(), worker.peers());
         let mut r = render(worker, &job);
         feed(&mut r.inputs, &initial, (index, peers));
-        for mut h in r.inputs {
+        for mut h in r.inputs.into_iter().chain([r.notice]) {
             h.advance_to(1);
             h.flush();
         }
@@ -199,7 +228,7 @@ pub(super) fn serve(
                 return Err(());
             }
         }
-        Ok(())
+        Ok(r.noticed.take())
     };
     let results = catching(move || {
         let guards =
@@ -207,14 +236,20 @@ pub(super) fn serve(
         Ok(guards.join())
     })
     .map_err(Failure::Failed)?;
+    let mut noticed = Vec::new();
     for result in results {
         match result {
-            Ok(Ok(())) => {}
+            // Every worker received the same rows.
+            Ok(Ok(rows)) => noticed = rows,
             Ok(Err(())) => return Err(Failure::Stopped),
             Err(e) => return Err(Failure::Failed(format!("a worker failed: {e}"))),
         }
     }
-    Ok(())
+    if noticed.is_empty() {
+        return Ok(None);
+    }
+    noticed.sort_by_key(|r| r.first().copied());
+    Ok(Some(noticed.iter().map(|r| r[1..].to_vec()).collect()))
 }
 
 /// Feeds worker `index` of `peers` its share of `changes` (every `peers`-th).

@@ -292,6 +292,8 @@ fn run_once(
             input.advance_to(1);
             input.flush();
         }
+        r.notice.advance_to(1);
+        r.notice.flush();
         while r.probe.less_than(&1) {
             worker.step();
             if stop.requested() {

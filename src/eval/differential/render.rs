@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use timely::dataflow::operators::probe::Handle;
-use timely::dataflow::operators::vec::Filter;
+use timely::dataflow::operators::vec::{Broadcast, Filter};
 use timely::dataflow::operators::{Exchange, Inspect, Probe};
 use timely::dataflow::Scope;
 use timely::order::Product;
@@ -47,6 +47,10 @@ pub(super) struct Rendered {
     /// tensor (at worker 0): what it still changes after the last iteration allowed, which
     /// the dataflow does not feed back. Any left after a round means it did not settle.
     pub unsettled: Captured,
+    /// Rows one worker sends every worker (process 0 telling the others to start again).
+    pub notice: InputSession<u64, Row, Diff>,
+    /// The rows sent through `notice`, as this worker received them.
+    pub noticed: Rc<RefCell<Vec<Row>>>,
 }
 
 /// Where a worker's results go: captured at worker 0, and the probe that passes a round
@@ -115,8 +119,22 @@ pub(super) fn render(worker: &mut timely::worker::Worker, job: &Job) -> Rendered
         for c in facts.values() {
             c.clone().inner.probe_with(&sinks.probe);
         }
+        let (notice, notes) = scope.new_collection::<Row, Diff>();
+        let noticed = Rc::new(RefCell::new(Vec::new()));
+        let sink = noticed.clone();
+        notes
+            .inner
+            .broadcast()
+            .inspect(move |(row, _, d)| {
+                if *d > 0 {
+                    sink.borrow_mut().push(row.clone())
+                }
+            })
+            .probe_with(&sinks.probe);
         Rendered {
             inputs,
+            notice,
+            noticed,
             probe: sinks.probe,
             captured: sinks.captured,
             unsettled: sinks.unsettled,
