@@ -22,7 +22,7 @@ use crate::semantics::{Checked, Query};
 use crate::tensor::Tensor;
 use std::collections::BTreeMap;
 
-pub use dense::KeptTerms;
+pub use dense::{KeptTerms, StepTerms};
 pub use differential::{parse_hosts, Cluster, Delta, Differential, Incremental, Processes};
 pub(crate) use reference::{assignments, points, Cx};
 pub use reference::{Record, Reference};

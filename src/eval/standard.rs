@@ -5,6 +5,7 @@
 //! loop nests, which evaluate any equation; only a stratum without loop nests (a virtual
 //! index) runs the reference loops, and the log says why.
 
+use super::dense::StepTerms;
 use super::{dense, initial, nest, reference, relational};
 use super::{Decision, Engine, EvalOptions, Evaluation, KeptTerms, Ran, Record};
 use crate::diagnostics::Diagnostics;
@@ -89,6 +90,8 @@ pub enum StratumRecord {
     Reference(Record),
     /// The terms a dense stratum computed, per equation.
     Dense(KeptTerms),
+    /// The terms an index-order stratum's dense plans computed, per step and equation.
+    Steps(StepTerms),
 }
 
 /// Evaluates the strata marked in `needed` like [`Standard`], except that those marked in
@@ -136,6 +139,14 @@ pub fn evaluate_recorded(
                 state.fallback(i, st)?;
                 records.push(None);
             }
+        } else if let Kernel::Steps(steps) = &plan.strata[i].kernel {
+            state.fill_pending(&st.tensors);
+            let mut terms = StepTerms::new();
+            let pool = state.pool.clone();
+            let at = (o, pool.as_deref());
+            super::steps::evaluate(p, st, steps, &mut state.values, at, Some(&mut terms))?;
+            state.log(i, Ran::Steps, None);
+            records.push(Some(StratumRecord::Steps(terms)));
         } else {
             state.stratum(i, st)?;
             records.push(None);
@@ -280,7 +291,7 @@ impl<'a> State<'a> {
             }
             Kernel::Steps(plan) => {
                 self.fill_pending(&st.tensors);
-                super::steps::evaluate(p, st, plan, &mut self.values, o, pool)?;
+                super::steps::evaluate(p, st, plan, &mut self.values, (o, pool), None)?;
                 self.log(i, Ran::Steps, None);
                 Ok(())
             }

@@ -14,13 +14,15 @@ use crate::tensor::{Storage, Tensor};
 
 /// Evaluates the stratum in index order, in place. Its tensors hold their data (or zeros)
 /// and are dense.
+/// With `keep`, the terms each step's dense plans computed are kept there for the backward
+/// pass (`learn::steps_backward`).
 pub(super) fn evaluate(
     p: &Checked,
     st: &Stratum,
     plan: &Steps,
     values: &mut [Tensor],
-    o: &EvalOptions,
-    pool: Option<&rayon::ThreadPool>,
+    (o, pool): (&EvalOptions, Option<&rayon::ThreadPool>),
+    mut keep: Option<&mut dense::StepTerms>,
 ) -> Result<(), Diagnostics> {
     let mut writes: Vec<(usize, f64)> = Vec::new();
     let mut extremes: Vec<Option<ExtremeRun>> = plan
@@ -52,7 +54,7 @@ pub(super) fn evaluate(
             let held = extremes[k..k + group]
                 .iter_mut()
                 .zip(&mut moved[k..k + group]);
-            for (eq, (extreme, dense)) in equations.zip(held) {
+            for (j, (eq, (extreme, dense))) in equations.zip(held).enumerate() {
                 if let Some(x) = eq.at_step(s) {
                     let bound = eq.var.map(|v| (v, x as i64));
                     let moving = (eq.target, st.tensors.as_slice());
@@ -63,9 +65,12 @@ pub(super) fn evaluate(
                     }
                     // One equation writing its own elements once each: its grid goes straight
                     // into the target.
+                    let kept = keep
+                        .as_deref_mut()
+                        .map(|m| m.entry((s, k + j)).or_default());
                     let found = dense.as_mut().and_then(|d| {
                         eq.move_to(x, d).then_some(())?;
-                        dense::contributions(p, d, values, o, pool)
+                        dense::contributions(p, d, values, (o, pool), kept)
                     });
                     match found {
                         Some(found) if writers == 1 && plan.family == Family::Sum => {
@@ -122,7 +127,7 @@ pub(super) fn evaluate_virtual(
     for x in 0..step.range {
         let next = moved.as_mut().and_then(|d| {
             step.move_to(x, d).then_some(())?;
-            dense::contributions(p, d, values, o, pool)
+            dense::contributions(p, d, values, (o, pool), None)
         });
         let Some((grid, _)) = next else {
             values[t] = held;

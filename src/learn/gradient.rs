@@ -132,8 +132,14 @@ pub(crate) fn backward(
             continue;
         }
         let record = records.get(i).and_then(Option::as_ref);
-        if let (None, Some(steps)) = (record, plan.and_then(|pl| steps_of(pl, i))) {
-            steps_backward::backward(steps, values, o, &mut adj);
+        let kept = match record {
+            Some(StratumRecord::Steps(terms)) => Some(terms),
+            _ => None,
+        };
+        if let (None | Some(StratumRecord::Steps(_)), Some(steps)) =
+            (record, plan.and_then(|pl| steps_of(pl, i)))
+        {
+            steps_backward::backward(steps, values, o, &mut adj, kept);
             continue;
         }
         let upstream: Vec<Vec<f64>> = st
@@ -160,7 +166,7 @@ pub(crate) fn backward(
                 };
                 one_pass(p, st, values, (dense, terms), o, &upstream, &mut sink);
             }
-            None => {
+            None | Some(StratumRecord::Steps(_)) => {
                 let mut sink = Sink {
                     adj: &mut adj,
                     slice: None,

@@ -11,7 +11,7 @@
 //! iterations is, in one pass instead of one per iteration.
 
 use super::dense_backward::{backward_dense, covers};
-use crate::eval::EvalOptions;
+use crate::eval::{EvalOptions, StepTerms};
 use crate::plan::einsum::DenseEquation;
 use crate::plan::steps::Steps;
 use crate::tensor::Tensor;
@@ -29,11 +29,13 @@ pub(crate) fn covered(steps: &Steps, values: &[Tensor], o: &EvalOptions) -> bool
 /// hold the adjoints that later strata gave them (and receive those of earlier steps).
 /// Adds nothing unless [`covered`]: the caller then evaluates the stratum recorded, for
 /// the reference loops to go backwards through it.
+/// `kept` holds the terms the forward pass computed at each step, if it kept them.
 pub(crate) fn backward(
     steps: &Steps,
     values: &[Tensor],
     o: &EvalOptions,
     adj: &mut [Option<Vec<f64>>],
+    kept: Option<&StepTerms>,
 ) {
     if !covered(steps, values, o) {
         return;
@@ -41,7 +43,7 @@ pub(crate) fn backward(
     let mut moved: Vec<Option<DenseEquation>> =
         steps.equations.iter().map(|e| e.dense.clone()).collect();
     for s in (0..steps.count).rev() {
-        for (eq, dense) in steps.equations.iter().zip(&mut moved).rev() {
+        for (j, (eq, dense)) in steps.equations.iter().zip(&mut moved).enumerate().rev() {
             let (Some(x), Some(d)) = (eq.at_step(s), dense.as_mut()) else {
                 continue;
             };
@@ -61,7 +63,8 @@ pub(crate) fn backward(
             if reads_itself {
                 adj[eq.target] = Some(vec![0.0; upstream.len()]);
             }
-            backward_dense(d, values, &upstream, o, adj, None);
+            let terms = kept.and_then(|k| k.get(&(s, j))).map(Vec::as_slice);
+            backward_dense(d, values, &upstream, o, adj, terms);
             let mut upstream = upstream;
             if let Some(own) = adj[eq.target].take() {
                 upstream.iter_mut().zip(own).for_each(|(u, g)| *u += g);

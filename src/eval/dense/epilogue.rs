@@ -165,17 +165,19 @@ pub(super) fn stored_as_computed(
     let (true, None) = (p.data[t].is_none(), &d.scatter) else {
         return None;
     };
-    f32_grid(d, values, o, pool).map(Dense::from_f32)
+    f32_grid(d, values, (o, pool), None).map(Dense::from_f32)
 }
 
 /// The equation's value over its grid in f32, computed over its largest f32 product's own
 /// buffer (the rest of the expression applied in place, a row at a time), when its target
 /// holds f32 and it sums nothing after the expression; `None` otherwise.
+/// With `keep`, the main term's product (widened and scaled as [`term`] gives it) and the
+/// other terms it computed are kept there for the backward pass.
 pub(super) fn f32_grid(
     d: &DenseEquation,
     values: &[Tensor],
-    o: &EvalOptions,
-    pool: Option<&rayon::ThreadPool>,
+    (o, pool): (&EvalOptions, Option<&rayon::ThreadPool>),
+    keep: Option<&mut Vec<Option<KeptTerm>>>,
 ) -> Option<Vec<f32>> {
     let planned = d.in_place?;
     let main = planned.main;
@@ -188,8 +190,18 @@ pub(super) fn f32_grid(
     let split = split(d, values, pool);
     // Work is split only inside the pool of `--threads` workers, never on rayon's global one.
     let workers = if split { o.threads.max(1) } else { 1 };
+    let keeping = keep.is_some();
     let run = || {
         let mut data = unscaled::<f32>(c, values, workers).data.into_owned();
+        let mut kept: Vec<Option<KeptTerm>> = Vec::new();
+        if keeping {
+            kept = vec![None; d.terms.len()];
+            // What the backward pass would compute again (a product of f64 factors it
+            // computes in f64, so that one is not kept).
+            if c.single {
+                kept[main] = Some((c.out.to_vec(), scaled(&data, c.scale)));
+            }
+        }
         match &epilogue {
             Epilogue::Bare if c.scale != 1.0 => {
                 // In f64, as the general path scales, then rounded once.
@@ -215,14 +227,33 @@ pub(super) fn f32_grid(
                     })
                     .collect();
                 rows::in_place(program, d, &terms, (main, c.scale), &mut data, split);
+                if keeping {
+                    for (k, t) in terms.into_iter().enumerate() {
+                        if let (false, Cow::Owned(v)) = (k == main, t.data) {
+                            kept[k] = Some((t.vars.to_vec(), v));
+                        }
+                    }
+                }
             }
         }
-        data
+        (data, kept)
     };
-    Some(match pool {
+    let (data, kept) = match pool {
         Some(pool) if split => pool.install(run),
         _ => run(),
-    })
+    };
+    if let Some(k) = keep {
+        *k = kept;
+    }
+    Some(data)
+}
+
+/// An f32 product as [`term`] gives it: widened, then scaled in f64.
+fn scaled(data: &[f32], scale: f64) -> Vec<f64> {
+    match scale == 1.0 {
+        true => data.iter().map(|&x| f64::from(x)).collect(),
+        false => data.iter().map(|&x| f64::from(x) * scale).collect(),
+    }
 }
 
 /// Adds the equation's value at every output element to `acc` (row-major over `d.out`; when

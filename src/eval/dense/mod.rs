@@ -169,14 +169,7 @@ fn evaluate_once(
                     d.terms.iter().map(|c| term(c, values, workers)).collect();
                 let done = fused(d, &mut terms, o, &mut acc);
                 terms.truncate(d.terms.len());
-                let owned = terms
-                    .into_iter()
-                    .map(|t| match t.data {
-                        Cow::Owned(v) => Some((t.vars.to_vec(), v)),
-                        Cow::Borrowed(_) => None,
-                    })
-                    .collect::<Vec<_>>();
-                (done, owned)
+                (done, owned_terms(terms))
             };
             let (done, owned) = match pool {
                 Some(pool) if big => pool.install(run),
@@ -205,20 +198,33 @@ fn evaluate_once(
 /// where a left-hand-side position falls outside the target), as `grid` and `at`: one step
 /// of an index recursion (`eval::steps`). `None` when its inputs are not as planned or a
 /// function is not registered.
+/// With `keep`, the terms it computed (not those it only read) are kept there for the
+/// backward pass, as [`evaluate_dense`] keeps them.
 pub(super) fn contributions(
     p: &Checked,
     d: &DenseEquation,
     values: &[Tensor],
-    o: &EvalOptions,
-    pool: Option<&rayon::ThreadPool>,
+    (o, pool): (&EvalOptions, Option<&rayon::ThreadPool>),
+    keep: Option<&mut Vec<Option<KeptTerm>>>,
 ) -> Option<(Grid, Placement)> {
     if !fits(d, values, o.max_memory) {
         return None;
     }
     // Into a target without data of its own, an f32 grid is added as computed.
-    let f32_grid = match p.data[d.target] {
-        None => f32_grid(d, values, o, pool),
-        Some(_) => None,
+    let (f32_grid, keep) = match p.data[d.target] {
+        None => {
+            let mut kept = keep.is_some().then(Vec::new);
+            let grid = f32_grid(d, values, (o, pool), kept.as_mut());
+            let keep = match (grid.is_some(), keep, kept) {
+                (true, Some(k), Some(kept)) => {
+                    *k = kept;
+                    None
+                }
+                (_, keep, _) => keep,
+            };
+            (grid, keep)
+        }
+        Some(_) => (None, keep),
     };
     let grid = match f32_grid {
         Some(g) => Grid::F32(g),
@@ -228,15 +234,32 @@ pub(super) fn contributions(
             let run = || {
                 let mut terms: Vec<Operand> =
                     d.terms.iter().map(|c| term(c, values, workers)).collect();
-                grid_values(d, &mut terms, o)
+                let grid = grid_values(d, &mut terms, o);
+                terms.truncate(d.terms.len());
+                (grid, owned_terms(terms))
             };
-            Grid::F64(match pool {
+            let (grid, owned) = match pool {
                 Some(pool) if big => pool.install(run),
                 _ => run(),
-            }?)
+            };
+            if let Some(k) = keep {
+                *k = owned;
+            }
+            Grid::F64(grid?)
         }
     };
     Some((grid, placement(d)))
+}
+
+/// The terms an evaluation computed, to keep; `None` for those that only read a tensor.
+fn owned_terms(terms: Vec<Operand>) -> Vec<Option<KeptTerm>> {
+    terms
+        .into_iter()
+        .map(|t| match t.data {
+            Cow::Owned(v) => Some((t.vars.to_vec(), v)),
+            Cow::Borrowed(_) => None,
+        })
+        .collect()
 }
 
 /// Where each element of the equation's grid lands in its target.
@@ -352,3 +375,7 @@ pub type KeptTerm = (Vec<VarId>, Vec<f64>);
 /// equation split into parts has one plan per part; `None` for a term that only read a
 /// tensor).
 pub type KeptTerms = std::collections::BTreeMap<usize, Vec<Option<KeptTerm>>>;
+
+/// Terms an index-order stratum computed, by step and by the index of the equation among
+/// the stratum's (`plan::steps`): what its backward pass reads instead of computing again.
+pub type StepTerms = std::collections::BTreeMap<(usize, usize), Vec<Option<KeptTerm>>>;
