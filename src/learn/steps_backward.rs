@@ -3,9 +3,11 @@
 //!
 //! The forward pass ran each equation once per step on its one-step dense plan, its windows
 //! moved to that step (`plan::steps`); every step's values stay in the stratum's tensors.
-//! So the backward pass needs no record: it walks the steps from the last to the first, the
-//! equations of a step in reverse order, moves each one-step plan to its step again and runs
-//! its dense backward pass (`backward_dense`) with its target's adjoint, which by then holds
+//! So the backward pass needs no record of values (only, when the forward pass kept them,
+//! the terms each step computed, which it then need not compute again): it walks the steps
+//! from the last to the first, the equations of a step in reverse order, moves each
+//! one-step plan to its step again and runs its dense backward pass (`backward_dense`)
+//! with its target's adjoint, which by then holds
 //! every contribution from later steps and from the same step's readers. This is the exact
 //! derivative of what the fixpoint computes, as the reference's backpropagation through its
 //! iterations is, in one pass instead of one per iteration.
