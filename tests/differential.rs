@@ -92,6 +92,23 @@ fn spawn_fed(dir: &Path, args: &[&str]) -> Child {
         .unwrap()
 }
 
+/// `tl watch` on `program` as process `i` of two on `hosts`, with `extra` options, fed
+/// through standard input.
+fn watch_of_two(dir: &Path, hosts: &Path, (program, i): (&str, &str), extra: &[&str]) -> Child {
+    let h = hosts.to_str().unwrap();
+    let base = [
+        "watch",
+        program,
+        "--processes",
+        "2",
+        "--process",
+        i,
+        "--hosts",
+        h,
+    ];
+    spawn_fed(dir, &[&base[..], extra].concat())
+}
+
 /// A check that the next line `child` prints (within 30 s) is the one given.
 fn expecting(child: &mut Child) -> impl Fn(&str) {
     let next = receiving(child);
@@ -382,20 +399,7 @@ fn watch_over_two_processes_takes_weights_on_new_nodes_before_and_after_changed_
         "W = \"w.tsv\"\nDist[x, y] min= W[x, y]\nDist[x, z] min= Dist[x, y] + W[y, z]\nDist[1, x]?\n",
     );
     let hosts = hosts(dir.path());
-    let h = hosts.to_str().unwrap();
-    let watch = |i: &'static str| {
-        let args = [
-            "watch",
-            "d.tl",
-            "--processes",
-            "2",
-            "--process",
-            i,
-            "--hosts",
-            h,
-        ];
-        spawn_fed(dir.path(), &args)
-    };
+    let watch = |i| watch_of_two(dir.path(), &hosts, ("d.tl", i), &[]);
     let one = watch("1");
     let mut zero = watch("0");
     let next = receiving(&mut zero);
@@ -486,22 +490,7 @@ fn watch_over_two_processes_takes_commits_at_process_0_starts_again_for_new_node
         "C : {Red, Blue}\nColor : bool[C]\nColor(Red).\nEdge = \"edge.tsv\"\nPath(x, y) :- Edge(x, y).\nPath(x, z) :- Path(x, y), Edge(y, z).\nPath(1, x)?\n",
     );
     let hosts = hosts(dir.path());
-    let h = hosts.to_str().unwrap();
-    let args = |i: &'static str| {
-        vec![
-            "watch",
-            "w.tl",
-            "--processes",
-            "2",
-            "--process",
-            i,
-            "--hosts",
-            h,
-            "--workers",
-            "2",
-        ]
-    };
-    let watch = |i| spawn_fed(dir.path(), &args(i));
+    let watch = |i| watch_of_two(dir.path(), &hosts, ("w.tl", i), &["--workers", "2"]);
     let mut one = watch("1");
     let mut zero = watch("0");
     let expect = expecting(&mut zero);

@@ -837,7 +837,12 @@ fn a_commit_that_keeps_a_minimum_improving_fails_and_the_next_one_recovers() {
 
 /// A weighted graph over seven declared nodes with `min=`/`max=` paths over it.
 fn weighted_program(w: &std::collections::BTreeMap<(usize, usize), i32>) -> String {
-    let mut src = String::from("N : {N0, N1, N2, N3, N4, N5, N6}\nDist : int[N, N]\n");
+    weights_after("N : {N0, N1, N2, N3, N4, N5, N6}\nDist : int[N, N]\n", w)
+}
+
+/// `head`, then the weights `w` as element facts of `W` and the rules over them.
+fn weights_after(head: &str, w: &std::collections::BTreeMap<(usize, usize), i32>) -> String {
+    let mut src = String::from(head);
     for ((a, b), v) in w {
         src.push_str(&format!("W[N{a}, N{b}] = {v}\n"));
     }
@@ -845,6 +850,55 @@ fn weighted_program(w: &std::collections::BTreeMap<(usize, usize), i32>) -> Stri
         "Dist[x, y] min= W[x, y]\nDist[x, z] min= Dist[x, y] + W[y, z]\nFar[x] max= Dist[x, y]\n",
     );
     src
+}
+
+/// Stages a batch of weight changes (set with a value, or removed) on `inc` and applies
+/// them to `w`, which a program from scratch is written from.
+fn stage_weights(
+    inc: &mut Session,
+    w: &mut std::collections::BTreeMap<(usize, usize), i32>,
+    batch: &[(bool, (usize, usize), i32)],
+) {
+    for &(set, (a, b), v) in batch {
+        let at = vec![format!("N{a}"), format!("N{b}")];
+        if set {
+            let mut row = at;
+            row.push(v.to_string());
+            inc.insert("W", &[row]).unwrap();
+            w.insert((a, b), v);
+        } else {
+            inc.remove("W", &[at]).unwrap();
+            w.remove(&(a, b));
+        }
+    }
+}
+
+/// A sorted list of changed rows: (added, removed).
+type RowChanges = (Vec<tensor_logic::Row>, Vec<tensor_logic::Row>);
+
+/// What a commit reported for tensor `name`, and what two runs from scratch (before and
+/// after its facts) say changed, each sorted.
+fn reported_and_expected(
+    changes: &[tensor_logic::Changes],
+    (before, after): (&Session, &Session),
+    name: &str,
+) -> (RowChanges, RowChanges) {
+    let sorted = |mut rows: Vec<tensor_logic::Row>| {
+        rows.sort_by_key(|r| format!("{r:?}"));
+        rows
+    };
+    let (old, new) = (before.rows(name).unwrap(), after.rows(name).unwrap());
+    let added = new.iter().filter(|r| !old.contains(r)).cloned().collect();
+    let removed = old.iter().filter(|r| !new.contains(r)).cloned().collect();
+    let (got_added, got_removed) = changes
+        .iter()
+        .find(|c| c.name == name)
+        .map(|c| (c.added.clone(), c.removed.clone()))
+        .unwrap_or_default();
+    (
+        (sorted(got_added), sorted(got_removed)),
+        (sorted(added), sorted(removed)),
+    )
 }
 
 proptest! {
@@ -868,18 +922,7 @@ proptest! {
         inc.run_incremental(&RunOptions::default(), workers).unwrap_or_else(|e| panic!("{src}\n{e:?}"));
         let mut before = run(&src, &Standard).unwrap();
         for batch in &commits {
-            for &(set, (a, b), v) in batch {
-                let at = vec![format!("N{a}"), format!("N{b}")];
-                if set {
-                    let mut row = at;
-                    row.push(v.to_string());
-                    inc.insert("W", &[row]).unwrap();
-                    w.insert((a, b), v);
-                } else {
-                    inc.remove("W", &[at]).unwrap();
-                    w.remove(&(a, b));
-                }
-            }
+            stage_weights(&mut inc, &mut w, batch);
             let changes = inc.commit().unwrap_or_else(|e| panic!("{src}\n{batch:?}\n{e:?}"));
             if w.is_empty() {
                 // A program without weights does not define `W`: nothing to run from scratch.
@@ -893,19 +936,8 @@ proptest! {
                 prop_assert_eq!(inc.tensor(name), scratch.tensor(name), "{} after {:?} in\n{}", name, batch, src);
             }
             for name in ["Dist", "Far"] {
-                let (old, new) = (before.rows(name).unwrap(), scratch.rows(name).unwrap());
-                let key = |r: &tensor_logic::Row| format!("{r:?}");
-                let mut added: Vec<_> = new.iter().filter(|r| !old.contains(r)).cloned().collect();
-                let mut removed: Vec<_> = old.iter().filter(|r| !new.contains(r)).cloned().collect();
-                let reported = changes.iter().find(|c| c.name == name);
-                let (mut got_added, mut got_removed) = reported
-                    .map(|c| (c.added.clone(), c.removed.clone()))
-                    .unwrap_or_default();
-                for v in [&mut added, &mut removed, &mut got_added, &mut got_removed] {
-                    v.sort_by_key(key);
-                }
-                prop_assert_eq!(got_added, added, "{} added after {:?} in\n{}", name, batch, src);
-                prop_assert_eq!(got_removed, removed, "{} removed after {:?} in\n{}", name, batch, src);
+                let (reported, expected) = reported_and_expected(&changes, (&before, &scratch), name);
+                prop_assert_eq!(reported, expected, "{} changes after {:?} in\n{}", name, batch, src);
             }
             before = scratch;
         }
@@ -915,14 +947,7 @@ proptest! {
 /// [`weighted_program`] without a declared domain: its nodes are the symbols the weights
 /// use, and an edge between two nodes no commit touches keeps `W` defined.
 fn open_weighted_program(w: &std::collections::BTreeMap<(usize, usize), i32>) -> String {
-    let mut src = String::from("W[Z0, Z1] = 1\n");
-    for ((a, b), v) in w {
-        src.push_str(&format!("W[N{a}, N{b}] = {v}\n"));
-    }
-    src.push_str(
-        "Dist[x, y] min= W[x, y]\nDist[x, z] min= Dist[x, y] + W[y, z]\nFar[x] max= Dist[x, y]\n",
-    );
-    src
+    weights_after("W[Z0, Z1] = 1\n", w)
 }
 
 proptest! {
@@ -951,33 +976,15 @@ proptest! {
         };
         let mut before = run(&src, &Standard).unwrap();
         for batch in &commits {
-            for &(set, (a, b), v) in batch {
-                let at = vec![format!("N{a}"), format!("N{b}")];
-                if set {
-                    let mut row = at;
-                    row.push(v.to_string());
-                    inc.insert("W", &[row]).unwrap();
-                    w.insert((a, b), v);
-                } else {
-                    inc.remove("W", &[at]).unwrap();
-                    w.remove(&(a, b));
-                }
-            }
+            stage_weights(&mut inc, &mut w, batch);
             let changes = inc.commit().unwrap_or_else(|e| panic!("{src}\n{batch:?}\n{e:?}"));
             let scratch = run(&open_weighted_program(&w), &Standard).unwrap();
             for name in ["W", "Dist", "Far"] {
                 prop_assert_eq!(sorted(inc.rows(name).unwrap()), sorted(scratch.rows(name).unwrap()), "{} after {:?} in\n{}", name, batch, src);
             }
             for name in ["Dist", "Far"] {
-                let (old, new) = (before.rows(name).unwrap(), scratch.rows(name).unwrap());
-                let added: Vec<_> = new.iter().filter(|r| !old.contains(r)).cloned().collect();
-                let removed: Vec<_> = old.iter().filter(|r| !new.contains(r)).cloned().collect();
-                let reported = changes.iter().find(|c| c.name == name);
-                let (got_added, got_removed) = reported
-                    .map(|c| (c.added.clone(), c.removed.clone()))
-                    .unwrap_or_default();
-                prop_assert_eq!(sorted(got_added), sorted(added), "{} added after {:?} in\n{}", name, batch, src);
-                prop_assert_eq!(sorted(got_removed), sorted(removed), "{} removed after {:?} in\n{}", name, batch, src);
+                let (reported, expected) = reported_and_expected(&changes, (&before, &scratch), name);
+                prop_assert_eq!(reported, expected, "{} changes after {:?} in\n{}", name, batch, src);
             }
             before = scratch;
         }

@@ -172,7 +172,8 @@ pub(super) fn stored_as_computed(
 /// buffer (the rest of the expression applied in place, a row at a time), when its target
 /// holds f32 and it sums nothing after the expression; `None` otherwise.
 /// With `keep`, the main term's product (widened and scaled as [`term`] gives it) and the
-/// other terms it computed are kept there for the backward pass.
+/// other terms it computed are kept there for the backward pass (only when it gives a
+/// grid).
 pub(super) fn f32_grid(
     d: &DenseEquation,
     values: &[Tensor],

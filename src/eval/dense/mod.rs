@@ -205,26 +205,16 @@ pub(super) fn contributions(
     d: &DenseEquation,
     values: &[Tensor],
     (o, pool): (&EvalOptions, Option<&rayon::ThreadPool>),
-    keep: Option<&mut Vec<Option<KeptTerm>>>,
+    mut keep: Option<&mut Vec<Option<KeptTerm>>>,
 ) -> Option<(Grid, Placement)> {
     if !fits(d, values, o.max_memory) {
         return None;
     }
-    // Into a target without data of its own, an f32 grid is added as computed.
-    let (f32_grid, keep) = match p.data[d.target] {
-        None => {
-            let mut kept = keep.is_some().then(Vec::new);
-            let grid = f32_grid(d, values, (o, pool), kept.as_mut());
-            let keep = match (grid.is_some(), keep, kept) {
-                (true, Some(k), Some(kept)) => {
-                    *k = kept;
-                    None
-                }
-                (_, keep, _) => keep,
-            };
-            (grid, keep)
-        }
-        Some(_) => (None, keep),
+    // Into a target without data of its own, an f32 grid is added as computed (it fills
+    // `keep` only when it gives a grid).
+    let f32_grid = match p.data[d.target] {
+        None => f32_grid(d, values, (o, pool), keep.as_deref_mut()),
+        Some(_) => None,
     };
     let grid = match f32_grid {
         Some(g) => Grid::F32(g),
