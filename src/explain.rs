@@ -141,10 +141,13 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
                             what.join(" for each of the ")
                         );
                     }
-                    let mut fused = if matches!(d.expr, Expr::Term(_)) {
-                        String::new()
-                    } else {
-                        ", the rest in one pass over the output".to_string()
+                    let mut fused = match (&d.expr, d.mask) {
+                        (Expr::Term(_), _) => String::new(),
+                        (_, Some(k)) => format!(
+                            ", the rest only where term {} is nonzero (its tuples)",
+                            k + 1
+                        ),
+                        _ => ", the rest in one pass over the output".to_string(),
                     };
                     if !d.summed.is_empty() {
                         let names: Vec<&str> =

@@ -404,3 +404,75 @@ fn a_concat_inside_index_recursion_has_exact_gradients() {
          X[s, l + 1, m] = concat(O[s, l, h, k])\nLoss = X[s, 4, m] X[s, 4, m]\n",
     );
 }
+
+/// A cross-entropy whose target is a relation evaluates its `log` only at the relation's
+/// tuples (explain says so); its value and gradients are the reference loops' where every
+/// probability is positive, and bit for bit the same at one and two threads, also where
+/// the tuples are many enough to split.
+#[test]
+fn a_cross_entropy_over_a_relation_runs_only_at_its_tuples() {
+    let facts = |rows: usize, keep: &dyn Fn(usize, usize) -> bool| {
+        let mut out = String::new();
+        for e in 0..rows {
+            for c in (0..40).filter(|&c| keep(e, c)) {
+                out.push_str(&format!("Tgt({e}, {c}).\n"));
+            }
+        }
+        out
+    };
+    let program = |rows: usize, facts: String| {
+        format!(
+            "W : real[40, 8]\nW ~ normal(0, 1)\nX : real[{rows}, 8]\nX ~ normal(0, 1)\n{facts}\
+             P[e, c.] = softmax(W[c, d] X[e, d])\nLoss = -Tgt(e, c) log(P[e, c]) / {rows}\n"
+        )
+    };
+    let small = program(60, facts(60, &|e, c| c == (e * 7) % 40));
+    let mut s = Session::new();
+    s.load_source("g.tl", &small, Path::new(".")).unwrap();
+    s.check(&Settings::default()).unwrap();
+    let explained = s.explain().unwrap();
+    assert!(
+        explained.contains("the rest only where term 1 is nonzero"),
+        "{explained}"
+    );
+    assert_fast_matches_reference(&small);
+
+    let many = program(1000, facts(1000, &|e, c| (e + c) % 3 == 0));
+    let mut s = Session::new();
+    s.load_source("g.tl", &many, Path::new(".")).unwrap();
+    let p = s.check(&Settings::default()).unwrap().clone();
+    let loss = loss_tensor(&p, "Loss").unwrap();
+    let plan = tensor_logic::Plan::new(&p);
+    let run = |threads| {
+        let o = EvalOptions {
+            threads,
+            ..EvalOptions::default()
+        };
+        tensor_logic::learn::gradients(&p, &plan, &o, loss, &p.params).unwrap()
+    };
+    let (one, two) = (run(1), run(2));
+    assert!(one.loss.is_finite() && one.loss > 0.0);
+    assert_eq!(one.loss.to_bits(), two.loss.to_bits());
+    for (a, b) in one.grads.iter().zip(&two.grads) {
+        assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()));
+    }
+}
+
+/// A probability of 0 where the target relation is false adds nothing to a cross-entropy
+/// (as in PyTorch), rather than 0 · log(0) = NaN: the relation's zeros are skipped.
+#[test]
+fn a_zero_probability_off_the_target_leaves_the_cross_entropy_finite() {
+    let src = "Z = [[0.5, 0.5, 0.0], [0.0, 1.0, 0.0]]\nTgt(0, 0). Tgt(1, 1).\n\
+               W : real[3]\nW ~ uniform(1, 2)\nP[e, c] = Z[e, c] W[c]\n\
+               Loss = -Tgt(e, c) log(P[e, c])\n";
+    let mut s = Session::new();
+    s.load_source("g.tl", src, Path::new(".")).unwrap();
+    let p = s.check(&Settings::default()).unwrap().clone();
+    let loss = loss_tensor(&p, "Loss").unwrap();
+    let plan = tensor_logic::Plan::new(&p);
+    let g = tensor_logic::learn::gradients(&p, &plan, &EvalOptions::default(), loss, &p.params)
+        .unwrap();
+    assert!(g.loss.is_finite(), "{}", g.loss);
+    let w = &g.grads[0];
+    assert!(w[0] < 0.0 && w[1] < 0.0 && w[2] == 0.0, "{w:?}");
+}

@@ -221,6 +221,11 @@ pub struct DenseEquation {
     pub program: Option<RowProgram>,
     /// Where each row of the grid lies in each term, laid out over its `out`.
     pub layout: RowLayout,
+    /// A term built from a relation's tuples whose zeros make the whole expression zero
+    /// (`-Tgt(s, p, t) log(P[s, p, t])`): the rows are evaluated, forward and backward, only
+    /// at that term's nonzero elements, so work follows the tuples rather than the grid
+    /// (the loop nests' skipping of zeros, docs/language.md).
+    pub mask: Option<usize>,
     /// Elements evaluation allocates beyond its inputs: every term's intermediates (one
     /// block's, for a term computed in blocks, plus the whole term) and the grid; what
     /// `--max-memory` bounds (8 bytes each).
@@ -516,12 +521,40 @@ fn dense_equation(p: &Checked, e: usize, eq: &Equation, sparse: &[bool]) -> Opti
             dims: Vec::new(),
         },
         scratch: 0.0,
+        mask: None,
     };
     d.program = RowProgram::compile(&d.expr);
     d.layout = RowLayout::new(&d, d.terms.iter().map(|c| c.out.as_slice()));
     d.scratch = scratch(&d);
     d.in_place = in_place(p, &d);
+    d.mask = mask(&d).filter(|_| eq.family == Family::Sum);
     Some(d)
+}
+
+/// [`DenseEquation::mask`]: a term a relation's tuples make, with no dense factors, whose
+/// zeros the expression keeps, under a sum (never `max=`/`min=`, where 0 is a value), for
+/// an expression the rows evaluate as planned (not over its own product's buffer).
+fn mask(d: &DenseEquation) -> Option<usize> {
+    if d.program.is_none() || d.in_place.is_some() {
+        return None;
+    }
+    (0..d.terms.len()).find(|&k| {
+        let c = &d.terms[k];
+        c.factors.is_empty()
+            && c.sparse.as_ref().is_some_and(|f| f.shift.is_empty())
+            && vanishes_with(&d.expr, k)
+    })
+}
+
+/// Whether `e` is zero wherever term `k` is, its other values being finite numbers: term
+/// `k` itself, negated, or multiplying (not dividing) a product.
+fn vanishes_with(e: &Expr, k: usize) -> bool {
+    match e {
+        Expr::Term(j) => *j == k,
+        Expr::Neg(a) => vanishes_with(a, k),
+        Expr::Product(fs) => fs.iter().any(|(div, f)| !div && vanishes_with(f, k)),
+        _ => false,
+    }
 }
 
 /// [`DenseEquation::scratch`].
@@ -951,6 +984,10 @@ fn shifted(index: &[IndexFn]) -> Option<(Vec<VarId>, Vec<i64>)> {
         }
         vars.push(v);
         shift.push(c);
+    }
+    // Positions the valid-range rewriting left as `x + 0` read the tuples as they are.
+    if shift.iter().all(|&c| c == 0) {
+        shift.clear();
     }
     Some((vars, shift))
 }

@@ -59,6 +59,36 @@ impl<'d> Rows<'d> {
         })
     }
 
+    /// The plan's mask term ([`DenseEquation::mask`]) where the terms are the planned ones.
+    fn mask(&self, d: &DenseEquation) -> Option<usize> {
+        d.mask.filter(|_| matches!(self.0, Cow::Borrowed(_)))
+    }
+
+    /// The positions along the row at `at` where term `k` is nonzero, into `out`.
+    fn picks(&self, k: usize, terms: &[Operand], at: &[usize], out: &mut Vec<usize>) {
+        out.clear();
+        let (base, step, data) = (at[k], self.inner_step(k), &terms[k].data);
+        out.extend((0..self.0.len).filter(|&j| data[base + j * step] != 0.0));
+    }
+
+    /// The elements a pass evaluates: the grid's, or under a mask its nonzero ones (each
+    /// repeated along the grid's axes the mask term does not have).
+    fn elements(&self, d: &DenseEquation, terms: &[Operand]) -> usize {
+        let grid = self.0.len * self.0.count;
+        match self.mask(d) {
+            Some(k) => {
+                let data = &terms[k].data;
+                let nonzero = data.iter().filter(|&&x| x != 0.0).count();
+                nonzero * (grid / data.len().max(1))
+            }
+            None => grid,
+        }
+    }
+
+    fn inner_step(&self, k: usize) -> usize {
+        self.0.inner_step(k)
+    }
+
     /// Calls `f` for each row of `range` with its index, each term's offset at its start,
     /// and the positions of the output variables there.
     fn each(&self, d: &DenseEquation, range: std::ops::Range<usize>, f: &mut RowVisitor) {
@@ -107,16 +137,16 @@ struct Main<'r> {
     scale: f64,
 }
 
-/// Computes every operation's row into `vals` (operation i at `i·len..(i+1)·len`).
+/// Computes every operation's row into `vals` (operation i at `i·len..(i+1)·len`), or, with
+/// `picks`, only at those positions along the row (operation i at `i·m..(i+1)·m`, m picks).
 fn forward_row(
     p: &Program,
     (d, rows, terms): (&DenseEquation, &Rows, &[Operand]),
-    at: &[usize],
-    env: &[usize],
-    main: Option<Main>,
+    (at, env): (&[usize], &[usize]),
+    (main, picks): (Option<Main>, Option<&[usize]>),
     vals: &mut [f64],
 ) {
-    let n = rows.0.len;
+    let n = picks.map_or(rows.0.len, <[usize]>::len);
     let inner_var = d.out.last().copied();
     for (i, op) in p.ops.iter().enumerate() {
         let (done, rest) = vals.split_at_mut(i * n);
@@ -135,12 +165,18 @@ fn forward_row(
                 }
             }
             RowOp::Term(k) => {
-                let (base, step, data) = (at[*k], rows.0.inner_step(*k), &terms[*k].data);
-                if step == 1 {
-                    out.copy_from_slice(&data[base..base + n]);
-                } else {
-                    for (j, o) in out.iter_mut().enumerate() {
-                        *o = data[base + j * step];
+                let (base, step, data) = (at[*k], rows.inner_step(*k), &terms[*k].data);
+                match picks {
+                    Some(js) => {
+                        for (o, &j) in out.iter_mut().zip(js) {
+                            *o = data[base + j * step];
+                        }
+                    }
+                    None if step == 1 => out.copy_from_slice(&data[base..base + n]),
+                    None => {
+                        for (j, o) in out.iter_mut().enumerate() {
+                            *o = data[base + j * step];
+                        }
                     }
                 }
             }
@@ -148,7 +184,7 @@ fn forward_row(
             RowOp::Var(v) => {
                 if Some(*v) == inner_var {
                     for (j, o) in out.iter_mut().enumerate() {
-                        *o = j as f64;
+                        *o = picks.map_or(j, |js| js[j]) as f64;
                     }
                 } else {
                     out.fill(env[*v] as f64);
@@ -219,16 +255,34 @@ pub(crate) fn values(p: &Program, d: &DenseEquation, terms: &[Operand]) -> Vec<f
     if n == 0 {
         return out;
     }
+    let mask = rows.mask(d);
     let block = |first: usize, chunk: &mut [f64]| {
         let mut vals: SmallVec<[f64; 32]> = smallvec![0.0; n * p.ops.len()];
+        let mut js = Vec::new();
         let range = first..first + chunk.len() / n;
         rows.each(d, range, &mut |row, at, env| {
-            forward_row(p, (d, &rows, terms), at, env, None, &mut vals);
             let mine = &mut chunk[(row - first) * n..(row - first + 1) * n];
-            mine.copy_from_slice(&vals[root * n..(root + 1) * n]);
+            let Some(k) = mask else {
+                forward_row(p, (d, &rows, terms), (at, env), (None, None), &mut vals);
+                mine.copy_from_slice(&vals[root * n..(root + 1) * n]);
+                return;
+            };
+            // Elsewhere the value is zero, as `mine` already is.
+            rows.picks(k, terms, at, &mut js);
+            let m = js.len();
+            forward_row(
+                p,
+                (d, &rows, terms),
+                (at, env),
+                (None, Some(&js)),
+                &mut vals,
+            );
+            for (&j, &v) in js.iter().zip(&vals[root * m..(root + 1) * m]) {
+                mine[j] = v;
+            }
         });
     };
-    if worth_splitting(p, out.len()) {
+    if worth_splitting(p, rows.elements(d, terms)) {
         use rayon::prelude::*;
         out.par_chunks_mut(BLOCK_ROWS * n)
             .enumerate()
@@ -270,7 +324,13 @@ pub(super) fn in_place(
                 row: mine,
                 scale,
             };
-            forward_row(p, (d, &rows, terms), at, env, Some(main), &mut vals);
+            forward_row(
+                p,
+                (d, &rows, terms),
+                (at, env),
+                (Some(main), None),
+                &mut vals,
+            );
             for (o, &v) in mine.iter_mut().zip(&vals[root * n..(root + 1) * n]) {
                 *o = v as f32;
             }
@@ -304,7 +364,7 @@ pub(crate) fn backward(
     if p.ops.is_empty() || n == 0 {
         return;
     }
-    if worth_splitting(p, upstream.len()) {
+    if worth_splitting(p, rows.elements(d, terms)) {
         return backward_split(p, (d, &rows, terms), upstream, g);
     }
     let mut scratch = Scratch::new(p, n);
@@ -316,7 +376,7 @@ pub(crate) fn backward(
             (at, env),
             up,
             &mut scratch,
-            &mut |_, k, a| add_along(&mut g[k], (at[k], rows.0.inner_step(k)), a),
+            &mut |_, k, a, picks| add_along(&mut g[k], (at[k], rows.inner_step(k)), a, picks),
         );
     });
 }
@@ -387,13 +447,13 @@ fn backward_split(
                     (at, env),
                     up,
                     &mut scratch,
-                    &mut |i, k, a| {
+                    &mut |i, k, a, picks| {
                         let slot = match direct[k] {
                             true => own.iter_mut().find(|(x, _)| *x == k),
                             false => later.iter_mut().find(|(x, _)| *x == i),
                         };
                         if let Some((_, s)) = slot {
-                            add_along(s, (at_row, 1), a);
+                            add_along(s, (at_row, 1), a, picks);
                         }
                     },
                 );
@@ -410,15 +470,21 @@ fn backward_split(
             return;
         }
         for (_, k, buf) in &deferred {
-            let along = (at[*k], rows.0.inner_step(*k));
-            add_along(&mut g[*k], along, &buf[row * n..(row + 1) * n]);
+            let along = (at[*k], rows.inner_step(*k));
+            add_along(&mut g[*k], along, &buf[row * n..(row + 1) * n], None);
         }
     });
 }
 
 /// Adds `a` to `g` at `base`, `base + step`, …: a contiguous slice at a time when `step` is
-/// 1 (the same additions in the same order).
-fn add_along(g: &mut [f64], (base, step): (usize, usize), a: &[f64]) {
+/// 1 (the same additions in the same order); with `picks`, `a[i]` at `base + picks[i]·step`.
+fn add_along(g: &mut [f64], (base, step): (usize, usize), a: &[f64], picks: Option<&[usize]>) {
+    if let Some(js) = picks {
+        for (&j, &x) in js.iter().zip(a) {
+            g[base + j * step] += x;
+        }
+        return;
+    }
     match g.get_mut(base..base + a.len()) {
         Some(run) if step == 1 => run.iter_mut().zip(a).for_each(|(t, &x)| *t += x),
         _ => {
@@ -440,10 +506,11 @@ fn next_block<'a>(buffers: &mut [(usize, std::slice::ChunksMut<'a, f64>)]) -> Sl
         .collect()
 }
 
-/// One row's operation values and adjoints.
+/// One row's operation values and adjoints, and the positions a mask picks.
 struct Scratch {
     vals: Vec<f64>,
     adj: Vec<Vec<f64>>,
+    picks: Vec<usize>,
 }
 
 impl Scratch {
@@ -451,40 +518,63 @@ impl Scratch {
         Scratch {
             vals: vec![0.0; n * p.ops.len()],
             adj: vec![vec![0.0; n]; p.ops.len()],
+            picks: Vec::new(),
         }
     }
 }
 
-/// One row backwards: `up` is the expression's adjoint along the row; `term(i, k, a)` gets
-/// the adjoint `a` of term `k` that operation `i` reads. Rows whose adjoint is all zero
-/// give nothing.
+/// What [`backward_row`] calls with each term's adjoint: the operation reading it, the
+/// term, the adjoint along the row, and the positions it is at (all of the row's, or the
+/// mask's picks).
+type TermAdjoint<'f> = dyn FnMut(usize, usize, &[f64], Option<&[usize]>) + 'f;
+
+/// One row backwards: `up` is the expression's adjoint along the row; `term` gets each
+/// term's adjoint. Rows whose adjoint is all zero give nothing; under a mask
+/// ([`DenseEquation::mask`]) only its nonzero positions do.
 fn backward_row(
     p: &Program,
     (d, rows, terms): (&DenseEquation, &Rows, &[Operand]),
     (at, env): (&[usize], &[usize]),
     up: &[f64],
     scratch: &mut Scratch,
-    term: &mut dyn FnMut(usize, usize, &[f64]),
+    term: &mut TermAdjoint,
 ) {
-    let n = rows.0.len;
     if up.iter().all(|&a| a == 0.0) {
         return;
     }
-    let Scratch { vals, adj } = scratch;
+    let Scratch { vals, adj, picks } = scratch;
     let Some(root) = p.ops.len().checked_sub(1) else {
         return;
     };
-    forward_row(p, (d, rows, terms), at, env, None, vals);
+    let picks = match rows.mask(d) {
+        Some(k) => {
+            rows.picks(k, terms, at, picks);
+            if picks.is_empty() {
+                return;
+            }
+            Some(picks.as_slice())
+        }
+        None => None,
+    };
+    let n = picks.map_or(rows.0.len, <[usize]>::len);
+    forward_row(p, (d, rows, terms), (at, env), (None, picks), vals);
     for a in adj.iter_mut() {
-        a.fill(0.0);
+        a[..n].fill(0.0);
     }
-    adj[root].copy_from_slice(up);
+    match picks {
+        Some(js) => {
+            for (a, &j) in adj[root].iter_mut().zip(js) {
+                *a = up[j];
+            }
+        }
+        None => adj[root].copy_from_slice(up),
+    }
     for (i, op) in p.ops.iter().enumerate().rev() {
         let (before, rest) = adj.split_at_mut(i);
-        let a = &rest[0];
+        let a = &rest[0][..n];
         let v = |x: usize| &vals[x * n..(x + 1) * n];
         match op {
-            RowOp::Term(k) => term(i, *k, a),
+            RowOp::Term(k) => term(i, *k, a, picks),
             RowOp::Const(_) | RowOp::Var(_) | RowOp::Compare(..) => {}
             RowOp::Neg(x) | RowOp::Not(x) => add_scaled(&mut before[*x][..n], a, |_| -1.0),
             RowOp::Add(x, y) => {
