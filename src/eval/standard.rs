@@ -346,13 +346,36 @@ impl<'a> State<'a> {
 
 /// A pool of `--threads` workers, or none for one thread. Pools are built once per thread
 /// count and reused, so repeated evaluations (`tl bench`, training steps) do not pay for
-/// starting threads.
+/// starting threads. The first pool a thread asks for counts that thread as one of its
+/// workers (it builds `threads - 1` more): running work in it then needs no hand-off to a
+/// worker and back, which on small steps cost more than the second thread gained.
 pub(crate) fn thread_pool(o: &EvalOptions) -> Option<std::sync::Arc<rayon::ThreadPool>> {
+    use std::cell::RefCell;
     use std::sync::{Arc, Mutex, OnceLock};
     type Pools = Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>>;
     static POOLS: OnceLock<Pools> = OnceLock::new();
+    thread_local! {
+        static JOINED: RefCell<Option<(usize, Arc<rayon::ThreadPool>)>> = const { RefCell::new(None) };
+    }
     if o.threads <= 1 {
         return None;
+    }
+    let joined = JOINED.with_borrow_mut(|own| match own {
+        Some((n, pool)) => (*n == o.threads).then(|| pool.clone()),
+        None if rayon::current_thread_index().is_none() => {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(o.threads)
+                .use_current_thread()
+                .build()
+                .ok()
+                .map(Arc::new)?;
+            *own = Some((o.threads, pool.clone()));
+            Some(pool)
+        }
+        None => None,
+    });
+    if joined.is_some() {
+        return joined;
     }
     let mut pools = POOLS.get_or_init(|| Mutex::new(Vec::new())).lock().ok()?;
     if let Some((_, p)) = pools.iter().find(|(n, _)| *n == o.threads) {
@@ -381,4 +404,36 @@ fn pending(p: &Checked, plan: &Plan) -> Vec<bool> {
         }
     }
     pending
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread's first pool counts it as worker 0 (no hand-off to run in it); a pool of
+    /// another size is shared and separate; one thread gets no pool.
+    #[test]
+    fn a_thread_joins_its_first_pool() {
+        let run = || {
+            let with = |threads| EvalOptions {
+                threads,
+                ..EvalOptions::default()
+            };
+            let two = thread_pool(&with(2)).ok_or("no pool of two")?;
+            if rayon::current_thread_index() != Some(0) || two.current_num_threads() != 2 {
+                return Err("the thread is not the first of its pool of two");
+            }
+            let again = thread_pool(&with(2)).ok_or("no pool of two the second time")?;
+            let four = thread_pool(&with(4)).ok_or("no pool of four")?;
+            match (
+                std::sync::Arc::ptr_eq(&two, &again),
+                four.current_num_threads(),
+                thread_pool(&with(1)).is_none(),
+            ) {
+                (true, 4, true) => Ok(()),
+                _ => Err("pools not reused, sized or skipped as asked"),
+            }
+        };
+        assert_eq!(std::thread::spawn(run).join().ok(), Some(Ok(())));
+    }
 }

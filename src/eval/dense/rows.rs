@@ -23,6 +23,9 @@ type Small<T> = SmallVec<[T; 8]>;
 pub(crate) struct Program<'p> {
     ops: &'p [RowOp],
     users: Vec<&'p UserFunction>,
+    /// `--threads`: a thread that joined a pool stays in it, so one thread must be asked
+    /// for, not read off the pool.
+    threads: usize,
 }
 
 impl<'p> Program<'p> {
@@ -34,7 +37,11 @@ impl<'p> Program<'p> {
             .iter()
             .map(|name| o.functions.get(name))
             .collect::<Option<Vec<_>>>()?;
-        Some(Program { ops: &p.ops, users })
+        Some(Program {
+            ops: &p.ops,
+            users,
+            threads: o.threads,
+        })
     }
 }
 
@@ -385,13 +392,13 @@ pub(crate) fn backward(
 const BLOCK_ROWS: usize = 64;
 
 /// Row operations times elements under which a pass stays on the calling thread.
-const SPLIT_WORK: usize = 1 << 17;
+const SPLIT_WORK: usize = 1 << 19;
 
-/// Whether a pass of `p` over `elements` grid elements is worth splitting: only inside a
-/// pool of `--threads` workers (a caller that chose one thread is never on one), never on
-/// rayon's global pool.
+/// Whether a pass of `p` over `elements` grid elements is worth splitting: only where more
+/// than one thread was asked for and inside a pool of workers, never on rayon's global pool.
 fn worth_splitting(p: &Program, elements: usize) -> bool {
-    rayon::current_thread_index().is_some()
+    p.threads > 1
+        && rayon::current_thread_index().is_some()
         && rayon::current_num_threads() > 1
         && elements.saturating_mul(p.ops.len()) >= SPLIT_WORK
 }
