@@ -340,7 +340,8 @@ struct Row {
     kind: Structural,
     axis: Option<usize>,
     arg: RowProgram,
-    /// The argument's values over the output.
+    /// The argument's values over the output, where the Jacobian needs them (`lnorm`'s
+    /// divisor); empty for softmax, whose Jacobian is in its values alone.
     input: Vec<f64>,
 }
 
@@ -356,8 +357,11 @@ fn lift_normalize(
     replace_normalize(e, &mut |kind, var, arg| {
         let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
         let arg = RowProgram::compile(arg)?;
-        let input = rows::values(&Program::bind(&arg, o)?, d, terms);
-        let mut value = input.clone();
+        let mut value = rows::values(&Program::bind(&arg, o)?, d, terms);
+        let input = match kind {
+            Structural::Softmax => Vec::new(),
+            _ => value.clone(),
+        };
         let axis = d.out.iter().position(|v| *v == var);
         if let Some(axis) = axis {
             normalize_for(d, &mut value, (&dims, axis), kind);
@@ -387,16 +391,30 @@ fn row_adjoint(d: &DenseEquation, r: &Row, y: &[f64], g: &[f64]) -> Vec<f64> {
     let n = dims[axis];
     let stride: usize = dims[axis + 1..].iter().product();
     let outer: usize = dims[..axis].iter().product();
+    let stats = |xs: &[f64]| crate::functions::RowStats::for_backward(r.kind, xs);
     let mut out = vec![0.0; g.len()];
+    if stride == 1 {
+        // Rows are contiguous: read and written in place.
+        for (o, back) in out.chunks_exact_mut(n.max(1)).enumerate() {
+            let row = o * n..(o + 1) * n;
+            let xs = r.input.get(row.clone()).unwrap_or(&[]);
+            stats(xs).backward(&y[row.clone()], &g[row], back);
+        }
+        return out;
+    }
     let (mut xs, mut ys, mut gs, mut back) =
         (vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+    let input = !r.input.is_empty();
     for o in 0..outer {
         for inner in 0..stride {
             let at = |q: usize| o * n * stride + inner + q * stride;
             for q in 0..n {
-                (xs[q], ys[q], gs[q]) = (r.input[at(q)], y[at(q)], g[at(q)]);
+                (ys[q], gs[q]) = (y[at(q)], g[at(q)]);
+                if input {
+                    xs[q] = r.input[at(q)];
+                }
             }
-            crate::functions::RowStats::for_backward(r.kind, &xs).backward(&ys, &gs, &mut back);
+            stats(&xs).backward(&ys, &gs, &mut back);
             for (q, &b) in back.iter().enumerate() {
                 out[at(q)] = b;
             }

@@ -289,7 +289,7 @@ pub(crate) fn values(p: &Program, d: &DenseEquation, terms: &[Operand]) -> Vec<f
             }
         });
     };
-    if worth_splitting(p, rows.elements(d, terms)) {
+    if worth_splitting(p, || rows.elements(d, terms)) {
         use rayon::prelude::*;
         out.par_chunks_mut(BLOCK_ROWS * n)
             .enumerate()
@@ -371,7 +371,7 @@ pub(crate) fn backward(
     if p.ops.is_empty() || n == 0 {
         return;
     }
-    if worth_splitting(p, rows.elements(d, terms)) {
+    if worth_splitting(p, || rows.elements(d, terms)) {
         return backward_split(p, (d, &rows, terms), upstream, g);
     }
     let mut scratch = Scratch::new(p, n);
@@ -394,13 +394,14 @@ const BLOCK_ROWS: usize = 64;
 /// Row operations times elements under which a pass stays on the calling thread.
 const SPLIT_WORK: usize = 1 << 19;
 
-/// Whether a pass of `p` over `elements` grid elements is worth splitting: only where more
+/// Whether a pass of `p` over `elements` grid elements (counted only when the rest allows
+/// a split: under a mask that is a scan of its term) is worth splitting: only where more
 /// than one thread was asked for and inside a pool of workers, never on rayon's global pool.
-fn worth_splitting(p: &Program, elements: usize) -> bool {
+fn worth_splitting(p: &Program, elements: impl FnOnce() -> usize) -> bool {
     p.threads > 1
         && rayon::current_thread_index().is_some()
         && rayon::current_num_threads() > 1
-        && elements.saturating_mul(p.ops.len()) >= SPLIT_WORK
+        && elements().saturating_mul(p.ops.len()) >= SPLIT_WORK
 }
 
 /// [`backward`] with blocks of rows on the current pool's workers.
