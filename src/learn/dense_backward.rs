@@ -54,7 +54,7 @@ pub(crate) fn backward_dense(
     // softmax/lnorm nodes become terms holding their values; their adjoints are then passed
     // through each row's Jacobian to their arguments.
     let mut lifted = Vec::new();
-    let Some(expr) = lift_normalize(d, &d.expr, &mut terms, &mut lifted, o) else {
+    let Some(expr) = lift_normalize(d, &d.expr, (&mut terms, kept), &mut lifted, o) else {
         return false;
     };
     let compiled = match &d.program {
@@ -345,30 +345,49 @@ struct Row {
     input: Vec<f64>,
 }
 
-/// `e` with every `softmax`/`lnorm` replaced by a new term holding its value; `None` when
-/// it calls an unregistered function.
-fn lift_normalize(
+/// `e` with every `softmax`/`lnorm` replaced by a new term holding its value (the forward
+/// pass's, where it kept it, else computed again as it computed it); `None` when it calls
+/// an unregistered function.
+fn lift_normalize<'a>(
     d: &DenseEquation,
     e: &Expr,
-    terms: &mut Vec<Operand>,
+    (terms, kept): (&mut Vec<Operand<'a>>, Option<&'a [Option<KeptTerm>]>),
     rows: &mut Vec<Row>,
     o: &EvalOptions,
 ) -> Option<Expr> {
+    let grid: usize = d.out.iter().map(|&v| d.extents[v]).product();
     replace_normalize(e, &mut |kind, var, arg| {
         let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
         let arg = RowProgram::compile(arg)?;
-        let mut value = rows::values(&Program::bind(&arg, o)?, d, terms);
-        let input = match kind {
-            Structural::Softmax => Vec::new(),
-            _ => value.clone(),
-        };
         let axis = d.out.iter().position(|v| *v == var);
-        if let Some(axis) = axis {
-            normalize_for(d, &mut value, (&dims, axis), kind);
-        }
+        let forward = kept
+            .and_then(|k| k.get(terms.len()))
+            .and_then(Option::as_ref)
+            .filter(|(vars, data)| vars[..] == d.out[..] && data.len() == grid);
+        let needs_input = kind != Structural::Softmax;
+        let (value, input) = match forward {
+            Some((_, y)) => {
+                let input = match needs_input {
+                    true => rows::values(&Program::bind(&arg, o)?, d, terms),
+                    false => Vec::new(),
+                };
+                (Cow::Borrowed(y.as_slice()), input)
+            }
+            None => {
+                let mut value = rows::values(&Program::bind(&arg, o)?, d, terms);
+                let input = match needs_input {
+                    true => value.clone(),
+                    false => Vec::new(),
+                };
+                if let Some(axis) = axis {
+                    normalize_for(d, &mut value, (&dims, axis), kind);
+                }
+                (Cow::Owned(value), input)
+            }
+        };
         terms.push(Operand {
             vars: Vars::from_slice(&d.out),
-            data: value.into(),
+            data: value,
         });
         rows.push(Row {
             term: terms.len() - 1,

@@ -168,7 +168,6 @@ fn evaluate_once(
                 let mut terms: Vec<Operand> =
                     d.terms.iter().map(|c| term(c, values, workers)).collect();
                 let done = fused(d, &mut terms, o, &mut acc);
-                terms.truncate(d.terms.len());
                 (done, owned_terms(terms))
             };
             let (done, owned) = match pool {
@@ -225,7 +224,6 @@ pub(super) fn contributions(
                 let mut terms: Vec<Operand> =
                     d.terms.iter().map(|c| term(c, values, workers)).collect();
                 let grid = grid_values(d, &mut terms, o);
-                terms.truncate(d.terms.len());
                 (grid, owned_terms(terms))
             };
             let (grid, owned) = match pool {
@@ -363,7 +361,8 @@ pub type KeptTerm = (Vec<VarId>, Vec<f64>);
 
 /// Terms a dense evaluation computed, by the index of their plan among the stratum's (an
 /// equation split into parts has one plan per part; `None` for a term that only read a
-/// tensor).
+/// tensor). After the plan's terms come the values of its `softmax`/`lnorm` nodes, in the
+/// order `replace_normalize` meets them, where the evaluation computed them.
 pub type KeptTerms = std::collections::BTreeMap<usize, Vec<Option<KeptTerm>>>;
 
 /// Terms an index-order stratum computed, by step and by the index of the equation among
