@@ -355,29 +355,29 @@ fn lift_normalize<'a>(
     rows: &mut Vec<Row>,
     o: &EvalOptions,
 ) -> Option<Expr> {
-    let grid: usize = d.out.iter().map(|&v| d.extents[v]).product();
+    let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+    let grid: usize = dims.iter().product();
     replace_normalize(e, &mut |kind, var, arg| {
-        let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
         let arg = RowProgram::compile(arg)?;
         let axis = d.out.iter().position(|v| *v == var);
         let forward = kept
             .and_then(|k| k.get(terms.len()))
             .and_then(Option::as_ref)
             .filter(|(vars, data)| vars[..] == d.out[..] && data.len() == grid);
+        // Softmax's Jacobian needs only its values; lnorm's needs its argument's too.
         let needs_input = kind != Structural::Softmax;
         let (value, input) = match forward {
-            Some((_, y)) => {
-                let input = match needs_input {
-                    true => rows::values(&Program::bind(&arg, o)?, d, terms),
-                    false => Vec::new(),
-                };
-                (Cow::Borrowed(y.as_slice()), input)
-            }
+            Some((_, y)) if needs_input => (
+                Cow::Borrowed(y.as_slice()),
+                rows::values(&Program::bind(&arg, o)?, d, terms),
+            ),
+            Some((_, y)) => (Cow::Borrowed(y.as_slice()), Vec::new()),
             None => {
                 let mut value = rows::values(&Program::bind(&arg, o)?, d, terms);
-                let input = match needs_input {
-                    true => value.clone(),
-                    false => Vec::new(),
+                let input = if needs_input {
+                    value.clone()
+                } else {
+                    Vec::new()
                 };
                 if let Some(axis) = axis {
                     normalize_for(d, &mut value, (&dims, axis), kind);
