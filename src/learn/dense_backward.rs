@@ -8,8 +8,8 @@
 use crate::eval::dense::rows::{self, Program};
 use crate::eval::dense::{
     factor_operand, fits, memory_order, normalize_for, permute, placement, reduce,
-    replace_normalize, sparse_operands, subtree_from, term, widen, KeptTerm, Num, Operand,
-    TupleWalk, Vars,
+    replace_normalize, sparse_operands, subtree_from, term, KeptTerm, Num, Operand, TupleWalk,
+    Vars,
 };
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
@@ -170,6 +170,8 @@ fn factor_gradients(
     threads: usize,
     adj: &mut [Option<Vec<f64>>],
 ) {
+    // An f32 term's adjoint, rounded once for all its factors' products.
+    let mut narrow: Option<Vec<f32>> = None;
     for (j, f) in c.factors.iter().enumerate() {
         if adj[f.tensor].is_none() {
             continue;
@@ -189,24 +191,26 @@ fn factor_gradients(
             continue;
         };
         let (order, onto) = memory_order(f);
-        let acc = if grad.single {
-            widen(gradient::<f32>(grad, path, &onto, g, values, threads))
+        if grad.single {
+            let g = narrow.get_or_insert_with(|| g.iter().map(|&x| x as f32).collect());
+            let acc = gradient::<f32>(grad, path, &onto, g, values, threads);
+            add_factor(adj, f, &order, &c.extents, &acc.data);
         } else {
-            gradient::<f64>(grad, path, &onto, g, values, threads)
-        };
-        add_factor(adj, f, &order, &c.extents, &acc.data);
+            let acc = gradient::<f64>(grad, path, &onto, g, values, threads);
+            add_factor(adj, f, &order, &c.extents, &acc.data);
+        }
     }
 }
 
 /// Adds a factor's gradient (over its variables in `order`, positions in `f.vars`) to its
 /// tensor's adjoint: element for element, or for a window each element at the position it
 /// was read from, overlapping windows adding up (col2im), in row-major order of `g`.
-fn add_factor(
+fn add_factor<T: Num>(
     adj: &mut [Option<Vec<f64>>],
     f: &Factor,
     order: &[usize],
     extents: &[usize],
-    g: &[f64],
+    g: &[T],
 ) {
     let Some(w) = &f.window else {
         return add_to(adj, f.tensor, g);
@@ -232,13 +236,13 @@ fn add_factor(
             .ok()
             .and_then(|a| buf.get_mut(a..a + run))
         {
-            Some(slot) => slot.iter_mut().zip(row).for_each(|(b, x)| *b += x),
+            Some(slot) => slot.iter_mut().zip(row).for_each(|(b, &x)| *b += x.into()),
             // Part of the run lies outside the tensor: its elements there are skipped.
             None => {
-                for (k, x) in row.iter().enumerate() {
+                for (k, &x) in row.iter().enumerate() {
                     let a = usize::try_from(at + k as i64).ok();
                     if let Some(b) = a.and_then(|a| buf.get_mut(a)) {
-                        *b += x;
+                        *b += x.into();
                     }
                 }
             }
@@ -261,7 +265,7 @@ fn gradient<'a, T: Num>(
     grad: &Contraction,
     path: &Path,
     onto: &[VarId],
-    g: &'a [f64],
+    g: &'a [T],
     values: &'a [Tensor],
     threads: usize,
 ) -> Operand<'a, T> {
@@ -270,7 +274,7 @@ fn gradient<'a, T: Num>(
         match k {
             0 => Operand {
                 vars: Vars::from_slice(&f.vars),
-                data: T::cast(g),
+                data: Cow::Borrowed(g),
             },
             _ => factor_operand(f, values, &grad.extents),
         }
@@ -279,10 +283,10 @@ fn gradient<'a, T: Num>(
     permute(reduce(acc, onto, &grad.extents), onto, &grad.extents)
 }
 
-fn add_to(adj: &mut [Option<Vec<f64>>], t: usize, g: &[f64]) {
+fn add_to<T: Num>(adj: &mut [Option<Vec<f64>>], t: usize, g: &[T]) {
     if let Some(buf) = adj[t].as_mut() {
-        for (b, x) in buf.iter_mut().zip(g) {
-            *b += x;
+        for (b, &x) in buf.iter_mut().zip(g) {
+            *b += x.into();
         }
     }
 }

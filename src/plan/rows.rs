@@ -52,6 +52,13 @@ pub struct RowProgram {
     /// Names of the registered functions it calls (§16), found when it runs: registration
     /// is an evaluation option, not part of the program.
     pub users: Vec<String>,
+    /// Per operation, whether an adjoint reaches a term through it: the backward pass
+    /// passes adjoints back only through these (`1e9 * (q > p)` has none).
+    pub live: Vec<bool>,
+    /// Per operation, whether the backward pass needs its value: an input of a live
+    /// operation's local derivative, or of such an input. The others are not computed
+    /// there (an expression that is one term, `Q[…] K[…] / c`, needs no forward values).
+    pub needed: Vec<bool>,
 }
 
 impl RowProgram {
@@ -61,8 +68,12 @@ impl RowProgram {
         let mut p = RowProgram {
             ops: Vec::new(),
             users: Vec::new(),
+            live: Vec::new(),
+            needed: Vec::new(),
         };
         p.push(e)?;
+        p.live = live(&p.ops);
+        p.needed = needed(&p.ops, &p.live);
         Some(p)
     }
 
@@ -140,6 +151,70 @@ impl RowProgram {
     }
 }
 
+/// Every input of an operation.
+fn inputs(op: &RowOp) -> Vec<usize> {
+    match op {
+        RowOp::Term(_) | RowOp::Const(_) | RowOp::Var(_) => Vec::new(),
+        RowOp::Neg(x) | RowOp::Not(x) | RowOp::User(_, x) => vec![*x],
+        RowOp::Mul(a, b)
+        | RowOp::Div(a, b)
+        | RowOp::Add(a, b)
+        | RowOp::Sub(a, b)
+        | RowOp::Pow(a, b)
+        | RowOp::Rem(a, b)
+        | RowOp::Quot(a, b)
+        | RowOp::Compare(_, a, b) => vec![*a, *b],
+        RowOp::Builtin(_, args) => args.clone(),
+    }
+}
+
+/// Whether an operation's derivative with respect to its inputs can be nonzero (a
+/// comparison's and an integer quotient's is zero).
+fn differentiable(op: &RowOp) -> bool {
+    !matches!(op, RowOp::Compare(..) | RowOp::Quot(..))
+}
+
+/// Which operations lead to a term through differentiable operations.
+fn live(ops: &[RowOp]) -> Vec<bool> {
+    let mut live = vec![false; ops.len()];
+    for (i, op) in ops.iter().enumerate() {
+        live[i] = matches!(op, RowOp::Term(_))
+            || differentiable(op) && inputs(op).iter().any(|&x| live[x]);
+    }
+    live
+}
+
+/// Which operations' values the backward pass reads: for each live operation, the inputs
+/// its local derivatives read (a product's other factor, a quotient's divisor, a function's
+/// argument), and everything those are computed from.
+fn needed(ops: &[RowOp], live: &[bool]) -> Vec<bool> {
+    let mut needed = vec![false; ops.len()];
+    for (i, op) in ops.iter().enumerate().rev() {
+        if live[i] {
+            let reads: Vec<usize> = match op {
+                RowOp::Mul(a, b) => [(live[*a], *b), (live[*b], *a)]
+                    .into_iter()
+                    .filter_map(|(l, x)| l.then_some(x))
+                    .collect(),
+                RowOp::Div(a, b) if live[*b] => vec![*a, *b],
+                RowOp::Div(_, b) => vec![*b],
+                RowOp::Rem(a, b) if live[*b] => vec![*a, *b],
+                RowOp::Pow(..) | RowOp::Builtin(..) | RowOp::User(..) => inputs(op),
+                _ => Vec::new(),
+            };
+            for x in reads {
+                needed[x] = true;
+            }
+        }
+        if needed[i] {
+            for x in inputs(op) {
+                needed[x] = true;
+            }
+        }
+    }
+    needed
+}
+
 /// Where one row of the output (its innermost axis) lies in each term: the offset of its
 /// first element and the step along the row (0 where the term does not vary along it).
 #[derive(Clone, Debug, PartialEq)]
@@ -196,5 +271,68 @@ impl RowLayout {
     /// The step of term `k` along the row.
     pub fn inner_step(&self, k: usize) -> usize {
         self.steps[k].last().copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn boxed(e: Expr) -> Box<Expr> {
+        Box::new(e)
+    }
+
+    #[test]
+    fn a_causal_mask_needs_no_values_and_passes_no_adjoint() {
+        // Term(0) / 8 - 1e9 * (q > p), as attention's softmax argument is written.
+        let e = Expr::Binary(
+            BinOp::Sub,
+            boxed(Expr::Product(vec![
+                (false, Expr::Term(0)),
+                (true, Expr::Const(8.0)),
+            ])),
+            boxed(Expr::Product(vec![
+                (false, Expr::Const(1e9)),
+                (
+                    false,
+                    Expr::Compare(CmpOp::Gt, boxed(Expr::Var(1)), boxed(Expr::Var(0))),
+                ),
+            ])),
+        );
+        let p = RowProgram::compile(&e).expect("no softmax inside");
+        let live: Vec<usize> = (0..p.ops.len()).filter(|&i| p.live[i]).collect();
+        let needed: Vec<&RowOp> = (0..p.ops.len())
+            .filter(|&i| p.needed[i])
+            .map(|i| &p.ops[i])
+            .collect();
+        // The term, its division and the subtraction; the divisor's value only.
+        assert_eq!(live.len(), 3);
+        assert_eq!(needed, vec![&RowOp::Const(8.0)]);
+    }
+
+    #[test]
+    fn a_product_needs_the_other_factor_and_what_it_is_made_of() {
+        // Term(0) * relu(Term(1) + 1): the adjoint of each term needs the other side.
+        let e = Expr::Product(vec![
+            (false, Expr::Term(0)),
+            (
+                false,
+                Expr::Call(
+                    Func::Builtin(Builtin::Relu),
+                    vec![Expr::Binary(
+                        BinOp::Add,
+                        boxed(Expr::Term(1)),
+                        boxed(Expr::Const(1.0)),
+                    )],
+                ),
+            ),
+        ]);
+        let p = RowProgram::compile(&e).expect("no softmax inside");
+        assert!(p.live.iter().filter(|&&l| l).count() >= 4);
+        // Everything but the product itself is read: Term(0) for the right side's adjoint,
+        // the relu for Term(0)'s, and relu's argument for its derivative.
+        let root = p.ops.len() - 1;
+        assert!((0..root).all(|i| p.needed[i]));
+        assert!(!p.needed[root]);
     }
 }

@@ -29,8 +29,6 @@ pub(crate) trait Num: Copy + Default + Send + Sync + 'static + Into<f64> {
     fn from_f64(v: f64) -> Self;
     /// A dense tensor's elements in this type: borrowed when it is stored in it.
     fn elements(d: &Dense) -> Cow<'_, [Self]>;
-    /// f64 values in this type: borrowed when it is f64.
-    fn cast(v: &[f64]) -> Cow<'_, [Self]>;
     /// Softmax or layer normalisation of `scale ·` a row, in place.
     fn normalize_row(kind: Structural, row: &mut [Self], scale: f64);
 }
@@ -48,9 +46,6 @@ impl Num for f64 {
     }
     fn elements(d: &Dense) -> Cow<'_, [f64]> {
         d.to_f64()
-    }
-    fn cast(v: &[f64]) -> Cow<'_, [f64]> {
-        Cow::Borrowed(v)
     }
     fn normalize_row(kind: Structural, row: &mut [f64], scale: f64) {
         if scale != 1.0 {
@@ -73,9 +68,6 @@ impl Num for f32 {
     }
     fn elements(d: &Dense) -> Cow<'_, [f32]> {
         d.to_f32()
-    }
-    fn cast(v: &[f64]) -> Cow<'_, [f32]> {
-        Cow::Owned(v.iter().map(|&x| x as f32).collect())
     }
     fn normalize_row(kind: Structural, row: &mut [f32], scale: f64) {
         crate::functions::fast_rows::normalize_row(kind, row, scale);

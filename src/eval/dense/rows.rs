@@ -22,6 +22,8 @@ type Small<T> = SmallVec<[T; 8]>;
 /// A compiled expression with the registered functions it calls found.
 pub(crate) struct Program<'p> {
     ops: &'p [RowOp],
+    live: &'p [bool],
+    needed: &'p [bool],
     users: Vec<&'p UserFunction>,
     /// `--threads`: a thread that joined a pool stays in it, so one thread must be asked
     /// for, not read off the pool.
@@ -39,6 +41,8 @@ impl<'p> Program<'p> {
             .collect::<Option<Vec<_>>>()?;
         Some(Program {
             ops: &p.ops,
+            live: &p.live,
+            needed: &p.needed,
             users,
             threads: o.threads,
         })
@@ -145,17 +149,21 @@ struct Main<'r> {
 }
 
 /// Computes every operation's row into `vals` (operation i at `i·len..(i+1)·len`), or, with
-/// `picks`, only at those positions along the row (operation i at `i·m..(i+1)·m`, m picks).
+/// `picks`, only at those positions along the row (operation i at `i·m..(i+1)·m`, m picks);
+/// with `only`, only the operations it marks.
 fn forward_row(
     p: &Program,
     (d, rows, terms): (&DenseEquation, &Rows, &[Operand]),
     (at, env): (&[usize], &[usize]),
-    (main, picks): (Option<Main>, Option<&[usize]>),
+    (main, picks, only): (Option<Main>, Option<&[usize]>, Option<&[bool]>),
     vals: &mut [f64],
 ) {
     let n = picks.map_or(rows.0.len, <[usize]>::len);
     let inner_var = d.out.last().copied();
     for (i, op) in p.ops.iter().enumerate() {
+        if only.is_some_and(|o| !o[i]) {
+            continue;
+        }
         let (done, rest) = vals.split_at_mut(i * n);
         let out = &mut rest[..n];
         let row = |a: usize| &done[a * n..(a + 1) * n];
@@ -270,7 +278,13 @@ pub(crate) fn values(p: &Program, d: &DenseEquation, terms: &[Operand]) -> Vec<f
         rows.each(d, range, &mut |row, at, env| {
             let mine = &mut chunk[(row - first) * n..(row - first + 1) * n];
             let Some(k) = mask else {
-                forward_row(p, (d, &rows, terms), (at, env), (None, None), &mut vals);
+                forward_row(
+                    p,
+                    (d, &rows, terms),
+                    (at, env),
+                    (None, None, None),
+                    &mut vals,
+                );
                 mine.copy_from_slice(&vals[root * n..(root + 1) * n]);
                 return;
             };
@@ -281,7 +295,7 @@ pub(crate) fn values(p: &Program, d: &DenseEquation, terms: &[Operand]) -> Vec<f
                 p,
                 (d, &rows, terms),
                 (at, env),
-                (None, Some(&js)),
+                (None, Some(&js), None),
                 &mut vals,
             );
             for (&j, &v) in js.iter().zip(&vals[root * m..(root + 1) * m]) {
@@ -335,7 +349,7 @@ pub(super) fn in_place(
                 p,
                 (d, &rows, terms),
                 (at, env),
-                (Some(main), None),
+                (Some(main), None, None),
                 &mut vals,
             );
             for (o, &v) in mine.iter_mut().zip(&vals[root * n..(root + 1) * n]) {
@@ -565,8 +579,11 @@ fn backward_row(
         None => None,
     };
     let n = picks.map_or(rows.0.len, <[usize]>::len);
-    forward_row(p, (d, rows, terms), (at, env), (None, picks), vals);
-    for a in adj.iter_mut() {
+    if p.needed.contains(&true) {
+        let only = Some(p.needed);
+        forward_row(p, (d, rows, terms), (at, env), (None, picks, only), vals);
+    }
+    for (a, _) in adj.iter_mut().zip(p.live).filter(|(_, &l)| l) {
         a[..n].fill(0.0);
     }
     match picks {
@@ -578,69 +595,110 @@ fn backward_row(
         None => adj[root].copy_from_slice(up),
     }
     for (i, op) in p.ops.iter().enumerate().rev() {
+        if !p.live[i] {
+            continue;
+        }
         let (before, rest) = adj.split_at_mut(i);
         let a = &rest[0][..n];
         let v = |x: usize| &vals[x * n..(x + 1) * n];
         match op {
             RowOp::Term(k) => term(i, *k, a, picks),
             RowOp::Const(_) | RowOp::Var(_) | RowOp::Compare(..) => {}
-            RowOp::Neg(x) | RowOp::Not(x) => add_scaled(&mut before[*x][..n], a, |_| -1.0),
+            RowOp::Neg(x) | RowOp::Not(x) => {
+                if p.live[*x] {
+                    add_scaled(&mut before[*x][..n], a, |_| -1.0);
+                }
+            }
             RowOp::Add(x, y) => {
-                add_scaled(&mut before[*x][..n], a, |_| 1.0);
-                add_scaled(&mut before[*y][..n], a, |_| 1.0);
+                if p.live[*x] {
+                    add_scaled(&mut before[*x][..n], a, |_| 1.0);
+                }
+                if p.live[*y] {
+                    add_scaled(&mut before[*y][..n], a, |_| 1.0);
+                }
             }
             RowOp::Sub(x, y) => {
-                add_scaled(&mut before[*x][..n], a, |_| 1.0);
-                add_scaled(&mut before[*y][..n], a, |_| -1.0);
+                if p.live[*x] {
+                    add_scaled(&mut before[*x][..n], a, |_| 1.0);
+                }
+                if p.live[*y] {
+                    add_scaled(&mut before[*y][..n], a, |_| -1.0);
+                }
             }
             RowOp::Mul(x, y) => {
                 let (vx, vy) = (v(*x), v(*y));
-                add_scaled(&mut before[*x][..n], a, |j| vy[j]);
-                add_scaled(&mut before[*y][..n], a, |j| vx[j]);
+                if p.live[*x] {
+                    add_scaled(&mut before[*x][..n], a, |j| vy[j]);
+                }
+                if p.live[*y] {
+                    add_scaled(&mut before[*y][..n], a, |j| vx[j]);
+                }
             }
             RowOp::Div(x, y) => {
                 let (vx, vy) = (v(*x), v(*y));
-                add_scaled(&mut before[*x][..n], a, |j| 1.0 / vy[j]);
-                add_scaled(&mut before[*y][..n], a, |j| -vx[j] / (vy[j] * vy[j]));
+                if p.live[*x] {
+                    add_scaled(&mut before[*x][..n], a, |j| 1.0 / vy[j]);
+                }
+                if p.live[*y] {
+                    add_scaled(&mut before[*y][..n], a, |j| -vx[j] / (vy[j] * vy[j]));
+                }
             }
             RowOp::Quot(..) => {}
             RowOp::Rem(x, y) => {
                 let (vx, vy) = (v(*x), v(*y));
-                add_scaled(&mut before[*x][..n], a, |_| 1.0);
-                add_scaled(&mut before[*y][..n], a, |j| -(vx[j] / vy[j]).trunc());
+                if p.live[*x] {
+                    add_scaled(&mut before[*x][..n], a, |_| 1.0);
+                }
+                if p.live[*y] {
+                    add_scaled(&mut before[*y][..n], a, |j| -(vx[j] / vy[j]).trunc());
+                }
             }
             RowOp::Pow(x, y) => {
                 let (vx, vy) = (v(*x), v(*y));
-                add_scaled(&mut before[*x][..n], a, |j| vy[j] * vx[j].powf(vy[j] - 1.0));
-                add_scaled(&mut before[*y][..n], a, |j| {
-                    if vx[j] > 0.0 {
-                        vx[j].powf(vy[j]) * vx[j].ln()
-                    } else {
-                        0.0
-                    }
-                });
+                if p.live[*x] {
+                    add_scaled(&mut before[*x][..n], a, |j| vy[j] * vx[j].powf(vy[j] - 1.0));
+                }
+                if p.live[*y] {
+                    add_scaled(&mut before[*y][..n], a, |j| {
+                        if vx[j] > 0.0 {
+                            vx[j].powf(vy[j]) * vx[j].ln()
+                        } else {
+                            0.0
+                        }
+                    });
+                }
             }
             RowOp::Builtin(Builtin::Relu, args) if args.len() == 1 => {
                 let vx = v(args[0]);
-                add_scaled(&mut before[args[0]][..n], a, |j| {
-                    crate::functions::step(vx[j])
-                });
+                if p.live[args[0]] {
+                    add_scaled(&mut before[args[0]][..n], a, |j| {
+                        crate::functions::step(vx[j])
+                    });
+                }
             }
             RowOp::Builtin(f, args) => match args.as_slice() {
                 [x] => {
                     let vx = v(*x);
-                    add_scaled(&mut before[*x][..n], a, |j| f.partial(&[vx[j]], 0));
+                    if p.live[*x] {
+                        add_scaled(&mut before[*x][..n], a, |j| f.partial(&[vx[j]], 0));
+                    }
                 }
                 [x, y] => {
                     let (vx, vy) = (v(*x), v(*y));
-                    add_scaled(&mut before[*x][..n], a, |j| f.partial(&[vx[j], vy[j]], 0));
-                    add_scaled(&mut before[*y][..n], a, |j| f.partial(&[vx[j], vy[j]], 1));
+                    if p.live[*x] {
+                        add_scaled(&mut before[*x][..n], a, |j| f.partial(&[vx[j], vy[j]], 0));
+                    }
+                    if p.live[*y] {
+                        add_scaled(&mut before[*y][..n], a, |j| f.partial(&[vx[j], vy[j]], 1));
+                    }
                 }
                 _ => {}
             },
             RowOp::User(slot, x) => {
                 let vx = v(*x);
-                add_scaled(&mut before[*x][..n], a, |j| (p.users[*slot].df)(vx[j]));
+                if p.live[*x] {
+                    add_scaled(&mut before[*x][..n], a, |j| (p.users[*slot].df)(vx[j]));
+                }
             }
         }
     }
