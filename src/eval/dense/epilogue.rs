@@ -96,10 +96,16 @@ impl Placement {
             Placement::Same => f(0, 0, len),
             Placement::Listed(_) => return None,
             Placement::Strided { base, steps, dims } => {
-                let (Some(&1), Some(&row)) = (steps.last(), dims.last()) else {
+                if steps.last() != Some(&1) || dims.is_empty() {
                     return None;
-                };
-                let outer = dims.len() - 1;
+                }
+                // Trailing axes that lie together in the target make one longer run.
+                let mut outer = dims.len() - 1;
+                let mut row = dims[outer];
+                while outer > 0 && steps[outer - 1] == row as i64 {
+                    outer -= 1;
+                    row *= dims[outer];
+                }
                 let mut idx = vec![0usize; outer];
                 let mut at = *base;
                 let mut i = 0;
