@@ -14,7 +14,7 @@ use crate::eval::dense::{
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
 use crate::plan::einsum::{gradient_term, Contraction, DenseEquation, Expr, Factor, Path};
-use crate::plan::rows::RowProgram;
+use crate::plan::rows::{RowOp, RowProgram};
 use crate::semantics::VarId;
 use crate::tensor::Tensor;
 use std::borrow::Cow;
@@ -67,26 +67,46 @@ pub(crate) fn backward_dense(
     let Some(program) = Program::bind(&compiled, o) else {
         return false;
     };
-    let mut g: Vec<Vec<f64>> = terms.iter().map(|t| vec![0.0; t.data.len()]).collect();
     // Variables summed after the expression: every element of a block gets its sum's adjoint.
     let block: usize = d.summed.iter().map(|&v| d.extents[v]).product();
-    let spread: Vec<f64>;
-    let upstream = if d.scatter.is_some() {
+    let upstream: Cow<[f64]> = if d.scatter.is_some() {
         // Each grid element was added at its left-hand-side position: it gets that
         // position's adjoint (none where it was skipped).
         let len = d.out.iter().map(|&v| d.extents[v]).product();
-        spread = placement(d).gather(len, upstream, 0.0);
-        &spread
+        Cow::Owned(placement(d).gather(len, upstream, 0.0))
     } else if block == 1 {
-        upstream
+        Cow::Borrowed(upstream)
     } else {
-        spread = upstream
-            .iter()
-            .flat_map(|&a| std::iter::repeat_n(a, block))
-            .collect();
-        &spread
+        Cow::Owned(
+            upstream
+                .iter()
+                .flat_map(|&a| std::iter::repeat_n(a, block))
+                .collect(),
+        )
     };
-    rows::backward(&program, d, &terms, upstream, &mut g);
+    // An expression that is one term laid out as the grid (`Q[…] = WQ[…] X[…]`, or a
+    // softmax once lifted) passes the adjoint on as it is.
+    let whole = match compiled.ops[..] {
+        [RowOp::Term(k)] => terms
+            .get(k)
+            .filter(|t| {
+                d.mask.is_none() && t.vars[..] == d.out[..] && t.data.len() == upstream.len()
+            })
+            .map(|_| k),
+        _ => None,
+    };
+    let mut g: Vec<Vec<f64>> = terms
+        .iter()
+        .enumerate()
+        .map(|(k, t)| match whole == Some(k) {
+            true => Vec::new(),
+            false => vec![0.0; t.data.len()],
+        })
+        .collect();
+    match whole {
+        Some(k) => g[k] = upstream.into_owned(),
+        None => rows::backward(&program, d, &terms, &upstream, &mut g),
+    }
     for r in lifted {
         let adjoint = row_adjoint(d, &r, &terms[r.term].data, &g[r.term]);
         let Some(arg) = Program::bind(&r.arg, o) else {

@@ -27,6 +27,21 @@ pub struct Factor {
     pub shift: Vec<i64>,
 }
 
+impl Factor {
+    /// The factor's variables in the order its tensor lays them out, as positions in
+    /// `vars` and as the variables there: by decreasing window stride (as written, for a
+    /// factor read whole). A window taken in this order is read in place or copied in
+    /// contiguous runs, and a gradient computed in it is added back in runs.
+    pub fn memory_order(&self) -> (Vec<usize>, Vec<VarId>) {
+        let mut order: Vec<usize> = (0..self.vars.len()).collect();
+        if let Some(w) = &self.window {
+            order.sort_by_key(|&i| std::cmp::Reverse(w.strides[i].unsigned_abs()));
+        }
+        let vars = order.iter().map(|&i| self.vars[i]).collect();
+        (order, vars)
+    }
+}
+
 /// A read whose positions are affine in the variables (`[x + dx]`, `[2 x + 1, N - 1 - i]`)
 /// and stay inside the tensor for every value of them: the factor is the tensor seen through
 /// strides, gathered into a dense operand over its variables (im2col) before it is
@@ -1154,7 +1169,13 @@ pub fn gradient_term(c: &Contraction, j: usize, adjoint: &[VarId]) -> Contractio
             .filter(|&(k, _)| k != j)
             .map(|(_, f)| f.clone()),
     );
-    let target = c.factors.get(j).map(|f| f.vars.clone()).unwrap_or_default();
+    // Computed in the order the factor's tensor lays its variables out, in which its
+    // adjoint is added: the last product then writes it without a permutation.
+    let target = c
+        .factors
+        .get(j)
+        .map(|f| f.memory_order().1)
+        .unwrap_or_default();
     let mut g = Contraction {
         out: target.clone(),
         factors,

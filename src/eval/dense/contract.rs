@@ -193,6 +193,29 @@ pub(super) fn contract<'a, T: Num>(
     extents: &[usize],
     threads: usize,
 ) -> Operand<'a, T> {
+    // Axes of extent 1 (a layer's `l` at one step) are set aside: they move no element, and
+    // between summed variables (`X[s, l, p, d]` summed over s and p) they would stop an
+    // operand from being read in place. The result has the kept ones first.
+    let unit = |v: &VarId| extents[*v] == 1;
+    if x.vars.iter().chain(&y.vars).any(unit) {
+        let mut units: Vars = Vars::new();
+        for v in x.vars.iter().chain(&y.vars) {
+            if unit(v) && keep.contains(v) && !units.contains(v) {
+                units.push(*v);
+            }
+        }
+        let strip = |op: Operand<'a, T>| Operand {
+            vars: op.vars.iter().copied().filter(|v| !unit(v)).collect(),
+            data: op.data,
+        };
+        let keep: Vec<VarId> = keep.iter().copied().filter(|v| !unit(v)).collect();
+        let next: Vec<VarId> = next.iter().copied().filter(|v| !unit(v)).collect();
+        let inner = contract(strip(x), strip(y), (&keep, order, &next), extents, threads);
+        return Operand {
+            vars: units.iter().chain(&inner.vars).copied().collect(),
+            data: inner.data,
+        };
+    }
     let rank = |v: &VarId| order.iter().position(|o| o == v).unwrap_or(usize::MAX);
     let first_own = |a: &Operand<T>, b: &Operand<T>| {
         a.vars

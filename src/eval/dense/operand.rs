@@ -82,17 +82,9 @@ pub(crate) fn widen<'a, T: Num>(op: Operand<'a, T>) -> Operand<'a> {
     }
 }
 
-/// A factor's variables in the order its tensor lays them out, as positions in `f.vars` and
-/// as the variables there: by decreasing window stride (as written, for a factor read
-/// whole). A window taken in this order is read in place or copied in contiguous runs, and
-/// a gradient computed in it is added back in runs.
+/// A factor's variables in the order its tensor lays them out ([`Factor::memory_order`]).
 pub(crate) fn memory_order(f: &Factor) -> (Vec<usize>, Vec<VarId>) {
-    let mut order: Vec<usize> = (0..f.vars.len()).collect();
-    if let Some(w) = &f.window {
-        order.sort_by_key(|&i| std::cmp::Reverse(w.strides[i].unsigned_abs()));
-    }
-    let vars = order.iter().map(|&i| f.vars[i]).collect();
-    (order, vars)
+    f.memory_order()
 }
 
 /// A factor as an operand: the tensor as stored, or its window gathered, over the factor's
@@ -284,8 +276,15 @@ pub(crate) fn permute<'a, T: Num>(
     order: &[VarId],
     extents: &[usize],
 ) -> Operand<'a, T> {
-    if op.vars[..] == order[..] {
-        return op;
+    // Axes of extent 1 (a layer's `l` at one step) move no element: where the others keep
+    // their order the values are already laid out as asked.
+    let moving =
+        |vars: &[VarId]| -> Vars { vars.iter().copied().filter(|&v| extents[v] != 1).collect() };
+    if moving(&op.vars) == moving(order) {
+        return Operand {
+            vars: Vars::from_slice(order),
+            data: op.data,
+        };
     }
     let src = strides(&op.vars, extents);
     let from: Vec<i64> = order
