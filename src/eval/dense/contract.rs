@@ -372,3 +372,48 @@ pub(super) fn widest_run(vars: &[VarId], group: &[VarId], extents: &[usize]) -> 
     }
     best
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn operand(vars: &[VarId], data: Vec<f64>) -> Operand<'static> {
+        Operand {
+            vars: Vars::from_slice(vars),
+            data: Cow::Owned(data),
+        }
+    }
+
+    /// `Y[l, h, d] = Σ_{s,p} A[s, l, p, h] B[s, l, p, d]` with `l` of extent 1 between the
+    /// summed `s` and `p`: the same values as the product without `l`, with `l` kept.
+    #[test]
+    fn a_unit_axis_between_summed_variables_changes_no_value() {
+        // Variables: 0 = s, 1 = l, 2 = p, 3 = h, 4 = d.
+        let extents = [3, 1, 4, 2, 5];
+        let a: Vec<f64> = (0..3 * 4 * 2).map(|i| f64::from(i % 7) - 2.0).collect();
+        let b: Vec<f64> = (0..3 * 4 * 5).map(|i| f64::from(i % 5) * 0.5).collect();
+        let with = contract(
+            operand(&[0, 1, 2, 3], a.clone()),
+            operand(&[0, 1, 2, 4], b.clone()),
+            (&[1, 3, 4], &[1, 3, 4], &[]),
+            &extents,
+            1,
+        );
+        let without = contract(
+            operand(&[0, 2, 3], a.clone()),
+            operand(&[0, 2, 4], b.clone()),
+            (&[3, 4], &[3, 4], &[]),
+            &extents,
+            1,
+        );
+        assert_eq!(with.vars[..], [1, 3, 4]);
+        assert_eq!(without.vars[..], [3, 4]);
+        assert_eq!(with.data, without.data);
+        let (h, d) = (1, 3);
+        let want: f64 = (0..3)
+            .flat_map(|s| (0..4).map(move |p| (s, p)))
+            .map(|(s, p)| a[(s * 4 + p) * 2 + h] * b[(s * 4 + p) * 5 + d])
+            .sum();
+        assert_eq!(with.data[h * 5 + d], want);
+    }
+}

@@ -368,6 +368,21 @@ mod tests {
         assert_eq!(got, want);
     }
 
+    /// Moving only axes of extent 1 relabels the operand and copies nothing.
+    #[test]
+    fn moving_unit_axes_copies_nothing() {
+        let extents = [3, 1, 4];
+        let data: Vec<f64> = (0..12).map(f64::from).collect();
+        let op = Operand {
+            vars: Vars::from_slice(&[0, 1, 2]),
+            data: Cow::Borrowed(data.as_slice()),
+        };
+        let moved = permute(op, &[1, 0, 2], &extents);
+        assert_eq!(moved.vars[..], [1, 0, 2]);
+        assert!(matches!(moved.data, Cow::Borrowed(_)));
+        assert_eq!(moved.data[..], data[..]);
+    }
+
     /// Every permutation copies the element each position names, whether or not it takes
     /// the tiled path (extents below, at and above the tile, uneven ones).
     #[test]
