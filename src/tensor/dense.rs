@@ -261,6 +261,7 @@ impl Dense {
     /// rounded to the type, the first that is not finite where its element was returned).
     /// Runs past the end are cut.
     pub fn add_runs(&mut self, runs: &mut RunWrites) -> Option<f64> {
+        use crate::functions::widest::{widest, Vectorised};
         fn run<T: Clone>(
             d: &mut Arc<Buf<T>>,
             runs: &mut RunWrites,
@@ -273,12 +274,41 @@ impl Dense {
                 let Some(dst) = d.get_mut(at..) else {
                     return;
                 };
-                match values {
-                    Run::F32(vs) => add_run(dst, vs, (&read, &write), &mut bad),
-                    Run::F64(vs) => add_run(dst, vs, (&read, &write), &mut bad),
-                }
+                let found = match values {
+                    Run::F32(vs) => widest(AddRun {
+                        dst,
+                        vs,
+                        read: &read,
+                        write: &write,
+                    }),
+                    Run::F64(vs) => widest(AddRun {
+                        dst,
+                        vs,
+                        read: &read,
+                        write: &write,
+                    }),
+                };
+                bad = bad.or(found);
             });
             bad
+        }
+        /// Adds `vs` to the start of `dst` on the widest vectors.
+        struct AddRun<'r, T, V, R, W> {
+            dst: &'r mut [T],
+            vs: &'r [V],
+            read: &'r R,
+            write: &'r W,
+        }
+        impl<T, V: Copy + Into<f64>, R: Fn(&T) -> f64, W: Fn(f64) -> T> Vectorised
+            for AddRun<'_, T, V, R, W>
+        {
+            type Output = Option<f64>;
+            #[inline(always)]
+            fn run(self) -> Option<f64> {
+                let mut bad = None;
+                add_run(self.dst, self.vs, (self.read, self.write), &mut bad);
+                bad
+            }
         }
         /// Adds `vs` to the start of `dst` in blocks: each block's sums in one loop with no
         /// branch (so that it vectorises), the first that is not finite where its element
