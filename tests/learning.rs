@@ -467,3 +467,16 @@ fn a_zero_probability_off_the_target_leaves_the_cross_entropy_finite() {
     let w = &g.grads[0];
     assert!(w[0] < 0.0 && w[1] < 0.0 && w[2] == 0.0, "{w:?}");
 }
+
+/// Passes large enough to split across threads (a softmax's and a strided lnorm's
+/// Jacobians, permutations of their operands) give the same gradients at one and two
+/// threads.
+#[test]
+fn large_normalisations_split_across_threads_give_the_same_bits() {
+    let src = "X : real[40, 64, 64]\nX ~ normal(0, 1)\nW : real[64, 64]\nW ~ normal(0, 0.1)\n\
+               S[e, p, q.] = softmax(X[e, p, d] W[d, c] X[e, q, c] / 8)\n\
+               N[e, p., d] = lnorm(W[d, c] X[e, p, c])\n\
+               Loss = S[e, p, q] S[e, p, q] + N[e, p, d] N[e, p, d] N[e, p, d]\n";
+    let one = same_bits_at_one_and_two_threads(src);
+    assert!(one.grads.iter().all(|a| a.iter().any(|&x| x != 0.0)));
+}

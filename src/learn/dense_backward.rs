@@ -6,6 +6,7 @@
 //! (`dW[h, i] = Σₑ dPre[e, h] X[e, i]`), run as the same batched matrix products.
 
 use crate::eval::dense::rows::{self, Program};
+use crate::eval::dense::split;
 use crate::eval::dense::{
     factor_operand, fits, memory_order, normalize_for, permute, placement, reduce,
     replace_normalize, sparse_operands, subtree_from, term, KeptTerm, Num, Operand, TupleWalk,
@@ -108,7 +109,7 @@ pub(crate) fn backward_dense(
         None => rows::backward(&program, d, &terms, &upstream, &mut g),
     }
     for r in lifted {
-        let adjoint = row_adjoint(d, &r, &terms[r.term].data, &g[r.term]);
+        let adjoint = row_adjoint(d, &r, (&terms[r.term].data, &g[r.term]), threads);
         let Some(arg) = Program::bind(&r.arg, o) else {
             return false;
         };
@@ -136,7 +137,7 @@ pub(crate) fn backward_dense(
                             data: gp.into(),
                         };
                         let (order, onto) = memory_order(f);
-                        let grad = permute(grad, &onto, &c.extents);
+                        let grad = permute(grad, &onto, &c.extents, threads);
                         add_factor(adj, f, &order, &c.extents, &grad.data);
                     }
                 } else if let (Some(part), Some(gp)) = (parts.first(), gparts.into_iter().next()) {
@@ -296,11 +297,16 @@ fn gradient<'a, T: Num>(
                 vars: Vars::from_slice(&f.vars),
                 data: Cow::Borrowed(g),
             },
-            _ => factor_operand(f, values, &grad.extents),
+            _ => factor_operand(f, values, &grad.extents, threads),
         }
     };
     let acc = subtree_from(grad, path, &leaf, threads);
-    permute(reduce(acc, onto, &grad.extents), onto, &grad.extents)
+    permute(
+        reduce(acc, onto, &grad.extents),
+        onto,
+        &grad.extents,
+        threads,
+    )
 }
 
 fn add_to<T: Num>(adj: &mut [Option<Vec<f64>>], t: usize, g: &[T]) {
@@ -426,42 +432,52 @@ fn lift_normalize<'a>(
 
 /// The adjoint of a lifted node's argument from the adjoint `g` of its value `y`, row by
 /// row: softmax `yᵩ(gᵩ − Σ g·y)`, lnorm `(gᵩ − mean g − yᵩ mean(g·y)) / σ`.
-fn row_adjoint(d: &DenseEquation, r: &Row, y: &[f64], g: &[f64]) -> Vec<f64> {
+fn row_adjoint(d: &DenseEquation, r: &Row, (y, g): (&[f64], &[f64]), threads: usize) -> Vec<f64> {
     let Some(axis) = r.axis else {
         return g.to_vec();
     };
     let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
-    let n = dims[axis];
-    let stride: usize = dims[axis + 1..].iter().product();
-    let outer: usize = dims[..axis].iter().product();
+    let n = dims[axis].max(1);
+    let stride: usize = dims[axis + 1..].iter().product::<usize>().max(1);
     let stats = |xs: &[f64]| crate::functions::RowStats::for_backward(r.kind, xs);
     let mut out = vec![0.0; g.len()];
+    let split = split::splits(threads, g.len());
+    // Blocks of whole rows (each block's first element starts a group of `n · stride`).
+    let per = (ROWS_PER_BLOCK * n * stride).min(g.len().max(1));
     if stride == 1 {
         // Rows are contiguous: read and written in place.
-        for (o, back) in out.chunks_exact_mut(n.max(1)).enumerate() {
-            let row = o * n..(o + 1) * n;
-            let xs = r.input.get(row.clone()).unwrap_or(&[]);
-            stats(xs).backward(&y[row.clone()], &g[row], back);
-        }
+        split::each_block(&mut out, per, split, |first, block| {
+            for (o, back) in block.chunks_exact_mut(n).enumerate() {
+                let row = first + o * n..first + (o + 1) * n;
+                let xs = r.input.get(row.clone()).unwrap_or(&[]);
+                stats(xs).backward(&y[row.clone()], &g[row], back);
+            }
+        });
         return out;
     }
-    let (mut xs, mut ys, mut gs, mut back) =
-        (vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]);
     let input = !r.input.is_empty();
-    for o in 0..outer {
-        for inner in 0..stride {
-            let at = |q: usize| o * n * stride + inner + q * stride;
-            for q in 0..n {
-                (ys[q], gs[q]) = (y[at(q)], g[at(q)]);
-                if input {
-                    xs[q] = r.input[at(q)];
+    split::each_block(&mut out, per, split, |first, block| {
+        let (mut xs, mut ys, mut gs, mut back) =
+            (vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+        for (o, group) in block.chunks_exact_mut(n * stride).enumerate() {
+            let base = first + o * n * stride;
+            for inner in 0..stride {
+                for q in 0..n {
+                    let at = base + inner + q * stride;
+                    (ys[q], gs[q]) = (y[at], g[at]);
+                    if input {
+                        xs[q] = r.input[at];
+                    }
+                }
+                stats(&xs).backward(&ys, &gs, &mut back);
+                for (q, &b) in back.iter().enumerate() {
+                    group[inner + q * stride] = b;
                 }
             }
-            stats(&xs).backward(&ys, &gs, &mut back);
-            for (q, &b) in back.iter().enumerate() {
-                out[at(q)] = b;
-            }
         }
-    }
+    });
     out
 }
+
+/// Groups of rows a block of [`row_adjoint`] takes.
+const ROWS_PER_BLOCK: usize = 64;

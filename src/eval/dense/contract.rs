@@ -72,7 +72,7 @@ pub(super) fn contracted<'a, T: Num>(
 ) -> Operand<'a, T> {
     let (Some(rows), Some(&first)) = (c.chunk, c.out.first()) else {
         let dense = reduce(subtree(c, path, values, threads), &c.keep, &c.extents);
-        return permute(dense, &c.out, &c.extents);
+        return permute(dense, &c.out, &c.extents, threads);
     };
     let total: usize = c.out.iter().map(|&v| c.extents[v]).product();
     let mut data = Vec::with_capacity(total);
@@ -88,7 +88,7 @@ pub(super) fn contracted<'a, T: Num>(
             &block.keep,
             &block.extents,
         );
-        data.extend_from_slice(&permute(dense, &block.out, &block.extents).data);
+        data.extend_from_slice(&permute(dense, &block.out, &block.extents, threads).data);
     }
     data.resize(total, T::default());
     Operand {
@@ -143,7 +143,7 @@ pub(super) fn subtree<'a, T: Num>(
     values: &'a [Tensor],
     threads: usize,
 ) -> Operand<'a, T> {
-    let leaf = |k: usize| factor_operand(&c.factors[k], values, &c.extents);
+    let leaf = |k: usize| factor_operand(&c.factors[k], values, &c.extents, threads);
     subtree_from(c, path, &leaf, threads)
 }
 
@@ -291,11 +291,13 @@ pub(super) fn contract<'a, T: Num>(
             x,
             &[batch.clone(), rows.clone(), inner.clone()].concat(),
             extents,
+            threads,
         );
         let y = permute(
             y,
             &[batch.clone(), inner.clone(), cols.clone()].concat(),
             extents,
+            threads,
         );
         (x, y, rows.clone(), cols.clone())
     };

@@ -31,6 +31,7 @@ mod operand;
 mod products;
 pub(crate) mod rows;
 mod scatter;
+pub(crate) mod split;
 
 use budget::*;
 use contract::*;

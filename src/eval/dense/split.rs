@@ -1,0 +1,38 @@
+//! Splitting a memory-bound pass (a gather, a permutation, a row's Jacobian) into blocks
+//! for the `--threads` pool. Each block computes what one thread computes for those
+//! elements, so the bits do not depend on the split.
+
+/// Elements under which a pass stays on the calling thread: a worker's wake-up costs more
+/// than copying fewer.
+const SPLIT_ELEMENTS: usize = 1 << 17;
+
+/// Whether a pass over `elements` independent elements is split: only where more than one
+/// thread was asked for and the caller is inside a pool of workers (never rayon's global
+/// pool).
+pub(crate) fn splits(threads: usize, elements: usize) -> bool {
+    threads > 1
+        && elements >= SPLIT_ELEMENTS
+        && rayon::current_thread_index().is_some()
+        && rayon::current_num_threads() > 1
+}
+
+/// Calls `f(first, block)` for `out` in consecutive blocks of `per` elements (`first`: the
+/// index of the block's first element), on the pool's workers when `split`.
+pub(crate) fn each_block<T: Send>(
+    out: &mut [T],
+    per: usize,
+    split: bool,
+    f: impl Fn(usize, &mut [T]) + Sync + Send,
+) {
+    let per = per.max(1);
+    if split {
+        use rayon::prelude::*;
+        out.par_chunks_mut(per)
+            .enumerate()
+            .for_each(|(i, block)| f(i * per, block));
+    } else {
+        out.chunks_mut(per)
+            .enumerate()
+            .for_each(|(i, block)| f(i * per, block));
+    }
+}
