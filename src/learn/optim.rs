@@ -2,6 +2,8 @@
 //! warmup + cosine learning-rate schedule. Updates run in f64 in a fixed order, so training
 //! with one seed is bit-reproducible.
 
+use crate::eval::dense::split;
+
 /// Which update rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -92,12 +94,15 @@ impl Config {
     }
 
     /// Applies one update to `params` from `grads` (clipped in place); with `--clip`, returns
-    /// the gradient norm before clipping (a sum over every element, made only then).
+    /// the gradient norm before clipping (a sum over every element, made only then). With
+    /// `threads` above 1, inside a pool of workers, Adam's elementwise update runs in blocks
+    /// on the workers (each element's operations are the same).
     pub fn update(
         &self,
         state: &mut State,
         params: &mut [Vec<f64>],
         grads: &mut [Vec<f64>],
+        threads: usize,
     ) -> Option<f64> {
         let clip = self.clip.map(|c| {
             let norm = grads
@@ -122,6 +127,29 @@ impl Config {
         state.step += 1;
         let t = state.step as f64;
         let (b1, b2, eps) = (0.9f64, 0.999f64, 1e-8);
+        let adam = AdamStep {
+            decoupled: self.kind == Kind::AdamW,
+            lr,
+            weight_decay: self.weight_decay,
+            betas: (b1, b2),
+            corrections: (1.0 - b1.powf(t), 1.0 - b2.powf(t)),
+            eps,
+        };
+        let total: usize = params.iter().map(Vec::len).sum();
+        if self.kind != Kind::Sgd && split::splits_from(threads, total, ADAM_SPLIT) {
+            use rayon::prelude::*;
+            let mut blocks = Vec::new();
+            let moments = state.m.iter_mut().zip(state.v.iter_mut());
+            for ((p, g), (m, v)) in params.iter_mut().zip(grads.iter()).zip(moments) {
+                let (m, v) = (m.chunks_mut(ADAM_BLOCK), v.chunks_mut(ADAM_BLOCK));
+                let wg = p.chunks_mut(ADAM_BLOCK).zip(g.chunks(ADAM_BLOCK));
+                blocks.extend(wg.zip(m.zip(v)));
+            }
+            blocks
+                .into_par_iter()
+                .for_each(|((w, g), (m, v))| adam.apply(w, g, (m, v)));
+            return clip;
+        }
         for (i, (p, g)) in params.iter_mut().zip(grads.iter()).enumerate() {
             let m = &mut state.m[i];
             match self.kind {
@@ -137,22 +165,19 @@ impl Config {
                         *w -= lr * step;
                     }
                 }
-                Kind::Adam | Kind::AdamW => {
-                    let step = AdamStep {
-                        decoupled: self.kind == Kind::AdamW,
-                        lr,
-                        weight_decay: self.weight_decay,
-                        betas: (b1, b2),
-                        corrections: (1.0 - b1.powf(t), 1.0 - b2.powf(t)),
-                        eps,
-                    };
-                    step.apply(p, g, (m, &mut state.v[i]));
-                }
+                Kind::Adam | Kind::AdamW => adam.apply(p, g, (m, &mut state.v[i])),
             }
         }
         clip
     }
 }
+
+/// Parameter elements under which Adam's update stays on the calling thread (each element
+/// costs a square root and three divisions, so fewer are worth splitting than for a copy).
+const ADAM_SPLIT: usize = 1 << 15;
+
+/// Elements of a block of a split Adam update.
+const ADAM_BLOCK: usize = 1 << 13;
 
 /// One parameter's Adam update, as a loop for `functions::widest`.
 struct Update<'a> {
@@ -261,6 +286,44 @@ mod tests {
         }
     }
 
+    /// Adam's update split across a pool's two workers gives one thread's bits, over
+    /// parameters large enough to split and one too small to fill a block.
+    #[test]
+    fn a_split_adam_update_matches_one_thread() {
+        for kind in [Kind::Adam, Kind::AdamW] {
+            let c = Config {
+                weight_decay: 0.01,
+                ..config(kind)
+            };
+            let params: Vec<Vec<f64>> = [50_000usize, 7, 20_000]
+                .iter()
+                .map(|&n| (0..n).map(|i| (i as f64 * 0.37).sin()).collect())
+                .collect();
+            let grads: Vec<Vec<f64>> = params
+                .iter()
+                .map(|p| p.iter().map(|w| (w * 3.1).cos() * 0.1).collect())
+                .collect();
+            let run = |threads: usize| {
+                let (mut s, mut p) = (State::default(), params.clone());
+                for _ in 0..3 {
+                    c.update(&mut s, &mut p, &mut grads.clone(), threads);
+                }
+                (p, s)
+            };
+            let (one, s1) = run(1);
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(2)
+                .build()
+                .unwrap();
+            let (two, s2) = pool.install(|| run(2));
+            let bits =
+                |v: &[Vec<f64>]| -> Vec<u64> { v.iter().flatten().map(|x| x.to_bits()).collect() };
+            assert_eq!(bits(&one), bits(&two));
+            assert_eq!(bits(&s1.m), bits(&s2.m));
+            assert_eq!(bits(&s1.v), bits(&s2.v));
+        }
+    }
+
     #[test]
     fn every_optimizer_minimises_a_quadratic() {
         for kind in [Kind::Sgd, Kind::Adam, Kind::AdamW] {
@@ -269,7 +332,7 @@ mod tests {
             let mut p = vec![vec![3.0, -2.0]];
             for _ in 0..300 {
                 let mut g = vec![p[0].iter().map(|w| 2.0 * w).collect()];
-                c.update(&mut s, &mut p, &mut g);
+                c.update(&mut s, &mut p, &mut g, 1);
             }
             assert!(p[0].iter().all(|w| w.abs() < 1e-2), "{kind:?}: {p:?}");
         }
@@ -280,7 +343,7 @@ mod tests {
         let c = config(Kind::Adam);
         let mut s = State::default();
         let mut p = vec![vec![1.0, 1.0]];
-        c.update(&mut s, &mut p, &mut [vec![5.0, -0.01]]);
+        c.update(&mut s, &mut p, &mut [vec![5.0, -0.01]], 1);
         assert!((p[0][0] - 0.9).abs() < 1e-6 && (p[0][1] - 1.1).abs() < 1e-6);
     }
 
@@ -292,7 +355,7 @@ mod tests {
         c.clip = Some(1.0);
         let mut s = State::default();
         let mut p = vec![vec![0.0], vec![0.0]];
-        let norm = c.update(&mut s, &mut p, &mut [vec![3.0], vec![4.0]]);
+        let norm = c.update(&mut s, &mut p, &mut [vec![3.0], vec![4.0]], 1);
         assert_eq!(norm, Some(5.0));
         assert!((p[0][0] + 0.6).abs() < 1e-12 && (p[1][0] + 0.8).abs() < 1e-12);
     }

@@ -219,7 +219,7 @@ pub fn train(
         }
         let mut grads = g.grads;
         let lr = config.lr_at(step);
-        config.update(&mut state, &mut params, &mut grads);
+        config.update(&mut state, &mut params, &mut grads, o.threads);
         for (&t, values) in trainable.iter().zip(params.iter_mut()) {
             let elem = p.tensors[t].elem;
             elem.round_all(values);

@@ -7,7 +7,7 @@ use super::operand::Num;
 
 /// Products of fewer multiply-adds run on one thread: below it, waking workers and their
 /// packing buffers cost more than they save (results are the same either way).
-const THREADED_PRODUCT: usize = 1 << 24;
+const THREADED_PRODUCT: usize = 1 << 22;
 
 /// One loop around a contraction's matrix products: its extent and its stride in each
 /// operand (0 where the operand does not vary along it).
@@ -218,7 +218,7 @@ pub(super) fn matmul<T: Num>(
             });
         return;
     }
-    // Below ~16M multiply-adds splitting costs more than it saves (thread wake-ups and
+    // Below ~4M multiply-adds splitting costs more than it saves (thread wake-ups and
     // per-thread packing buffers); results are the same either way (tiles only are split).
     let parallelism = if threads > 1 && m * n * k >= THREADED_PRODUCT {
         gemm::Parallelism::Rayon(threads)

@@ -10,8 +10,13 @@ const SPLIT_ELEMENTS: usize = 1 << 17;
 /// thread was asked for and the caller is inside a pool of workers (never rayon's global
 /// pool).
 pub(crate) fn splits(threads: usize, elements: usize) -> bool {
+    splits_from(threads, elements, SPLIT_ELEMENTS)
+}
+
+/// [`splits`] for a pass that is worth splitting from `least` elements on.
+pub(crate) fn splits_from(threads: usize, elements: usize, least: usize) -> bool {
     threads > 1
-        && elements >= SPLIT_ELEMENTS
+        && elements >= least
         && rayon::current_thread_index().is_some()
         && rayon::current_num_threads() > 1
 }
