@@ -8,9 +8,8 @@
 use crate::eval::dense::rows::{self, Program};
 use crate::eval::dense::split;
 use crate::eval::dense::{
-    factor_operand, fits, memory_order, normalize_for, permute, placement, reduce,
-    replace_normalize, sparse_operands, subtree_from, term, KeptTerm, Num, Operand, TupleWalk,
-    Vars,
+    factor_operand, fits, normalize_for, permute, placement, reduce, replace_normalize,
+    sparse_operands, subtree_from, term, KeptTerm, Num, Operand, TupleWalk, Vars,
 };
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
@@ -136,7 +135,7 @@ pub(crate) fn backward_dense(
                             vars: Vars::from_slice(&part.vars),
                             data: gp.into(),
                         };
-                        let (order, onto) = memory_order(f);
+                        let (order, onto) = f.memory_order();
                         let grad = permute(grad, &onto, &c.extents, threads);
                         add_factor(adj, f, &order, &c.extents, &grad.data);
                     }
@@ -211,7 +210,7 @@ fn factor_gradients(
         let Some(path) = &grad.path else {
             continue;
         };
-        let (order, onto) = memory_order(f);
+        let (order, onto) = f.memory_order();
         if grad.single {
             let g = narrow.get_or_insert_with(|| g.iter().map(|&x| x as f32).collect());
             let acc = gradient::<f32>(grad, path, &onto, g, values, threads);

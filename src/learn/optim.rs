@@ -135,9 +135,10 @@ impl Config {
             corrections: (1.0 - b1.powf(t), 1.0 - b2.powf(t)),
             eps,
         };
-        let total: usize = params.iter().map(Vec::len).sum();
-        if self.kind != Kind::Sgd && split::splits_from(threads, total, ADAM_SPLIT) {
-            use rayon::prelude::*;
+        if self.kind != Kind::Sgd {
+            // In blocks, on the pool's workers where there are enough elements to split;
+            // each element's operations are the same either way.
+            let total: usize = params.iter().map(Vec::len).sum();
             let mut blocks = Vec::new();
             let moments = state.m.iter_mut().zip(state.v.iter_mut());
             for ((p, g), (m, v)) in params.iter_mut().zip(grads.iter()).zip(moments) {
@@ -145,27 +146,25 @@ impl Config {
                 let wg = p.chunks_mut(ADAM_BLOCK).zip(g.chunks(ADAM_BLOCK));
                 blocks.extend(wg.zip(m.zip(v)));
             }
-            blocks
-                .into_par_iter()
-                .for_each(|((w, g), (m, v))| adam.apply(w, g, (m, v)));
+            let step = |((w, g), (m, v)): AdamBlock| adam.apply(w, g, (m, v));
+            if split::splits_from(threads, total, ADAM_SPLIT) {
+                use rayon::prelude::*;
+                blocks.into_par_iter().for_each(step);
+            } else {
+                blocks.into_iter().for_each(step);
+            }
             return clip;
         }
-        for (i, (p, g)) in params.iter_mut().zip(grads.iter()).enumerate() {
-            let m = &mut state.m[i];
-            match self.kind {
-                Kind::Sgd => {
-                    for ((w, &gi), mi) in p.iter_mut().zip(g).zip(m.iter_mut()) {
-                        let gi = gi + self.weight_decay * *w;
-                        let step = if self.momentum > 0.0 {
-                            *mi = self.momentum * *mi + gi;
-                            *mi
-                        } else {
-                            gi
-                        };
-                        *w -= lr * step;
-                    }
-                }
-                Kind::Adam | Kind::AdamW => adam.apply(p, g, (m, &mut state.v[i])),
+        for (p, (g, m)) in params.iter_mut().zip(grads.iter().zip(state.m.iter_mut())) {
+            for ((w, &gi), mi) in p.iter_mut().zip(g).zip(m.iter_mut()) {
+                let gi = gi + self.weight_decay * *w;
+                let step = if self.momentum > 0.0 {
+                    *mi = self.momentum * *mi + gi;
+                    *mi
+                } else {
+                    gi
+                };
+                *w -= lr * step;
             }
         }
         clip
@@ -176,8 +175,11 @@ impl Config {
 /// costs a square root and three divisions, so fewer are worth splitting than for a copy).
 const ADAM_SPLIT: usize = 1 << 15;
 
-/// Elements of a block of a split Adam update.
+/// Elements of a block of an Adam update.
 const ADAM_BLOCK: usize = 1 << 13;
+
+/// A block of an Adam update: weights and gradients, first and second moments.
+type AdamBlock<'a> = ((&'a mut [f64], &'a [f64]), (&'a mut [f64], &'a mut [f64]));
 
 /// One parameter's Adam update, as a loop for `functions::widest`.
 struct Update<'a> {

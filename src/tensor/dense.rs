@@ -305,22 +305,20 @@ impl Dense {
             type Output = Option<f64>;
             #[inline(always)]
             fn run(self) -> Option<f64> {
-                let mut bad = None;
-                add_run(self.dst, self.vs, (self.read, self.write), &mut bad);
-                bad
+                add_run(self.dst, self.vs, (self.read, self.write))
             }
         }
         /// Adds `vs` to the start of `dst` in blocks: each block's sums in one loop with no
-        /// branch (so that it vectorises), the first that is not finite where its element
-        /// was looked for only in a block that has one.
+        /// branch (so that it vectorises); returns the first sum that is not finite where its
+        /// element was, looked for only in a block that has one.
         #[inline(always)]
         fn add_run<T, V: Copy + Into<f64>>(
             dst: &mut [T],
             vs: &[V],
             (read, write): (&impl Fn(&T) -> f64, &impl Fn(f64) -> T),
-            bad: &mut Option<f64>,
-        ) {
+        ) -> Option<f64> {
             const BLOCK: usize = 64;
+            let mut bad = None;
             let mut olds = [0.0f64; BLOCK];
             for (xs, vs) in dst.chunks_mut(BLOCK).zip(vs.chunks(BLOCK)) {
                 let mut diverged = false;
@@ -331,7 +329,7 @@ impl Dense {
                     *x = write(new);
                 }
                 if diverged && bad.is_none() {
-                    *bad = olds
+                    bad = olds
                         .iter()
                         .zip(vs)
                         .map(|(&old, &v)| (old, old + v.into()))
@@ -339,6 +337,7 @@ impl Dense {
                         .map(|(_, new)| new);
                 }
             }
+            bad
         }
         match self {
             Dense::F64(d) => run(d, runs, |&x| x, |v| v),

@@ -82,20 +82,15 @@ pub(crate) fn widen<'a, T: Num>(op: Operand<'a, T>) -> Operand<'a> {
     }
 }
 
-/// A factor's variables in the order its tensor lays them out ([`Factor::memory_order`]).
-pub(crate) fn memory_order(f: &Factor) -> (Vec<usize>, Vec<VarId>) {
-    f.memory_order()
-}
-
 /// A factor as an operand: the tensor as stored, or its window gathered, over the factor's
-/// variables in [`memory_order`].
+/// variables in [`Factor::memory_order`].
 pub(crate) fn factor_operand<'a, T: Num>(
     f: &Factor,
     values: &'a [Tensor],
     extents: &[usize],
     threads: usize,
 ) -> Operand<'a, T> {
-    let (order, vars) = memory_order(f);
+    let (order, vars) = f.memory_order();
     let Some(Storage::Dense(d)) = values.get(f.tensor).map(|t| &t.storage) else {
         return Operand {
             vars: Vars::from_slice(&vars),

@@ -601,104 +601,73 @@ fn backward_row(
         let (before, rest) = adj.split_at_mut(i);
         let a = &rest[0][..n];
         let v = |x: usize| &vals[x * n..(x + 1) * n];
+        // `a · f(j)` into input `x`'s adjoint, where an adjoint passes through it (a macro, so
+        // that each derivative is monomorphised into `add_scaled`).
+        macro_rules! pass {
+            ($x:expr, $f:expr) => {
+                if p.live[$x] {
+                    add_scaled(&mut before[$x][..n], a, $f)
+                }
+            };
+        }
         match op {
             RowOp::Term(k) => term(i, *k, a, picks),
             RowOp::Const(_) | RowOp::Var(_) | RowOp::Compare(..) => {}
-            RowOp::Neg(x) | RowOp::Not(x) => {
-                if p.live[*x] {
-                    add_scaled(&mut before[*x][..n], a, |_| -1.0);
-                }
-            }
+            RowOp::Neg(x) | RowOp::Not(x) => pass!(*x, |_| -1.0),
             RowOp::Add(x, y) => {
-                if p.live[*x] {
-                    add_scaled(&mut before[*x][..n], a, |_| 1.0);
-                }
-                if p.live[*y] {
-                    add_scaled(&mut before[*y][..n], a, |_| 1.0);
-                }
+                pass!(*x, |_| 1.0);
+                pass!(*y, |_| 1.0);
             }
             RowOp::Sub(x, y) => {
-                if p.live[*x] {
-                    add_scaled(&mut before[*x][..n], a, |_| 1.0);
-                }
-                if p.live[*y] {
-                    add_scaled(&mut before[*y][..n], a, |_| -1.0);
-                }
+                pass!(*x, |_| 1.0);
+                pass!(*y, |_| -1.0);
             }
             RowOp::Mul(x, y) => {
                 let (vx, vy) = (v(*x), v(*y));
-                if p.live[*x] {
-                    add_scaled(&mut before[*x][..n], a, |j| vy[j]);
-                }
-                if p.live[*y] {
-                    add_scaled(&mut before[*y][..n], a, |j| vx[j]);
-                }
+                pass!(*x, |j| vy[j]);
+                pass!(*y, |j| vx[j]);
             }
             RowOp::Div(x, y) => {
                 let (vx, vy) = (v(*x), v(*y));
-                if p.live[*x] {
-                    add_scaled(&mut before[*x][..n], a, |j| 1.0 / vy[j]);
-                }
-                if p.live[*y] {
-                    add_scaled(&mut before[*y][..n], a, |j| -vx[j] / (vy[j] * vy[j]));
-                }
+                pass!(*x, |j| 1.0 / vy[j]);
+                pass!(*y, |j| -vx[j] / (vy[j] * vy[j]));
             }
             RowOp::Quot(..) => {}
             RowOp::Rem(x, y) => {
                 let (vx, vy) = (v(*x), v(*y));
-                if p.live[*x] {
-                    add_scaled(&mut before[*x][..n], a, |_| 1.0);
-                }
-                if p.live[*y] {
-                    add_scaled(&mut before[*y][..n], a, |j| -(vx[j] / vy[j]).trunc());
-                }
+                pass!(*x, |_| 1.0);
+                pass!(*y, |j| -(vx[j] / vy[j]).trunc());
             }
             RowOp::Pow(x, y) => {
                 let (vx, vy) = (v(*x), v(*y));
-                if p.live[*x] {
-                    add_scaled(&mut before[*x][..n], a, |j| vy[j] * vx[j].powf(vy[j] - 1.0));
-                }
-                if p.live[*y] {
-                    add_scaled(&mut before[*y][..n], a, |j| {
-                        if vx[j] > 0.0 {
-                            vx[j].powf(vy[j]) * vx[j].ln()
-                        } else {
-                            0.0
-                        }
-                    });
-                }
+                pass!(*x, |j| vy[j] * vx[j].powf(vy[j] - 1.0));
+                pass!(*y, |j| {
+                    if vx[j] > 0.0 {
+                        vx[j].powf(vy[j]) * vx[j].ln()
+                    } else {
+                        0.0
+                    }
+                });
             }
             RowOp::Builtin(Builtin::Relu, args) if args.len() == 1 => {
                 let vx = v(args[0]);
-                if p.live[args[0]] {
-                    add_scaled(&mut before[args[0]][..n], a, |j| {
-                        crate::functions::step(vx[j])
-                    });
-                }
+                pass!(args[0], |j| crate::functions::step(vx[j]));
             }
             RowOp::Builtin(f, args) => match args.as_slice() {
                 [x] => {
                     let vx = v(*x);
-                    if p.live[*x] {
-                        add_scaled(&mut before[*x][..n], a, |j| f.partial(&[vx[j]], 0));
-                    }
+                    pass!(*x, |j| f.partial(&[vx[j]], 0));
                 }
                 [x, y] => {
                     let (vx, vy) = (v(*x), v(*y));
-                    if p.live[*x] {
-                        add_scaled(&mut before[*x][..n], a, |j| f.partial(&[vx[j], vy[j]], 0));
-                    }
-                    if p.live[*y] {
-                        add_scaled(&mut before[*y][..n], a, |j| f.partial(&[vx[j], vy[j]], 1));
-                    }
+                    pass!(*x, |j| f.partial(&[vx[j], vy[j]], 0));
+                    pass!(*y, |j| f.partial(&[vx[j], vy[j]], 1));
                 }
                 _ => {}
             },
             RowOp::User(slot, x) => {
                 let vx = v(*x);
-                if p.live[*x] {
-                    add_scaled(&mut before[*x][..n], a, |j| (p.users[*slot].df)(vx[j]));
-                }
+                pass!(*x, |j| (p.users[*slot].df)(vx[j]));
             }
         }
     }
