@@ -36,7 +36,8 @@ pub(crate) fn backward_dense(
     kept: Option<&[Option<KeptTerm>]>,
 ) -> bool {
     let threads = o.threads.max(1);
-    // Terms the forward pass kept are read back; the others (reads of a tensor) are cheap.
+    // Terms the forward pass kept are read back; the others (reads of a tensor) are cheap,
+    // and those whose values the backward pass does not read are not computed.
     let mut terms: Vec<Operand> = d
         .terms
         .iter()
@@ -46,6 +47,10 @@ pub(crate) fn backward_dense(
                 Some((vars, data)) => Operand {
                     vars: Vars::from_slice(vars),
                     data: Cow::Borrowed(data.as_slice()),
+                },
+                None if d.read_back.get(k) == Some(&false) => Operand {
+                    vars: Vars::from_slice(&c.out),
+                    data: Cow::Borrowed(&[]),
                 },
                 None => term(c, values, threads),
             },
@@ -86,12 +91,12 @@ pub(crate) fn backward_dense(
     };
     // An expression that is one term laid out as the grid (`Q[…] = WQ[…] X[…]`, or a
     // softmax once lifted) passes the adjoint on as it is.
+    // Each term's length over its variables (its values may not have been computed).
+    let len = |t: &Operand| t.vars.iter().map(|&v| d.extents[v]).product::<usize>();
     let whole = match compiled.ops[..] {
         [RowOp::Term(k)] => terms
             .get(k)
-            .filter(|t| {
-                d.mask.is_none() && t.vars[..] == d.out[..] && t.data.len() == upstream.len()
-            })
+            .filter(|t| d.mask.is_none() && t.vars[..] == d.out[..] && len(t) == upstream.len())
             .map(|_| k),
         _ => None,
     };
@@ -100,7 +105,7 @@ pub(crate) fn backward_dense(
         .enumerate()
         .map(|(k, t)| match whole == Some(k) {
             true => Vec::new(),
-            false => vec![0.0; t.data.len()],
+            false => vec![0.0; len(t)],
         })
         .collect();
     match whole {

@@ -6,7 +6,7 @@
 //! element, reading every term's value there, so functions and additions around a
 //! contraction cost one pass over memory, not one per operator.
 
-use super::rows::{RowLayout, RowProgram};
+use super::rows::{RowLayout, RowOp, RowProgram};
 use crate::functions::Structural;
 use crate::semantics::{
     Checked, Equation, Family, Func, IndexFn, Kind, Node, Stratum, TensorId, VarId,
@@ -241,6 +241,11 @@ pub struct DenseEquation {
     /// at that term's nonzero elements, so work follows the tuples rather than the grid
     /// (the loop nests' skipping of zeros, docs/language.md).
     pub mask: Option<usize>,
+    /// Per term, whether its backward pass reads the term's values (a product's other
+    /// factor, a function's argument, anything under a `softmax`/`lnorm`, the mask): the
+    /// forward pass of a training step keeps only those, and the backward pass computes no
+    /// other (`Q[…] = WQ[…] X[…]` passes its adjoint on without its values).
+    pub read_back: Vec<bool>,
     /// Elements evaluation allocates beyond its inputs: every term's intermediates (one
     /// block's, for a term computed in blocks, plus the whole term) and the grid; what
     /// `--max-memory` bounds (8 bytes each).
@@ -537,13 +542,35 @@ fn dense_equation(p: &Checked, e: usize, eq: &Equation, sparse: &[bool]) -> Opti
         },
         scratch: 0.0,
         mask: None,
+        read_back: Vec::new(),
     };
     d.program = RowProgram::compile(&d.expr);
     d.layout = RowLayout::new(&d, d.terms.iter().map(|c| c.out.as_slice()));
     d.scratch = scratch(&d);
     d.in_place = in_place(p, &d);
     d.mask = mask(&d).filter(|_| eq.family == Family::Sum);
+    d.read_back = read_back(&d);
     Some(d)
+}
+
+/// [`DenseEquation::read_back`]: from the row program's `needed` values; every term, where
+/// the expression holds a normalisation (lifted at run time) or a term is a relation's.
+fn read_back(d: &DenseEquation) -> Vec<bool> {
+    let Some(program) = &d.program else {
+        return vec![true; d.terms.len()];
+    };
+    let mut reads: Vec<bool> = d.terms.iter().map(|c| c.sparse.is_some()).collect();
+    if let Some(k) = d.mask {
+        reads[k] = true;
+    }
+    for (op, &needed) in program.ops.iter().zip(&program.needed) {
+        if let (RowOp::Term(k), true) = (op, needed) {
+            if let Some(r) = reads.get_mut(*k) {
+                *r = true;
+            }
+        }
+    }
+    reads
 }
 
 /// [`DenseEquation::mask`]: a term a relation's tuples make, with no dense factors, whose

@@ -61,19 +61,26 @@ impl Placement {
     /// The target's values at the grid's elements (`zero` where an element lies outside
     /// it): what a backward pass reads where the forward pass wrote.
     pub(crate) fn gather<T: Copy>(&self, len: usize, target: &[T], zero: T) -> Vec<T> {
-        let mut out = vec![zero; len];
+        // Runs come in grid order: each is appended (zeros where it lies outside the
+        // target), so no element is written twice.
+        let mut out = Vec::with_capacity(len);
         let copied = self.runs(len, &mut |i, a, n| {
-            if let (Some(dst), Some(src)) = (out.get_mut(i..i + n), target.get(a..a + n)) {
-                dst.copy_from_slice(src);
+            out.resize(i.min(len), zero);
+            match target.get(a..a + n) {
+                Some(src) if i + n <= len => out.extend_from_slice(src),
+                _ => out.resize((i + n).min(len), zero),
             }
         });
         if copied.is_none() {
+            out.clear();
+            out.resize(len, zero);
             self.each(len, &mut |i, a| {
                 if let (Some(dst), Some(&v)) = (out.get_mut(i), target.get(a)) {
                     *dst = v;
                 }
             });
         }
+        out.resize(len, zero);
         out
     }
 
@@ -203,9 +210,9 @@ pub(super) fn f32_grid(
         let mut kept: Vec<Option<KeptTerm>> = Vec::new();
         if keeping {
             kept = vec![None; d.terms.len()];
-            // What the backward pass would compute again (a product of f64 factors it
-            // computes in f64, so that one is not kept).
-            if c.single {
+            // What the backward pass would compute again and reads (a product of f64
+            // factors it computes in f64, so that one is not kept).
+            if c.single && d.read_back.get(main) == Some(&true) {
                 kept[main] = Some((c.out.to_vec(), scaled(&data, c.scale)));
             }
         }
@@ -473,4 +480,29 @@ pub(super) fn materialize<'a>(
         });
         Some(Expr::Term(terms.len() - 1))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Placement;
+
+    #[test]
+    fn a_gather_gives_zeros_where_rows_lie_outside_the_target() {
+        // A 3×2 grid whose rows start at -1, 2 and 5 of a target of 6: the first row is cut
+        // at the front, the last lies partly past the end.
+        let at = Placement::Strided {
+            base: -1,
+            steps: vec![3, 1],
+            dims: vec![3, 2],
+        };
+        let target = [10.0, 11.0, 12.0, 13.0, 14.0, 15.0];
+        assert_eq!(
+            at.gather(6, &target, 0.0),
+            vec![0.0, 10.0, 12.0, 13.0, 0.0, 0.0]
+        );
+        assert_eq!(
+            Placement::Same.gather(3, &target, 0.0),
+            vec![10.0, 11.0, 12.0]
+        );
+    }
 }

@@ -169,7 +169,7 @@ fn evaluate_once(
                 let mut terms: Vec<Operand> =
                     d.terms.iter().map(|c| term(c, values, workers)).collect();
                 let done = fused(d, &mut terms, o, &mut acc);
-                (done, owned_terms(terms))
+                (done, owned_terms(d, terms))
             };
             let (done, owned) = match pool {
                 Some(pool) if big => pool.install(run),
@@ -225,7 +225,7 @@ pub(super) fn contributions(
                 let mut terms: Vec<Operand> =
                     d.terms.iter().map(|c| term(c, values, workers)).collect();
                 let grid = grid_values(d, &mut terms, o);
-                (grid, owned_terms(terms))
+                (grid, owned_terms(d, terms))
             };
             let (grid, owned) = match pool {
                 Some(pool) if big => pool.install(run),
@@ -240,13 +240,16 @@ pub(super) fn contributions(
     Some((grid, placement(d)))
 }
 
-/// The terms an evaluation computed, to keep; `None` for those that only read a tensor.
-fn owned_terms(terms: Vec<Operand>) -> Vec<Option<KeptTerm>> {
+/// The terms an evaluation computed, to keep (then the values of its `softmax`/`lnorm`
+/// nodes); `None` for those that only read a tensor or whose values the backward pass does
+/// not read.
+fn owned_terms(d: &DenseEquation, terms: Vec<Operand>) -> Vec<Option<KeptTerm>> {
     terms
         .into_iter()
-        .map(|t| match t.data {
-            Cow::Owned(v) => Some((t.vars.to_vec(), v)),
-            Cow::Borrowed(_) => None,
+        .enumerate()
+        .map(|(k, t)| match (t.data, d.read_back.get(k)) {
+            (Cow::Owned(v), None | Some(true)) => Some((t.vars.to_vec(), v)),
+            _ => None,
         })
         .collect()
 }
