@@ -74,11 +74,43 @@ pub(crate) fn backward_dense(
     };
     // Variables summed after the expression: every element of a block gets its sum's adjoint.
     let block: usize = d.summed.iter().map(|&v| d.extents[v]).product();
+    let grid: usize = d.out.iter().map(|&v| d.extents[v]).product();
+    // Each term's length over its variables (its values may not have been computed).
+    let len = |t: &Operand| t.vars.iter().map(|&v| d.extents[v]).product::<usize>();
+    // An expression that is one term laid out as the grid (`Q[…] = WQ[…] X[…]`, or a
+    // softmax once lifted) passes the adjoint on as it is.
+    let whole = match compiled.ops[..] {
+        [RowOp::Term(k)] => terms
+            .get(k)
+            .filter(|t| d.mask.is_none() && t.vars[..] == d.out[..] && len(t) == grid)
+            .map(|_| k),
+        _ => None,
+    };
+    // Of an f32 term, the products read it rounded to f32: it is gathered, scaled and
+    // rounded in one pass, the other terms (which the expression does not read) adding
+    // nothing.
+    let single = whole.and_then(|k| d.terms.get(k).map(|c| (k, c)));
+    if let Some((k, c)) = single.filter(|(_, c)| c.single && c.sparse.is_none() && block == 1) {
+        let narrow = |out: &mut Vec<f32>, src: &[f64]| {
+            out.extend(src.iter().map(|&x| (x * c.scale) as f32));
+        };
+        let g = match d.scatter {
+            Some(_) => placement(d).gather_as(grid, upstream, 0.0, narrow),
+            None => {
+                let mut g = Vec::with_capacity(grid);
+                narrow(&mut g, upstream);
+                g
+            }
+        };
+        if g.len() == grid {
+            factor_gradients(c, &terms[k].vars, (&[], Some(g)), values, threads, adj);
+            return true;
+        }
+    }
     let upstream: Cow<[f64]> = if d.scatter.is_some() {
         // Each grid element was added at its left-hand-side position: it gets that
         // position's adjoint (none where it was skipped).
-        let len = d.out.iter().map(|&v| d.extents[v]).product();
-        Cow::Owned(placement(d).gather(len, upstream, 0.0))
+        Cow::Owned(placement(d).gather(grid, upstream, 0.0))
     } else if block == 1 {
         Cow::Borrowed(upstream)
     } else {
@@ -89,17 +121,7 @@ pub(crate) fn backward_dense(
                 .collect(),
         )
     };
-    // An expression that is one term laid out as the grid (`Q[…] = WQ[…] X[…]`, or a
-    // softmax once lifted) passes the adjoint on as it is.
-    // Each term's length over its variables (its values may not have been computed).
-    let len = |t: &Operand| t.vars.iter().map(|&v| d.extents[v]).product::<usize>();
-    let whole = match compiled.ops[..] {
-        [RowOp::Term(k)] => terms
-            .get(k)
-            .filter(|t| d.mask.is_none() && t.vars[..] == d.out[..] && len(t) == upstream.len())
-            .map(|_| k),
-        _ => None,
-    };
+    let whole = whole.filter(|_| upstream.len() == grid);
     let mut g: Vec<Vec<f64>> = terms
         .iter()
         .enumerate()
@@ -125,7 +147,7 @@ pub(crate) fn backward_dense(
             gk.iter_mut().for_each(|x| *x *= c.scale);
         }
         match &c.sparse {
-            None => factor_gradients(c, &t.vars, &gk, values, threads, adj),
+            None => factor_gradients(c, &t.vars, (&gk, None), values, threads, adj),
             Some(r) => {
                 let crate::tensor::Storage::Relation(rel) = &values[r.tensor].storage else {
                     continue;
@@ -145,7 +167,7 @@ pub(crate) fn backward_dense(
                         add_factor(adj, f, &order, &c.extents, &grad.data);
                     }
                 } else if let (Some(part), Some(gp)) = (parts.first(), gparts.into_iter().next()) {
-                    factor_gradients(c, &part.vars, &gp, values, threads, adj);
+                    factor_gradients(c, &part.vars, (&gp, None), values, threads, adj);
                 }
             }
         }
@@ -186,17 +208,16 @@ pub(crate) fn covers(d: &DenseEquation, values: &[Tensor], o: &EvalOptions) -> b
 }
 
 /// Adds to each factor's adjoint the einsum of the term's adjoint `g` (over `vars`) with
-/// the term's other factors, onto that factor's variables.
+/// the term's other factors, onto that factor's variables. An f32 term's adjoint may come
+/// already rounded to f32 (`narrow`; `g` is then not read).
 fn factor_gradients(
     c: &Contraction,
     vars: &[VarId],
-    g: &[f64],
+    (g, mut narrow): (&[f64], Option<Vec<f32>>),
     values: &[Tensor],
     threads: usize,
     adj: &mut [Option<Vec<f64>>],
 ) {
-    // An f32 term's adjoint, rounded once for all its factors' products.
-    let mut narrow: Option<Vec<f32>> = None;
     for (j, f) in c.factors.iter().enumerate() {
         if adj[f.tensor].is_none() {
             continue;

@@ -61,22 +61,33 @@ impl Placement {
     /// The target's values at the grid's elements (`zero` where an element lies outside
     /// it): what a backward pass reads where the forward pass wrote.
     pub(crate) fn gather<T: Copy>(&self, len: usize, target: &[T], zero: T) -> Vec<T> {
-        // Runs come in grid order: each is appended (zeros where it lies outside the
-        // target), so no element is written twice.
+        self.gather_as(len, target, zero, |out, src| out.extend_from_slice(src))
+    }
+
+    /// [`Placement::gather`] with `append` converting each slice of the target as it is
+    /// read (an adjoint rounded to the f32 of the products it feeds, in the same pass).
+    pub(crate) fn gather_as<S: Copy, T: Copy>(
+        &self,
+        len: usize,
+        target: &[S],
+        zero: T,
+        append: impl Fn(&mut Vec<T>, &[S]),
+    ) -> Vec<T> {
+        // Elements come in grid order: each is appended (zeros where it lies outside the
+        // target), so none is written twice.
         let mut out = Vec::with_capacity(len);
         let copied = self.runs(len, &mut |i, a, n| {
             out.resize(i.min(len), zero);
             match target.get(a..a + n) {
-                Some(src) if i + n <= len => out.extend_from_slice(src),
+                Some(src) if i + n <= len => append(&mut out, src),
                 _ => out.resize((i + n).min(len), zero),
             }
         });
         if copied.is_none() {
-            out.clear();
-            out.resize(len, zero);
             self.each(len, &mut |i, a| {
-                if let (Some(dst), Some(&v)) = (out.get_mut(i), target.get(a)) {
-                    *dst = v;
+                if let (true, Some(src)) = (i >= out.len() && i < len, target.get(a..a + 1)) {
+                    out.resize(i, zero);
+                    append(&mut out, src);
                 }
             });
         }

@@ -263,14 +263,24 @@ fn map2((a, b): (&[f64], &[f64]), out: &mut [f64], f: impl Fn(f64, f64) -> f64) 
 pub(crate) fn values(p: &Program, d: &DenseEquation, terms: &[Operand]) -> Vec<f64> {
     let rows = Rows::new(d, terms);
     let n = rows.0.len;
-    let mut out = vec![0.0; n * rows.0.count];
-    let Some(root) = p.ops.len().checked_sub(1) else {
-        return out;
+    let grid = n * rows.0.count;
+    let (Some(root), false) = (p.ops.len().checked_sub(1), n == 0) else {
+        return vec![0.0; grid];
     };
-    if n == 0 {
+    let mask = rows.mask(d);
+    if mask.is_none() && !worth_splitting(p, || grid) {
+        // Each row is appended as it is computed: nothing is written twice.
+        let mut out = Vec::with_capacity(grid);
+        let mut vals: SmallVec<[f64; 32]> = smallvec![0.0; n * p.ops.len()];
+        rows.each(d, 0..rows.0.count, &mut |_, at, env| {
+            let only = (None, None, None);
+            forward_row(p, (d, &rows, terms), (at, env), only, &mut vals);
+            out.extend_from_slice(&vals[root * n..(root + 1) * n]);
+        });
+        out.resize(grid, 0.0);
         return out;
     }
-    let mask = rows.mask(d);
+    let mut out = vec![0.0; grid];
     let block = |first: usize, chunk: &mut [f64]| {
         let mut vals: SmallVec<[f64; 32]> = smallvec![0.0; n * p.ops.len()];
         let mut js = Vec::new();
