@@ -127,7 +127,7 @@ pub(crate) fn backward_dense(
         .enumerate()
         .map(|(k, t)| match whole == Some(k) {
             true => Vec::new(),
-            false => vec![0.0; len(t)],
+            false => split::zeros(len(t), threads),
         })
         .collect();
     match whole {
@@ -465,7 +465,7 @@ fn row_adjoint(d: &DenseEquation, r: &Row, (y, g): (&[f64], &[f64]), threads: us
     let n = dims[axis].max(1);
     let stride: usize = dims[axis + 1..].iter().product::<usize>().max(1);
     let stats = |xs: &[f64]| crate::functions::RowStats::for_backward(r.kind, xs);
-    let mut out = vec![0.0; g.len()];
+    let mut out = split::zeros(g.len(), threads);
     let split = split::splits(threads, g.len());
     // Blocks of whole rows (each block's first element starts a group of `n · stride`).
     let per = (ROWS_PER_BLOCK * n * stride).min(g.len().max(1));

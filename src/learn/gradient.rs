@@ -9,6 +9,7 @@
 use super::backprop::{self, Head, Sink};
 use super::dense_backward::{backward_dense, covers};
 use super::steps_backward;
+use crate::eval::dense::split;
 use crate::eval::{EvalOptions, KeptTerms, Record, StratumRecord};
 use crate::plan::einsum::DenseEquation;
 use crate::plan::steps::Steps;
@@ -122,7 +123,7 @@ pub(crate) fn backward(
     let mut adj: Vec<Option<Vec<f64>>> = active
         .iter()
         .zip(values.iter())
-        .map(|(&a, v)| a.then(|| vec![0.0; v.shape.iter().product()]))
+        .map(|(&a, v)| a.then(|| split::zeros(v.shape.iter().product(), o.threads)))
         .collect();
     if let Some(Some(l)) = adj.get_mut(loss) {
         l.iter_mut().for_each(|x| *x = 1.0);

@@ -52,7 +52,7 @@ pub(super) fn looped<T: Num>(
         None => (rhs, loops),
     };
     let count: usize = loops.iter().map(|l| l.0).product();
-    let mut out = vec![unit.0; count * m * n];
+    let mut out = super::split::zeros(count * m * n, threads);
     if m * n == 0 {
         return out;
     }

@@ -8,7 +8,7 @@
 //! identical. The backward pass keeps every operation's row and walks the list in reverse,
 //! giving each term's adjoint.
 
-use super::Operand;
+use super::{split, Operand};
 use crate::eval::EvalOptions;
 use crate::functions::{Builtin, UserFunction};
 use crate::plan::einsum::DenseEquation;
@@ -280,7 +280,7 @@ pub(crate) fn values(p: &Program, d: &DenseEquation, terms: &[Operand]) -> Vec<f
         out.resize(grid, 0.0);
         return out;
     }
-    let mut out = vec![0.0; grid];
+    let mut out = split::zeros(grid, p.threads);
     let block = |first: usize, chunk: &mut [f64]| {
         let mut vals: SmallVec<[f64; 32]> = smallvec![0.0; n * p.ops.len()];
         let mut js = Vec::new();

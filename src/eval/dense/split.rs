@@ -41,3 +41,30 @@ pub(crate) fn each_block<T: Send>(
             .for_each(|(i, block)| f(i * per, block));
     }
 }
+
+/// `len` zeros, written in blocks on the pool's workers where [`splits`] says so: zeroing a
+/// buffer of adjoints or a product's output is a pass over memory like any other.
+pub(crate) fn zeros<T: Copy + Default + Send + Sync>(len: usize, threads: usize) -> Vec<T> {
+    if !splits(threads, len) {
+        return vec![T::default(); len];
+    }
+    use rayon::prelude::*;
+    let mut out = Vec::with_capacity(len);
+    out.par_extend(rayon::iter::repeat_n(T::default(), len));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn zeros_split_across_threads_are_all_there() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let len = (1 << 17) + 3;
+        let z: Vec<f64> = pool.install(|| super::zeros(len, 2));
+        assert_eq!(z.len(), len);
+        assert!(z.iter().all(|&x| x.to_bits() == 0));
+    }
+}
