@@ -9,7 +9,7 @@ use crate::eval::dense::rows::{self, Program};
 use crate::eval::dense::split;
 use crate::eval::dense::{
     factor_operand, fits, normalize_for, permute, placement, reduce, replace_normalize,
-    sparse_operands, subtree_from, term, KeptTerm, Num, Operand, TupleWalk, Vars,
+    sparse_operands, subtree_from, term, KeptTerm, Num, Operand, Placement, TupleWalk, Vars,
 };
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
@@ -164,7 +164,7 @@ pub(crate) fn backward_dense(
                         };
                         let (order, onto) = f.memory_order();
                         let grad = permute(grad, &onto, &c.extents, threads);
-                        add_factor(adj, f, &order, &c.extents, &grad.data);
+                        add_factor(adj, f, (&order, &c.extents), &grad.data, threads);
                     }
                 } else if let (Some(part), Some(gp)) = (parts.first(), gparts.into_iter().next()) {
                     factor_gradients(c, &part.vars, (&gp, None), values, threads, adj);
@@ -240,10 +240,10 @@ fn factor_gradients(
         if grad.single {
             let g = narrow.get_or_insert_with(|| g.iter().map(|&x| x as f32).collect());
             let acc = gradient::<f32>(grad, path, &onto, g, values, threads);
-            add_factor(adj, f, &order, &c.extents, &acc.data);
+            add_factor(adj, f, (&order, &c.extents), &acc.data, threads);
         } else {
             let acc = gradient::<f64>(grad, path, &onto, g, values, threads);
-            add_factor(adj, f, &order, &c.extents, &acc.data);
+            add_factor(adj, f, (&order, &c.extents), &acc.data, threads);
         }
     }
 }
@@ -254,56 +254,84 @@ fn factor_gradients(
 fn add_factor<T: Num>(
     adj: &mut [Option<Vec<f64>>],
     f: &Factor,
-    order: &[usize],
-    extents: &[usize],
+    (order, extents): (&[usize], &[usize]),
     g: &[T],
+    threads: usize,
 ) {
-    let Some(w) = &f.window else {
-        return add_to(adj, f.tensor, g);
-    };
     let Some(buf) = adj.get_mut(f.tensor).and_then(Option::as_mut) else {
         return;
     };
-    let dims: Vec<usize> = order.iter().map(|&i| extents[f.vars[i]]).collect();
-    let strides: Vec<i64> = order.iter().map(|&i| w.strides[i]).collect();
-    // Runs along a last axis that is contiguous in the tensor are added a slice at a time;
-    // otherwise each run is one element.
-    let (run, outer) = match (dims.split_last(), strides.last()) {
-        (Some((&n, rest)), Some(&1)) => (n, rest),
-        _ => (1, dims.as_slice()),
+    let at = match &f.window {
+        None => Placement::Same,
+        Some(w) => Placement::Strided {
+            base: w.offset as i64,
+            steps: order.iter().map(|&i| w.strides[i]).collect(),
+            dims: order.iter().map(|&i| extents[f.vars[i]]).collect(),
+        },
     };
-    if g.is_empty() || run == 0 {
+    add_placed(buf, &at, g, threads);
+}
+
+/// Adds `g` (in grid order) to `buf` where `at` places each element, skipping those
+/// outside it. Runs that lie apart and in order (a layer's window) are added on the pool's
+/// workers when large: each element then receives one addition, as on one thread; others
+/// (overlapping windows) are added in grid order.
+fn add_placed<T: Num>(buf: &mut [f64], at: &Placement, g: &[T], threads: usize) {
+    fn add<T: Num>(dst: &mut [f64], src: &[T]) {
+        dst.iter_mut().zip(src).for_each(|(b, &x)| *b += x.into());
+    }
+    let mut runs: Vec<(usize, usize, usize)> = Vec::new();
+    if at
+        .runs(g.len(), &mut |i, a, n| runs.push((i, a, n)))
+        .is_none()
+    {
+        at.each(g.len(), &mut |i, a| {
+            if let (Some(b), Some(&x)) = (buf.get_mut(a), g.get(i)) {
+                *b += x.into();
+            }
+        });
         return;
     }
-    let mut idx = vec![0usize; outer.len()];
-    let mut at = w.offset as i64;
-    for row in g.chunks_exact(run) {
-        match usize::try_from(at)
-            .ok()
-            .and_then(|a| buf.get_mut(a..a + run))
-        {
-            Some(slot) => slot.iter_mut().zip(row).for_each(|(b, &x)| *b += x.into()),
-            // Part of the run lies outside the tensor: its elements there are skipped.
-            None => {
-                for (k, &x) in row.iter().enumerate() {
-                    let a = usize::try_from(at + k as i64).ok();
-                    if let Some(b) = a.and_then(|a| buf.get_mut(a)) {
-                        *b += x.into();
-                    }
-                }
+    let apart = runs.windows(2).all(|w| w[0].1 + w[0].2 <= w[1].1);
+    if !apart || !split::splits(threads, g.len()) {
+        for (i, a, n) in runs {
+            if let (Some(dst), Some(src)) = (buf.get_mut(a..), g.get(i..i + n)) {
+                let take = n.min(dst.len());
+                add(&mut dst[..take], &src[..take]);
             }
         }
-        for ax in (0..outer.len()).rev() {
-            idx[ax] += 1;
-            at += strides[ax];
-            if idx[ax] < outer[ax] {
-                break;
-            }
-            at -= strides[ax] * outer[ax] as i64;
-            idx[ax] = 0;
-        }
+        return;
     }
+    // Each run's own slice of `buf`, cut off in order; long runs in blocks.
+    let mut pieces: Vec<(&mut [f64], &[T])> = Vec::with_capacity(runs.len());
+    let (mut rest, mut start) = (buf, 0);
+    for (i, a, n) in runs {
+        let Some(tail) = a
+            .checked_sub(start)
+            .and_then(|skip| std::mem::take(&mut rest).get_mut(skip..))
+        else {
+            break;
+        };
+        let take = n.min(tail.len());
+        let (piece, after) = tail.split_at_mut(take);
+        if let Some(src) = g.get(i..i + take) {
+            for (d, s) in piece.chunks_mut(ADD_BLOCK).zip(src.chunks(ADD_BLOCK)) {
+                pieces.push((d, s));
+            }
+        }
+        (rest, start) = (after, a + take);
+    }
+    // Short runs go to a worker several at a time.
+    let per = (ADD_BLOCK / (g.len() / pieces.len().max(1)).max(1)).max(1);
+    use rayon::prelude::*;
+    pieces
+        .into_par_iter()
+        .with_min_len(per)
+        .for_each(|(d, s)| add(d, s));
 }
+
+/// Elements of a block of [`add_placed`] split across threads.
+const ADD_BLOCK: usize = 1 << 14;
 
 /// A factor's gradient einsum (`gradient_term`: the adjoint `g` as factor 0, then the
 /// term's other factors) onto `onto`, in `T`.
@@ -332,14 +360,6 @@ fn gradient<'a, T: Num>(
         &grad.extents,
         threads,
     )
-}
-
-fn add_to<T: Num>(adj: &mut [Option<Vec<f64>>], t: usize, g: &[T]) {
-    if let Some(buf) = adj[t].as_mut() {
-        for (b, &x) in buf.iter_mut().zip(g) {
-            *b += x.into();
-        }
-    }
 }
 
 /// The transpose of `scatter`: given the adjoint `g` of the term (over `c.out`), the
@@ -506,3 +526,46 @@ fn row_adjoint(d: &DenseEquation, r: &Row, (y, g): (&[f64], &[f64]), threads: us
 
 /// Groups of rows a block of [`row_adjoint`] takes.
 const ROWS_PER_BLOCK: usize = 64;
+
+#[cfg(test)]
+mod tests {
+    use super::{add_placed, Placement};
+
+    /// Runs that lie apart are added on two threads with the bits of one; overlapping ones
+    /// (a window read twice) add up in grid order.
+    #[test]
+    fn a_split_add_into_a_window_matches_one_thread() {
+        let (rows, run) = (64, 4096);
+        let g: Vec<f32> = (0..rows * run).map(|i| (i % 97) as f32 / 7.0).collect();
+        let at = Placement::Strided {
+            base: 5,
+            steps: vec![2 * run as i64, 1],
+            dims: vec![rows, run],
+        };
+        let start: Vec<f64> = (0..2 * rows * run + 5).map(|i| i as f64 / 3.0).collect();
+        let mut one = start.clone();
+        add_placed(&mut one, &at, &g, 1);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let mut two = start.clone();
+        pool.install(|| add_placed(&mut two, &at, &g, 2));
+        assert!(one
+            .iter()
+            .zip(&two)
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
+        assert_eq!(one[5], start[5] + f64::from(g[0]));
+        assert_eq!(one[5 + run], start[5 + run]);
+
+        // Two rows of 3 overlapping by one element, the second partly past the end.
+        let overlap = Placement::Strided {
+            base: 0,
+            steps: vec![2, 1],
+            dims: vec![2, 3],
+        };
+        let mut buf = vec![0.0; 4];
+        add_placed(&mut buf, &overlap, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], 2);
+        assert_eq!(buf, vec![1.0, 2.0, 7.0, 5.0]);
+    }
+}

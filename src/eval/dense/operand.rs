@@ -144,7 +144,7 @@ fn gather<T: Num>(
     let plane = total / first;
     // Blocks of whole planes of about 32k elements: each block's copy stays in cache.
     let rows = (BLOCK_ELEMENTS / plane.max(1)).clamp(1, first);
-    let mut out = vec![T::default(); total];
+    let mut out = split::zeros(total, threads);
     split::each_block(&mut out, rows * plane, true, |at, block| {
         let (a0, n) = (at / plane, block.len() / plane);
         let dims: Vec<usize> = std::iter::once(n)
