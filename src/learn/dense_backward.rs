@@ -91,16 +91,10 @@ pub(crate) fn backward_dense(
     // nothing.
     let single = whole.and_then(|k| d.terms.get(k).map(|c| (k, c)));
     if let Some((k, c)) = single.filter(|(_, c)| c.single && c.sparse.is_none() && block == 1) {
-        let narrow = |out: &mut Vec<f32>, src: &[f64]| {
-            out.extend(src.iter().map(|&x| (x * c.scale) as f32));
-        };
+        let narrow = |x: f64| (x * c.scale) as f32;
         let g = match d.scatter {
-            Some(_) => placement(d).gather_as(grid, upstream, 0.0, narrow),
-            None => {
-                let mut g = Vec::with_capacity(grid);
-                narrow(&mut g, upstream);
-                g
-            }
+            Some(_) => placement(d).gather_as(grid, upstream, 0.0, narrow, threads),
+            None => Placement::Same.gather_as(grid, upstream, 0.0, narrow, threads),
         };
         if g.len() == grid {
             factor_gradients(c, &terms[k].vars, (&[], Some(g)), values, threads, adj);
@@ -110,7 +104,7 @@ pub(crate) fn backward_dense(
     let upstream: Cow<[f64]> = if d.scatter.is_some() {
         // Each grid element was added at its left-hand-side position: it gets that
         // position's adjoint (none where it was skipped).
-        Cow::Owned(placement(d).gather(grid, upstream, 0.0))
+        Cow::Owned(placement(d).gather(grid, upstream, 0.0, threads))
     } else if block == 1 {
         Cow::Borrowed(upstream)
     } else {

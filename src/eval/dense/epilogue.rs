@@ -60,38 +60,75 @@ impl Placement {
 impl Placement {
     /// The target's values at the grid's elements (`zero` where an element lies outside
     /// it): what a backward pass reads where the forward pass wrote.
-    pub(crate) fn gather<T: Copy>(&self, len: usize, target: &[T], zero: T) -> Vec<T> {
-        self.gather_as(len, target, zero, |out, src| out.extend_from_slice(src))
+    pub(crate) fn gather<T: Copy + Send + Sync>(
+        &self,
+        len: usize,
+        target: &[T],
+        zero: T,
+        threads: usize,
+    ) -> Vec<T> {
+        self.gather_as(len, target, zero, |x| x, threads)
     }
 
-    /// [`Placement::gather`] with `append` converting each slice of the target as it is
-    /// read (an adjoint rounded to the f32 of the products it feeds, in the same pass).
-    pub(crate) fn gather_as<S: Copy, T: Copy>(
+    /// [`Placement::gather`] with `f` converting each value as it is read (an adjoint
+    /// rounded to the f32 of the products it feeds, in the same pass); runs are converted on
+    /// the pool's workers where the grid is large.
+    pub(crate) fn gather_as<S: Copy + Sync, T: Copy + Send + Sync>(
         &self,
         len: usize,
         target: &[S],
         zero: T,
-        append: impl Fn(&mut Vec<T>, &[S]),
+        f: impl Fn(S) -> T + Sync,
+        threads: usize,
     ) -> Vec<T> {
-        // Elements come in grid order: each is appended (zeros where it lies outside the
-        // target), so none is written twice.
-        let mut out = Vec::with_capacity(len);
-        let copied = self.runs(len, &mut |i, a, n| {
-            out.resize(i.min(len), zero);
-            match target.get(a..a + n) {
-                Some(src) if i + n <= len => append(&mut out, src),
-                _ => out.resize((i + n).min(len), zero),
-            }
-        });
-        if copied.is_none() {
+        let mut runs: Vec<(usize, usize, usize)> = Vec::new();
+        if self
+            .runs(len, &mut |i, a, n| runs.push((i, a, n)))
+            .is_none()
+        {
+            let mut out = vec![zero; len];
             self.each(len, &mut |i, a| {
-                if let (true, Some(src)) = (i >= out.len() && i < len, target.get(a..a + 1)) {
-                    out.resize(i, zero);
-                    append(&mut out, src);
+                if let (Some(dst), Some(&v)) = (out.get_mut(i), target.get(a)) {
+                    *dst = f(v);
                 }
             });
+            return out;
         }
-        out.resize(len, zero);
+        // A run partly outside the target gives zeros.
+        let source = |a: usize, n: usize| target.get(a..a + n);
+        if !split::splits(threads, len) {
+            // Runs come in grid order: each is appended, so no element is written twice.
+            let mut out = Vec::with_capacity(len);
+            for (i, a, n) in runs {
+                out.resize(i.min(len), zero);
+                match source(a, n).filter(|_| i + n <= len) {
+                    Some(src) => out.extend(src.iter().map(|&x| f(x))),
+                    None => out.resize((i + n).min(len), zero),
+                }
+            }
+            out.resize(len, zero);
+            return out;
+        }
+        let mut out = split::zeros_of(len, zero, threads);
+        let mut pieces: Vec<(&mut [T], &[S])> = Vec::with_capacity(runs.len());
+        let (mut rest, mut start) = (out.as_mut_slice(), 0);
+        for (i, a, n) in runs {
+            let Some(tail) = i
+                .checked_sub(start)
+                .and_then(|skip| std::mem::take(&mut rest).get_mut(skip..))
+            else {
+                break;
+            };
+            let (piece, after) = tail.split_at_mut(n.min(tail.len()));
+            if let Some(src) = source(a, piece.len()).filter(|_| piece.len() == n) {
+                pieces.push((piece, src));
+            }
+            (rest, start) = (after, i + n);
+        }
+        use rayon::prelude::*;
+        pieces.into_par_iter().for_each(|(dst, src)| {
+            dst.iter_mut().zip(src).for_each(|(d, &x)| *d = f(x));
+        });
         out
     }
 
@@ -508,12 +545,34 @@ mod tests {
         };
         let target = [10.0, 11.0, 12.0, 13.0, 14.0, 15.0];
         assert_eq!(
-            at.gather(6, &target, 0.0),
+            at.gather(6, &target, 0.0, 1),
             vec![0.0, 10.0, 12.0, 13.0, 0.0, 0.0]
         );
         assert_eq!(
-            Placement::Same.gather(3, &target, 0.0),
+            Placement::Same.gather(3, &target, 0.0, 1),
             vec![10.0, 11.0, 12.0]
         );
+    }
+
+    #[test]
+    fn a_gather_split_across_threads_matches_one_thread() {
+        // Rows of 1024 every 2048 elements, the last one past the end of the target.
+        let (rows, run) = (256, 1024);
+        let at = Placement::Strided {
+            base: 0,
+            steps: vec![2 * run as i64, 1],
+            dims: vec![rows, run],
+        };
+        let target: Vec<f64> = (0..2 * run * (rows - 1)).map(|i| i as f64).collect();
+        let round = |x: f64| (x / 3.0) as f32;
+        let one = at.gather_as(rows * run, &target, 0.0, round, 1);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let two = pool.install(|| at.gather_as(rows * run, &target, 0.0, round, 2));
+        assert_eq!(one, two);
+        assert_eq!(one[run + 1], round(target[2 * run + 1]));
+        assert!(one[(rows - 1) * run..].iter().all(|&x| x == 0.0));
     }
 }

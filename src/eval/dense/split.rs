@@ -45,12 +45,17 @@ pub(crate) fn each_block<T: Send>(
 /// `len` zeros, written in blocks on the pool's workers where [`splits`] says so: zeroing a
 /// buffer of adjoints or a product's output is a pass over memory like any other.
 pub(crate) fn zeros<T: Copy + Default + Send + Sync>(len: usize, threads: usize) -> Vec<T> {
+    zeros_of(len, T::default(), threads)
+}
+
+/// [`zeros`] of the type's `zero`.
+pub(crate) fn zeros_of<T: Copy + Send + Sync>(len: usize, zero: T, threads: usize) -> Vec<T> {
     if !splits(threads, len) {
-        return vec![T::default(); len];
+        return vec![zero; len];
     }
     use rayon::prelude::*;
     let mut out = Vec::with_capacity(len);
-    out.par_extend(rayon::iter::repeat_n(T::default(), len));
+    out.par_extend(rayon::iter::repeat_n(zero, len));
     out
 }
 
