@@ -449,7 +449,7 @@ fn lift_normalize<'a>(
                     Vec::new()
                 };
                 if let Some(axis) = axis {
-                    normalize_for(d, &mut value, (&dims, axis), kind);
+                    normalize_for(d, &mut value, (&dims, axis), (kind, o.threads));
                 }
                 (Cow::Owned(value), input)
             }

@@ -520,7 +520,7 @@ pub(super) fn materialize<'a>(
             }
         };
         if let Some(axis) = d.out.iter().position(|v| *v == var) {
-            normalize_for(d, &mut buf, (&dims, axis), kind);
+            normalize_for(d, &mut buf, (&dims, axis), (kind, o.threads));
         }
         terms.push(Operand {
             vars: Vars::from_slice(&d.out),

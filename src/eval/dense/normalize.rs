@@ -51,18 +51,20 @@ pub(super) fn normalize<T: Num>(
 
 /// [`normalize`] of f64 values that `d` stores: for an f32 (or narrower) target, on the
 /// values rounded to f32, by the f32 rows (the same results as a product normalised in its
-/// own f32 buffer); otherwise by the reference's operations.
+/// own f32 buffer); otherwise by the reference's operations. Rows are shared among the
+/// `--threads` pool's workers where [`split::splits`] says so.
 pub(crate) fn normalize_for(
     d: &DenseEquation,
     buf: &mut [f64],
     (dims, axis): (&[usize], usize),
-    kind: Structural,
+    (kind, threads): (Structural, usize),
 ) {
+    let split = split::splits(threads, buf.len());
     if !d.narrow {
-        return normalize(buf, dims, axis, kind, (1.0, false));
+        return normalize(buf, dims, axis, kind, (1.0, split));
     }
     let mut narrow: Vec<f32> = buf.iter().map(|&x| x as f32).collect();
-    normalize(&mut narrow, dims, axis, kind, (1.0, false));
+    normalize(&mut narrow, dims, axis, kind, (1.0, split));
     for (b, x) in buf.iter_mut().zip(narrow) {
         *b = f64::from(x);
     }
