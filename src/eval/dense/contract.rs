@@ -12,7 +12,8 @@ pub(crate) fn term<'a>(c: &Contraction, values: &'a [Tensor], threads: usize) ->
             vars: Vars::new(),
             data: Cow::Owned(vec![1.0]),
         },
-        (true, _) => widen(unscaled::<f32>(c, values, threads)),
+        // Scaled as it is widened.
+        (true, _) => return widen(unscaled::<f32>(c, values, threads), c.scale, threads),
         (false, _) => unscaled::<f64>(c, values, threads),
     };
     if c.scale != 1.0 {

@@ -74,11 +74,25 @@ impl Num for f32 {
     }
 }
 
-/// An operand's values as f64, for the elementwise pass.
-pub(crate) fn widen<'a, T: Num>(op: Operand<'a, T>) -> Operand<'a> {
+/// An operand's values as f64 times `scale`, for the elementwise pass; on the `--threads`
+/// pool's workers where [`split::splits`] says so.
+pub(crate) fn widen<'a, T: Num>(op: Operand<'a, T>, scale: f64, threads: usize) -> Operand<'a> {
+    let one = |&x: &T| -> f64 {
+        match scale == 1.0 {
+            true => x.into(),
+            false => x.into() * scale,
+        }
+    };
+    let data: Vec<f64> = match split::splits(threads, op.data.len()) {
+        true => {
+            use rayon::prelude::*;
+            op.data.par_iter().map(one).collect()
+        }
+        false => op.data.iter().map(one).collect(),
+    };
     Operand {
         vars: op.vars,
-        data: Cow::Owned(op.data.iter().map(|&x| x.into()).collect()),
+        data: Cow::Owned(data),
     }
 }
 
