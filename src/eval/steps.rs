@@ -85,7 +85,7 @@ pub(super) fn evaluate(
                 }
             }
             if let Some((grid, at)) = direct {
-                if let Some(bad) = write_grid(&mut values[target], &grid, &at) {
+                if let Some(bad) = write_grid(&mut values[target], &grid, &at, o.threads) {
                     return Err(fixpoint::diverged(p, st, target, bad).into());
                 }
                 k += group;
@@ -257,20 +257,26 @@ fn combine_in_order(writes: &mut [(usize, f64)], family: Family, slice: usize) -
 }
 
 /// Adds one equation's grid to the tensor where its placement puts it (each element
-/// written once); the first value that is not finite where the element was, if any.
-fn write_grid(t: &mut Tensor, grid: &dense::Grid, at: &dense::Placement) -> Option<f64> {
+/// written once; on the `--threads` pool's workers when large); the first value that is
+/// not finite where the element was, if any.
+fn write_grid(
+    t: &mut Tensor,
+    grid: &dense::Grid,
+    at: &dense::Placement,
+    threads: usize,
+) -> Option<f64> {
     let Storage::Dense(d) = &mut t.storage else {
         return None;
     };
     use crate::tensor::Run;
     let len = grid.len();
     if at.in_runs() {
-        return d.add_runs(&mut |put| {
-            at.runs(len, &mut |i, a, n| match grid {
-                dense::Grid::F32(v) => put(a, Run::F32(&v[i..i + n])),
-                dense::Grid::F64(v) => put(a, Run::F64(&v[i..i + n])),
-            });
+        let mut runs = Vec::new();
+        at.runs(len, &mut |i, a, n| match grid {
+            dense::Grid::F32(v) => runs.push((a, Run::F32(&v[i..i + n]))),
+            dense::Grid::F64(v) => runs.push((a, Run::F64(&v[i..i + n]))),
         });
+        return d.add_runs(&runs, dense::split::splits(threads, len));
     }
     d.add_each(&mut |put| at.each(len, &mut |i, a| put(a, grid.get(i))))
 }

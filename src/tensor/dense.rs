@@ -94,8 +94,20 @@ pub enum Run<'a> {
     F64(&'a [f64]),
 }
 
-/// The runs [`Dense::add_runs`] adds: a function handing each (offset, run) to another.
-pub type RunWrites<'w> = dyn FnMut(&mut dyn FnMut(usize, Run)) + 'w;
+impl Run<'_> {
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        match self {
+            Run::F32(v) => v.len(),
+            Run::F64(v) => v.len(),
+        }
+    }
+
+    /// Whether it holds no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// Applies `$body` to the buffer of whichever variant `$d` is, bound as `$v`.
 macro_rules! each {
@@ -256,41 +268,65 @@ impl Dense {
         }
     }
 
-    /// [`Dense::add_each`] for runs of consecutive elements: `runs` hands every (offset,
-    /// values) run to the function it is given, and each run is added in one loop (sums
-    /// rounded to the type, the first that is not finite where its element was returned).
-    /// Runs past the end are cut.
-    pub fn add_runs(&mut self, runs: &mut RunWrites) -> Option<f64> {
+    /// [`Dense::add_each`] for runs of consecutive elements, each (offset, values) added
+    /// in one loop (sums rounded to the type, the first that is not finite where its
+    /// element was returned, in the order of `runs`). Runs past the end are cut. With
+    /// `split`, runs that lie apart and in order are added on the current rayon pool's
+    /// workers (each element receives one addition either way).
+    pub fn add_runs(&mut self, runs: &[(usize, Run)], split: bool) -> Option<f64> {
         use crate::functions::widest::{widest, Vectorised};
-        fn run<T: Clone>(
+        fn run<T: Clone + Send + Sync>(
             d: &mut Arc<Buf<T>>,
-            runs: &mut RunWrites,
-            read: impl Fn(&T) -> f64,
-            write: impl Fn(f64) -> T,
+            runs: &[(usize, Run)],
+            split: bool,
+            read: impl Fn(&T) -> f64 + Sync,
+            write: impl Fn(f64) -> T + Sync,
         ) -> Option<f64> {
             let d = owned(d);
-            let mut bad = None;
-            runs(&mut |at, values| {
-                let Some(dst) = d.get_mut(at..) else {
-                    return;
+            let add = |dst: &mut [T], values: Run| match values {
+                Run::F32(vs) => widest(AddRun {
+                    dst,
+                    vs,
+                    read: &read,
+                    write: &write,
+                }),
+                Run::F64(vs) => widest(AddRun {
+                    dst,
+                    vs,
+                    read: &read,
+                    write: &write,
+                }),
+            };
+            let apart = runs.windows(2).all(|w| w[0].0 + w[0].1.len() <= w[1].0);
+            if !split || !apart {
+                let mut bad = None;
+                for &(at, values) in runs {
+                    if let Some(dst) = d.get_mut(at..) {
+                        bad = bad.or(add(dst, values));
+                    }
+                }
+                return bad;
+            }
+            // Each run's own slice of the buffer, cut off in order.
+            let mut pieces: Vec<(&mut [T], Run)> = Vec::with_capacity(runs.len());
+            let (mut rest, mut start) = (&mut d[..], 0);
+            for &(at, values) in runs {
+                let Some(tail) = at
+                    .checked_sub(start)
+                    .and_then(|skip| std::mem::take(&mut rest).get_mut(skip..))
+                else {
+                    break;
                 };
-                let found = match values {
-                    Run::F32(vs) => widest(AddRun {
-                        dst,
-                        vs,
-                        read: &read,
-                        write: &write,
-                    }),
-                    Run::F64(vs) => widest(AddRun {
-                        dst,
-                        vs,
-                        read: &read,
-                        write: &write,
-                    }),
-                };
-                bad = bad.or(found);
-            });
-            bad
+                let (piece, after) = tail.split_at_mut(values.len().min(tail.len()));
+                (rest, start) = (after, at + piece.len());
+                pieces.push((piece, values));
+            }
+            use rayon::prelude::*;
+            let found: Vec<Option<f64>> = pieces
+                .into_par_iter()
+                .map(|(dst, values)| add(dst, values))
+                .collect();
+            found.into_iter().flatten().next()
         }
         /// Adds `vs` to the start of `dst` on the widest vectors.
         struct AddRun<'r, T, V, R, W> {
@@ -340,12 +376,18 @@ impl Dense {
             bad
         }
         match self {
-            Dense::F64(d) => run(d, runs, |&x| x, |v| v),
-            Dense::F32(d) => run(d, runs, |&x| f64::from(x), |v| v as f32),
-            Dense::BF16(d) => run(d, runs, |x| x.to_f64(), bf16::from_f64),
-            Dense::F16(d) => run(d, runs, |x| x.to_f64(), f16::from_f64),
-            Dense::FP8(d) => run(d, runs, |&x| fp8_decode(x), fp8_encode),
-            Dense::I8(d) => run(d, runs, |&x| f64::from(x), |v| ElemType::I8.round(v) as i8),
+            Dense::F64(d) => run(d, runs, split, |&x| x, |v| v),
+            Dense::F32(d) => run(d, runs, split, |&x| f64::from(x), |v| v as f32),
+            Dense::BF16(d) => run(d, runs, split, |x| x.to_f64(), bf16::from_f64),
+            Dense::F16(d) => run(d, runs, split, |x| x.to_f64(), f16::from_f64),
+            Dense::FP8(d) => run(d, runs, split, |&x| fp8_decode(x), fp8_encode),
+            Dense::I8(d) => run(
+                d,
+                runs,
+                split,
+                |&x| f64::from(x),
+                |v| ElemType::I8.round(v) as i8,
+            ),
         }
     }
 
@@ -444,11 +486,12 @@ mod tests {
         let mut by_runs = Dense::from_f64(ElemType::F32, start.clone());
         let mut by_elements = Dense::from_f64(ElemType::F32, start);
         let adds = [0.25f32, 1.0, -0.5, 3.0e38];
-        let a = by_runs.add_runs(&mut |put| {
-            put(1, Run::F32(&adds[..2]));
-            put(3, Run::F32(&adds[2..]));
-            put(5, Run::F64(&[1.0, 2.0]));
-        });
+        let runs = [
+            (1, Run::F32(&adds[..2])),
+            (3, Run::F32(&adds[2..])),
+            (5, Run::F64(&[1.0, 2.0])),
+        ];
+        let a = by_runs.add_runs(&runs, false);
         let b = by_elements.add_each(&mut |put| {
             for (k, &v) in adds.iter().enumerate() {
                 put(1 + k, f64::from(v));
@@ -469,10 +512,35 @@ mod tests {
         let mut adds = vec![0.5; 200];
         adds[150] = 1e308;
         adds[170] = -1e308;
-        let bad = d.add_runs(&mut |put| put(0, Run::F64(&adds)));
+        let bad = d.add_runs(&[(0, Run::F64(&adds))], false);
         assert_eq!(bad, Some(f64::INFINITY));
         assert_eq!(d.to_f64()[170], f64::NEG_INFINITY);
         assert_eq!(d.to_f64()[0], 1.5);
+    }
+
+    /// Runs added on two threads give one thread's values and its first blow-up.
+    #[test]
+    fn runs_split_across_threads_add_as_on_one() {
+        let start: Vec<f64> = (0..4096).map(|i| i as f64 / 8.0).collect();
+        let mut adds: Vec<f32> = (0..4096).map(|i| (i % 13) as f32 / 3.0).collect();
+        adds[3000] = f32::INFINITY;
+        adds[1000] = f32::NEG_INFINITY;
+        let runs: Vec<(usize, Run)> = adds
+            .chunks(512)
+            .enumerate()
+            .map(|(k, c)| (k * 512, Run::F32(c)))
+            .collect();
+        let mut one = Dense::from_f64(ElemType::F32, start.clone());
+        let mut two = Dense::from_f64(ElemType::F32, start);
+        let a = one.add_runs(&runs, false);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let b = pool.install(|| two.add_runs(&runs, true));
+        assert_eq!(a, Some(f64::NEG_INFINITY));
+        assert_eq!(a, b);
+        assert_eq!(one.to_f64(), two.to_f64());
     }
 
     /// Every finite E4M3FN value survives encode(decode(b)), and the largest is 448.
