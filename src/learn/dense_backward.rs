@@ -296,24 +296,15 @@ fn add_placed<T: Num>(buf: &mut [f64], at: &Placement, g: &[T], threads: usize) 
         }
         return;
     }
-    // Each run's own slice of `buf`, cut off in order; long runs in blocks.
+    // Each run's own slice of `buf`; long runs in blocks.
+    let spans = runs.iter().map(|&(_, a, n)| (a, n));
     let mut pieces: Vec<(&mut [f64], &[T])> = Vec::with_capacity(runs.len());
-    let (mut rest, mut start) = (buf, 0);
-    for (i, a, n) in runs {
-        let Some(tail) = a
-            .checked_sub(start)
-            .and_then(|skip| std::mem::take(&mut rest).get_mut(skip..))
-        else {
-            break;
-        };
-        let take = n.min(tail.len());
-        let (piece, after) = tail.split_at_mut(take);
-        if let Some(src) = g.get(i..i + take) {
+    for (piece, &(i, _, _)) in crate::tensor::spans_mut(buf, spans).into_iter().zip(&runs) {
+        if let Some(src) = g.get(i..i + piece.len()) {
             for (d, s) in piece.chunks_mut(ADD_BLOCK).zip(src.chunks(ADD_BLOCK)) {
                 pieces.push((d, s));
             }
         }
-        (rest, start) = (after, a + take);
     }
     // Short runs go to a worker several at a time.
     let per = (ADD_BLOCK / (g.len() / pieces.len().max(1)).max(1)).max(1);

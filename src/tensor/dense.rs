@@ -67,6 +67,29 @@ fn owned<T: Clone>(d: &mut Arc<Buf<T>>) -> &mut Vec<T> {
     &mut b.owned
 }
 
+/// `buf` cut into one slice per (offset, length) span, for spans that lie apart and in
+/// order (what threads can then write at once): a span past the end is cut there, and the
+/// slices stop at the first span that starts before the previous one ends or past the end.
+pub(crate) fn spans_mut<T>(
+    buf: &mut [T],
+    spans: impl IntoIterator<Item = (usize, usize)>,
+) -> Vec<&mut [T]> {
+    let mut pieces = Vec::new();
+    let (mut rest, mut start) = (buf, 0);
+    for (at, n) in spans {
+        let Some(tail) = at
+            .checked_sub(start)
+            .and_then(|skip| std::mem::take(&mut rest).get_mut(skip..))
+        else {
+            break;
+        };
+        let (piece, after) = tail.split_at_mut(n.min(tail.len()));
+        (rest, start) = (after, at + piece.len());
+        pieces.push(piece);
+    }
+    pieces
+}
+
 fn own<T>(v: Vec<T>) -> Arc<Buf<T>> {
     Arc::new(Buf {
         owned: v,
@@ -307,20 +330,11 @@ impl Dense {
                 }
                 return bad;
             }
-            // Each run's own slice of the buffer, cut off in order.
-            let mut pieces: Vec<(&mut [T], Run)> = Vec::with_capacity(runs.len());
-            let (mut rest, mut start) = (&mut d[..], 0);
-            for &(at, values) in runs {
-                let Some(tail) = at
-                    .checked_sub(start)
-                    .and_then(|skip| std::mem::take(&mut rest).get_mut(skip..))
-                else {
-                    break;
-                };
-                let (piece, after) = tail.split_at_mut(values.len().min(tail.len()));
-                (rest, start) = (after, at + piece.len());
-                pieces.push((piece, values));
-            }
+            let spans = runs.iter().map(|&(at, values)| (at, values.len()));
+            let pieces: Vec<(&mut [T], Run)> = spans_mut(d, spans)
+                .into_iter()
+                .zip(runs.iter().map(|&(_, values)| values))
+                .collect();
             use rayon::prelude::*;
             let found: Vec<Option<f64>> = pieces
                 .into_par_iter()

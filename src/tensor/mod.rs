@@ -7,6 +7,7 @@
 mod dense;
 mod sparse;
 
+pub(crate) use dense::spans_mut;
 pub use dense::{fp8_decode, fp8_encode, Buf, Dense, Lent, Run};
 pub use sparse::Sparse;
 

@@ -110,21 +110,13 @@ impl Placement {
             return out;
         }
         let mut out = split::zeros_of(len, zero, threads);
-        let mut pieces: Vec<(&mut [T], &[S])> = Vec::with_capacity(runs.len());
-        let (mut rest, mut start) = (out.as_mut_slice(), 0);
-        for (i, a, n) in runs {
-            let Some(tail) = i
-                .checked_sub(start)
-                .and_then(|skip| std::mem::take(&mut rest).get_mut(skip..))
-            else {
-                break;
-            };
-            let (piece, after) = tail.split_at_mut(n.min(tail.len()));
-            if let Some(src) = source(a, piece.len()).filter(|_| piece.len() == n) {
-                pieces.push((piece, src));
-            }
-            (rest, start) = (after, i + n);
-        }
+        let spans = runs.iter().map(|&(i, _, n)| (i, n));
+        let pieces: Vec<(&mut [T], &[S])> = crate::tensor::spans_mut(&mut out, spans)
+            .into_iter()
+            .zip(&runs)
+            .filter(|(piece, &(_, _, n))| piece.len() == n)
+            .filter_map(|(piece, &(_, a, n))| Some((piece, source(a, n)?)))
+            .collect();
         use rayon::prelude::*;
         pieces.into_par_iter().for_each(|(dst, src)| {
             dst.iter_mut().zip(src).for_each(|(d, &x)| *d = f(x));
