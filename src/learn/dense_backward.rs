@@ -92,11 +92,12 @@ pub(crate) fn backward_dense(
     let single = whole.and_then(|k| d.terms.get(k).map(|c| (k, c)));
     if let Some((k, c)) = single.filter(|(_, c)| c.single && c.sparse.is_none() && block == 1) {
         let narrow = |x: f64| (x * c.scale) as f32;
-        let g = match d.scatter {
-            Some(_) => placement(d).gather_as(grid, upstream, 0.0, narrow, threads),
-            None => Placement::Same.gather_as(grid, upstream, 0.0, narrow, threads),
+        let at = match d.scatter {
+            Some(_) => Some(placement(d)),
+            None => (upstream.len() == grid).then_some(Placement::Same),
         };
-        if g.len() == grid {
+        if let Some(at) = at {
+            let g = at.gather_as(grid, upstream, 0.0, narrow, threads);
             factor_gradients(c, &terms[k].vars, (&[], Some(g)), values, threads, adj);
             return true;
         }

@@ -1333,6 +1333,27 @@ mod tests {
             .collect()
     }
 
+    /// A product's values are read back only where a derivative needs them.
+    #[test]
+    fn the_backward_pass_reads_back_only_what_it_needs() {
+        let read = |src: &str| plans(src)[0].as_ref().unwrap()[0].read_back.clone();
+        let w = "W : real[3, 4]\nX : real[4]\nB : real[3]\n";
+        assert_eq!(read(&format!("{w}Y[h] = W[h, i] X[i]\n")), vec![false]);
+        assert_eq!(
+            read(&format!("{w}Y[h] = W[h, i] X[i] + B[h]\n")),
+            vec![false, false]
+        );
+        assert_eq!(
+            read(&format!("{w}Y[h] = relu(W[h, i] X[i] + B[h])\n")),
+            vec![true, true]
+        );
+        assert_eq!(read(&format!("{w}Y[h] = W[h, i] X[i] B[h]\n")).len(), 1);
+        assert_eq!(
+            read(&format!("{w}Y[h] = softmax(W[h, i] X[i])\n")),
+            vec![true]
+        );
+    }
+
     #[test]
     fn matmuls_and_layers_are_dense_equations() {
         let p = plans("A : real[2, 3]\nB : real[3, 4]\nC[i, k] = A[i, j] B[j, k]\n");
