@@ -287,33 +287,33 @@ fn add_placed<T: Num>(buf: &mut [f64], at: &Placement, g: &[T], threads: usize) 
         });
         return;
     }
-    let apart = runs.windows(2).all(|w| w[0].1 + w[0].2 <= w[1].1);
-    if !apart || !split::splits(threads, g.len()) {
-        for (i, a, n) in runs {
-            if let (Some(dst), Some(src)) = (buf.get_mut(a..), g.get(i..i + n)) {
-                let take = n.min(dst.len());
-                add(&mut dst[..take], &src[..take]);
+    // Each run's own slice of `buf` where they lie apart; long runs in blocks.
+    let spans = runs.iter().map(|&(_, a, n)| (a, n));
+    let split = split::splits(threads, g.len());
+    if let Some(slices) = crate::tensor::spans_mut(buf, spans).filter(|_| split) {
+        let mut pieces: Vec<(&mut [f64], &[T])> = Vec::with_capacity(runs.len());
+        for (piece, &(i, _, _)) in slices.into_iter().zip(&runs) {
+            if let Some(src) = g.get(i..i + piece.len()) {
+                for (d, s) in piece.chunks_mut(ADD_BLOCK).zip(src.chunks(ADD_BLOCK)) {
+                    pieces.push((d, s));
+                }
             }
         }
+        // Short runs go to a worker several at a time.
+        let per = (ADD_BLOCK / (g.len() / pieces.len().max(1)).max(1)).max(1);
+        use rayon::prelude::*;
+        pieces
+            .into_par_iter()
+            .with_min_len(per)
+            .for_each(|(d, s)| add(d, s));
         return;
     }
-    // Each run's own slice of `buf`; long runs in blocks.
-    let spans = runs.iter().map(|&(_, a, n)| (a, n));
-    let mut pieces: Vec<(&mut [f64], &[T])> = Vec::with_capacity(runs.len());
-    for (piece, &(i, _, _)) in crate::tensor::spans_mut(buf, spans).into_iter().zip(&runs) {
-        if let Some(src) = g.get(i..i + piece.len()) {
-            for (d, s) in piece.chunks_mut(ADD_BLOCK).zip(src.chunks(ADD_BLOCK)) {
-                pieces.push((d, s));
-            }
+    for (i, a, n) in runs {
+        if let (Some(dst), Some(src)) = (buf.get_mut(a..), g.get(i..i + n)) {
+            let take = n.min(dst.len());
+            add(&mut dst[..take], &src[..take]);
         }
     }
-    // Short runs go to a worker several at a time.
-    let per = (ADD_BLOCK / (g.len() / pieces.len().max(1)).max(1)).max(1);
-    use rayon::prelude::*;
-    pieces
-        .into_par_iter()
-        .with_min_len(per)
-        .for_each(|(d, s)| add(d, s));
 }
 
 /// Elements of a block of [`add_placed`] split across threads.

@@ -67,27 +67,24 @@ fn owned<T: Clone>(d: &mut Arc<Buf<T>>) -> &mut Vec<T> {
     &mut b.owned
 }
 
-/// `buf` cut into one slice per (offset, length) span, for spans that lie apart and in
-/// order (what threads can then write at once): a span past the end is cut there, and the
-/// slices stop at the first span that starts before the previous one ends or past the end.
+/// `buf` cut into one slice per (offset, length) span, where the spans lie apart and in
+/// order (what threads can then write at once); a span is cut at the end of `buf` (empty
+/// past it). `None` where a span starts before the previous one ends.
 pub(crate) fn spans_mut<T>(
     buf: &mut [T],
     spans: impl IntoIterator<Item = (usize, usize)>,
-) -> Vec<&mut [T]> {
+) -> Option<Vec<&mut [T]>> {
     let mut pieces = Vec::new();
     let (mut rest, mut start) = (buf, 0);
     for (at, n) in spans {
-        let Some(tail) = at
-            .checked_sub(start)
-            .and_then(|skip| std::mem::take(&mut rest).get_mut(skip..))
-        else {
-            break;
-        };
+        let tail = std::mem::take(&mut rest);
+        let skip = at.checked_sub(start)?.min(tail.len());
+        let tail = &mut tail[skip..];
         let (piece, after) = tail.split_at_mut(n.min(tail.len()));
-        (rest, start) = (after, at + piece.len());
+        (rest, start) = (after, at + n);
         pieces.push(piece);
     }
-    pieces
+    Some(pieces)
 }
 
 fn own<T>(v: Vec<T>) -> Arc<Buf<T>> {
@@ -320,27 +317,23 @@ impl Dense {
                     write: &write,
                 }),
             };
-            let apart = runs.windows(2).all(|w| w[0].0 + w[0].1.len() <= w[1].0);
-            if !split || !apart {
-                let mut bad = None;
-                for &(at, values) in runs {
-                    if let Some(dst) = d.get_mut(at..) {
-                        bad = bad.or(add(dst, values));
-                    }
-                }
-                return bad;
-            }
             let spans = runs.iter().map(|&(at, values)| (at, values.len()));
-            let pieces: Vec<(&mut [T], Run)> = spans_mut(d, spans)
-                .into_iter()
-                .zip(runs.iter().map(|&(_, values)| values))
-                .collect();
-            use rayon::prelude::*;
-            let found: Vec<Option<f64>> = pieces
-                .into_par_iter()
-                .map(|(dst, values)| add(dst, values))
-                .collect();
-            found.into_iter().flatten().next()
+            if let Some(pieces) = spans_mut(d, spans).filter(|_| split) {
+                use rayon::prelude::*;
+                let found: Vec<Option<f64>> = pieces
+                    .into_par_iter()
+                    .zip(runs.par_iter())
+                    .map(|(dst, &(_, values))| add(dst, values))
+                    .collect();
+                return found.into_iter().flatten().next();
+            }
+            let mut bad = None;
+            for &(at, values) in runs {
+                if let Some(dst) = d.get_mut(at..) {
+                    bad = bad.or(add(dst, values));
+                }
+            }
+            bad
         }
         /// Adds `vs` to the start of `dst` on the widest vectors.
         struct AddRun<'r, T, V, R, W> {
@@ -530,6 +523,17 @@ mod tests {
         assert_eq!(bad, Some(f64::INFINITY));
         assert_eq!(d.to_f64()[170], f64::NEG_INFINITY);
         assert_eq!(d.to_f64()[0], 1.5);
+    }
+
+    /// Spans lying apart give their slices, cut at the end; overlapping ones give none.
+    #[test]
+    fn spans_cut_a_buffer_only_where_they_lie_apart() {
+        let mut buf = [0, 1, 2, 3, 4, 5, 6];
+        let pieces = super::spans_mut(&mut buf, [(1, 2), (4, 2), (6, 3), (9, 1)]).unwrap();
+        let got: Vec<Vec<i32>> = pieces.iter().map(|p| p.to_vec()).collect();
+        assert_eq!(got, vec![vec![1, 2], vec![4, 5], vec![6], vec![]]);
+        assert!(super::spans_mut(&mut buf, [(1, 3), (3, 1)]).is_none());
+        assert!(super::spans_mut(&mut buf, [(4, 1), (2, 1)]).is_none());
     }
 
     /// Runs added on two threads give one thread's values and its first blow-up.

@@ -96,31 +96,33 @@ impl Placement {
         }
         // A run partly outside the target gives zeros.
         let source = |a: usize, n: usize| target.get(a..a + n);
-        if !split::splits(threads, len) {
-            // Runs come in grid order: each is appended, so no element is written twice.
-            let mut out = Vec::with_capacity(len);
-            for (i, a, n) in runs {
-                out.resize(i.min(len), zero);
-                match source(a, n).filter(|_| i + n <= len) {
-                    Some(src) => out.extend(src.iter().map(|&x| f(x))),
-                    None => out.resize((i + n).min(len), zero),
-                }
+        if split::splits(threads, len) {
+            let mut out = split::zeros_of(len, zero, threads);
+            let spans = runs.iter().map(|&(i, _, n)| (i, n));
+            if let Some(slices) = crate::tensor::spans_mut(&mut out, spans) {
+                let pieces: Vec<(&mut [T], &[S])> = slices
+                    .into_iter()
+                    .zip(&runs)
+                    .filter(|(piece, &(_, _, n))| piece.len() == n)
+                    .filter_map(|(piece, &(_, a, n))| Some((piece, source(a, n)?)))
+                    .collect();
+                use rayon::prelude::*;
+                pieces.into_par_iter().for_each(|(dst, src)| {
+                    dst.iter_mut().zip(src).for_each(|(d, &x)| *d = f(x));
+                });
+                return out;
             }
-            out.resize(len, zero);
-            return out;
         }
-        let mut out = split::zeros_of(len, zero, threads);
-        let spans = runs.iter().map(|&(i, _, n)| (i, n));
-        let pieces: Vec<(&mut [T], &[S])> = crate::tensor::spans_mut(&mut out, spans)
-            .into_iter()
-            .zip(&runs)
-            .filter(|(piece, &(_, _, n))| piece.len() == n)
-            .filter_map(|(piece, &(_, a, n))| Some((piece, source(a, n)?)))
-            .collect();
-        use rayon::prelude::*;
-        pieces.into_par_iter().for_each(|(dst, src)| {
-            dst.iter_mut().zip(src).for_each(|(d, &x)| *d = f(x));
-        });
+        // Runs come in grid order: each is appended, so no element is written twice.
+        let mut out = Vec::with_capacity(len);
+        for (i, a, n) in runs {
+            out.resize(i.min(len), zero);
+            match source(a, n).filter(|_| i + n <= len) {
+                Some(src) => out.extend(src.iter().map(|&x| f(x))),
+                None => out.resize((i + n).min(len), zero),
+            }
+        }
+        out.resize(len, zero);
         out
     }
 
@@ -253,7 +255,7 @@ pub(super) fn f32_grid(
             // What the backward pass would compute again and reads (a product of f64
             // factors it computes in f64, so that one is not kept).
             if c.single && d.read_back.get(main) == Some(&true) {
-                kept[main] = Some((c.out.to_vec(), scaled(&data, c.scale)));
+                kept[main] = Some((c.out.to_vec(), widened(&data, c.scale, workers)));
             }
         }
         match &epilogue {
@@ -300,14 +302,6 @@ pub(super) fn f32_grid(
         *k = kept;
     }
     Some(data)
-}
-
-/// An f32 product as [`term`] gives it: widened, then scaled in f64.
-fn scaled(data: &[f32], scale: f64) -> Vec<f64> {
-    match scale == 1.0 {
-        true => data.iter().map(|&x| f64::from(x)).collect(),
-        false => data.iter().map(|&x| f64::from(x) * scale).collect(),
-    }
 }
 
 /// Adds the equation's value at every output element to `acc` (row-major over `d.out`; when

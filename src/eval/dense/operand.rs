@@ -77,22 +77,27 @@ impl Num for f32 {
 /// An operand's values as f64 times `scale`, for the elementwise pass; on the `--threads`
 /// pool's workers where [`split::splits`] says so.
 pub(crate) fn widen<'a, T: Num>(op: Operand<'a, T>, scale: f64, threads: usize) -> Operand<'a> {
+    Operand {
+        data: Cow::Owned(widened(&op.data, scale, threads)),
+        vars: op.vars,
+    }
+}
+
+/// Values as f64 times `scale` (exactly the values where `scale` is 1), as [`widen`] gives
+/// an operand's.
+pub(super) fn widened<T: Num>(data: &[T], scale: f64, threads: usize) -> Vec<f64> {
     let one = |&x: &T| -> f64 {
         match scale == 1.0 {
             true => x.into(),
             false => x.into() * scale,
         }
     };
-    let data: Vec<f64> = match split::splits(threads, op.data.len()) {
+    match split::splits(threads, data.len()) {
         true => {
             use rayon::prelude::*;
-            op.data.par_iter().map(one).collect()
+            data.par_iter().map(one).collect()
         }
-        false => op.data.iter().map(one).collect(),
-    };
-    Operand {
-        vars: op.vars,
-        data: Cow::Owned(data),
+        false => data.iter().map(one).collect(),
     }
 }
 
