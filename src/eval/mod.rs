@@ -3,6 +3,7 @@
 //! engine executes a [`Plan`], recording which kernel ran for each stratum.
 
 mod accumulate;
+mod awake;
 pub(crate) mod dense;
 mod differential;
 mod extreme;
@@ -22,6 +23,7 @@ use crate::semantics::{Checked, Query};
 use crate::tensor::Tensor;
 use std::collections::BTreeMap;
 
+pub(crate) use awake::keep_awake;
 pub use dense::{KeptTerms, StepTerms};
 pub use differential::{parse_hosts, Cluster, Delta, Differential, Incremental, Processes};
 pub(crate) use reference::{assignments, points, Cx};

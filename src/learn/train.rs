@@ -169,6 +169,7 @@ pub fn train(
     let mut losses = Vec::new();
     let mut order: Vec<usize> = Vec::new();
     let mut order_epoch = u64::MAX;
+    let _awake = crate::eval::keep_awake(o);
     while state.step < total {
         let step = state.step;
         let epoch = step / per_epoch;
