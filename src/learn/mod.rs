@@ -122,17 +122,21 @@ fn differentiate(
     let loss_value = values[loss].get(&[]).unwrap_or(0.0);
     // Work the backward pass splits goes to the `--threads` pool, as the forward pass's does.
     let mut sweep = || gradient::backward(p, plan, &mut values, &records, o, loss, &active);
-    let adj = match crate::eval::thread_pool(o) {
+    let mut adj = match crate::eval::thread_pool(o) {
         Some(pool) => pool.install(sweep),
         None => sweep(),
     };
+    // Each gradient moves out of its adjoint (a copy only for a tensor named again later).
     let grads = trainable
         .iter()
-        .map(|&t| {
-            adj.get(t)
-                .cloned()
-                .flatten()
-                .unwrap_or_else(|| vec![0.0; values[t].shape.iter().product()])
+        .enumerate()
+        .map(|(i, &t)| {
+            let slot = adj.get_mut(t);
+            match trainable[i + 1..].contains(&t) {
+                true => slot.and_then(|a| a.clone()),
+                false => slot.and_then(Option::take),
+            }
+            .unwrap_or_else(|| vec![0.0; values[t].shape.iter().product()])
         })
         .collect();
     Ok(Gradients {

@@ -1,8 +1,10 @@
 //! Optimizers (§12): SGD with momentum, Adam and AdamW, with global-norm clipping and a
-//! warmup + cosine learning-rate schedule. Updates run in f64 in a fixed order, so training
-//! with one seed is bit-reproducible.
+//! warmup + cosine learning-rate schedule. Updates run in a fixed order, so training with
+//! one seed is bit-reproducible: Adam's update of an f32 parameter in f32 arithmetic, as
+//! PyTorch's is, every other update in f64; each leaves its parameter rounded to its type.
 
 use crate::eval::dense::split;
+use crate::tensor::ElemType;
 
 /// Which update rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,17 +95,19 @@ impl Config {
         self.lr * warm * decay
     }
 
-    /// Applies one update to `params` from `grads` (clipped in place); with `--clip`, returns
-    /// the gradient norm before clipping (a sum over every element, made only then). With
+    /// Applies one update to `params` from `grads` (clipped in place), leaving each parameter
+    /// rounded to its type in `elems` (f64 where none is given); with `--clip`, returns the
+    /// gradient norm before clipping (a sum over every element, made only then). With
     /// `threads` above 1, inside a pool of workers, Adam's elementwise update runs in blocks
     /// on the workers (each element's operations are the same).
     pub fn update(
         &self,
         state: &mut State,
-        params: &mut [Vec<f64>],
+        (params, elems): (&mut [Vec<f64>], &[ElemType]),
         grads: &mut [Vec<f64>],
         threads: usize,
     ) -> Option<f64> {
+        let elem = |i: usize| elems.get(i).copied().unwrap_or(ElemType::F64);
         let clip = self.clip.map(|c| {
             let norm = grads
                 .iter()
@@ -141,12 +145,15 @@ impl Config {
             let total: usize = params.iter().map(Vec::len).sum();
             let mut blocks = Vec::new();
             let moments = state.m.iter_mut().zip(state.v.iter_mut());
-            for ((p, g), (m, v)) in params.iter_mut().zip(grads.iter()).zip(moments) {
+            for (i, ((p, g), (m, v))) in
+                params.iter_mut().zip(grads.iter()).zip(moments).enumerate()
+            {
                 let (m, v) = (m.chunks_mut(ADAM_BLOCK), v.chunks_mut(ADAM_BLOCK));
                 let wg = p.chunks_mut(ADAM_BLOCK).zip(g.chunks(ADAM_BLOCK));
-                blocks.extend(wg.zip(m.zip(v)));
+                blocks.extend(wg.zip(m.zip(v)).map(|b| (b, elem(i))));
             }
-            let step = |((w, g), (m, v)): AdamBlock| adam.apply(w, g, (m, v));
+            let step =
+                |(((w, g), (m, v)), elem): (AdamBlock, ElemType)| adam.apply(w, g, (m, v), elem);
             if split::splits_from(threads, total, ADAM_SPLIT) {
                 use rayon::prelude::*;
                 blocks.into_par_iter().for_each(step);
@@ -155,7 +162,11 @@ impl Config {
             }
             return clip;
         }
-        for (p, (g, m)) in params.iter_mut().zip(grads.iter().zip(state.m.iter_mut())) {
+        for (i, (p, (g, m))) in params
+            .iter_mut()
+            .zip(grads.iter().zip(state.m.iter_mut()))
+            .enumerate()
+        {
             for ((w, &gi), mi) in p.iter_mut().zip(g).zip(m.iter_mut()) {
                 let gi = gi + self.weight_decay * *w;
                 let step = if self.momentum > 0.0 {
@@ -166,13 +177,14 @@ impl Config {
                 };
                 *w -= lr * step;
             }
+            elem(i).round_all(p);
         }
         clip
     }
 }
 
 /// Parameter elements under which Adam's update stays on the calling thread (each element
-/// costs a square root and three divisions, so fewer are worth splitting than for a copy).
+/// costs a square root and a division, so fewer are worth splitting than for a copy).
 const ADAM_SPLIT: usize = 1 << 15;
 
 /// Elements of a block of an Adam update.
@@ -187,13 +199,18 @@ struct Update<'a> {
     w: &'a mut [f64],
     g: &'a [f64],
     moments: (&'a mut [f64], &'a mut [f64]),
+    /// In f32 arithmetic (an f32 parameter), else in f64.
+    narrow: bool,
 }
 
 impl crate::functions::widest::Vectorised for Update<'_> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
-        self.step.elements(self.w, self.g, self.moments);
+        match self.narrow {
+            true => self.step.elements_f32(self.w, self.g, self.moments),
+            false => self.step.elements(self.w, self.g, self.moments),
+        }
     }
 }
 
@@ -213,24 +230,34 @@ struct AdamStep {
 impl AdamStep {
     /// Updates `w` and its moments in place, on the widest vectors the processor has
     /// (every instruction set gives the same bits: each operation is rounded once, none is
-    /// fused).
-    fn apply(&self, w: &mut [f64], g: &[f64], moments: (&mut [f64], &mut [f64])) {
+    /// fused), and rounds `w` to `elem`. An f32 parameter's update runs in f32, its moments
+    /// held as f32 values, as PyTorch's are: half the width per element, and its square roots
+    /// and divisions (most of the update's time) twice as many per instruction.
+    fn apply(&self, w: &mut [f64], g: &[f64], moments: (&mut [f64], &mut [f64]), elem: ElemType) {
+        let narrow = elem == ElemType::F32;
         crate::functions::widest::widest(Update {
             step: self,
             w,
             g,
             moments,
+            narrow,
         });
+        if !narrow {
+            elem.round_all(w);
+        }
     }
 
     #[inline(always)]
     fn elements(&self, w: &mut [f64], g: &[f64], (m, v): (&mut [f64], &mut [f64])) {
         let ((b1, b2), (c1, c2)) = (self.betas, self.corrections);
         let (lr, decay, eps) = (self.lr, self.weight_decay, self.eps);
+        // PyTorch's arrangement, with its two divisions by constants made products: one
+        // square root and one division an element (they are most of the update's time).
+        let (step, root) = (lr / c1, 1.0 / c2.sqrt());
         let update = |w: f64, gi: f64, mi: &mut f64, vi: &mut f64| {
             *mi = b1 * *mi + (1.0 - b1) * gi;
             *vi = b2 * *vi + (1.0 - b2) * gi * gi;
-            w - lr * (*mi / c1) / ((*vi / c2).sqrt() + eps)
+            w - step * *mi / (vi.sqrt() * root + eps)
         };
         let all = w.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut());
         if self.decoupled {
@@ -244,16 +271,43 @@ impl AdamStep {
             }
         }
     }
+
+    /// [`AdamStep::elements`] in f32: the gradient rounded to f32, every operation in f32,
+    /// the moments and the weight left as f32 values.
+    #[inline(always)]
+    fn elements_f32(&self, w: &mut [f64], g: &[f64], (m, v): (&mut [f64], &mut [f64])) {
+        let ((b1, b2), (c1, c2)) = (self.betas, self.corrections);
+        let (lr, decay, eps) = (self.lr as f32, self.weight_decay as f32, self.eps as f32);
+        let (step, root) = ((self.lr / c1) as f32, (1.0 / c2.sqrt()) as f32);
+        let (b1, b2, a1, a2) = (b1 as f32, b2 as f32, (1.0 - b1) as f32, (1.0 - b2) as f32);
+        let all = w.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut());
+        for (((w, &gi), mi), vi) in all {
+            let (mut wf, mut gf) = (*w as f32, gi as f32);
+            if self.decoupled {
+                wf -= lr * decay * wf;
+            } else {
+                gf += decay * wf;
+            }
+            let mf = b1 * (*mi as f32) + a1 * gf;
+            let vf = b2 * (*vi as f32) + a2 * gf * gf;
+            wf -= step * mf / (vf.sqrt() * root + eps);
+            (*w, *mi, *vi) = (wf as f64, mf as f64, vf as f64);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The dispatched Adam loop gives the plain loop's bits, for Adam and AdamW.
+    /// The dispatched Adam loop gives the plain loop's bits, for Adam and AdamW, in f64
+    /// and in f32.
     #[test]
     fn adam_steps_agree_across_instruction_sets() {
-        for decoupled in [false, true] {
+        for (decoupled, elem) in [false, true]
+            .into_iter()
+            .flat_map(|d| [ElemType::F64, ElemType::F32].map(|e| (d, e)))
+        {
             let step = AdamStep {
                 decoupled,
                 lr: 0.003,
@@ -262,12 +316,21 @@ mod tests {
                 corrections: (0.19, 0.002997),
                 eps: 1e-8,
             };
-            let w: Vec<f64> = (0..301).map(|i| (i as f64 * 0.37).sin()).collect();
+            let mut w: Vec<f64> = (0..301).map(|i| (i as f64 * 0.37).sin()).collect();
+            elem.round_all(&mut w);
             let g: Vec<f64> = (0..301).map(|i| (i as f64 * 0.11).cos() * 0.1).collect();
             let mut plain = (w.clone(), vec![0.01; 301], vec![0.001; 301]);
-            step.elements(&mut plain.0, &g, (&mut plain.1, &mut plain.2));
+            let moments = (plain.1.as_mut_slice(), plain.2.as_mut_slice());
+            match elem {
+                ElemType::F32 => step.elements_f32(&mut plain.0, &g, moments),
+                _ => step.elements(&mut plain.0, &g, moments),
+            }
             let mut fast = (w.clone(), vec![0.01; 301], vec![0.001; 301]);
-            step.apply(&mut fast.0, &g, (&mut fast.1, &mut fast.2));
+            step.apply(&mut fast.0, &g, (&mut fast.1, &mut fast.2), elem);
+            if elem == ElemType::F32 {
+                let narrow = |x: &f64| *x == (*x as f32) as f64;
+                assert!(fast.0.iter().chain(&fast.1).chain(&fast.2).all(narrow));
+            }
             let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&plain.0), bits(&fast.0));
             assert_eq!(bits(&plain.1), bits(&fast.1));
@@ -308,7 +371,7 @@ mod tests {
             let run = |threads: usize| {
                 let (mut s, mut p) = (State::default(), params.clone());
                 for _ in 0..3 {
-                    c.update(&mut s, &mut p, &mut grads.clone(), threads);
+                    c.update(&mut s, (&mut p, &[]), &mut grads.clone(), threads);
                 }
                 (p, s)
             };
@@ -334,7 +397,7 @@ mod tests {
             let mut p = vec![vec![3.0, -2.0]];
             for _ in 0..300 {
                 let mut g = vec![p[0].iter().map(|w| 2.0 * w).collect()];
-                c.update(&mut s, &mut p, &mut g, 1);
+                c.update(&mut s, (&mut p, &[]), &mut g, 1);
             }
             assert!(p[0].iter().all(|w| w.abs() < 1e-2), "{kind:?}: {p:?}");
         }
@@ -345,7 +408,7 @@ mod tests {
         let c = config(Kind::Adam);
         let mut s = State::default();
         let mut p = vec![vec![1.0, 1.0]];
-        c.update(&mut s, &mut p, &mut [vec![5.0, -0.01]], 1);
+        c.update(&mut s, (&mut p, &[]), &mut [vec![5.0, -0.01]], 1);
         assert!((p[0][0] - 0.9).abs() < 1e-6 && (p[0][1] - 1.1).abs() < 1e-6);
     }
 
@@ -357,7 +420,7 @@ mod tests {
         c.clip = Some(1.0);
         let mut s = State::default();
         let mut p = vec![vec![0.0], vec![0.0]];
-        let norm = c.update(&mut s, &mut p, &mut [vec![3.0], vec![4.0]], 1);
+        let norm = c.update(&mut s, (&mut p, &[]), &mut [vec![3.0], vec![4.0]], 1);
         assert_eq!(norm, Some(5.0));
         assert!((p[0][0] + 0.6).abs() < 1e-12 && (p[1][0] + 0.8).abs() < 1e-12);
     }

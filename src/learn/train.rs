@@ -13,7 +13,7 @@ use crate::diagnostics::{codes, Diagnostic, Diagnostics};
 use crate::eval::{Engine, EvalOptions, Standard};
 use crate::plan::Plan;
 use crate::semantics::{Checked, TensorId};
-use crate::tensor::Tensor;
+use crate::tensor::{ElemType, Tensor};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use std::collections::BTreeMap;
@@ -163,6 +163,7 @@ pub fn train(
                 .unwrap_or_default()
         })
         .collect();
+    let elems: Vec<ElemType> = trainable.iter().map(|&t| p.tensors[t].elem).collect();
     let mut state = resume_state(p, &trainable, opts.resume.as_ref());
     let mut program = p.clone();
     let mut plans: BTreeMap<usize, Plan> = BTreeMap::new();
@@ -220,11 +221,7 @@ pub fn train(
         }
         let mut grads = g.grads;
         let lr = config.lr_at(step);
-        config.update(&mut state, &mut params, &mut grads, o.threads);
-        for (&t, values) in trainable.iter().zip(params.iter_mut()) {
-            let elem = p.tensors[t].elem;
-            elem.round_all(values);
-        }
+        config.update(&mut state, (&mut params, &elems), &mut grads, o.threads);
         losses.push(g.loss);
         let secs = start.elapsed().as_secs_f64().max(1e-9);
         report(Event::Step {
@@ -384,12 +381,7 @@ fn epoch_order(b: &Batching, shuffle: bool, seed: u64, epoch: u64) -> Vec<usize>
 }
 
 fn to_tensor(p: &Checked, t: TensorId, values: &[f64]) -> Option<Tensor> {
-    Tensor::dense(
-        p.tensors[t].elem,
-        p.tensors[t].shape.clone(),
-        values.to_vec(),
-    )
-    .ok()
+    Tensor::dense_from(p.tensors[t].elem, p.tensors[t].shape.clone(), values).ok()
 }
 
 fn save(

@@ -159,6 +159,18 @@ impl Dense {
     /// `values` rounded to `elem` and stored in its buffer.
     pub fn from_f64(elem: ElemType, mut values: Vec<f64>) -> Dense {
         match elem {
+            ElemType::F64 | ElemType::Int | ElemType::Bool => {
+                elem.round_all(&mut values);
+                Dense::F64(own(values))
+            }
+            _ => Dense::from_f64_slice(elem, &values),
+        }
+    }
+
+    /// [`Dense::from_f64`] of borrowed values: a narrower type is converted straight from
+    /// them, with no copy first.
+    pub fn from_f64_slice(elem: ElemType, values: &[f64]) -> Dense {
+        match elem {
             ElemType::F32 => Dense::F32(own(values.iter().map(|&v| v as f32).collect())),
             ElemType::BF16 => Dense::BF16(own(values.iter().map(|&v| bf16::from_f64(v)).collect())),
             ElemType::F16 => Dense::F16(own(values.iter().map(|&v| f16::from_f64(v)).collect())),
@@ -168,6 +180,7 @@ impl Dense {
                 .map(|&v| ElemType::I8.round(v) as i8)
                 .collect())),
             ElemType::F64 | ElemType::Int | ElemType::Bool => {
+                let mut values = values.to_vec();
                 elem.round_all(&mut values);
                 Dense::F64(own(values))
             }

@@ -302,17 +302,22 @@ pub struct Tensor {
 impl Tensor {
     /// A dense tensor; `values` are rounded to `elem`. Fails if the length does not fit.
     pub fn dense(elem: ElemType, shape: Vec<usize>, values: Vec<f64>) -> Result<Tensor, String> {
-        let n: usize = shape.iter().product();
-        if n != values.len() {
-            return Err(format!(
-                "shape {shape:?} needs {n} values, got {}",
-                values.len()
-            ));
-        }
+        fits(&shape, values.len())?;
         Ok(Tensor {
             elem,
             shape,
             storage: Storage::Dense(Dense::from_f64(elem, values)),
+        })
+    }
+
+    /// [`Tensor::dense`] of borrowed values (a training step's parameters, which stay with
+    /// the optimizer): converted to `elem` in one pass.
+    pub fn dense_from(elem: ElemType, shape: Vec<usize>, values: &[f64]) -> Result<Tensor, String> {
+        fits(&shape, values.len())?;
+        Ok(Tensor {
+            elem,
+            shape,
+            storage: Storage::Dense(Dense::from_f64_slice(elem, values)),
         })
     }
 
@@ -526,6 +531,15 @@ fn shortest(plain: String, sci: String) -> String {
         sci
     } else {
         plain
+    }
+}
+
+/// Whether `len` values fill `shape` exactly.
+fn fits(shape: &[usize], len: usize) -> Result<(), String> {
+    let n: usize = shape.iter().product();
+    match n == len {
+        true => Ok(()),
+        false => Err(format!("shape {shape:?} needs {n} values, got {len}")),
     }
 }
 
