@@ -480,3 +480,28 @@ fn large_normalisations_split_across_threads_give_the_same_bits() {
     let one = same_bits_at_one_and_two_threads(src);
     assert!(one.grads.iter().all(|a| a.iter().any(|&x| x != 0.0)));
 }
+
+/// A parameter no gradient reaches (its `max=` part never wins) gets zeros of its own
+/// length, and one that a gradient covers whole gets exactly that gradient, at one and two
+/// threads.
+#[test]
+fn a_parameter_no_gradient_reaches_gets_zeros_of_its_length() {
+    let src = "W : real[3]\nW = [5, 6, 7]\nV : real[4]\nV = [1, 2, 3, 0]\n\
+               A[i] = 2 W[i]\nB[j] = V[j]\nLoss max= A[i]\nLoss max= B[j]\n";
+    let mut s = Session::new();
+    s.load_source("g.tl", src, Path::new(".")).unwrap();
+    let p = s.check(&Settings::default()).unwrap().clone();
+    let loss = loss_tensor(&p, "Loss").unwrap();
+    let plan = tensor_logic::Plan::new(&p);
+    let id = |name: &str| p.tensors.iter().position(|t| t.name == name).unwrap();
+    let trainable = [id("W"), id("V")];
+    for threads in [1, 2] {
+        let o = EvalOptions {
+            threads,
+            ..EvalOptions::default()
+        };
+        let g = tensor_logic::learn::gradients(&p, &plan, &o, loss, &trainable).unwrap();
+        assert_eq!(g.loss, 14.0);
+        assert_eq!(g.grads, vec![vec![0.0, 0.0, 2.0], vec![0.0; 4]]);
+    }
+}

@@ -174,7 +174,13 @@ impl Back<'_, '_, '_> {
                     }
                 } else {
                     match self.sink.adj[*tensor].as_mut() {
-                        Some(buf) => (&self.values[*tensor].shape, buf),
+                        Some(buf) => {
+                            let shape = &self.values[*tensor].shape;
+                            if buf.is_empty() {
+                                buf.resize(shape.iter().product(), 0.0);
+                            }
+                            (shape, buf)
+                        }
                         None => return,
                     }
                 };

@@ -159,7 +159,7 @@ pub(crate) fn backward_dense(
                         };
                         let (order, onto) = f.memory_order();
                         let grad = permute(grad, &onto, &c.extents, threads);
-                        add_factor(adj, f, (&order, &c.extents), &grad.data, threads);
+                        add_factor(adj, f, (&order, &c.extents, values), &grad.data, threads);
                     }
                 } else if let (Some(part), Some(gp)) = (parts.first(), gparts.into_iter().next()) {
                     factor_gradients(c, &part.vars, (&gp, None), values, threads, adj);
@@ -235,21 +235,23 @@ fn factor_gradients(
         if grad.single {
             let g = narrow.get_or_insert_with(|| g.iter().map(|&x| x as f32).collect());
             let acc = gradient::<f32>(grad, path, &onto, g, values, threads);
-            add_factor(adj, f, (&order, &c.extents), &acc.data, threads);
+            add_factor(adj, f, (&order, &c.extents, values), &acc.data, threads);
         } else {
             let acc = gradient::<f64>(grad, path, &onto, g, values, threads);
-            add_factor(adj, f, (&order, &c.extents), &acc.data, threads);
+            add_factor(adj, f, (&order, &c.extents, values), &acc.data, threads);
         }
     }
 }
 
 /// Adds a factor's gradient (over its variables in `order`, positions in `f.vars`) to its
 /// tensor's adjoint: element for element, or for a window each element at the position it
-/// was read from, overlapping windows adding up (col2im), in row-major order of `g`.
+/// was read from, overlapping windows adding up (col2im), in row-major order of `g`. An
+/// adjoint still empty (zeros no gradient has reached) that the gradient covers whole is
+/// written from it, in one pass; otherwise its zeros are made first.
 fn add_factor<T: Num>(
     adj: &mut [Option<Vec<f64>>],
     f: &Factor,
-    (order, extents): (&[usize], &[usize]),
+    (order, extents, values): (&[usize], &[usize], &[Tensor]),
     g: &[T],
     threads: usize,
 ) {
@@ -264,7 +266,24 @@ fn add_factor<T: Num>(
             dims: order.iter().map(|&i| extents[f.vars[i]]).collect(),
         },
     };
+    if buf.is_empty() {
+        let len = values[f.tensor].shape.iter().product();
+        if matches!(at, Placement::Same) && g.len() == len {
+            *buf = widened(g, threads);
+            return;
+        }
+        *buf = split::zeros(len, threads);
+    }
     add_placed(buf, &at, g, threads);
+}
+
+/// `g` in f64, converted in blocks on the pool's workers where [`split::splits`] says so.
+fn widened<T: Num>(g: &[T], threads: usize) -> Vec<f64> {
+    if !split::splits(threads, g.len()) {
+        return g.iter().map(|&x| x.into()).collect();
+    }
+    use rayon::prelude::*;
+    g.par_iter().map(|&x| x.into()).collect()
 }
 
 /// Adds `g` (in grid order) to `buf` where `at` places each element, skipping those

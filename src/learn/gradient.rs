@@ -9,7 +9,6 @@
 use super::backprop::{self, Head, Sink};
 use super::dense_backward::{backward_dense, covers};
 use super::steps_backward;
-use crate::eval::dense::split;
 use crate::eval::{EvalOptions, KeptTerms, Record, StratumRecord};
 use crate::plan::einsum::DenseEquation;
 use crate::plan::steps::Steps;
@@ -120,13 +119,12 @@ pub(crate) fn backward(
     loss: TensorId,
     active: &[bool],
 ) -> Vec<Option<Vec<f64>>> {
-    let mut adj: Vec<Option<Vec<f64>>> = active
-        .iter()
-        .zip(values.iter())
-        .map(|(&a, v)| a.then(|| split::zeros(v.shape.iter().product(), o.threads)))
-        .collect();
+    // An active tensor's adjoint starts empty, standing for zeros: the first gradient that
+    // covers it whole is written rather than added to zeros made for it, and one that
+    // receives none passes none back.
+    let mut adj: Vec<Option<Vec<f64>>> = active.iter().map(|&a| a.then(Vec::new)).collect();
     if let Some(Some(l)) = adj.get_mut(loss) {
-        l.iter_mut().for_each(|x| *x = 1.0);
+        *l = vec![1.0; values[loss].shape.iter().product()];
     }
     for (i, st) in p.strata.iter().enumerate().rev() {
         if !st.tensors.iter().any(|&t| active[t]) || st.equations.is_empty() {

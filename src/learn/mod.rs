@@ -136,6 +136,7 @@ fn differentiate(
                 true => slot.and_then(|a| a.clone()),
                 false => slot.and_then(Option::take),
             }
+            .filter(|g| !g.is_empty())
             .unwrap_or_else(|| vec![0.0; values[t].shape.iter().product()])
         })
         .collect();

@@ -55,6 +55,11 @@ pub(crate) fn backward(
             let Some(upstream) = adj.get_mut(eq.target).and_then(Option::take) else {
                 continue;
             };
+            // Still empty: no gradient reached the target, so none passes back.
+            if upstream.is_empty() {
+                adj[eq.target] = Some(upstream);
+                continue;
+            }
             // An equation that reads its own target at an earlier step (`Emb[n, l, e]` in
             // `Emb[n, l + 1, d]`) adds to that adjoint while reading it.
             let reads_itself = d
