@@ -67,19 +67,26 @@ impl RowStats {
     /// normalised row these statistics made and `g` the adjoint of each of its elements:
     /// softmax's `y_p (g_p − Σ g y)`, `lnorm`'s `(g_p − mean g − y_p · mean g·y) / sd`.
     pub fn backward(&self, y: &[f64], g: &[f64], out: &mut [f64]) {
+        out.copy_from_slice(g);
+        self.backward_in_place(y, out);
+    }
+
+    /// [`RowStats::backward`] with the row's adjoint `g` replaced by the result (each element
+    /// reads only its own adjoint and sums taken before any is written).
+    pub fn backward_in_place(&self, y: &[f64], g: &mut [f64]) {
         let n = y.len() as f64;
         let dot: f64 = g.iter().zip(y).map(|(a, b)| a * b).sum();
         match self.kind {
             Structural::Softmax => {
-                for ((o, &yq), &gq) in out.iter_mut().zip(y).zip(g) {
-                    *o = yq * (gq - dot);
+                for (o, &yq) in g.iter_mut().zip(y) {
+                    *o = yq * (*o - dot);
                 }
             }
             _ => {
                 let mean_g = g.iter().sum::<f64>() / n;
                 let mean_gy = dot / n;
-                for ((o, &yq), &gq) in out.iter_mut().zip(y).zip(g) {
-                    *o = (gq - mean_g - yq * mean_gy) / self.scale;
+                for (o, &yq) in g.iter_mut().zip(y) {
+                    *o = (*o - mean_g - yq * mean_gy) / self.scale;
                 }
             }
         }

@@ -130,7 +130,9 @@ pub(crate) fn backward_dense(
         None => rows::backward(&program, d, &terms, &upstream, &mut g),
     }
     for r in lifted {
-        let adjoint = row_adjoint(d, &r, (&terms[r.term].data, &g[r.term]), threads);
+        // The lifted term's adjoint is read only here: it becomes its argument's in place.
+        let mut adjoint = std::mem::take(&mut g[r.term]);
+        row_adjoint(d, &r, (&terms[r.term].data, &mut adjoint), threads);
         let Some(arg) = Program::bind(&r.arg, o) else {
             return false;
         };
@@ -481,52 +483,49 @@ fn lift_normalize<'a>(
 }
 
 /// The adjoint of a lifted node's argument from the adjoint `g` of its value `y`, row by
-/// row: softmax `yᵩ(gᵩ − Σ g·y)`, lnorm `(gᵩ − mean g − yᵩ mean(g·y)) / σ`.
-fn row_adjoint(d: &DenseEquation, r: &Row, (y, g): (&[f64], &[f64]), threads: usize) -> Vec<f64> {
+/// row, in place of `g`: softmax `yᵩ(gᵩ − Σ g·y)`, lnorm `(gᵩ − mean g − yᵩ mean(g·y)) / σ`.
+fn row_adjoint(d: &DenseEquation, r: &Row, (y, g): (&[f64], &mut [f64]), threads: usize) {
     let Some(axis) = r.axis else {
-        return g.to_vec();
+        return;
     };
     let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
     let n = dims[axis].max(1);
     let stride: usize = dims[axis + 1..].iter().product::<usize>().max(1);
     let stats = |xs: &[f64]| crate::functions::RowStats::for_backward(r.kind, xs);
-    let mut out = split::zeros(g.len(), threads);
     let split = split::splits(threads, g.len());
     // Blocks of whole rows (each block's first element starts a group of `n · stride`).
     let per = (ROWS_PER_BLOCK * n * stride).min(g.len().max(1));
     if stride == 1 {
         // Rows are contiguous: read and written in place.
-        split::each_block(&mut out, per, split, |first, block| {
+        split::each_block(g, per, split, |first, block| {
             for (o, back) in block.chunks_exact_mut(n).enumerate() {
                 let row = first + o * n..first + (o + 1) * n;
                 let xs = r.input.get(row.clone()).unwrap_or(&[]);
-                stats(xs).backward(&y[row.clone()], &g[row], back);
+                stats(xs).backward_in_place(&y[row], back);
             }
         });
-        return out;
+        return;
     }
     let input = !r.input.is_empty();
-    split::each_block(&mut out, per, split, |first, block| {
-        let (mut xs, mut ys, mut gs, mut back) =
-            (vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+    split::each_block(g, per, split, |first, block| {
+        let (mut xs, mut ys, mut gs) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
         for (o, group) in block.chunks_exact_mut(n * stride).enumerate() {
             let base = first + o * n * stride;
             for inner in 0..stride {
                 for q in 0..n {
                     let at = base + inner + q * stride;
-                    (ys[q], gs[q]) = (y[at], g[at]);
+                    (ys[q], gs[q]) = (y[at], group[inner + q * stride]);
                     if input {
                         xs[q] = r.input[at];
                     }
                 }
-                stats(&xs).backward(&ys, &gs, &mut back);
-                for (q, &b) in back.iter().enumerate() {
+                stats(&xs).backward_in_place(&ys, &mut gs);
+                for (q, &b) in gs.iter().enumerate() {
                     group[inner + q * stride] = b;
                 }
             }
         }
     });
-    out
 }
 
 /// Groups of rows a block of [`row_adjoint`] takes.
