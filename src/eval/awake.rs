@@ -18,9 +18,15 @@ pub(crate) struct Awake {
 }
 
 /// Wakes the other workers of `o`'s pool for as long as the result lives; `None` at one
-/// thread, or when the calling thread is not one of the pool's workers (its work would be
-/// handed to the pool anyway, and a spinning worker could take the caller's place).
+/// thread, with more threads than the machine runs at once (a spinning worker would take
+/// the processor from one with work), or when the calling thread is not one of the pool's
+/// workers (its work would be handed to the pool anyway, and a spinning worker could take
+/// the caller's place).
 pub(crate) fn keep_awake(o: &EvalOptions) -> Option<Awake> {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    if o.threads > cores {
+        return None;
+    }
     let pool = thread_pool(o)?;
     let caller = rayon::current_thread_index()?;
     if pool.current_thread_index() != Some(caller) {
@@ -66,6 +72,14 @@ mod tests {
             keep_awake(&threads(1)).is_none(),
             "one thread has no workers"
         );
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        assert!(
+            keep_awake(&threads(cores + 1)).is_none(),
+            "more threads than cores spin none"
+        );
+        if cores < 2 {
+            return Ok(());
+        }
         let awake = keep_awake(&threads(2)).ok_or("no pool of two")?;
         let pool = thread_pool(&threads(2)).ok_or("no pool of two")?;
         let sum: u64 = pool.install(|| {
