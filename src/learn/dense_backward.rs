@@ -9,7 +9,8 @@ use crate::eval::dense::rows::{self, Program};
 use crate::eval::dense::split;
 use crate::eval::dense::{
     factor_operand, fits, normalize_for, permute, placement, reduce, replace_normalize,
-    sparse_operands, subtree_from, term, KeptTerm, Num, Operand, Placement, TupleWalk, Vars,
+    sparse_operands, subtree_from, term, widened, KeptTerm, Num, Operand, Placement, TupleWalk,
+    Vars,
 };
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
@@ -271,21 +272,12 @@ fn add_factor<T: Num>(
     if buf.is_empty() {
         let len = values[f.tensor].shape.iter().product();
         if matches!(at, Placement::Same) && g.len() == len {
-            *buf = widened(g, threads);
+            *buf = widened(g, 1.0, threads);
             return;
         }
         *buf = split::zeros(len, threads);
     }
     add_placed(buf, &at, g, threads);
-}
-
-/// `g` in f64, converted in blocks on the pool's workers where [`split::splits`] says so.
-fn widened<T: Num>(g: &[T], threads: usize) -> Vec<f64> {
-    if !split::splits(threads, g.len()) {
-        return g.iter().map(|&x| x.into()).collect();
-    }
-    use rayon::prelude::*;
-    g.par_iter().map(|&x| x.into()).collect()
 }
 
 /// Adds `g` (in grid order) to `buf` where `at` places each element, skipping those

@@ -49,7 +49,7 @@ pub(crate) use self::{
     contract::{subtree_from, term},
     epilogue::{replace_normalize, targets},
     normalize::normalize_for,
-    operand::{factor_operand, permute, reduce, Num, Operand, Vars},
+    operand::{factor_operand, permute, reduce, widened, Num, Operand, Vars},
     scatter::{sparse_operands, TupleWalk},
 };
 

@@ -85,7 +85,7 @@ pub(crate) fn widen<'a, T: Num>(op: Operand<'a, T>, scale: f64, threads: usize) 
 
 /// Values as f64 times `scale` (exactly the values where `scale` is 1), as [`widen`] gives
 /// an operand's.
-pub(super) fn widened<T: Num>(data: &[T], scale: f64, threads: usize) -> Vec<f64> {
+pub(crate) fn widened<T: Num>(data: &[T], scale: f64, threads: usize) -> Vec<f64> {
     let one = |&x: &T| -> f64 {
         match scale == 1.0 {
             true => x.into(),
