@@ -1,9 +1,10 @@
 //! The matrix products: loops of `m×k · k×n` GEMMs over strided operands, and the one call
-//! into the `gemm` crate (the only `unsafe` of the engine), in fixed blocks of the inner
-//! dimension with a lone row or column padded, so every element sums in the same order for
-//! every batch size (§9).
+//! into the `gemm` crate (with the output it writes, the only `unsafe` of the engine), in
+//! fixed blocks of the inner dimension with a lone row or column padded, so every element
+//! sums in the same order for every batch size (§9).
 
 use super::operand::Num;
+use std::mem::MaybeUninit;
 
 /// Products of fewer multiply-adds run on one thread: below it, waking workers and their
 /// packing buffers cost more than they save (results are the same either way).
@@ -52,13 +53,16 @@ pub(super) fn looped<T: Num>(
         None => (rhs, loops),
     };
     let count: usize = loops.iter().map(|l| l.0).product();
-    let mut out = super::split::zeros(count * m * n, threads);
+    let len = count * m * n;
+    // The output is written once, by the products, and never zeroed first (a pass over
+    // memory as long as the products' own writes).
+    let mut out: Vec<T> = Vec::with_capacity(len);
     if m * n == 0 {
         return out;
     }
     // Product `b` of the batch reads its operands at these offsets (`b` row-major over the
     // loops).
-    let one = |(b, block): (usize, &mut [T]), threads: usize| {
+    let one = |(b, block): (usize, &mut [MaybeUninit<T>]), threads: usize| {
         let (mut ox, mut oy, mut rest) = (0usize, 0usize, b);
         for &(extent, sx, sy) in loops.iter().rev() {
             let i = rest % extent.max(1);
@@ -72,16 +76,22 @@ pub(super) fn looped<T: Num>(
     // With threads, whole products go to workers (each product is its own output, computed
     // as on one thread): a batch of small products (attention's per-head scores, a layer's
     // rows read through a window) is split where no single product is big enough to be.
+    let spare = &mut out.spare_capacity_mut()[..len];
     if threads > 1 && count > 1 && count * m * n * k >= THREADED_PRODUCT {
         use rayon::prelude::*;
-        out.par_chunks_exact_mut(m * n)
+        spare
+            .par_chunks_exact_mut(m * n)
             .enumerate()
             .for_each(|b| one(b, 1));
     } else {
-        out.chunks_exact_mut(m * n)
+        spare
+            .chunks_exact_mut(m * n)
             .enumerate()
             .for_each(|b| one(b, threads));
     }
+    // SAFETY: the chunks cover the first `len` elements, and `matmul` writes every element
+    // of the `m×n` block it is given, on every path.
+    unsafe { out.set_len(len) };
     out
 }
 
@@ -123,29 +133,32 @@ pub(super) fn unaliased<T: Copy>(
 
 /// `dst = lhs · rhs` for an `m×k` and a `k×n` matrix of f32 or f64, each given as its
 /// elements, the offset of its first one and its row and column strides (`unit` is the type's
-/// 0 and 1); `dst` is row-major.
+/// 0 and 1); `dst` is row-major, and its first `m·n` elements are all written (it need not
+/// hold values before).
 pub(super) fn matmul<T: Num>(
     (m, n, k): (usize, usize, usize),
     (lhs, lo, [lr, lc]): (&[T], usize, [usize; 2]),
     (rhs, ro, [rr, rc]): (&[T], usize, [usize; 2]),
-    dst: &mut [T],
+    dst: &mut [MaybeUninit<T>],
     (zero, one): (T, T),
     threads: usize,
 ) {
-    if m == 0 || n == 0 || k == 0 {
+    if m == 0 || n == 0 || dst.len() < m * n {
+        return;
+    }
+    if k == 0 {
+        dst[..m * n].iter_mut().for_each(|d| _ = d.write(zero));
         return;
     }
     // Operands and results outside their buffers cannot occur (the contraction sizes them):
-    // debug builds stop there, release builds leave `dst` as it was rather than read out of
-    // bounds.
+    // debug builds stop there, release builds write zeros rather than read out of bounds.
     let last = |o: usize, r: usize, c: usize, rows: usize, cols: usize| {
         o + (rows - 1) * r + (cols - 1) * c
     };
-    let inside = dst.len() >= m * n
-        && last(lo, lr, lc, m, k) < lhs.len()
-        && last(ro, rr, rc, k, n) < rhs.len();
+    let inside = last(lo, lr, lc, m, k) < lhs.len() && last(ro, rr, rc, k, n) < rhs.len();
     debug_assert!(inside, "a {m}×{k}·{k}×{n} product outside its buffers");
     if !inside {
+        dst[..m * n].iter_mut().for_each(|d| _ = d.write(zero));
         return;
     }
     // A single row or column would take gemm's matrix-vector kernels, which sum in another
@@ -161,7 +174,7 @@ pub(super) fn matmul<T: Num>(
         for (i, row) in dst[..m * n].chunks_exact_mut(n).enumerate() {
             let a = lhs[lo + i * lr];
             for (j, d) in row.iter_mut().enumerate() {
-                *d = a.mul(rhs[ro + j * rc]);
+                d.write(a.mul(rhs[ro + j * rc]));
             }
         }
         return;
@@ -195,7 +208,7 @@ pub(super) fn matmul<T: Num>(
             b = padded((rhs, ro, [rr, rc]), (k, n), (k, n2), zero);
             (b.as_slice(), 0, [n2, 1])
         };
-        let mut out = vec![zero; m2 * n2];
+        let mut out = vec![MaybeUninit::new(zero); m2 * n2];
         matmul((m2, n2, k), lhs, rhs, &mut out, (zero, one), threads);
         for i in 0..m {
             dst[i * n..(i + 1) * n].copy_from_slice(&out[i * n2..i * n2 + n]);
@@ -233,14 +246,16 @@ pub(super) fn matmul<T: Num>(
         let kb = KC.min(k - k0);
         // SAFETY: every element the strides reach lies inside its slice (the largest offset
         // of each operand was checked above; a block starts inside it and reaches no
-        // further), `dst` holds m·n row-major elements and does not alias the inputs, and T
-        // is f32 or f64 (the callers), which gemm supports.
+        // further), `dst` holds m·n row-major elements and does not alias the inputs (the
+        // first block does not read them, `read_dst` false, and writes every one; the
+        // others read what it wrote), and T is f32 or f64 (the callers), which gemm
+        // supports.
         unsafe {
             gemm::gemm(
                 m,
                 n,
                 kb,
-                dst.as_mut_ptr(),
+                dst.as_mut_ptr().cast::<T>(),
                 1,
                 n as isize,
                 k0 > 0,
