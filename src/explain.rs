@@ -167,7 +167,7 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
                     let _ = writeln!(out, "    {:.3e} FLOPs{fused}", d.flops);
                     if let Some(at) = &d.in_place {
                         use crate::plan::einsum::InPlaceEpilogue;
-                        let then = match at.epilogue {
+                        let then = match &at.epilogue {
                             InPlaceEpilogue::Bare => "kept as it is".to_string(),
                             InPlaceEpilogue::Normalize(kind, axis) => {
                                 format!("{kind:?} along axis {} in f32", axis + 1).to_lowercase()
@@ -175,6 +175,11 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
                             InPlaceEpilogue::Rows => {
                                 "the expression applied a row at a time".into()
                             }
+                            InPlaceEpilogue::NormalizeRows(kind, axis, _) => format!(
+                                "its argument applied a row at a time, then {} along axis {} in f32",
+                                format!("{kind:?}").to_lowercase(),
+                                axis + 1
+                            ),
                         };
                         let _ = writeln!(
                             out,

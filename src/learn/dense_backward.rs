@@ -38,7 +38,13 @@ pub(crate) fn backward_dense(
 ) -> bool {
     let threads = o.threads.max(1);
     // Terms the forward pass kept are read back; the others (reads of a tensor) are cheap,
-    // and those whose values the backward pass does not read are not computed.
+    // and those whose values the backward pass does not read are not computed, unless a
+    // normalisation's value must be computed again from them (the forward pass kept none).
+    let normalized = kept
+        .and_then(|t| t.get(d.terms.len()))
+        .is_some_and(Option::is_some);
+    let skips =
+        |k: usize| d.read_back.get(k) == Some(&false) && (normalized || !d.expr.normalizes());
     let mut terms: Vec<Operand> = d
         .terms
         .iter()
@@ -49,7 +55,7 @@ pub(crate) fn backward_dense(
                     vars: Vars::from_slice(vars),
                     data: Cow::Borrowed(data.as_slice()),
                 },
-                None if d.read_back.get(k) == Some(&false) => Operand {
+                None if skips(k) => Operand {
                     vars: Vars::from_slice(&c.out),
                     data: Cow::Borrowed(&[]),
                 },
@@ -118,28 +124,48 @@ pub(crate) fn backward_dense(
         )
     };
     let whole = whole.filter(|_| upstream.len() == grid);
-    let mut g: Vec<Vec<f64>> = terms
-        .iter()
-        .enumerate()
-        .map(|(k, t)| match whole == Some(k) {
-            true => Vec::new(),
-            false => split::zeros(len(t), threads),
-        })
-        .collect();
+    // Each term's adjoint: empty, standing for zeros, until an adjoint reaches it.
+    let mut g: Vec<Vec<f64>> = vec![Vec::new(); terms.len()];
     match whole {
         Some(k) => g[k] = upstream.into_owned(),
-        None => rows::backward(&program, d, &terms, &upstream, &mut g),
+        None => term_adjoints(
+            (&compiled, &program),
+            (d, &terms),
+            &upstream,
+            &mut g,
+            threads,
+        ),
     }
     for r in lifted {
         // The lifted term's adjoint is read only here: it becomes its argument's in place.
         let mut adjoint = std::mem::take(&mut g[r.term]);
+        if adjoint.is_empty() {
+            continue;
+        }
         row_adjoint(d, &r, (&terms[r.term].data, &mut adjoint), threads);
         let Some(arg) = Program::bind(&r.arg, o) else {
             return false;
         };
-        rows::backward(&arg, d, &terms, &adjoint, &mut g);
+        term_adjoints((&r.arg, &arg), (d, &terms), &adjoint, &mut g, threads);
     }
     for ((c, gk), t) in d.terms.iter().zip(g).zip(&terms) {
+        // No adjoint reached the term: it passes nothing on.
+        if gk.is_empty() {
+            continue;
+        }
+        // The products of an f32 term read its adjoint scaled and rounded, made in one pass.
+        if c.single && c.sparse.is_none() {
+            let narrow = |&x: &f64| (x * c.scale) as f32;
+            let g = match split::splits(threads, gk.len()) {
+                true => {
+                    use rayon::prelude::*;
+                    gk.par_iter().map(narrow).collect()
+                }
+                false => gk.iter().map(narrow).collect(),
+            };
+            factor_gradients(c, &t.vars, (&[], Some(g)), values, threads, adj);
+            continue;
+        }
         let mut gk = gk;
         if c.scale != 1.0 {
             gk.iter_mut().for_each(|x| *x *= c.scale);
@@ -171,6 +197,65 @@ pub(crate) fn backward_dense(
         }
     }
     true
+}
+
+/// Adds to `g` (each term's adjoint, laid out as the term; an empty one stands for zeros)
+/// the adjoint each term of `program` gets from `up`, the adjoint of its value at every grid
+/// element. Where the program is linear in terms laid out as the grid (`Q K / 8 - 1e9 (q >
+/// p)`, `W H + X`), that is `cₖ · up`, written (or added) in one pass; otherwise the rows
+/// pass back through each operation.
+fn term_adjoints(
+    (planned, program): (&RowProgram, &Program),
+    (d, terms): (&DenseEquation, &[Operand]),
+    up: &[f64],
+    g: &mut [Vec<f64>],
+    threads: usize,
+) {
+    let grid: usize = d.out.iter().map(|&v| d.extents[v]).product();
+    let on_grid = |k: usize| {
+        terms.get(k).is_some_and(|t| {
+            t.vars[..] == d.out[..]
+                && t.vars.iter().map(|&v| d.extents[v]).product::<usize>() == grid
+        })
+    };
+    let linear = planned
+        .linear()
+        .filter(|ks| d.mask.is_none() && up.len() == grid && ks.iter().all(|&(k, _)| on_grid(k)));
+    if let Some(coefficients) = linear {
+        let split = split::splits(threads, grid);
+        for (k, c) in coefficients {
+            let Some(gk) = g.get_mut(k) else {
+                continue;
+            };
+            if gk.is_empty() {
+                let scaled = |&a: &f64| a * c;
+                *gk = match split {
+                    true => {
+                        use rayon::prelude::*;
+                        up.par_iter().map(scaled).collect()
+                    }
+                    false => up.iter().map(scaled).collect(),
+                };
+            } else {
+                split::each_block(gk, ADD_BLOCK, split, |first, block| {
+                    let ups = &up[first..first + block.len()];
+                    block.iter_mut().zip(ups).for_each(|(x, &a)| *x += a * c);
+                });
+            }
+        }
+        return;
+    }
+    // The rows add into every term they read.
+    for op in &planned.ops {
+        if let RowOp::Term(k) = *op {
+            if let (Some(gk), Some(t)) = (g.get_mut(k), terms.get(k)) {
+                if gk.is_empty() {
+                    *gk = split::zeros(t.vars.iter().map(|&v| d.extents[v]).product(), threads);
+                }
+            }
+        }
+    }
+    rows::backward(program, d, terms, up, g);
 }
 
 /// Whether [`backward_dense`] takes `d` with these values (it then returns `true`): the

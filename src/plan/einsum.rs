@@ -253,7 +253,7 @@ pub struct DenseEquation {
 }
 
 /// An f32 equation computed over one product's own buffer ([`DenseEquation::in_place`]).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct InPlace {
     /// The term whose buffer it is.
     pub main: usize,
@@ -262,7 +262,7 @@ pub struct InPlace {
 }
 
 /// What an in-place product's buffer becomes.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum InPlaceEpilogue {
     /// The product itself, scaled.
     Bare,
@@ -270,6 +270,11 @@ pub enum InPlaceEpilogue {
     Normalize(Structural, usize),
     /// The elementwise expression, a row at a time (it holds no normalisation).
     Rows,
+    /// Softmax or layer normalisation along this output axis of an elementwise expression
+    /// (compiled here; it holds no normalisation), the expression applied a row at a time
+    /// and rounded to f32 first (`softmax(Q K / 8 - 1e9 (q > p))`, `lnorm(W H + X)`), as
+    /// an f32 framework computes it.
+    NormalizeRows(Structural, usize, RowProgram),
 }
 
 impl Expr {
@@ -302,6 +307,11 @@ fn in_place(p: &Checked, d: &DenseEquation) -> Option<InPlace> {
         Expr::Normalize(kind, var, arg) if matches!(**arg, Expr::Term(k) if k == main) => {
             InPlaceEpilogue::Normalize(*kind, d.out.iter().position(|v| v == var)?)
         }
+        Expr::Normalize(kind, var, arg) if !arg.normalizes() => InPlaceEpilogue::NormalizeRows(
+            *kind,
+            d.out.iter().position(|v| v == var)?,
+            RowProgram::compile(arg)?,
+        ),
         e if !e.normalizes() => InPlaceEpilogue::Rows,
         _ => return None,
     };
@@ -553,11 +563,24 @@ fn dense_equation(p: &Checked, e: usize, eq: &Equation, sparse: &[bool]) -> Opti
     Some(d)
 }
 
-/// [`DenseEquation::read_back`]: from the row program's `needed` values; every term, where
-/// the expression holds a normalisation (lifted at run time) or a term is a relation's.
+/// [`DenseEquation::read_back`]: from the row program's `needed` values, or for a softmax
+/// of an expression from its argument's (its Jacobian is in its values alone, which the
+/// forward pass keeps); every term where the expression holds another normalisation (lifted
+/// at run time) or a term is a relation's.
 fn read_back(d: &DenseEquation) -> Vec<bool> {
-    let Some(program) = &d.program else {
-        return vec![true; d.terms.len()];
+    let argument;
+    let program = match (&d.program, &d.expr) {
+        (Some(program), _) => program,
+        (None, Expr::Normalize(Structural::Softmax, _, x)) if !x.normalizes() => {
+            match RowProgram::compile(x) {
+                Some(compiled) => {
+                    argument = compiled;
+                    &argument
+                }
+                None => return vec![true; d.terms.len()],
+            }
+        }
+        (None, _) => return vec![true; d.terms.len()],
     };
     let mut reads: Vec<bool> = d.terms.iter().map(|c| c.sparse.is_some()).collect();
     if let Some(k) = d.mask {
@@ -1349,8 +1372,12 @@ mod tests {
         );
         assert_eq!(read(&format!("{w}Y[h] = W[h, i] X[i] B[h]\n")).len(), 1);
         assert_eq!(
-            read(&format!("{w}Y[h] = softmax(W[h, i] X[i])\n")),
-            vec![true]
+            read(&format!("{w}Y[h] = softmax(W[h, i] X[i] / 2 - B[h])\n")),
+            vec![false, false]
+        );
+        assert_eq!(
+            read(&format!("{w}Y[h.] = lnorm(W[h, i] X[i] + B[h])\n")),
+            vec![true, true]
         );
     }
 

@@ -77,6 +77,53 @@ impl RowProgram {
         Some(p)
     }
 
+    /// The expression as `Σ cₖ · termₖ` plus what passes no adjoint back (`1e9 * (q > p)`):
+    /// each term's coefficient, the product of the local derivatives on its way to the
+    /// value; `None` where a term's derivative varies along the grid (a product of terms, a
+    /// function of one). The backward pass then gives term `k` the adjoint `cₖ · a` in one
+    /// pass instead of a row at a time.
+    pub fn linear(&self) -> Option<Vec<(usize, f64)>> {
+        // Per operation: its coefficients, and its value where it is a constant.
+        let mut forms: Vec<Vec<(usize, f64)>> = Vec::with_capacity(self.ops.len());
+        let mut constants: Vec<Option<f64>> = Vec::with_capacity(self.ops.len());
+        let scaled = |f: &[(usize, f64)], c: f64| f.iter().map(|&(k, x)| (k, x * c)).collect();
+        for (i, op) in self.ops.iter().enumerate() {
+            let (form, constant) = match op {
+                RowOp::Const(c) => (Vec::new(), Some(*c)),
+                _ if !self.live[i] => (Vec::new(), None),
+                RowOp::Term(k) => (vec![(*k, 1.0)], None),
+                RowOp::Neg(x) | RowOp::Not(x) => (scaled(&forms[*x], -1.0), None),
+                RowOp::Add(x, y) => ([&forms[*x][..], &forms[*y][..]].concat(), None),
+                RowOp::Sub(x, y) => {
+                    let mut f = forms[*x].clone();
+                    f.extend(forms[*y].iter().map(|&(k, c)| (k, -c)));
+                    (f, None)
+                }
+                RowOp::Mul(x, y) => match (constants[*x], constants[*y]) {
+                    (Some(c), _) => (scaled(&forms[*y], c), None),
+                    (_, Some(c)) => (scaled(&forms[*x], c), None),
+                    _ => return None,
+                },
+                RowOp::Div(x, y) => match constants[*y] {
+                    Some(c) if !self.live[*y] => (scaled(&forms[*x], 1.0 / c), None),
+                    _ => return None,
+                },
+                _ => return None,
+            };
+            forms.push(form);
+            constants.push(constant);
+        }
+        // A term read twice takes the sum of its coefficients.
+        let mut merged: Vec<(usize, f64)> = Vec::new();
+        for (k, c) in forms.pop()? {
+            match merged.iter_mut().find(|(j, _)| *j == k) {
+                Some((_, sum)) => *sum += c,
+                None => merged.push((k, c)),
+            }
+        }
+        Some(merged)
+    }
+
     fn push(&mut self, e: &Expr) -> Option<usize> {
         let op = match e {
             Expr::Term(k) => RowOp::Term(*k),
@@ -308,6 +355,30 @@ mod tests {
         // The term, its division and the subtraction; the divisor's value only.
         assert_eq!(live.len(), 3);
         assert_eq!(needed, vec![&RowOp::Const(8.0)]);
+        // Its term's adjoint is the value's divided by 8.
+        assert_eq!(p.linear(), Some(vec![(0, 0.125)]));
+    }
+
+    /// Sums and differences of terms scaled by constants are linear; a term read twice takes
+    /// both coefficients; a product of terms or a function of one is not.
+    #[test]
+    fn linear_expressions_give_each_term_its_coefficient() {
+        let linear = |e: Expr| RowProgram::compile(&e).and_then(|p| p.linear());
+        let sum = Expr::Binary(BinOp::Add, boxed(Expr::Term(0)), boxed(Expr::Term(1)));
+        assert_eq!(linear(sum), Some(vec![(0, 1.0), (1, 1.0)]));
+        let twice = Expr::Binary(
+            BinOp::Sub,
+            boxed(Expr::Product(vec![
+                (false, Expr::Const(3.0)),
+                (false, Expr::Term(0)),
+            ])),
+            boxed(Expr::Neg(boxed(Expr::Term(0)))),
+        );
+        assert_eq!(linear(twice), Some(vec![(0, 4.0)]));
+        let product = Expr::Product(vec![(false, Expr::Term(0)), (false, Expr::Term(1))]);
+        assert_eq!(linear(product), None);
+        let relu = Expr::Call(Func::Builtin(Builtin::Relu), vec![Expr::Term(0)]);
+        assert_eq!(linear(relu), None);
     }
 
     #[test]

@@ -198,6 +198,9 @@ pub(super) enum Epilogue<'p> {
     Normalize(Structural, usize),
     /// The equation's elementwise expression, evaluated over the buffer a row at a time.
     Rows(rows::Program<'p>),
+    /// The argument of a softmax or layer normalisation along an output axis, evaluated
+    /// over the buffer a row at a time, then normalised there.
+    NormalizeRows(Structural, usize, rows::Program<'p>),
 }
 
 /// The value of an f32 tensor with no data of its own, defined by one equation over an f32
@@ -235,13 +238,16 @@ pub(super) fn f32_grid(
     (o, pool): (&EvalOptions, Option<&rayon::ThreadPool>),
     keep: Option<&mut Vec<Option<KeptTerm>>>,
 ) -> Option<Vec<f32>> {
-    let planned = d.in_place?;
+    let planned = d.in_place.as_ref()?;
     let main = planned.main;
     let c = d.terms.get(main)?;
-    let epilogue = match planned.epilogue {
+    let epilogue = match &planned.epilogue {
         InPlaceEpilogue::Bare => Epilogue::Bare,
-        InPlaceEpilogue::Normalize(kind, axis) => Epilogue::Normalize(kind, axis),
+        InPlaceEpilogue::Normalize(kind, axis) => Epilogue::Normalize(*kind, *axis),
         InPlaceEpilogue::Rows => Epilogue::Rows(rows::Program::bind(d.program.as_ref()?, o)?),
+        InPlaceEpilogue::NormalizeRows(kind, axis, arg) => {
+            Epilogue::NormalizeRows(*kind, *axis, rows::Program::bind(arg, o)?)
+        }
     };
     let split = split(d, values, pool);
     // Work is split only inside the pool of `--threads` workers, never on rayon's global one.
@@ -268,27 +274,35 @@ pub(super) fn f32_grid(
             Epilogue::Normalize(kind, axis) => {
                 let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
                 normalize(&mut data, &dims, *axis, *kind, (c.scale, split));
+                // The backward pass reads the normalisation's value as the term after the
+                // equation's own.
+                if keeping {
+                    kept.push(Some((d.out.to_vec(), widened(&data, 1.0, workers))));
+                }
             }
             Epilogue::Rows(program) => {
-                let terms: smallvec::SmallVec<[Operand; 4]> = d
-                    .terms
-                    .iter()
-                    .enumerate()
-                    .map(|(k, c)| match k == main {
-                        true => Operand {
-                            vars: Vars::from_slice(&c.out),
-                            data: Cow::Owned(Vec::new()),
-                        },
-                        false => term(c, values, 1),
-                    })
-                    .collect();
-                rows::in_place(program, d, &terms, (main, c.scale), &mut data, split);
+                let at = (main, c.scale, split);
+                rows_in_place(
+                    d,
+                    values,
+                    (program, at),
+                    &mut data,
+                    keeping.then_some(&mut kept),
+                );
+            }
+            Epilogue::NormalizeRows(kind, axis, arg) => {
+                let at = (main, c.scale, split);
+                rows_in_place(
+                    d,
+                    values,
+                    (arg, at),
+                    &mut data,
+                    keeping.then_some(&mut kept),
+                );
+                let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+                normalize(&mut data, &dims, *axis, *kind, (1.0, split));
                 if keeping {
-                    for (k, t) in terms.into_iter().enumerate() {
-                        if let (false, Cow::Owned(v)) = (k == main, t.data) {
-                            kept[k] = Some((t.vars.to_vec(), v));
-                        }
-                    }
+                    kept.push(Some((d.out.to_vec(), widened(&data, 1.0, workers))));
                 }
             }
         }
@@ -302,6 +316,38 @@ pub(super) fn f32_grid(
         *k = kept;
     }
     Some(data)
+}
+
+/// `program` evaluated over `buf`, which holds term `main` (scaled by `scale` as it is
+/// read), a row at a time (`rows::in_place`); the other terms it computed (not those it only
+/// read) are kept in `keep`.
+fn rows_in_place(
+    d: &DenseEquation,
+    values: &[Tensor],
+    (program, (main, scale, split)): (&rows::Program, (usize, f64, bool)),
+    buf: &mut [f32],
+    keep: Option<&mut Vec<Option<KeptTerm>>>,
+) {
+    let terms: smallvec::SmallVec<[Operand; 4]> = d
+        .terms
+        .iter()
+        .enumerate()
+        .map(|(k, c)| match k == main {
+            true => Operand {
+                vars: Vars::from_slice(&c.out),
+                data: Cow::Owned(Vec::new()),
+            },
+            false => term(c, values, 1),
+        })
+        .collect();
+    rows::in_place(program, d, &terms, (main, scale), buf, split);
+    if let Some(kept) = keep {
+        for (k, t) in terms.into_iter().enumerate() {
+            if let (false, Cow::Owned(v), Some(slot)) = (k == main, t.data, kept.get_mut(k)) {
+                *slot = Some((t.vars.to_vec(), v));
+            }
+        }
+    }
 }
 
 /// Adds the equation's value at every output element to `acc` (row-major over `d.out`; when
