@@ -701,3 +701,25 @@ fn large_windows_are_gathered_in_blocks_of_rows() {
     let (second, _) = run(8..16);
     assert_eq!(all, [first, second].concat());
 }
+
+/// A softmax of an expression (attention's masked, scaled scores) and a layer norm of a sum
+/// (a residual) run over their product's f32 buffer, and give the reference's values within
+/// the f32 rounding of their argument.
+#[test]
+fn normalisations_of_expressions_run_in_their_products_buffer() {
+    let src = "Q : real[6, 8]\nK : real[6, 8]\nQ ~ normal(0, 1)\nK ~ normal(0, 1)\n\
+               Att[p, q.] = softmax(Q[p, k] K[q, k] / sqrt(8) - 1e9 * (q > p))\n\
+               Y[p, d.] = lnorm(Q[p, k] K[d, k] + Att[p, d])\n";
+    let plan = explained(src);
+    for how in [
+        "its argument applied a row at a time, then softmax along axis 2 in f32",
+        "its argument applied a row at a time, then lnorm along axis 2 in f32",
+    ] {
+        assert!(plan.contains(how), "{plan}");
+    }
+    let (a, b) = (values(src, &Reference, 1), values(src, &Standard, 1));
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= 1e-5 * (1.0 + x.abs()), "{x} vs {y}");
+    }
+}
