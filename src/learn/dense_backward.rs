@@ -5,12 +5,13 @@
 //! then the einsum of `s · Gₖ` with the term's other factors onto that factor's variables
 //! (`dW[h, i] = Σₑ dPre[e, h] X[e, i]`), run as the same batched matrix products.
 
+use super::pending::Pending;
 use crate::eval::dense::rows::{self, Program};
 use crate::eval::dense::split;
 use crate::eval::dense::{
     factor_operand, fits, normalize_for, permute, placement, reduce, replace_normalize,
-    sparse_operands, subtree_from, term, widened, KeptTerm, Num, Operand, Placement, TupleWalk,
-    Vars,
+    sparse_operands, subtree_from, term, widened, Grid, KeptTerm, Num, Operand, Placement,
+    TupleWalk, Vars,
 };
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
@@ -20,9 +21,19 @@ use crate::semantics::VarId;
 use crate::tensor::Tensor;
 use std::borrow::Cow;
 
+/// The adjoint of an equation's target, as its backward pass reads it.
+pub(crate) enum Upstream<'a> {
+    /// The whole target's adjoint, row-major over the target.
+    Target(&'a [f64]),
+    /// Only the elements the equation's grid writes, in grid order: a window's gradient as
+    /// it came ([`Pending`]), for an equation that writes a window and sums nothing after
+    /// its expression.
+    Grid(&'a Grid),
+}
+
 /// Adds d(loss)/d(factor) to `adj` for every dense factor whose tensor has a buffer there,
-/// given `upstream` = d(loss)/d(target) (row-major over `d.out`) and the terms the forward
-/// pass kept, if it did. The caller has asked [`covers`] first, once for every step of an
+/// given `upstream` = d(loss)/d(target) and the terms the forward pass kept, if it did;
+/// gradients of windows of still empty adjoints go to `pending` where there is one. The caller has asked [`covers`] first, once for every step of an
 /// index recursion or for every part of an equation before any part adds: this path does
 /// not take softmax/lnorm nested in each other, a relation factor taking a gradient, a
 /// tensor of defined elements or a shifted relation as a factor, or inputs not as planned,
@@ -31,9 +42,9 @@ use std::borrow::Cow;
 pub(crate) fn backward_dense(
     d: &DenseEquation,
     values: &[Tensor],
-    upstream: &[f64],
+    upstream: Upstream,
     o: &EvalOptions,
-    adj: &mut [Option<Vec<f64>>],
+    (adj, mut pending): (&mut [Option<Vec<f64>>], Option<&mut Pending>),
     kept: Option<&[Option<KeptTerm>]>,
 ) -> bool {
     let threads = o.threads.max(1);
@@ -99,29 +110,39 @@ pub(crate) fn backward_dense(
     let single = whole.and_then(|k| d.terms.get(k).map(|c| (k, c)));
     if let Some((k, c)) = single.filter(|(_, c)| c.single && c.sparse.is_none() && block == 1) {
         let narrow = |x: f64| (x * c.scale) as f32;
-        let at = match d.scatter {
-            Some(_) => Some(placement(d)),
-            None => (upstream.len() == grid).then_some(Placement::Same),
+        let g: Option<Cow<[f32]>> = match upstream {
+            // A window's gradient held as it came is already what the products read.
+            Upstream::Grid(Grid::F32(u)) if c.scale == 1.0 => Some(Cow::Borrowed(u)),
+            Upstream::Grid(Grid::F32(u)) => Some(u.iter().map(|&x| narrow(x.into())).collect()),
+            Upstream::Grid(Grid::F64(u)) => Some(u.iter().map(|&x| narrow(x)).collect()),
+            Upstream::Target(u) => {
+                let at = match d.scatter {
+                    Some(_) => Some(placement(d)),
+                    None => (u.len() == grid).then_some(Placement::Same),
+                };
+                at.map(|at| Cow::Owned(at.gather_as(grid, u, 0.0, narrow, threads)))
+            }
         };
-        if let Some(at) = at {
-            let g = at.gather_as(grid, upstream, 0.0, narrow, threads);
-            factor_gradients(c, &terms[k].vars, (&[], Some(g)), values, threads, adj);
+        if let Some(g) = g {
+            let sums = (adj, pending);
+            factor_gradients(c, &terms[k].vars, (&[], Some(g)), values, threads, sums);
             return true;
         }
     }
-    let upstream: Cow<[f64]> = if d.scatter.is_some() {
+    let upstream: Cow<[f64]> = match upstream {
+        Upstream::Grid(Grid::F64(u)) => Cow::Borrowed(u),
+        Upstream::Grid(Grid::F32(u)) => Cow::Owned(widened(u, 1.0, threads)),
         // Each grid element was added at its left-hand-side position: it gets that
         // position's adjoint (none where it was skipped).
-        Cow::Owned(placement(d).gather(grid, upstream, 0.0, threads))
-    } else if block == 1 {
-        Cow::Borrowed(upstream)
-    } else {
-        Cow::Owned(
-            upstream
-                .iter()
+        Upstream::Target(u) if d.scatter.is_some() => {
+            Cow::Owned(placement(d).gather(grid, u, 0.0, threads))
+        }
+        Upstream::Target(u) if block == 1 => Cow::Borrowed(u),
+        Upstream::Target(u) => Cow::Owned(
+            u.iter()
                 .flat_map(|&a| std::iter::repeat_n(a, block))
                 .collect(),
-        )
+        ),
     };
     let whole = whole.filter(|_| upstream.len() == grid);
     // Each term's adjoint: empty, standing for zeros, until an adjoint reaches it.
@@ -163,7 +184,8 @@ pub(crate) fn backward_dense(
                 }
                 false => gk.iter().map(narrow).collect(),
             };
-            factor_gradients(c, &t.vars, (&[], Some(g)), values, threads, adj);
+            let sums = (&mut *adj, pending.as_deref_mut());
+            factor_gradients(c, &t.vars, (&[], Some(g)), values, threads, sums);
             continue;
         }
         let mut gk = gk;
@@ -171,7 +193,10 @@ pub(crate) fn backward_dense(
             gk.iter_mut().for_each(|x| *x *= c.scale);
         }
         match &c.sparse {
-            None => factor_gradients(c, &t.vars, (&gk, None), values, threads, adj),
+            None => {
+                let sums = (&mut *adj, pending.as_deref_mut());
+                factor_gradients(c, &t.vars, (&gk, None), values, threads, sums);
+            }
             Some(r) => {
                 let crate::tensor::Storage::Relation(rel) = &values[r.tensor].storage else {
                     continue;
@@ -188,10 +213,12 @@ pub(crate) fn backward_dense(
                         };
                         let (order, onto) = f.memory_order();
                         let grad = permute(grad, &onto, &c.extents, threads);
-                        add_factor(adj, f, (&order, &c.extents, values), &grad.data, threads);
+                        let sums = (&mut *adj, pending.as_deref_mut());
+                        add_factor(sums, f, (&order, &c.extents, values), &grad.data, threads);
                     }
                 } else if let (Some(part), Some(gp)) = (parts.first(), gparts.into_iter().next()) {
-                    factor_gradients(c, &part.vars, (&gp, None), values, threads, adj);
+                    let sums = (&mut *adj, pending.as_deref_mut());
+                    factor_gradients(c, &part.vars, (&gp, None), values, threads, sums);
                 }
             }
         }
@@ -296,10 +323,10 @@ pub(crate) fn covers(d: &DenseEquation, values: &[Tensor], o: &EvalOptions) -> b
 fn factor_gradients(
     c: &Contraction,
     vars: &[VarId],
-    (g, mut narrow): (&[f64], Option<Vec<f32>>),
+    (g, mut narrow): (&[f64], Option<Cow<[f32]>>),
     values: &[Tensor],
     threads: usize,
-    adj: &mut [Option<Vec<f64>>],
+    (adj, mut pending): (&mut [Option<Vec<f64>>], Option<&mut Pending>),
 ) {
     for (j, f) in c.factors.iter().enumerate() {
         if adj[f.tensor].is_none() {
@@ -320,13 +347,14 @@ fn factor_gradients(
             continue;
         };
         let (order, onto) = f.memory_order();
+        let sums = (&mut *adj, pending.as_deref_mut());
         if grad.single {
             let g = narrow.get_or_insert_with(|| g.iter().map(|&x| x as f32).collect());
             let acc = gradient::<f32>(grad, path, &onto, g, values, threads);
-            add_factor(adj, f, (&order, &c.extents, values), &acc.data, threads);
+            add_factor(sums, f, (&order, &c.extents, values), &acc.data, threads);
         } else {
             let acc = gradient::<f64>(grad, path, &onto, g, values, threads);
-            add_factor(adj, f, (&order, &c.extents, values), &acc.data, threads);
+            add_factor(sums, f, (&order, &c.extents, values), &acc.data, threads);
         }
     }
 }
@@ -335,9 +363,10 @@ fn factor_gradients(
 /// tensor's adjoint: element for element, or for a window each element at the position it
 /// was read from, overlapping windows adding up (col2im), in row-major order of `g`. An
 /// adjoint still empty (zeros no gradient has reached) that the gradient covers whole is
-/// written from it, in one pass; otherwise its zeros are made first.
+/// written from it, in one pass; a window of one is held as it came where `pending` can
+/// hold it; otherwise its zeros (and the windows held) are made first.
 fn add_factor<T: Num>(
-    adj: &mut [Option<Vec<f64>>],
+    (adj, pending): (&mut [Option<Vec<f64>>], Option<&mut Pending>),
     f: &Factor,
     (order, extents, values): (&[usize], &[usize], &[Tensor]),
     g: &[T],
@@ -356,6 +385,15 @@ fn add_factor<T: Num>(
     };
     if buf.is_empty() {
         let len = values[f.tensor].shape.iter().product();
+        if let Some(pending) = pending {
+            if pending.hold(f.tensor, &at, len, g, threads) {
+                return;
+            }
+            pending.settle(f.tensor, buf, len, threads);
+        }
+    }
+    if buf.is_empty() {
+        let len = values[f.tensor].shape.iter().product();
         if matches!(at, Placement::Same) && g.len() == len {
             *buf = widened(g, 1.0, threads);
             return;
@@ -369,7 +407,7 @@ fn add_factor<T: Num>(
 /// outside it. Runs that lie apart and in order (a layer's window) are added on the pool's
 /// workers when large: each element then receives one addition, as on one thread; others
 /// (overlapping windows) are added in grid order.
-fn add_placed<T: Num>(buf: &mut [f64], at: &Placement, g: &[T], threads: usize) {
+pub(crate) fn add_placed<T: Num>(buf: &mut [f64], at: &Placement, g: &[T], threads: usize) {
     fn add<T: Num>(dst: &mut [f64], src: &[T]) {
         dst.iter_mut().zip(src).for_each(|(b, &x)| *b += x.into());
     }

@@ -7,7 +7,7 @@
 //! time). Boolean and integer tensors carry no gradient: `step` has derivative 0.
 
 use super::backprop::{self, Head, Sink};
-use super::dense_backward::{backward_dense, covers};
+use super::dense_backward::{backward_dense, covers, Upstream};
 use super::steps_backward;
 use crate::eval::{EvalOptions, KeptTerms, Record, StratumRecord};
 use crate::plan::einsum::DenseEquation;
@@ -276,7 +276,8 @@ fn one_pass(
                 continue;
             }
             let kept = kept.get(&i).map(Vec::as_slice);
-            done[d.equation] = backward_dense(d, values, &upstream[j], o, sink.adj, kept);
+            let up = Upstream::Target(&upstream[j]);
+            done[d.equation] = backward_dense(d, values, up, o, (sink.adj, None), kept);
         }
     }
     if st.equations.iter().all(|&e| done[e]) {

@@ -13,6 +13,7 @@ mod dense_backward;
 pub mod gradcheck;
 mod gradient;
 pub mod optim;
+mod pending;
 mod steps_backward;
 pub mod train;
 

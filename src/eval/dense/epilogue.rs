@@ -8,6 +8,7 @@ use crate::plan::einsum::InPlaceEpilogue;
 use crate::plan::rows::RowProgram;
 
 /// Where each element of an equation's grid lands in its target.
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Placement {
     /// At the same offset (the grid is laid out as the target).
     Same,

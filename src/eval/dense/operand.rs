@@ -31,6 +31,8 @@ pub(crate) trait Num: Copy + Default + Send + Sync + 'static + Into<f64> {
     fn elements(d: &Dense) -> Cow<'_, [Self]>;
     /// Softmax or layer normalisation of `scale ·` a row, in place.
     fn normalize_row(kind: Structural, row: &mut [Self], scale: f64);
+    /// Values of this type as a [`Grid`] of their own type.
+    fn into_grid(values: Vec<Self>) -> super::Grid;
 }
 
 impl Num for f64 {
@@ -53,6 +55,9 @@ impl Num for f64 {
         }
         crate::functions::normalize_row(kind, row);
     }
+    fn into_grid(values: Vec<f64>) -> super::Grid {
+        super::Grid::F64(values)
+    }
 }
 
 impl Num for f32 {
@@ -71,6 +76,9 @@ impl Num for f32 {
     }
     fn normalize_row(kind: Structural, row: &mut [f32], scale: f64) {
         crate::functions::fast_rows::normalize_row(kind, row, scale);
+    }
+    fn into_grid(values: Vec<f32>) -> super::Grid {
+        super::Grid::F32(values)
     }
 }
 
