@@ -14,7 +14,7 @@ use crate::eval::dense::{
     TupleWalk, Vars,
 };
 use crate::eval::EvalOptions;
-use crate::functions::Structural;
+use crate::functions::{Builtin, Structural};
 use crate::plan::einsum::{gradient_term, Contraction, DenseEquation, Expr, Factor, Path};
 use crate::plan::rows::{RowOp, RowProgram};
 use crate::semantics::VarId;
@@ -245,32 +245,32 @@ fn term_adjoints(
                 && t.vars.iter().map(|&v| d.extents[v]).product::<usize>() == grid
         })
     };
+    let split = split::splits(threads, grid);
+    let direct = d.mask.is_none() && up.len() == grid;
     let linear = planned
         .linear()
-        .filter(|ks| d.mask.is_none() && up.len() == grid && ks.iter().all(|&(k, _)| on_grid(k)));
+        .filter(|ks| direct && ks.iter().all(|&(k, _)| on_grid(k)));
     if let Some(coefficients) = linear {
-        let split = split::splits(threads, grid);
         for (k, c) in coefficients {
-            let Some(gk) = g.get_mut(k) else {
-                continue;
-            };
-            if gk.is_empty() {
-                let scaled = |&a: &f64| a * c;
-                *gk = match split {
-                    true => {
-                        use rayon::prelude::*;
-                        up.par_iter().map(scaled).collect()
-                    }
-                    false => up.iter().map(scaled).collect(),
-                };
-            } else {
-                split::each_block(gk, ADD_BLOCK, split, |first, block| {
-                    let ups = &up[first..first + block.len()];
-                    block.iter_mut().zip(ups).for_each(|(x, &a)| *x += a * c);
-                });
+            if let Some(gk) = g.get_mut(k) {
+                accumulate(gk, grid, split, |j| up[j] * c);
             }
         }
         return;
+    }
+    // One function of one term laid out as the grid (`relu(W X)`): `f'(x) · a`, one pass.
+    if let [RowOp::Term(k), RowOp::Builtin(f, args)] = &planned.ops[..] {
+        let x = terms.get(*k).map_or(&[][..], |t| &t.data[..]);
+        if direct && args[..] == [0] && on_grid(*k) && x.len() == grid {
+            let derivative = |x: f64| match f {
+                Builtin::Relu => crate::functions::step(x),
+                _ => f.partial(&[x], 0),
+            };
+            if let Some(gk) = g.get_mut(*k) {
+                accumulate(gk, grid, split, |j| up[j] * derivative(x[j]));
+            }
+            return;
+        }
     }
     // The rows add into every term they read.
     for op in &planned.ops {
@@ -283,6 +283,26 @@ fn term_adjoints(
         }
     }
     rows::backward(program, d, terms, up, g);
+}
+
+/// `gₖ[j] += a(j)` at every grid element (`grid` of them), or `gₖ = a` where `gₖ` is still
+/// empty (zeros): one pass, in blocks on the pool's workers when `split`.
+fn accumulate(gk: &mut Vec<f64>, grid: usize, split: bool, a: impl Fn(usize) -> f64 + Sync) {
+    if gk.is_empty() {
+        *gk = match split {
+            true => {
+                use rayon::prelude::*;
+                (0..grid).into_par_iter().map(&a).collect()
+            }
+            false => (0..grid).map(&a).collect(),
+        };
+        return;
+    }
+    split::each_block(gk, ADD_BLOCK, split, |first, block| {
+        for (i, x) in block.iter_mut().enumerate() {
+            *x += a(first + i);
+        }
+    });
 }
 
 /// Whether [`backward_dense`] takes `d` with these values (it then returns `true`): the
