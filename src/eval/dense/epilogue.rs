@@ -262,7 +262,7 @@ pub(super) fn f32_grid(
             // What the backward pass would compute again and reads (a product of f64
             // factors it computes in f64, so that one is not kept).
             if c.single && d.read_back.get(main) == Some(&true) {
-                kept[main] = Some((c.out.to_vec(), widened(&data, c.scale, workers)));
+                kept[main] = Some((c.out.to_vec(), widened(&data, c.scale, o.threads)));
             }
         }
         match &epilogue {
@@ -278,7 +278,7 @@ pub(super) fn f32_grid(
                 // The backward pass reads the normalisation's value as the term after the
                 // equation's own.
                 if keeping {
-                    kept.push(Some((d.out.to_vec(), widened(&data, 1.0, workers))));
+                    kept.push(Some((d.out.to_vec(), widened(&data, 1.0, o.threads))));
                 }
             }
             Epilogue::Rows(program) => {
@@ -303,7 +303,7 @@ pub(super) fn f32_grid(
                 let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
                 normalize(&mut data, &dims, *axis, *kind, (1.0, split));
                 if keeping {
-                    kept.push(Some((d.out.to_vec(), widened(&data, 1.0, workers))));
+                    kept.push(Some((d.out.to_vec(), widened(&data, 1.0, o.threads))));
                 }
             }
         }
