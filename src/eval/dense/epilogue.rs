@@ -271,40 +271,26 @@ pub(super) fn f32_grid(
                 data.iter_mut()
                     .for_each(|x| *x = (f64::from(*x) * c.scale) as f32);
             }
-            Epilogue::Bare => {}
-            Epilogue::Normalize(kind, axis) => {
-                let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
-                normalize(&mut data, &dims, *axis, *kind, (c.scale, split));
-                // The backward pass reads the normalisation's value as the term after the
-                // equation's own.
-                if keeping {
-                    kept.push(Some((d.out.to_vec(), widened(&data, 1.0, o.threads))));
-                }
-            }
-            Epilogue::Rows(program) => {
+            Epilogue::Bare | Epilogue::Normalize(..) => {}
+            Epilogue::Rows(program) | Epilogue::NormalizeRows(_, _, program) => {
                 let at = (main, c.scale, split);
-                rows_in_place(
-                    d,
-                    values,
-                    (program, at),
-                    &mut data,
-                    keeping.then_some(&mut kept),
-                );
+                let keep = keeping.then_some(&mut kept);
+                rows_in_place(d, values, (program, at), &mut data, keep);
             }
-            Epilogue::NormalizeRows(kind, axis, arg) => {
-                let at = (main, c.scale, split);
-                rows_in_place(
-                    d,
-                    values,
-                    (arg, at),
-                    &mut data,
-                    keeping.then_some(&mut kept),
-                );
-                let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
-                normalize(&mut data, &dims, *axis, *kind, (1.0, split));
-                if keeping {
-                    kept.push(Some((d.out.to_vec(), widened(&data, 1.0, o.threads))));
-                }
+        }
+        // A normalisation reads the product scaled, or the expression's values.
+        let normalization = match &epilogue {
+            Epilogue::Normalize(kind, axis) => Some((*kind, *axis, c.scale)),
+            Epilogue::NormalizeRows(kind, axis, _) => Some((*kind, *axis, 1.0)),
+            Epilogue::Bare | Epilogue::Rows(_) => None,
+        };
+        if let Some((kind, axis, scale)) = normalization {
+            let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+            normalize(&mut data, &dims, axis, kind, (scale, split));
+            // The backward pass reads the normalisation's value as the term after the
+            // equation's own.
+            if keeping {
+                kept.push(Some((d.out.to_vec(), widened(&data, 1.0, o.threads))));
             }
         }
         (data, kept)
