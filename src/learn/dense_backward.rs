@@ -33,12 +33,13 @@ pub(crate) enum Upstream<'a> {
 
 /// Adds d(loss)/d(factor) to `adj` for every dense factor whose tensor has a buffer there,
 /// given `upstream` = d(loss)/d(target) and the terms the forward pass kept, if it did;
-/// gradients of windows of still empty adjoints go to `pending` where there is one. The caller has asked [`covers`] first, once for every step of an
-/// index recursion or for every part of an equation before any part adds: this path does
-/// not take softmax/lnorm nested in each other, a relation factor taking a gradient, a
-/// tensor of defined elements or a shifted relation as a factor, or inputs not as planned,
-/// and the caller then uses the reference loops. `false`, with nothing added, if the
-/// normalizations cannot be lifted after all.
+/// gradients of windows of still empty adjoints go to `pending` where there is one. The
+/// caller has asked [`covers`] first, once for every step of an index recursion or for every
+/// part of an equation before any part adds: this path does not take softmax/lnorm nested
+/// in each other, a relation factor taking a gradient, a tensor of defined elements or a
+/// shifted relation as a factor, or inputs not as planned, and the caller then uses the
+/// reference loops. `false`, with nothing added, if the normalizations cannot be lifted
+/// after all.
 pub(crate) fn backward_dense(
     d: &DenseEquation,
     values: &[Tensor],
