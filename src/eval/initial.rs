@@ -1,11 +1,10 @@
 //! Every tensor's value before evaluation: its data, or no elements yet (zeros for a dense
 //! tensor, no tuples or defined elements for a sparse one), within `--max-memory` (§15).
 
-use super::dense::split;
 use super::EvalOptions;
 use crate::diagnostics::{codes, Diagnostic, Diagnostics};
 use crate::semantics::{Kind, TensorInfo};
-use crate::tensor::{Dense, ElemType, Storage, Tensor};
+use crate::tensor::Tensor;
 
 /// A tensor with no elements yet: zeros, or no defined elements.
 pub(crate) fn empty(info: &TensorInfo, o: &EvalOptions) -> Result<Tensor, Diagnostics> {
@@ -13,15 +12,6 @@ pub(crate) fn empty(info: &TensorInfo, o: &EvalOptions) -> Result<Tensor, Diagno
         return Ok(Tensor::sparse(info.elem, info.shape.clone()));
     }
     fits_dense(info, o)?;
-    // A layer-indexed tensor's zeros are a pass over memory like any other.
-    let n: usize = info.shape.iter().product();
-    if info.elem == ElemType::F32 && split::splits(o.threads, n) {
-        return Ok(Tensor {
-            elem: info.elem,
-            shape: info.shape.clone(),
-            storage: Storage::Dense(Dense::from_f32(split::zeros(n, o.threads))),
-        });
-    }
     Ok(Tensor::zeros(info.elem, info.shape.clone()))
 }
 

@@ -11,7 +11,7 @@ use super::{Decision, Engine, EvalOptions, Evaluation, KeptTerms, Ran, Record};
 use crate::diagnostics::Diagnostics;
 use crate::plan::{Kernel, Plan, StratumPlan};
 use crate::semantics::{Checked, Query, Stratum, TensorId};
-use crate::tensor::{Dense, Sparse, Storage, Tensor};
+use crate::tensor::{Dense, ElemType, Sparse, Storage, Tensor};
 
 /// The default engine: each stratum on the kernel its plan names — semi-naive joins for
 /// Datalog, counting joins, `min=`/`max=` path joins, dense contractions, loop nests.
@@ -203,6 +203,20 @@ impl<'a> State<'a> {
                         elem: info.elem,
                         shape: info.shape.clone(),
                         storage: Storage::Dense(empty(info.elem)),
+                    }
+                }
+                // A dense f32 tensor's zeros (a layer-indexed one's are large) are a pass
+                // over memory like any other, split on the pool.
+                None if info.elem == ElemType::F32
+                    && !initial::is_sparse(info)
+                    && dense::split::splits(o.threads, info.shape.iter().product()) =>
+                {
+                    initial::fits_dense(info, o)?;
+                    let n = info.shape.iter().product();
+                    Tensor {
+                        elem: info.elem,
+                        shape: info.shape.clone(),
+                        storage: Storage::Dense(Dense::from_f32(dense::split::zeros(n, o.threads))),
                     }
                 }
                 None => initial::empty(info, o)?,
