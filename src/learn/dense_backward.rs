@@ -114,8 +114,10 @@ pub(crate) fn backward_dense(
         let g: Option<Cow<[f32]>> = match upstream {
             // A window's gradient held as it came is already what the products read.
             Upstream::Grid(Grid::F32(u)) if c.scale == 1.0 => Some(Cow::Borrowed(u)),
-            Upstream::Grid(Grid::F32(u)) => Some(mapped(u, |&x| narrow(x.into()), threads).into()),
-            Upstream::Grid(Grid::F64(u)) => Some(mapped(u, |&x| narrow(x), threads).into()),
+            Upstream::Grid(Grid::F32(u)) => {
+                Some(split::mapped(u, |&x| narrow(x.into()), threads).into())
+            }
+            Upstream::Grid(Grid::F64(u)) => Some(split::mapped(u, |&x| narrow(x), threads).into()),
             Upstream::Target(u) => {
                 let at = match d.scatter {
                     Some(_) => Some(placement(d)),
@@ -177,7 +179,7 @@ pub(crate) fn backward_dense(
         }
         // The products of an f32 term read its adjoint scaled and rounded, made in one pass.
         if c.single && c.sparse.is_none() {
-            let g = mapped(&gk, |&x| (x * c.scale) as f32, threads).into();
+            let g = split::mapped(&gk, |&x| (x * c.scale) as f32, threads).into();
             let sums = (&mut *adj, pending.as_deref_mut());
             factor_gradients(c, &t.vars, (&[], Some(g)), values, threads, sums);
             continue;
@@ -277,17 +279,6 @@ fn term_adjoints(
         }
     }
     rows::backward(program, d, terms, up, g);
-}
-
-/// `f` of each element, on the pool's workers where [`split::splits`] says so.
-fn mapped<S: Sync, T: Send>(xs: &[S], f: impl Fn(&S) -> T + Sync + Send, threads: usize) -> Vec<T> {
-    match split::splits(threads, xs.len()) {
-        true => {
-            use rayon::prelude::*;
-            xs.par_iter().map(f).collect()
-        }
-        false => xs.iter().map(f).collect(),
-    }
 }
 
 /// `gₖ[j] += a(j)` at every grid element (`grid` of them), or `gₖ = a` where `gₖ` is still

@@ -86,7 +86,7 @@ impl Pending {
         pieces.push(Piece {
             at: at.clone(),
             spans,
-            values: T::into_grid(copied(g, threads)),
+            values: T::into_grid(split::mapped(g, |&x| x, threads)),
         });
         true
     }
@@ -135,17 +135,6 @@ impl Pending {
         if let Some(pieces) = self.pieces.get_mut(t) {
             pieces.clear();
         }
-    }
-}
-
-/// A copy of `g`, on the pool's workers where [`split::splits`] says so.
-fn copied<T: Num>(g: &[T], threads: usize) -> Vec<T> {
-    match split::splits(threads, g.len()) {
-        true => {
-            use rayon::prelude::*;
-            g.par_iter().copied().collect()
-        }
-        false => g.to_vec(),
     }
 }
 

@@ -100,13 +100,7 @@ pub(crate) fn widened<T: Num>(data: &[T], scale: f64, threads: usize) -> Vec<f64
             false => x.into() * scale,
         }
     };
-    match split::splits(threads, data.len()) {
-        true => {
-            use rayon::prelude::*;
-            data.par_iter().map(one).collect()
-        }
-        false => data.iter().map(one).collect(),
-    }
+    split::mapped(data, one, threads)
 }
 
 /// A factor as an operand: the tensor as stored, or its window gathered, over the factor's

@@ -42,6 +42,22 @@ pub(crate) fn each_block<T: Send>(
     }
 }
 
+/// `f` of each element, on the pool's workers where [`splits`] says so (each element's
+/// value does not depend on the split).
+pub(crate) fn mapped<S: Sync, T: Send>(
+    xs: &[S],
+    f: impl Fn(&S) -> T + Sync + Send,
+    threads: usize,
+) -> Vec<T> {
+    match splits(threads, xs.len()) {
+        true => {
+            use rayon::prelude::*;
+            xs.par_iter().map(f).collect()
+        }
+        false => xs.iter().map(f).collect(),
+    }
+}
+
 /// `len` zeros, written in blocks on the pool's workers where [`splits`] says so: zeroing a
 /// buffer of adjoints or a product's output is a pass over memory like any other.
 pub(crate) fn zeros<T: Copy + Default + Send + Sync>(len: usize, threads: usize) -> Vec<T> {
