@@ -31,6 +31,68 @@ pub(crate) enum Upstream<'a> {
     Grid(&'a Grid),
 }
 
+/// A term's values as the backward pass reads them: f64, or f32 as an f32 forward pass kept
+/// them, widened only for a pass that reads every term in f64 ([`operands`]).
+enum Values<'a> {
+    F64(Cow<'a, [f64]>),
+    F32(&'a [f32]),
+}
+
+impl<'a> Values<'a> {
+    fn len(&self) -> usize {
+        match self {
+            Values::F64(v) => v.len(),
+            Values::F32(v) => v.len(),
+        }
+    }
+}
+
+impl<'a> From<&'a Grid> for Values<'a> {
+    fn from(g: &'a Grid) -> Values<'a> {
+        match g {
+            Grid::F64(v) => Values::F64(Cow::Borrowed(v)),
+            Grid::F32(v) => Values::F32(v),
+        }
+    }
+}
+
+/// One term of the expression: its variables and values.
+struct Term<'a> {
+    vars: Vars,
+    values: Values<'a>,
+}
+
+impl<'a> Term<'a> {
+    /// A term the forward pass kept.
+    fn kept(vars: &[VarId], values: &'a Grid) -> Term<'a> {
+        Term {
+            vars: Vars::from_slice(vars),
+            values: Values::from(values),
+        }
+    }
+}
+
+impl<'a> From<Operand<'a>> for Term<'a> {
+    fn from(o: Operand<'a>) -> Term<'a> {
+        Term {
+            vars: o.vars,
+            values: Values::F64(o.data),
+        }
+    }
+}
+
+/// The terms as f64 operands for the row interpreter (f32 ones widened).
+fn operands<'t>(terms: &'t [Term], threads: usize) -> Vec<Operand<'t>> {
+    let operand = |t: &'t Term| Operand {
+        vars: t.vars.clone(),
+        data: match &t.values {
+            Values::F64(v) => Cow::Borrowed(&v[..]),
+            Values::F32(v) => Cow::Owned(widened(v, 1.0, threads)),
+        },
+    };
+    terms.iter().map(operand).collect()
+}
+
 /// Adds d(loss)/d(factor) to `adj` for every dense factor whose tensor has a buffer there,
 /// given `upstream` = d(loss)/d(target) and the terms the forward pass kept, if it did;
 /// gradients of windows of still empty adjoints go to `pending` where there is one. The
@@ -57,21 +119,18 @@ pub(crate) fn backward_dense(
         .is_some_and(Option::is_some);
     let skips =
         |k: usize| d.read_back.get(k) == Some(&false) && (normalized || !d.expr.normalizes());
-    let mut terms: Vec<Operand> = d
+    let mut terms: Vec<Term> = d
         .terms
         .iter()
         .enumerate()
         .map(
             |(k, c)| match kept.and_then(|t| t.get(k)).and_then(Option::as_ref) {
-                Some((vars, data)) => Operand {
-                    vars: Vars::from_slice(vars),
-                    data: Cow::Borrowed(data.as_slice()),
-                },
-                None if skips(k) => Operand {
+                Some((vars, data)) => Term::kept(vars, data),
+                None if skips(k) => Term {
                     vars: Vars::from_slice(&c.out),
-                    data: Cow::Borrowed(&[]),
+                    values: Values::F64(Cow::Borrowed(&[])),
                 },
-                None => term(c, values, threads),
+                None => Term::from(term(c, values, threads)),
             },
         )
         .collect();
@@ -95,7 +154,7 @@ pub(crate) fn backward_dense(
     let block: usize = d.summed.iter().map(|&v| d.extents[v]).product();
     let grid: usize = d.out.iter().map(|&v| d.extents[v]).product();
     // Each term's length over its variables (its values may not have been computed).
-    let len = |t: &Operand| t.vars.iter().map(|&v| d.extents[v]).product::<usize>();
+    let len = |t: &Term| t.vars.iter().map(|&v| d.extents[v]).product::<usize>();
     // An expression that is one term laid out as the grid (`Q[…] = WQ[…] X[…]`, or a
     // softmax once lifted) passes the adjoint on as it is.
     let whole = match compiled.ops[..] {
@@ -166,7 +225,7 @@ pub(crate) fn backward_dense(
         if adjoint.is_empty() {
             continue;
         }
-        row_adjoint(d, &r, (&terms[r.term].data, &mut adjoint), threads);
+        row_adjoint(d, &r, (&terms[r.term].values, &mut adjoint), threads);
         let Some(arg) = Program::bind(&r.arg, o) else {
             return false;
         };
@@ -229,7 +288,7 @@ pub(crate) fn backward_dense(
 /// pass back through each operation.
 fn term_adjoints(
     (planned, program): (&RowProgram, &Program),
-    (d, terms): (&DenseEquation, &[Operand]),
+    (d, terms): (&DenseEquation, &[Term]),
     up: &[f64],
     g: &mut [Vec<f64>],
     threads: usize,
@@ -249,21 +308,31 @@ fn term_adjoints(
     if let Some(coefficients) = linear {
         for (k, c) in coefficients {
             if let Some(gk) = g.get_mut(k) {
-                accumulate(gk, grid, split, |j| up[j] * c);
+                accumulate(gk, (up, up), split, |u, _| u * c);
             }
         }
         return;
     }
     // One function of one term laid out as the grid (`relu(W X)`): `f'(x) · a`, one pass.
     if let [RowOp::Term(k), RowOp::Builtin(f, args)] = &planned.ops[..] {
-        let x = terms.get(*k).map_or(&[][..], |t| &t.data[..]);
-        if direct && args[..] == [0] && on_grid(*k) && x.len() == grid {
-            let derivative = |x: f64| match f {
-                Builtin::Relu => crate::functions::step(x),
-                _ => f.partial(&[x], 0),
-            };
-            if let Some(gk) = g.get_mut(*k) {
-                accumulate(gk, grid, split, |j| up[j] * derivative(x[j]));
+        let x = terms.get(*k).map(|t| &t.values);
+        if direct && args[..] == [0] && on_grid(*k) && x.is_some_and(|x| x.len() == grid) {
+            let step = crate::functions::step;
+            let partial = |x: f64| f.partial(&[x], 0);
+            match (x, f, g.get_mut(*k)) {
+                (Some(Values::F32(x)), Builtin::Relu, Some(gk)) => {
+                    accumulate(gk, (up, x), split, |u, x| u * step(x.into()))
+                }
+                (Some(Values::F64(x)), Builtin::Relu, Some(gk)) => {
+                    accumulate(gk, (up, x), split, |u, x| u * step(x))
+                }
+                (Some(Values::F32(x)), _, Some(gk)) => {
+                    accumulate(gk, (up, x), split, |u, x| u * partial(x.into()))
+                }
+                (Some(Values::F64(x)), _, Some(gk)) => {
+                    accumulate(gk, (up, x), split, |u, x| u * partial(x))
+                }
+                _ => {}
             }
             return;
         }
@@ -278,25 +347,32 @@ fn term_adjoints(
             }
         }
     }
-    rows::backward(program, d, terms, up, g);
+    rows::backward(program, d, &operands(terms, threads), up, g);
 }
 
-/// `gₖ[j] += a(j)` at every grid element (`grid` of them), or `gₖ = a` where `gₖ` is still
-/// empty (zeros): one pass, in blocks on the pool's workers when `split`.
-fn accumulate(gk: &mut Vec<f64>, grid: usize, split: bool, a: impl Fn(usize) -> f64 + Sync) {
+/// `gₖ[j] += a(up[j], x[j])` at every grid element, or `gₖ[j] = a(up[j], x[j])` where `gₖ`
+/// is still empty (zeros): one pass, in blocks on the pool's workers when `split`.
+fn accumulate<T: Copy + Sync>(
+    gk: &mut Vec<f64>,
+    (up, x): (&[f64], &[T]),
+    split: bool,
+    a: impl Fn(f64, T) -> f64 + Sync,
+) {
     if gk.is_empty() {
         *gk = match split {
             true => {
                 use rayon::prelude::*;
-                (0..grid).into_par_iter().map(&a).collect()
+                let pairs = up.par_iter().zip(x.par_iter());
+                pairs.map(|(&u, &x)| a(u, x)).collect()
             }
-            false => (0..grid).map(&a).collect(),
+            false => up.iter().zip(x).map(|(&u, &x)| a(u, x)).collect(),
         };
         return;
     }
     split::each_block(gk, ADD_BLOCK, split, |first, block| {
-        for (i, x) in block.iter_mut().enumerate() {
-            *x += a(first + i);
+        let (up, x) = (&up[first..], &x[first..]);
+        for ((g, &u), &x) in block.iter_mut().zip(up).zip(x) {
+            *g += a(u, x);
         }
     });
 }
@@ -564,7 +640,7 @@ struct Row {
 fn lift_normalize<'a>(
     d: &DenseEquation,
     e: &Expr,
-    (terms, kept): (&mut Vec<Operand<'a>>, Option<&'a [Option<KeptTerm>]>),
+    (terms, kept): (&mut Vec<Term<'a>>, Option<&'a [Option<KeptTerm>]>),
     rows: &mut Vec<Row>,
     o: &EvalOptions,
 ) -> Option<Expr> {
@@ -581,12 +657,13 @@ fn lift_normalize<'a>(
         let needs_input = kind != Structural::Softmax;
         let (value, input) = match forward {
             Some((_, y)) if needs_input => (
-                Cow::Borrowed(y.as_slice()),
-                rows::values(&Program::bind(&arg, o)?, d, terms),
+                Values::from(y),
+                rows::values(&Program::bind(&arg, o)?, d, &operands(terms, o.threads)),
             ),
-            Some((_, y)) => (Cow::Borrowed(y.as_slice()), Vec::new()),
+            Some((_, y)) => (Values::from(y), Vec::new()),
             None => {
-                let mut value = rows::values(&Program::bind(&arg, o)?, d, terms);
+                let operands = operands(terms, o.threads);
+                let mut value = rows::values(&Program::bind(&arg, o)?, d, &operands);
                 let input = if needs_input {
                     value.clone()
                 } else {
@@ -595,12 +672,12 @@ fn lift_normalize<'a>(
                 if let Some(axis) = axis {
                     normalize_for(d, &mut value, (&dims, axis), (kind, o.threads));
                 }
-                (Cow::Owned(value), input)
+                (Values::F64(Cow::Owned(value)), input)
             }
         };
-        terms.push(Operand {
+        terms.push(Term {
             vars: Vars::from_slice(&d.out),
-            data: value,
+            values: value,
         });
         rows.push(Row {
             term: terms.len() - 1,
@@ -615,7 +692,15 @@ fn lift_normalize<'a>(
 
 /// The adjoint of a lifted node's argument from the adjoint `g` of its value `y`, row by
 /// row, in place of `g`: softmax `yᵩ(gᵩ − Σ g·y)`, lnorm `(gᵩ − mean g − yᵩ mean(g·y)) / σ`.
-fn row_adjoint(d: &DenseEquation, r: &Row, (y, g): (&[f64], &mut [f64]), threads: usize) {
+fn row_adjoint(d: &DenseEquation, r: &Row, (y, g): (&Values, &mut [f64]), threads: usize) {
+    match y {
+        Values::F64(y) => rows_adjoint(d, r, (y, g), threads),
+        Values::F32(y) => rows_adjoint(d, r, (y, g), threads),
+    }
+}
+
+/// [`row_adjoint`] for values `y` of either type, each row read in f64.
+fn rows_adjoint<T: Num>(d: &DenseEquation, r: &Row, (y, g): (&[T], &mut [f64]), threads: usize) {
     let Some(axis) = r.axis else {
         return;
     };
@@ -629,10 +714,12 @@ fn row_adjoint(d: &DenseEquation, r: &Row, (y, g): (&[f64], &mut [f64]), threads
     if stride == 1 {
         // Rows are contiguous: read and written in place.
         split::each_block(g, per, split, |first, block| {
+            let mut ys = vec![0.0; n];
             for (o, back) in block.chunks_exact_mut(n).enumerate() {
                 let row = first + o * n..first + (o + 1) * n;
                 let xs = r.input.get(row.clone()).unwrap_or(&[]);
-                stats(xs).backward_in_place(&y[row], back);
+                ys.iter_mut().zip(&y[row]).for_each(|(a, &b)| *a = b.into());
+                stats(xs).backward_in_place(&ys, back);
             }
         });
         return;
@@ -645,7 +732,7 @@ fn row_adjoint(d: &DenseEquation, r: &Row, (y, g): (&[f64], &mut [f64]), threads
             for inner in 0..stride {
                 for q in 0..n {
                     let at = base + inner + q * stride;
-                    (ys[q], gs[q]) = (y[at], group[inner + q * stride]);
+                    (ys[q], gs[q]) = (y[at].into(), group[inner + q * stride]);
                     if input {
                         xs[q] = r.input[at];
                     }

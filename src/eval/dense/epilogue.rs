@@ -230,9 +230,9 @@ pub(super) fn stored_as_computed(
 /// The equation's value over its grid in f32, computed over its largest f32 product's own
 /// buffer (the rest of the expression applied in place, a row at a time), when its target
 /// holds f32 and it sums nothing after the expression; `None` otherwise.
-/// With `keep`, the main term's product (widened and scaled as [`term`] gives it) and the
-/// other terms it computed are kept there for the backward pass (only when it gives a
-/// grid).
+/// With `keep`, the main term's product (in f32 as computed, or where it has a scale
+/// widened and scaled as [`term`] gives it), the other terms it computed and the
+/// normalisation's values are kept there for the backward pass (only when it gives a grid).
 pub(super) fn f32_grid(
     d: &DenseEquation,
     values: &[Tensor],
@@ -262,7 +262,11 @@ pub(super) fn f32_grid(
             // What the backward pass would compute again and reads (a product of f64
             // factors it computes in f64, so that one is not kept).
             if c.single && d.read_back.get(main) == Some(&true) {
-                kept[main] = Some((c.out.to_vec(), widened(&data, c.scale, o.threads)));
+                let values = match c.scale {
+                    1.0 => Grid::F32(split::mapped(&data, |&x| x, o.threads)),
+                    scale => Grid::F64(widened(&data, scale, o.threads)),
+                };
+                kept[main] = Some((c.out.to_vec(), values));
             }
         }
         match &epilogue {
@@ -290,7 +294,10 @@ pub(super) fn f32_grid(
             // The backward pass reads the normalisation's value as the term after the
             // equation's own.
             if keeping {
-                kept.push(Some((d.out.to_vec(), widened(&data, 1.0, o.threads))));
+                kept.push(Some((
+                    d.out.to_vec(),
+                    Grid::F32(split::mapped(&data, |&x| x, o.threads)),
+                )));
             }
         }
         (data, kept)
@@ -331,7 +338,7 @@ fn rows_in_place(
     if let Some(kept) = keep {
         for (k, t) in terms.into_iter().enumerate() {
             if let (false, Cow::Owned(v), Some(slot)) = (k == main, t.data, kept.get_mut(k)) {
-                *slot = Some((t.vars.to_vec(), v));
+                *slot = Some((t.vars.to_vec(), Grid::F64(v)));
             }
         }
     }

@@ -248,7 +248,7 @@ fn owned_terms(d: &DenseEquation, terms: Vec<Operand>) -> Vec<Option<KeptTerm>> 
         .into_iter()
         .enumerate()
         .map(|(k, t)| match (t.data, d.read_back.get(k)) {
-            (Cow::Owned(v), None | Some(true)) => Some((t.vars.to_vec(), v)),
+            (Cow::Owned(v), None | Some(true)) => Some((t.vars.to_vec(), Grid::F64(v))),
             _ => None,
         })
         .collect()
@@ -267,7 +267,8 @@ pub(crate) fn placement(d: &DenseEquation) -> Placement {
 }
 
 /// An equation's values over its grid: in f64, or in f32 as an f32 product computed them.
-pub(crate) enum Grid {
+#[derive(Clone, Debug)]
+pub enum Grid {
     /// f64 values.
     F64(Vec<f64>),
     /// f32 values.
@@ -360,8 +361,9 @@ fn extreme(
     Some(out)
 }
 
-/// A term a dense evaluation computed: its variables and values.
-pub type KeptTerm = (Vec<VarId>, Vec<f64>);
+/// A term a dense evaluation computed: its variables and values (f32 where an f32 product
+/// computed them and the backward pass reads them as they were).
+pub type KeptTerm = (Vec<VarId>, Grid);
 
 /// Terms a dense evaluation computed, by the index of their plan among the stratum's (an
 /// equation split into parts has one plan per part; `None` for a term that only read a
