@@ -209,15 +209,18 @@ pub(crate) fn backward_dense(
     let whole = whole.filter(|_| upstream.len() == grid);
     // Each term's adjoint: empty, standing for zeros, until an adjoint reaches it.
     let mut g: Vec<Vec<f64>> = vec![Vec::new(); terms.len()];
+    // An f32 term's adjoint made in the pass that gives it, where that pass is the only
+    // one that reaches the plan's terms: the expression's own when nothing was lifted, the
+    // lifted node's argument when the expression is that node alone.
+    let mut narrow: Vec<Vec<f32>> = vec![Vec::new(); d.terms.len()];
+    let only = whole.is_some_and(|k| k >= d.terms.len()) && lifted.len() == 1;
     match whole {
         Some(k) => g[k] = upstream.into_owned(),
-        None => term_adjoints(
-            (&compiled, &program),
-            (d, &terms),
-            &upstream,
-            &mut g,
-            threads,
-        ),
+        None => {
+            let narrow = lifted.is_empty().then_some(&mut narrow[..]);
+            let program = (&*compiled, &program);
+            term_adjoints(program, (d, &terms), &upstream, (&mut g, narrow), threads);
+        }
     }
     for r in lifted {
         // The lifted term's adjoint is read only here: it becomes its argument's in place.
@@ -229,9 +232,21 @@ pub(crate) fn backward_dense(
         let Some(arg) = Program::bind(&r.arg, o) else {
             return false;
         };
-        term_adjoints((&r.arg, &arg), (d, &terms), &adjoint, &mut g, threads);
+        let narrow = only.then_some(&mut narrow[..]);
+        term_adjoints(
+            (&r.arg, &arg),
+            (d, &terms),
+            &adjoint,
+            (&mut g, narrow),
+            threads,
+        );
     }
-    for ((c, gk), t) in d.terms.iter().zip(g).zip(&terms) {
+    for (((c, gk), nk), t) in d.terms.iter().zip(g).zip(narrow).zip(&terms) {
+        if !nk.is_empty() {
+            let sums = (&mut *adj, pending.as_deref_mut());
+            factor_gradients(c, &t.vars, (&[], Some(nk.into())), values, threads, sums);
+            continue;
+        }
         // No adjoint reached the term: it passes nothing on.
         if gk.is_empty() {
             continue;
@@ -285,12 +300,14 @@ pub(crate) fn backward_dense(
 /// the adjoint each term of `program` gets from `up`, the adjoint of its value at every grid
 /// element. Where the program is linear in terms laid out as the grid (`Q K / 8 - 1e9 (q >
 /// p)`, `W H + X`), that is `cₖ · up`, written (or added) in one pass; otherwise the rows
-/// pass back through each operation.
+/// pass back through each operation. With `narrow` (no other adjoint will reach the terms),
+/// an f32 term's one-pass adjoint is written there instead, scaled and rounded to f32 as its
+/// products read it, in the same pass.
 fn term_adjoints(
     (planned, program): (&RowProgram, &Program),
     (d, terms): (&DenseEquation, &[Term]),
     up: &[f64],
-    g: &mut [Vec<f64>],
+    (g, mut narrow): (&mut [Vec<f64>], Option<&mut [Vec<f32>]>),
     threads: usize,
 ) {
     let grid: usize = d.out.iter().map(|&v| d.extents[v]).product();
@@ -306,9 +323,10 @@ fn term_adjoints(
         .linear()
         .filter(|ks| direct && ks.iter().all(|&(k, _)| on_grid(k)));
     if let Some(coefficients) = linear {
-        for (k, c) in coefficients {
-            if let Some(gk) = g.get_mut(k) {
-                accumulate(gk, (up, up), split, |u, _| u * c);
+        for &(k, c) in &coefficients {
+            let once = coefficients.iter().filter(|&&(j, _)| j == k).count() == 1;
+            if let Some(s) = sink(d, (k, once), g, narrow.as_deref_mut()) {
+                s.pass((up, up), split, |u, _| u * c);
             }
         }
         return;
@@ -319,19 +337,17 @@ fn term_adjoints(
         if direct && args[..] == [0] && on_grid(*k) && x.is_some_and(|x| x.len() == grid) {
             let step = crate::functions::step;
             let partial = |x: f64| f.partial(&[x], 0);
-            match (x, f, g.get_mut(*k)) {
-                (Some(Values::F32(x)), Builtin::Relu, Some(gk)) => {
-                    accumulate(gk, (up, x), split, |u, x| u * step(x.into()))
+            match (x, f, sink(d, (*k, true), g, narrow)) {
+                (Some(Values::F32(x)), Builtin::Relu, Some(s)) => {
+                    s.pass((up, x), split, |u, x| u * step(x.into()))
                 }
-                (Some(Values::F64(x)), Builtin::Relu, Some(gk)) => {
-                    accumulate(gk, (up, x), split, |u, x| u * step(x))
+                (Some(Values::F64(x)), Builtin::Relu, Some(s)) => {
+                    s.pass((up, x), split, |u, x| u * step(x))
                 }
-                (Some(Values::F32(x)), _, Some(gk)) => {
-                    accumulate(gk, (up, x), split, |u, x| u * partial(x.into()))
+                (Some(Values::F32(x)), _, Some(s)) => {
+                    s.pass((up, x), split, |u, x| u * partial(x.into()))
                 }
-                (Some(Values::F64(x)), _, Some(gk)) => {
-                    accumulate(gk, (up, x), split, |u, x| u * partial(x))
-                }
+                (Some(Values::F64(x)), _, Some(s)) => s.pass((up, x), split, |u, x| u * partial(x)),
                 _ => {}
             }
             return;
@@ -350,6 +366,64 @@ fn term_adjoints(
     rows::backward(program, d, &operands(terms, threads), up, g);
 }
 
+/// Where a term's one-pass adjoint goes.
+enum Sink<'g> {
+    /// Its f64 adjoint, added to.
+    Wide(&'g mut Vec<f64>),
+    /// Its f32 adjoint as its products read it (its only one), and the term's scale.
+    Narrow(&'g mut Vec<f32>, f64),
+}
+
+impl Sink<'_> {
+    /// `a(up[j], x[j])` at every grid element into the sink, in one pass.
+    fn pass<T: Copy + Sync>(
+        self,
+        (up, x): (&[f64], &[T]),
+        split: bool,
+        a: impl Fn(f64, T) -> f64 + Sync,
+    ) {
+        match self {
+            Sink::Wide(gk) => accumulate(gk, (up, x), split, a),
+            Sink::Narrow(nk, scale) => *nk = made((up, x), split, |u, x| (a(u, x) * scale) as f32),
+        }
+    }
+}
+
+/// Term `k`'s sink: its f32 adjoint where `narrow` is given, the term is read by f32
+/// products, no adjoint has reached it yet and this one reaches it `once`; else its f64
+/// adjoint.
+fn sink<'g>(
+    d: &DenseEquation,
+    (k, once): (usize, bool),
+    g: &'g mut [Vec<f64>],
+    narrow: Option<&'g mut [Vec<f32>]>,
+) -> Option<Sink<'g>> {
+    let gk = g.get_mut(k)?;
+    let f32_term = d.terms.get(k).filter(|c| c.single && c.sparse.is_none());
+    match (narrow.and_then(|n| n.get_mut(k)), f32_term) {
+        (Some(nk), Some(c)) if once && gk.is_empty() && nk.is_empty() => {
+            Some(Sink::Narrow(nk, c.scale))
+        }
+        _ => Some(Sink::Wide(gk)),
+    }
+}
+
+/// `a(up[j], x[j])` at every grid element, in blocks on the pool's workers when `split`.
+fn made<T: Copy + Sync, U: Send>(
+    (up, x): (&[f64], &[T]),
+    split: bool,
+    a: impl Fn(f64, T) -> U + Sync,
+) -> Vec<U> {
+    match split {
+        true => {
+            use rayon::prelude::*;
+            let pairs = up.par_iter().zip(x.par_iter());
+            pairs.map(|(&u, &x)| a(u, x)).collect()
+        }
+        false => up.iter().zip(x).map(|(&u, &x)| a(u, x)).collect(),
+    }
+}
+
 /// `gₖ[j] += a(up[j], x[j])` at every grid element, or `gₖ[j] = a(up[j], x[j])` where `gₖ`
 /// is still empty (zeros): one pass, in blocks on the pool's workers when `split`.
 fn accumulate<T: Copy + Sync>(
@@ -359,14 +433,7 @@ fn accumulate<T: Copy + Sync>(
     a: impl Fn(f64, T) -> f64 + Sync,
 ) {
     if gk.is_empty() {
-        *gk = match split {
-            true => {
-                use rayon::prelude::*;
-                let pairs = up.par_iter().zip(x.par_iter());
-                pairs.map(|(&u, &x)| a(u, x)).collect()
-            }
-            false => up.iter().zip(x).map(|(&u, &x)| a(u, x)).collect(),
-        };
+        *gk = made((up, x), split, a);
         return;
     }
     split::each_block(gk, ADD_BLOCK, split, |first, block| {
