@@ -45,6 +45,22 @@ impl<'a> Values<'a> {
             Values::F32(v) => v.len(),
         }
     }
+
+    /// The values in f64, widened (on the pool's workers) if they are f32.
+    fn wide(&self, threads: usize) -> Cow<'_, [f64]> {
+        match self {
+            Values::F64(v) => Cow::Borrowed(v),
+            Values::F32(v) => Cow::Owned(widened(v, 1.0, threads)),
+        }
+    }
+
+    /// [`Values::wide`], owned.
+    fn into_wide(self, threads: usize) -> Vec<f64> {
+        match self {
+            Values::F64(v) => v.into_owned(),
+            Values::F32(v) => widened(v, 1.0, threads),
+        }
+    }
 }
 
 impl<'a> From<&'a Grid> for Values<'a> {
@@ -85,10 +101,7 @@ impl<'a> From<Operand<'a>> for Term<'a> {
 fn operands<'t>(terms: &'t [Term], threads: usize) -> Vec<Operand<'t>> {
     let operand = |t: &'t Term| Operand {
         vars: t.vars.clone(),
-        data: match &t.values {
-            Values::F64(v) => Cow::Borrowed(&v[..]),
-            Values::F32(v) => Cow::Owned(widened(v, 1.0, threads)),
-        },
+        data: t.values.wide(threads),
     };
     terms.iter().map(operand).collect()
 }
@@ -191,20 +204,19 @@ pub(crate) fn backward_dense(
             return true;
         }
     }
-    let upstream: Cow<[f64]> = match upstream {
-        Upstream::Grid(Grid::F64(u)) => Cow::Borrowed(u),
-        Upstream::Grid(Grid::F32(u)) => Cow::Owned(widened(u, 1.0, threads)),
+    let upstream: Values = match upstream {
+        Upstream::Grid(g) => Values::from(g),
         // Each grid element was added at its left-hand-side position: it gets that
         // position's adjoint (none where it was skipped).
         Upstream::Target(u) if d.scatter.is_some() => {
-            Cow::Owned(placement(d).gather(grid, u, 0.0, threads))
+            Values::F64(Cow::Owned(placement(d).gather(grid, u, 0.0, threads)))
         }
-        Upstream::Target(u) if block == 1 => Cow::Borrowed(u),
-        Upstream::Target(u) => Cow::Owned(
+        Upstream::Target(u) if block == 1 => Values::F64(Cow::Borrowed(u)),
+        Upstream::Target(u) => Values::F64(Cow::Owned(
             u.iter()
                 .flat_map(|&a| std::iter::repeat_n(a, block))
                 .collect(),
-        ),
+        )),
     };
     let whole = whole.filter(|_| upstream.len() == grid);
     // Each term's adjoint: empty, standing for zeros, until an adjoint reaches it.
@@ -215,7 +227,7 @@ pub(crate) fn backward_dense(
     let mut narrow: Vec<Vec<f32>> = vec![Vec::new(); d.terms.len()];
     let only = whole.is_some_and(|k| k >= d.terms.len()) && lifted.len() == 1;
     match whole {
-        Some(k) => g[k] = upstream.into_owned(),
+        Some(k) => g[k] = upstream.into_wide(threads),
         None => {
             let narrow = lifted.is_empty().then_some(&mut narrow[..]);
             let program = (&*compiled, &program);
@@ -236,7 +248,7 @@ pub(crate) fn backward_dense(
         term_adjoints(
             (&r.arg, &arg),
             (d, &terms),
-            &adjoint,
+            &Values::F64(Cow::Borrowed(&adjoint)),
             (&mut g, narrow),
             threads,
         );
@@ -306,7 +318,7 @@ pub(crate) fn backward_dense(
 fn term_adjoints(
     (planned, program): (&RowProgram, &Program),
     (d, terms): (&DenseEquation, &[Term]),
-    up: &[f64],
+    up: &Values,
     (g, mut narrow): (&mut [Vec<f64>], Option<&mut [Vec<f32>]>),
     threads: usize,
 ) {
@@ -325,8 +337,10 @@ fn term_adjoints(
     if let Some(coefficients) = linear {
         for &(k, c) in &coefficients {
             let once = coefficients.iter().filter(|&&(j, _)| j == k).count() == 1;
-            if let Some(s) = sink(d, (k, once), g, narrow.as_deref_mut()) {
-                s.pass((up, up), split, |u, _| u * c);
+            match (up, sink(d, (k, once), g, narrow.as_deref_mut())) {
+                (Values::F64(u), Some(s)) => s.pass((u, u), split, |u, _| u * c),
+                (Values::F32(u), Some(s)) => s.pass((u, u), split, |u, _| f64::from(u) * c),
+                (_, None) => {}
             }
         }
         return;
@@ -335,20 +349,13 @@ fn term_adjoints(
     if let [RowOp::Term(k), RowOp::Builtin(f, args)] = &planned.ops[..] {
         let x = terms.get(*k).map(|t| &t.values);
         if direct && args[..] == [0] && on_grid(*k) && x.is_some_and(|x| x.len() == grid) {
-            let step = crate::functions::step;
-            let partial = |x: f64| f.partial(&[x], 0);
-            match (x, f, sink(d, (*k, true), g, narrow)) {
-                (Some(Values::F32(x)), Builtin::Relu, Some(s)) => {
-                    s.pass((up, x), split, |u, x| u * step(x.into()))
+            if let (Some(x), Some(s)) = (x, sink(d, (*k, true), g, narrow)) {
+                match (up, x) {
+                    (Values::F64(u), Values::F64(x)) => one_function(f, s, (u, x), split),
+                    (Values::F64(u), Values::F32(x)) => one_function(f, s, (u, x), split),
+                    (Values::F32(u), Values::F64(x)) => one_function(f, s, (u, x), split),
+                    (Values::F32(u), Values::F32(x)) => one_function(f, s, (u, x), split),
                 }
-                (Some(Values::F64(x)), Builtin::Relu, Some(s)) => {
-                    s.pass((up, x), split, |u, x| u * step(x))
-                }
-                (Some(Values::F32(x)), _, Some(s)) => {
-                    s.pass((up, x), split, |u, x| u * partial(x.into()))
-                }
-                (Some(Values::F64(x)), _, Some(s)) => s.pass((up, x), split, |u, x| u * partial(x)),
-                _ => {}
             }
             return;
         }
@@ -363,7 +370,17 @@ fn term_adjoints(
             }
         }
     }
-    rows::backward(program, d, &operands(terms, threads), up, g);
+    rows::backward(program, d, &operands(terms, threads), &up.wide(threads), g);
+}
+
+/// The adjoint `f'(x) · a` of the one term `x` of `f(x)`, `a` = `up`, into `sink`.
+fn one_function<U: Num, T: Num>(f: &Builtin, sink: Sink, (up, x): (&[U], &[T]), split: bool) {
+    match f {
+        Builtin::Relu => sink.pass((up, x), split, |u, x| {
+            u.into() * crate::functions::step(x.into())
+        }),
+        _ => sink.pass((up, x), split, |u, x| u.into() * f.partial(&[x.into()], 0)),
+    }
 }
 
 /// Where a term's one-pass adjoint goes.
@@ -376,11 +393,11 @@ enum Sink<'g> {
 
 impl Sink<'_> {
     /// `a(up[j], x[j])` at every grid element into the sink, in one pass.
-    fn pass<T: Copy + Sync>(
+    fn pass<U: Copy + Sync, T: Copy + Sync>(
         self,
-        (up, x): (&[f64], &[T]),
+        (up, x): (&[U], &[T]),
         split: bool,
-        a: impl Fn(f64, T) -> f64 + Sync,
+        a: impl Fn(U, T) -> f64 + Sync,
     ) {
         match self {
             Sink::Wide(gk) => accumulate(gk, (up, x), split, a),
@@ -409,11 +426,11 @@ fn sink<'g>(
 }
 
 /// `a(up[j], x[j])` at every grid element, in blocks on the pool's workers when `split`.
-fn made<T: Copy + Sync, U: Send>(
-    (up, x): (&[f64], &[T]),
+fn made<U: Copy + Sync, T: Copy + Sync, V: Send>(
+    (up, x): (&[U], &[T]),
     split: bool,
-    a: impl Fn(f64, T) -> U + Sync,
-) -> Vec<U> {
+    a: impl Fn(U, T) -> V + Sync,
+) -> Vec<V> {
     match split {
         true => {
             use rayon::prelude::*;
@@ -426,11 +443,11 @@ fn made<T: Copy + Sync, U: Send>(
 
 /// `gₖ[j] += a(up[j], x[j])` at every grid element, or `gₖ[j] = a(up[j], x[j])` where `gₖ`
 /// is still empty (zeros): one pass, in blocks on the pool's workers when `split`.
-fn accumulate<T: Copy + Sync>(
+fn accumulate<U: Copy + Sync, T: Copy + Sync>(
     gk: &mut Vec<f64>,
-    (up, x): (&[f64], &[T]),
+    (up, x): (&[U], &[T]),
     split: bool,
-    a: impl Fn(f64, T) -> f64 + Sync,
+    a: impl Fn(U, T) -> f64 + Sync,
 ) {
     if gk.is_empty() {
         *gk = made((up, x), split, a);
