@@ -54,6 +54,17 @@ impl<'a> Values<'a> {
         }
     }
 
+    /// Elements `range`, widened, into `out`.
+    fn widen_into(&self, range: std::ops::Range<usize>, out: &mut [f64]) {
+        match self {
+            Values::F64(v) => out.copy_from_slice(&v[range]),
+            Values::F32(v) => out
+                .iter_mut()
+                .zip(&v[range])
+                .for_each(|(o, &x)| *o = x.into()),
+        }
+    }
+
     /// [`Values::wide`], owned.
     fn into_wide(self, threads: usize) -> Vec<f64> {
         match self {
@@ -149,7 +160,7 @@ pub(crate) fn backward_dense(
         .collect();
     // softmax/lnorm nodes become terms holding their values; their adjoints are then passed
     // through each row's Jacobian to their arguments.
-    let mut lifted = Vec::new();
+    let mut lifted: Vec<Row> = Vec::new();
     let Some(expr) = lift_normalize(d, &d.expr, (&mut terms, kept), &mut lifted, o) else {
         return false;
     };
@@ -226,7 +237,15 @@ pub(crate) fn backward_dense(
     // lifted node's argument when the expression is that node alone.
     let mut narrow: Vec<Vec<f32>> = vec![Vec::new(); d.terms.len()];
     let only = whole.is_some_and(|k| k >= d.terms.len()) && lifted.len() == 1;
+    let at_once = match (only, lifted.first()) {
+        (true, Some(r)) => one_pass(d, r, &terms, &upstream, threads),
+        _ => None,
+    };
     match whole {
+        Some(_) if at_once.is_some() => {
+            narrow = at_once.unwrap_or_default();
+            lifted.clear();
+        }
         Some(k) => g[k] = upstream.into_wide(threads),
         None => {
             let narrow = lifted.is_empty().then_some(&mut narrow[..]);
@@ -828,6 +847,94 @@ fn rows_adjoint<T: Num>(d: &DenseEquation, r: &Row, (y, g): (&[T], &mut [f64]), 
             }
         }
     });
+}
+
+/// The plan's terms' f32 adjoints (empty for those none reaches) when the expression is
+/// one lifted normalisation along the grid's last axis whose argument is linear in f32
+/// terms laid out as the grid, each read once: each row's Jacobian applied to the upstream
+/// row, then `((a · cₖ) · sₖ) as f32` for each term, in one pass over the rows instead of
+/// [`row_adjoint`]'s and then [`term_adjoints`]' (the same operations in the same order).
+/// `None` where that does not hold.
+fn one_pass(
+    d: &DenseEquation,
+    r: &Row,
+    terms: &[Term],
+    up: &Values,
+    threads: usize,
+) -> Option<Vec<Vec<f32>>> {
+    let grid: usize = d.out.iter().map(|&v| d.extents[v]).product();
+    let n = d.extents[*d.out.last()?].max(1);
+    let y = &terms.get(r.term)?.values;
+    let last = r.axis == Some(d.out.len() - 1);
+    if !last || d.mask.is_some() || up.len() != grid || y.len() != grid || grid % n != 0 {
+        return None;
+    }
+    let coefficients = r.arg.linear()?;
+    let scales = coefficients
+        .iter()
+        .map(|&(k, _)| {
+            let once = coefficients.iter().filter(|&&(j, _)| j == k).count() == 1;
+            let c = d
+                .terms
+                .get(k)
+                .filter(|c| c.single && c.sparse.is_none() && once)?;
+            let t = terms.get(k).filter(|t| t.vars[..] == d.out[..])?;
+            (t.vars.iter().map(|&v| d.extents[v]).product::<usize>() == grid).then_some(c.scale)
+        })
+        .collect::<Option<Vec<f64>>>()?;
+    // Row `at`'s adjoint of the argument, into `back` (`ys`: room for its values).
+    let adjoint = |at: usize, (ys, back): (&mut [f64], &mut [f64])| {
+        let row = at * n..(at + 1) * n;
+        y.widen_into(row.clone(), ys);
+        up.widen_into(row.clone(), back);
+        let xs = r.input.get(row).unwrap_or(&[]);
+        crate::functions::RowStats::for_backward(r.kind, xs).backward_in_place(ys, back);
+    };
+    let narrowed = |b: f64, c: f64, s: f64| ((b * c) * s) as f32;
+    let mut outs: Vec<Vec<f32>> = vec![Vec::new(); d.terms.len()];
+    let (mut ys, mut back) = (vec![0.0; n], vec![0.0; n]);
+    if !split::splits(threads, grid) {
+        for &(k, _) in &coefficients {
+            outs[k].reserve_exact(grid);
+        }
+        for at in 0..grid / n {
+            adjoint(at, (&mut ys, &mut back));
+            for (&(k, c), &s) in coefficients.iter().zip(&scales) {
+                outs[k].extend(back.iter().map(|&b| narrowed(b, c, s)));
+            }
+        }
+        return Some(outs);
+    }
+    for &(k, _) in &coefficients {
+        outs[k] = split::zeros(grid, threads);
+    }
+    // Blocks of rows, each with its piece of every term's adjoint, on the pool's workers.
+    let per = ROWS_PER_BLOCK * n;
+    let mut blocks: Vec<Vec<&mut [f32]>> = (0..grid.div_ceil(per)).map(|_| Vec::new()).collect();
+    let mut by_term: Vec<Option<&mut Vec<f32>>> = outs.iter_mut().map(Some).collect();
+    for &(k, _) in &coefficients {
+        let out = by_term.get_mut(k).and_then(Option::take)?;
+        for (b, chunk) in blocks.iter_mut().zip(out.chunks_mut(per)) {
+            b.push(chunk);
+        }
+    }
+    use rayon::prelude::*;
+    blocks
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(i, mut block)| {
+            let (mut ys, mut back) = (vec![0.0; n], vec![0.0; n]);
+            for o in 0..block.first().map_or(0, |b| b.len() / n) {
+                adjoint(i * ROWS_PER_BLOCK + o, (&mut ys, &mut back));
+                for ((out, &(_, c)), &s) in block.iter_mut().zip(&coefficients).zip(&scales) {
+                    let out = &mut out[o * n..(o + 1) * n];
+                    for (x, &b) in out.iter_mut().zip(&back) {
+                        *x = narrowed(b, c, s);
+                    }
+                }
+            }
+        });
+    Some(outs)
 }
 
 /// Groups of rows a block of [`row_adjoint`] takes.
