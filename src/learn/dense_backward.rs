@@ -866,7 +866,7 @@ fn one_pass(
     let n = d.extents[*d.out.last()?].max(1);
     let y = &terms.get(r.term)?.values;
     let last = r.axis == Some(d.out.len() - 1);
-    if !last || d.mask.is_some() || up.len() != grid || y.len() != grid || grid % n != 0 {
+    if !last || d.mask.is_some() || up.len() != grid || y.len() != grid || !grid.is_multiple_of(n) {
         return None;
     }
     let coefficients = r.arg.linear()?;
