@@ -12,9 +12,12 @@ pub mod checkpoint;
 mod dense_backward;
 pub mod gradcheck;
 mod gradient;
+mod lifted;
 pub mod optim;
 mod pending;
 mod steps_backward;
+mod term_adjoints;
+mod terms;
 pub mod train;
 
 use crate::diagnostics::{codes, Diagnostic, Diagnostics};

@@ -1,0 +1,246 @@
+//! `softmax`/`lnorm` nodes lifted out of a dense equation's expression for its backward
+//! pass: each becomes a term holding its values (the forward pass's, where it kept them),
+//! and its adjoint passes through each row's Jacobian to its argument.
+
+use super::terms::{operands, Term, Values};
+use crate::eval::dense::rows::{self, Program};
+use crate::eval::dense::{normalize_for, replace_normalize, split, KeptTerm, Num, Vars};
+use crate::eval::EvalOptions;
+use crate::functions::Structural;
+use crate::plan::einsum::{DenseEquation, Expr};
+use crate::plan::rows::RowProgram;
+use std::borrow::Cow;
+
+/// Whether a `softmax`/`lnorm` lies inside another (this path handles one level).
+pub(super) fn nested_normalize(e: &Expr, inside: bool) -> bool {
+    match e {
+        Expr::Normalize(_, _, x) => inside || nested_normalize(x, true),
+        Expr::Term(_) | Expr::Const(_) | Expr::Var(_) => false,
+        Expr::Neg(x) | Expr::Not(x) => nested_normalize(x, inside),
+        Expr::Product(fs) => fs.iter().any(|(_, f)| nested_normalize(f, inside)),
+        Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => {
+            nested_normalize(a, inside) || nested_normalize(b, inside)
+        }
+        Expr::Call(_, args) => args.iter().any(|a| nested_normalize(a, inside)),
+    }
+}
+
+/// A `softmax`/`lnorm` lifted out of the expression: the term holding its value, and what
+/// its Jacobian needs.
+pub(super) struct Row {
+    pub(super) term: usize,
+    kind: Structural,
+    axis: Option<usize>,
+    pub(super) arg: RowProgram,
+    /// The argument's values over the output, where the Jacobian needs them (`lnorm`'s
+    /// divisor); empty for softmax, whose Jacobian is in its values alone.
+    input: Vec<f64>,
+}
+
+/// `e` with every `softmax`/`lnorm` replaced by a new term holding its value (the forward
+/// pass's, where it kept it, else computed again as it computed it); `None` when it calls
+/// an unregistered function.
+pub(super) fn lift_normalize<'a>(
+    d: &DenseEquation,
+    e: &Expr,
+    (terms, kept): (&mut Vec<Term<'a>>, Option<&'a [Option<KeptTerm>]>),
+    rows: &mut Vec<Row>,
+    o: &EvalOptions,
+) -> Option<Expr> {
+    let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+    let grid: usize = dims.iter().product();
+    replace_normalize(e, &mut |kind, var, arg| {
+        let arg = RowProgram::compile(arg)?;
+        let axis = d.out.iter().position(|v| *v == var);
+        let forward = kept
+            .and_then(|k| k.get(terms.len()))
+            .and_then(Option::as_ref)
+            .filter(|(vars, data)| vars[..] == d.out[..] && data.len() == grid);
+        // Softmax's Jacobian needs only its values; lnorm's needs its argument's too.
+        let needs_input = kind != Structural::Softmax;
+        let (value, input) = match forward {
+            Some((_, y)) if needs_input => (
+                Values::from(y),
+                rows::values(&Program::bind(&arg, o)?, d, &operands(terms, o.threads)),
+            ),
+            Some((_, y)) => (Values::from(y), Vec::new()),
+            None => {
+                let operands = operands(terms, o.threads);
+                let mut value = rows::values(&Program::bind(&arg, o)?, d, &operands);
+                let input = if needs_input {
+                    value.clone()
+                } else {
+                    Vec::new()
+                };
+                if let Some(axis) = axis {
+                    normalize_for(d, &mut value, (&dims, axis), (kind, o.threads));
+                }
+                (Values::F64(Cow::Owned(value)), input)
+            }
+        };
+        terms.push(Term {
+            vars: Vars::from_slice(&d.out),
+            values: value,
+        });
+        rows.push(Row {
+            term: terms.len() - 1,
+            kind,
+            axis,
+            arg,
+            input,
+        });
+        Some(Expr::Term(terms.len() - 1))
+    })
+}
+
+/// The adjoint of a lifted node's argument from the adjoint `g` of its value `y`, row by
+/// row, in place of `g`: softmax `yᵩ(gᵩ − Σ g·y)`, lnorm `(gᵩ − mean g − yᵩ mean(g·y)) / σ`.
+pub(super) fn row_adjoint(
+    d: &DenseEquation,
+    r: &Row,
+    (y, g): (&Values, &mut [f64]),
+    threads: usize,
+) {
+    match y {
+        Values::F64(y) => rows_adjoint(d, r, (y, g), threads),
+        Values::F32(y) => rows_adjoint(d, r, (y, g), threads),
+    }
+}
+
+/// [`row_adjoint`] for values `y` of either type, each row read in f64.
+fn rows_adjoint<T: Num>(d: &DenseEquation, r: &Row, (y, g): (&[T], &mut [f64]), threads: usize) {
+    let Some(axis) = r.axis else {
+        return;
+    };
+    let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
+    let n = dims[axis].max(1);
+    let stride: usize = dims[axis + 1..].iter().product::<usize>().max(1);
+    let stats = |xs: &[f64]| crate::functions::RowStats::for_backward(r.kind, xs);
+    let split = split::splits(threads, g.len());
+    // Blocks of whole rows (each block's first element starts a group of `n · stride`).
+    let per = (ROWS_PER_BLOCK * n * stride).min(g.len().max(1));
+    if stride == 1 {
+        // Rows are contiguous: read and written in place.
+        split::each_block(g, per, split, |first, block| {
+            let mut ys = vec![0.0; n];
+            for (o, back) in block.chunks_exact_mut(n).enumerate() {
+                let row = first + o * n..first + (o + 1) * n;
+                let xs = r.input.get(row.clone()).unwrap_or(&[]);
+                ys.iter_mut().zip(&y[row]).for_each(|(a, &b)| *a = b.into());
+                stats(xs).backward_in_place(&ys, back);
+            }
+        });
+        return;
+    }
+    let input = !r.input.is_empty();
+    split::each_block(g, per, split, |first, block| {
+        let (mut xs, mut ys, mut gs) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+        for (o, group) in block.chunks_exact_mut(n * stride).enumerate() {
+            let base = first + o * n * stride;
+            for inner in 0..stride {
+                for q in 0..n {
+                    let at = base + inner + q * stride;
+                    (ys[q], gs[q]) = (y[at].into(), group[inner + q * stride]);
+                    if input {
+                        xs[q] = r.input[at];
+                    }
+                }
+                stats(&xs).backward_in_place(&ys, &mut gs);
+                for (q, &b) in gs.iter().enumerate() {
+                    group[inner + q * stride] = b;
+                }
+            }
+        }
+    });
+}
+
+/// The plan's terms' f32 adjoints (empty for those none reaches) when the expression is
+/// one lifted normalisation along the grid's last axis whose argument is linear in f32
+/// terms laid out as the grid, each read once: each row's Jacobian applied to the upstream
+/// row, then `((a · cₖ) · sₖ) as f32` for each term, in one pass over the rows instead of
+/// [`row_adjoint`]'s and then [`term_adjoints`](super::term_adjoints::term_adjoints)' (the same operations in the same order).
+/// `None` where that does not hold.
+pub(super) fn one_pass(
+    d: &DenseEquation,
+    r: &Row,
+    terms: &[Term],
+    up: &Values,
+    threads: usize,
+) -> Option<Vec<Vec<f32>>> {
+    let grid: usize = d.out.iter().map(|&v| d.extents[v]).product();
+    let n = d.extents[*d.out.last()?].max(1);
+    let y = &terms.get(r.term)?.values;
+    let last = r.axis == Some(d.out.len() - 1);
+    if !last || d.mask.is_some() || up.len() != grid || y.len() != grid || !grid.is_multiple_of(n) {
+        return None;
+    }
+    let coefficients = r.arg.linear()?;
+    let scales = coefficients
+        .iter()
+        .map(|&(k, _)| {
+            let once = coefficients.iter().filter(|&&(j, _)| j == k).count() == 1;
+            let c = d
+                .terms
+                .get(k)
+                .filter(|c| c.single && c.sparse.is_none() && once)?;
+            let t = terms.get(k).filter(|t| t.vars[..] == d.out[..])?;
+            (t.vars.iter().map(|&v| d.extents[v]).product::<usize>() == grid).then_some(c.scale)
+        })
+        .collect::<Option<Vec<f64>>>()?;
+    // Row `at`'s adjoint of the argument, into `back` (`ys`: room for its values).
+    let adjoint = |at: usize, (ys, back): (&mut [f64], &mut [f64])| {
+        let row = at * n..(at + 1) * n;
+        y.widen_into(row.clone(), ys);
+        up.widen_into(row.clone(), back);
+        let xs = r.input.get(row).unwrap_or(&[]);
+        crate::functions::RowStats::for_backward(r.kind, xs).backward_in_place(ys, back);
+    };
+    let narrowed = |b: f64, c: f64, s: f64| ((b * c) * s) as f32;
+    let mut outs: Vec<Vec<f32>> = vec![Vec::new(); d.terms.len()];
+    let (mut ys, mut back) = (vec![0.0; n], vec![0.0; n]);
+    if !split::splits(threads, grid) {
+        for &(k, _) in &coefficients {
+            outs[k].reserve_exact(grid);
+        }
+        for at in 0..grid / n {
+            adjoint(at, (&mut ys, &mut back));
+            for (&(k, c), &s) in coefficients.iter().zip(&scales) {
+                outs[k].extend(back.iter().map(|&b| narrowed(b, c, s)));
+            }
+        }
+        return Some(outs);
+    }
+    for &(k, _) in &coefficients {
+        outs[k] = split::zeros(grid, threads);
+    }
+    // Blocks of rows, each with its piece of every term's adjoint, on the pool's workers.
+    let per = ROWS_PER_BLOCK * n;
+    let mut blocks: Vec<Vec<&mut [f32]>> = (0..grid.div_ceil(per)).map(|_| Vec::new()).collect();
+    let mut by_term: Vec<Option<&mut Vec<f32>>> = outs.iter_mut().map(Some).collect();
+    for &(k, _) in &coefficients {
+        let out = by_term.get_mut(k).and_then(Option::take)?;
+        for (b, chunk) in blocks.iter_mut().zip(out.chunks_mut(per)) {
+            b.push(chunk);
+        }
+    }
+    use rayon::prelude::*;
+    blocks
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(i, mut block)| {
+            let (mut ys, mut back) = (vec![0.0; n], vec![0.0; n]);
+            for o in 0..block.first().map_or(0, |b| b.len() / n) {
+                adjoint(i * ROWS_PER_BLOCK + o, (&mut ys, &mut back));
+                for ((out, &(_, c)), &s) in block.iter_mut().zip(&coefficients).zip(&scales) {
+                    let out = &mut out[o * n..(o + 1) * n];
+                    for (x, &b) in out.iter_mut().zip(&back) {
+                        *x = narrowed(b, c, s);
+                    }
+                }
+            }
+        });
+    Some(outs)
+}
+
+/// Groups of rows a block of [`row_adjoint`] takes.
+const ROWS_PER_BLOCK: usize = 64;
