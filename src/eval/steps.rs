@@ -74,19 +74,27 @@ pub(super) fn evaluate(
                     });
                     match found {
                         Some(found) if writers == 1 && plan.family == Family::Sum => {
-                            direct = Some(found)
+                            direct = Some((found, j))
                         }
                         Some((grid, at)) => {
                             writes.reserve(grid.len());
                             at.each(grid.len(), &mut |i, a| writes.push((a, grid.get(i))));
+                            let kept = keep.as_deref_mut().and_then(|m| m.get_mut(&(s, k + j)));
+                            if let (Some(d), Some(kept)) = (dense.as_ref(), kept) {
+                                dense::keep_grid(d, kept, grid);
+                            }
                         }
                         None => contribute(p, eq, x, values, o, &mut writes),
                     }
                 }
             }
-            if let Some((grid, at)) = direct {
+            if let Some(((grid, at), j)) = direct {
                 if let Some(bad) = write_grid(&mut values[target], &grid, &at, o.threads) {
                     return Err(fixpoint::diverged(p, st, target, bad).into());
+                }
+                let kept = keep.as_deref_mut().and_then(|m| m.get_mut(&(s, k + j)));
+                if let (Some(Some(d)), Some(kept)) = (moved.get(k + j), kept) {
+                    dense::keep_grid(d, kept, grid);
                 }
                 k += group;
                 continue;

@@ -292,12 +292,10 @@ pub(super) fn f32_grid(
             let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
             normalize(&mut data, &dims, axis, kind, (scale, split));
             // The backward pass reads the normalisation's value as the term after the
-            // equation's own.
+            // equation's own: the grid itself, which the caller moves there once it has
+            // written it ([`keep_grid`]).
             if keeping {
-                kept.push(Some((
-                    d.out.to_vec(),
-                    Grid::F32(split::mapped(&data, |&x| x, o.threads)),
-                )));
+                kept.push(Some((d.out.to_vec(), Grid::F32(Vec::new()))));
             }
         }
         (data, kept)
@@ -310,6 +308,16 @@ pub(super) fn f32_grid(
         *k = kept;
     }
     Some(data)
+}
+
+/// Moves an equation's f32 grid, once written, into the slot [`f32_grid`] left for its
+/// normalisation's value (the grid is that value); nothing where it left none.
+pub(crate) fn keep_grid(d: &DenseEquation, kept: &mut [Option<KeptTerm>], grid: Grid) {
+    if let Some(Some((_, slot @ Grid::F32(_)))) = kept.get_mut(d.terms.len()) {
+        if slot.len() == 0 && matches!(grid, Grid::F32(_)) {
+            *slot = grid;
+        }
+    }
 }
 
 /// `program` evaluated over `buf`, which holds term `main` (scaled by `scale` as it is

@@ -41,7 +41,7 @@ use operand::*;
 use products::*;
 use scatter::*;
 
-pub(crate) use epilogue::Placement;
+pub(crate) use epilogue::{keep_grid, Placement};
 
 /// What the backward pass of these kernels (`learn::dense_backward`) computes with.
 pub(crate) use self::{
