@@ -2,6 +2,7 @@
 //! pass: each becomes a term holding its values (the forward pass's, where it kept them),
 //! and its adjoint passes through each row's Jacobian to its argument.
 
+use super::term_adjoints::f32_products;
 use super::terms::{operands, Term, Values};
 use crate::eval::dense::rows::{self, Program};
 use crate::eval::dense::{normalize_for, replace_normalize, split, KeptTerm, Num, Vars};
@@ -179,10 +180,7 @@ pub(super) fn one_pass(
         .iter()
         .map(|&(k, _)| {
             let once = coefficients.iter().filter(|&&(j, _)| j == k).count() == 1;
-            let c = d
-                .terms
-                .get(k)
-                .filter(|c| c.single && c.sparse.is_none() && once)?;
+            let c = f32_products(d, k).filter(|_| once)?;
             let t = terms.get(k).filter(|t| t.vars[..] == d.out[..])?;
             (t.vars.iter().map(|&v| d.extents[v]).product::<usize>() == grid).then_some(c.scale)
         })

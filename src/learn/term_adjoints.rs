@@ -8,7 +8,7 @@ use super::terms::{operands, Term, Values};
 use crate::eval::dense::rows::{self, Program};
 use crate::eval::dense::{split, Num};
 use crate::functions::Builtin;
-use crate::plan::einsum::DenseEquation;
+use crate::plan::einsum::{Contraction, DenseEquation};
 use crate::plan::rows::{RowOp, RowProgram};
 
 /// Adds to `g` (each term's adjoint, laid out as the term; an empty one stands for zeros)
@@ -119,8 +119,7 @@ fn sink<'g>(
     narrow: Option<&'g mut [Vec<f32>]>,
 ) -> Option<Sink<'g>> {
     let gk = g.get_mut(k)?;
-    let f32_term = d.terms.get(k).filter(|c| c.single && c.sparse.is_none());
-    match (narrow.and_then(|n| n.get_mut(k)), f32_term) {
+    match (narrow.and_then(|n| n.get_mut(k)), f32_products(d, k)) {
         (Some(nk), Some(c)) if once && gk.is_empty() && nk.is_empty() => {
             Some(Sink::Narrow(nk, c.scale))
         }
@@ -128,8 +127,14 @@ fn sink<'g>(
     }
 }
 
+/// Term `k`'s plan where its products read its adjoint in f32 (an f32 product of dense
+/// factors, not a relation's scatter).
+pub(super) fn f32_products(d: &DenseEquation, k: usize) -> Option<&Contraction> {
+    d.terms.get(k).filter(|c| c.single && c.sparse.is_none())
+}
+
 /// `a(up[j], x[j])` at every grid element, in blocks on the pool's workers when `split`.
-pub(super) fn made<U: Copy + Sync, T: Copy + Sync, V: Send>(
+fn made<U: Copy + Sync, T: Copy + Sync, V: Send>(
     (up, x): (&[U], &[T]),
     split: bool,
     a: impl Fn(U, T) -> V + Sync,
