@@ -230,7 +230,7 @@ pub(crate) fn backward_dense(
                         let (order, onto) = f.memory_order();
                         let grad = permute(grad, &onto, &c.extents, threads);
                         let sums = (&mut *adj, pending.as_deref_mut());
-                        add_factor(sums, f, (&order, &c.extents, values), &grad.data, threads);
+                        add_factor(sums, f, (&order, &c.extents, values), grad.data, threads);
                     }
                 } else if let (Some(part), Some(gp)) = (parts.first(), gparts.into_iter().next()) {
                     let sums = (&mut *adj, pending.as_deref_mut());
@@ -308,10 +308,10 @@ fn factor_gradients(
         if grad.single {
             let g = narrow.get_or_insert_with(|| g.iter().map(|&x| x as f32).collect());
             let acc = gradient::<f32>(grad, path, &onto, g, values, threads);
-            add_factor(sums, f, (&order, &c.extents, values), &acc.data, threads);
+            add_factor(sums, f, (&order, &c.extents, values), acc.data, threads);
         } else {
             let acc = gradient::<f64>(grad, path, &onto, g, values, threads);
-            add_factor(sums, f, (&order, &c.extents, values), &acc.data, threads);
+            add_factor(sums, f, (&order, &c.extents, values), acc.data, threads);
         }
     }
 }
@@ -320,13 +320,13 @@ fn factor_gradients(
 /// tensor's adjoint: element for element, or for a window each element at the position it
 /// was read from, overlapping windows adding up (col2im), in row-major order of `g`. An
 /// adjoint still empty (zeros no gradient has reached) that the gradient covers whole is
-/// written from it, in one pass; a window of one is held as it came where `pending` can
-/// hold it; otherwise its zeros (and the windows held) are made first.
+/// written from it, in one pass; a window of one is held as it came (moved, when owned)
+/// where `pending` can hold it; otherwise its zeros (and the windows held) are made first.
 fn add_factor<T: Num>(
     (adj, pending): (&mut [Option<Vec<f64>>], Option<&mut Pending>),
     f: &Factor,
     (order, extents, values): (&[usize], &[usize], &[Tensor]),
-    g: &[T],
+    g: Cow<[T]>,
     threads: usize,
 ) {
     let Some(buf) = adj.get_mut(f.tensor).and_then(Option::as_mut) else {
@@ -340,11 +340,13 @@ fn add_factor<T: Num>(
             dims: order.iter().map(|&i| extents[f.vars[i]]).collect(),
         },
     };
+    let mut g = g;
     if buf.is_empty() {
         let len = values[f.tensor].shape.iter().product();
         if let Some(pending) = pending {
-            if pending.hold(f.tensor, &at, len, g, threads) {
-                return;
+            match pending.hold(f.tensor, &at, len, g, threads) {
+                None => return,
+                Some(back) => g = back,
             }
             pending.settle(f.tensor, buf, len, threads);
         }
@@ -352,12 +354,12 @@ fn add_factor<T: Num>(
     if buf.is_empty() {
         let len = values[f.tensor].shape.iter().product();
         if matches!(at, Placement::Same) && g.len() == len {
-            *buf = widened(g, 1.0, threads);
+            *buf = widened(&g, 1.0, threads);
             return;
         }
         *buf = split::zeros(len, threads);
     }
-    add_placed(buf, &at, g, threads);
+    add_placed(buf, &at, &g, threads);
 }
 
 /// Adds `g` (in grid order) to `buf` where `at` places each element, skipping those

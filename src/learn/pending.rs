@@ -14,6 +14,7 @@
 use crate::eval::dense::split;
 use crate::eval::dense::{Grid, Num, Placement};
 use crate::semantics::TensorId;
+use std::borrow::Cow;
 
 /// One window's gradient.
 struct Piece {
@@ -54,41 +55,42 @@ impl Pending {
 
     /// Holds `g`, placed at `at` in an adjoint of `len` elements, for tensor `t` (whose
     /// buffer is empty): added to the piece at the same window, or a new piece where it
-    /// overlaps none. `false`, holding nothing, for a placement that does not land in
-    /// runs lying apart inside the adjoint, or one overlapping another window's piece.
-    pub(crate) fn hold<T: Num>(
+    /// overlaps none (taking `g`'s values without a copy when they are owned). `g` back,
+    /// holding nothing, for a placement that does not land in runs lying apart inside the
+    /// adjoint, or one overlapping another window's piece.
+    pub(crate) fn hold<'g, T: Num>(
         &mut self,
         t: TensorId,
         at: &Placement,
         len: usize,
-        g: &[T],
+        g: Cow<'g, [T]>,
         threads: usize,
-    ) -> bool {
+    ) -> Option<Cow<'g, [T]>> {
         let Some(pieces) = self.pieces.get_mut(t) else {
-            return false;
+            return Some(g);
         };
         if !matches!(at, Placement::Strided { .. }) {
-            return false;
+            return Some(g);
         }
         if let Some(piece) = pieces.iter_mut().find(|p| p.at == *at) {
             if piece.values.len() != g.len() {
-                return false;
+                return Some(g);
             }
-            add_into(&mut piece.values, g, threads);
-            return true;
+            add_into(&mut piece.values, &g, threads);
+            return None;
         }
         let Some(spans) = spans(at, len, g.len()) else {
-            return false;
+            return Some(g);
         };
         if pieces.iter().any(|p| overlap(&p.spans, &spans)) {
-            return false;
+            return Some(g);
         }
         pieces.push(Piece {
             at: at.clone(),
             spans,
-            values: T::into_grid(split::mapped(g, |&x| x, threads)),
+            values: T::into_grid(g.into_owned()),
         });
-        true
+        None
     }
 
     /// The values held for exactly the window `at` of `t`, lent until [`Pending::give_back`]
@@ -211,15 +213,23 @@ mod tests {
         let g2: Vec<f32> = (0..20).map(|i| (i * i) as f32 / 3.0).collect();
         let g3: Vec<f32> = (0..20).map(|i| 1.0 - i as f32).collect();
         let mut p = Pending::new(1);
-        assert!(p.hold(0, &window(0, rows, row), len, &g1, 1));
-        assert!(p.hold(0, &window(5, rows, row), len, &g2, 1));
-        assert!(p.hold(0, &window(0, rows, row), len, &g3, 1));
+        assert!(p
+            .hold(0, &window(0, rows, row), len, Cow::Borrowed(&g1), 1)
+            .is_none());
+        assert!(p
+            .hold(0, &window(5, rows, row), len, Cow::Borrowed(&g2), 1)
+            .is_none());
+        assert!(p
+            .hold(0, &window(0, rows, row), len, Cow::Borrowed(&g3), 1)
+            .is_none());
         assert!(
-            !p.hold(0, &window(3, rows, row), len, &g3, 1),
+            p.hold(0, &window(3, rows, row), len, Cow::Borrowed(&g3), 1)
+                .is_some(),
             "overlaps both"
         );
         assert!(
-            !p.hold(0, &window(50, rows, row), len, &g3, 1),
+            p.hold(0, &window(50, rows, row), len, Cow::Borrowed(&g3), 1)
+                .is_some(),
             "past the end"
         );
         let mut expected = vec![0.0f64; len];
@@ -232,7 +242,15 @@ mod tests {
         assert!(none.lend(0, &window(5, rows, row)).is_none());
         let mut p = Pending::new(1);
         for (g, base) in [(&g1, 0), (&g2, 5), (&g3, 0)] {
-            assert!(p.hold(0, &window(base, rows, row), len, g, 1));
+            assert!(p
+                .hold(
+                    0,
+                    &window(base, rows, row),
+                    len,
+                    Cow::Borrowed(g.as_slice()),
+                    1
+                )
+                .is_none());
         }
         let mut buf = Vec::new();
         p.settle(0, &mut buf, len, 1);

@@ -13,6 +13,7 @@ use crate::eval::EvalOptions;
 use crate::functions::{Builtin, UserFunction};
 use crate::plan::einsum::DenseEquation;
 use crate::plan::rows::{RowLayout, RowOp, RowProgram};
+use crate::syntax::ast::CmpOp;
 use smallvec::{smallvec, SmallVec};
 use std::borrow::Cow;
 
@@ -160,17 +161,28 @@ fn forward_row(
 ) {
     let n = picks.map_or(rows.0.len, <[usize]>::len);
     let inner_var = d.out.last().copied();
+    let last = p.ops.len().saturating_sub(1);
+    // Where only the root is read afterwards (a forward pass), a term read contiguously
+    // along the row is read where it lies rather than copied into `vals` first.
+    let in_place = |i: usize| -> Option<&[f64]> {
+        let RowOp::Term(k) = p.ops.get(i)? else {
+            return None;
+        };
+        let own = main.as_ref().is_some_and(|m| m.term == *k);
+        let contiguous = rows.inner_step(*k) == 1;
+        if own || !contiguous || only.is_some() || picks.is_some() || i == last {
+            return None;
+        }
+        terms[*k].data.get(at[*k]..at[*k] + n)
+    };
     for (i, op) in p.ops.iter().enumerate() {
-        if only.is_some_and(|o| !o[i]) {
+        if only.is_some_and(|o| !o[i]) || in_place(i).is_some() {
             continue;
         }
         let (done, rest) = vals.split_at_mut(i * n);
         let out = &mut rest[..n];
-        let row = |a: usize| &done[a * n..(a + 1) * n];
+        let row = |a: usize| in_place(a).unwrap_or(&done[a * n..(a + 1) * n]);
         let un = |a: usize, out: &mut [f64], f: fn(f64) -> f64| map1(row(a), out, f);
-        let bin = |a: usize, b: usize, out: &mut [f64], f: fn(f64, f64) -> f64| {
-            map2((row(a), row(b)), out, f)
-        };
         match op {
             RowOp::Term(k) if main.as_ref().is_some_and(|m| m.term == *k) => {
                 if let Some(m) = &main {
@@ -207,20 +219,14 @@ fn forward_row(
             }
             RowOp::Neg(a) => un(*a, out, |x| -x),
             RowOp::Not(a) => un(*a, out, |x| 1.0 - x),
-            RowOp::Mul(a, b) => bin(*a, *b, out, |x, y| x * y),
-            RowOp::Div(a, b) => bin(*a, *b, out, |x, y| x / y),
-            RowOp::Add(a, b) => bin(*a, *b, out, |x, y| x + y),
-            RowOp::Sub(a, b) => bin(*a, *b, out, |x, y| x - y),
-            RowOp::Pow(a, b) => bin(*a, *b, out, f64::powf),
-            RowOp::Rem(a, b) => bin(*a, *b, out, |x, y| x % y),
-            RowOp::Quot(a, b) => bin(*a, *b, out, |x, y| (x / y).trunc()),
-            RowOp::Compare(c, a, b) => map2((row(*a), row(*b)), out, |x, y| {
-                if c.holds(x, y) {
-                    1.0
-                } else {
-                    0.0
-                }
-            }),
+            RowOp::Mul(a, b) => map2((row(*a), row(*b)), out, |x, y| x * y),
+            RowOp::Div(a, b) => map2((row(*a), row(*b)), out, |x, y| x / y),
+            RowOp::Add(a, b) => map2((row(*a), row(*b)), out, |x, y| x + y),
+            RowOp::Sub(a, b) => map2((row(*a), row(*b)), out, |x, y| x - y),
+            RowOp::Pow(a, b) => map2((row(*a), row(*b)), out, f64::powf),
+            RowOp::Rem(a, b) => map2((row(*a), row(*b)), out, |x, y| x % y),
+            RowOp::Quot(a, b) => map2((row(*a), row(*b)), out, |x, y| (x / y).trunc()),
+            RowOp::Compare(c, a, b) => compare(*c, (row(*a), row(*b)), out),
             RowOp::Builtin(Builtin::Relu, args) if args.len() == 1 => {
                 un(args[0], out, |x| x.max(0.0))
             }
@@ -248,6 +254,20 @@ fn add_scaled(dst: &mut [f64], a: &[f64], f: impl Fn(usize) -> f64) {
 fn map1(src: &[f64], out: &mut [f64], f: impl Fn(f64) -> f64) {
     for (o, &x) in out.iter_mut().zip(src) {
         *o = f(x);
+    }
+}
+
+/// `out[j]` = 1 where `a[j] c b[j]` holds, else 0: one loop per operator, so that each
+/// vectorises.
+fn compare(c: CmpOp, ab: (&[f64], &[f64]), out: &mut [f64]) {
+    let one = |holds: bool| f64::from(u8::from(holds));
+    match c {
+        CmpOp::Eq => map2(ab, out, |x, y| one(x == y)),
+        CmpOp::Ne => map2(ab, out, |x, y| one(x != y)),
+        CmpOp::Lt => map2(ab, out, |x, y| one(x < y)),
+        CmpOp::Le => map2(ab, out, |x, y| one(x <= y)),
+        CmpOp::Gt => map2(ab, out, |x, y| one(x > y)),
+        CmpOp::Ge => map2(ab, out, |x, y| one(x >= y)),
     }
 }
 
