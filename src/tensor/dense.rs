@@ -308,28 +308,14 @@ impl Dense {
     /// workers (each element receives one addition either way).
     pub fn add_runs(&mut self, runs: &[(usize, Run)], split: bool) -> Option<f64> {
         use crate::functions::widest::{widest, Vectorised};
-        fn run<T: Clone + Send + Sync>(
-            d: &mut Arc<Buf<T>>,
+        /// Each run added by `add` into its slice of `d`: on the pool's workers with
+        /// `split` where the runs lie apart and in order, else in the order of `runs`.
+        fn each_run<T: Send>(
+            d: &mut [T],
             runs: &[(usize, Run)],
             split: bool,
-            read: impl Fn(&T) -> f64 + Sync,
-            write: impl Fn(f64) -> T + Sync,
+            add: impl Fn(&mut [T], Run) -> Option<f64> + Sync,
         ) -> Option<f64> {
-            let d = owned(d);
-            let add = |dst: &mut [T], values: Run| match values {
-                Run::F32(vs) => widest(AddRun {
-                    dst,
-                    vs,
-                    read: &read,
-                    write: &write,
-                }),
-                Run::F64(vs) => widest(AddRun {
-                    dst,
-                    vs,
-                    read: &read,
-                    write: &write,
-                }),
-            };
             let spans = runs.iter().map(|&(at, values)| (at, values.len()));
             if let Some(pieces) = spans_mut(d, spans).filter(|_| split) {
                 use rayon::prelude::*;
@@ -347,6 +333,76 @@ impl Dense {
                 }
             }
             bad
+        }
+        fn run<T: Clone + Send + Sync>(
+            d: &mut Arc<Buf<T>>,
+            runs: &[(usize, Run)],
+            split: bool,
+            read: impl Fn(&T) -> f64 + Sync,
+            write: impl Fn(f64) -> T + Sync,
+        ) -> Option<f64> {
+            each_run(owned(d), runs, split, |dst, values| match values {
+                Run::F32(vs) => widest(AddRun {
+                    dst,
+                    vs,
+                    read: &read,
+                    write: &write,
+                }),
+                Run::F64(vs) => widest(AddRun {
+                    dst,
+                    vs,
+                    read: &read,
+                    write: &write,
+                }),
+            })
+        }
+        /// f32 values into f32 elements: added in f32, which rounds the sum of two f32
+        /// values as f64 then f32 would (f64 carries more than twice f32's precision plus
+        /// two bits, so rounding twice is rounding once), on twice the lanes, without
+        /// conversions.
+        fn run_f32(d: &mut Arc<Buf<f32>>, runs: &[(usize, Run)], split: bool) -> Option<f64> {
+            let (read, write) = (|&x: &f32| f64::from(x), |v: f64| v as f32);
+            each_run(owned(d), runs, split, |dst, values| match values {
+                Run::F32(vs) => widest(AddF32 { dst, vs }),
+                Run::F64(vs) => widest(AddRun {
+                    dst,
+                    vs,
+                    read: &read,
+                    write: &write,
+                }),
+            })
+        }
+        /// Adds f32 `vs` to the start of f32 `dst` on the widest vectors.
+        struct AddF32<'r> {
+            dst: &'r mut [f32],
+            vs: &'r [f32],
+        }
+        impl Vectorised for AddF32<'_> {
+            type Output = Option<f64>;
+            #[inline(always)]
+            fn run(self) -> Option<f64> {
+                // A sum of finite f32 values is finite in f64, so an element diverges
+                // exactly where it was finite and its addend is not; the value reported
+                // is the f64 sum, which is then that addend.
+                const BLOCK: usize = 64;
+                let mut bad = None;
+                for (xs, vs) in self.dst.chunks_mut(BLOCK).zip(self.vs.chunks(BLOCK)) {
+                    let (mut diverged, mut finite) = (false, [false; BLOCK]);
+                    for ((x, &v), was) in xs.iter_mut().zip(vs).zip(finite.iter_mut()) {
+                        *was = x.is_finite();
+                        diverged |= *was & !v.is_finite();
+                        *x += v;
+                    }
+                    if diverged && bad.is_none() {
+                        bad = finite
+                            .iter()
+                            .zip(vs)
+                            .find(|(&was, v)| was && !v.is_finite())
+                            .map(|(_, &v)| f64::from(v));
+                    }
+                }
+                bad
+            }
         }
         /// Adds `vs` to the start of `dst` on the widest vectors.
         struct AddRun<'r, T, V, R, W> {
@@ -397,7 +453,7 @@ impl Dense {
         }
         match self {
             Dense::F64(d) => run(d, runs, split, |&x| x, |v| v),
-            Dense::F32(d) => run(d, runs, split, |&x| f64::from(x), |v| v as f32),
+            Dense::F32(d) => run_f32(d, runs, split),
             Dense::BF16(d) => run(d, runs, split, |x| x.to_f64(), bf16::from_f64),
             Dense::F16(d) => run(d, runs, split, |x| x.to_f64(), f16::from_f64),
             Dense::FP8(d) => run(d, runs, split, |&x| fp8_decode(x), fp8_encode),
@@ -520,6 +576,37 @@ mod tests {
         });
         assert_eq!(a, b);
         assert_eq!(by_runs.to_f64(), by_elements.to_f64());
+    }
+
+    /// f32 runs into f32 elements are added in f32 with the bits of adding in f64 and
+    /// rounding once: exponents far apart, subnormals, signed zeros, overflow to infinity.
+    #[test]
+    fn f32_runs_round_as_the_f64_sum_does() {
+        let mut x = 0x2545_f491_u32;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            f32::from_bits((x & 0xff7f_ffff) | (u32::from(x.is_multiple_of(7)) * 0x0080_0000))
+        };
+        let mut start: Vec<f32> = (0..4000).map(|_| next()).collect();
+        let mut adds: Vec<f32> = (0..4000).map(|_| next()).collect();
+        start.extend([3.0e38, -0.0, 1.0, 1e-45, 16_777_216.0]);
+        adds.extend([3.0e38, 0.0, 1e-30, 1e-45, 1.0]);
+        let finite = |v: &mut Vec<f32>| v.retain(|x| x.is_finite());
+        finite(&mut start);
+        finite(&mut adds);
+        let n = start.len().min(adds.len());
+        let (start, adds) = (&start[start.len() - n..], &adds[adds.len() - n..]);
+        let mut d = Dense::from_f64(ElemType::F32, start.iter().map(|&v| f64::from(v)).collect());
+        assert_eq!(d.add_runs(&[(0, Run::F32(adds))], false), None);
+        let expected: Vec<u32> = start
+            .iter()
+            .zip(adds)
+            .map(|(&a, &b)| ((f64::from(a) + f64::from(b)) as f32).to_bits())
+            .collect();
+        let got: Vec<u32> = d.to_f32().iter().map(|v| v.to_bits()).collect();
+        assert_eq!(got, expected);
     }
 
     /// Over runs longer than a block, the first blow-up is the one reported.
