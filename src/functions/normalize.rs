@@ -54,6 +54,22 @@ impl RowStats {
         }
     }
 
+    /// `lnorm`'s statistics for its backward pass from the divisor alone (what
+    /// [`RowStats::for_backward`] found, kept by the forward pass).
+    pub fn lnorm_dividing_by(divisor: f64) -> RowStats {
+        RowStats {
+            kind: Structural::Lnorm,
+            shift: 0.0,
+            scale: divisor,
+        }
+    }
+
+    /// The divisor `lnorm` applies (`sqrt(var + ε)`), all its backward pass needs of the
+    /// row's inputs.
+    pub fn divisor(&self) -> f64 {
+        self.scale
+    }
+
     /// The normalised value of the row's element `x`.
     #[inline]
     pub fn apply(&self, x: f64) -> f64 {

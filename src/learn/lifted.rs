@@ -5,9 +5,9 @@
 use super::term_adjoints::f32_products;
 use super::terms::{operands, Term, Values};
 use crate::eval::dense::rows::{self, Program};
-use crate::eval::dense::{normalize_for, replace_normalize, split, KeptTerm, Num, Vars};
+use crate::eval::dense::{normalize_for, replace_normalize, split, Grid, KeptTerm, Num, Vars};
 use crate::eval::EvalOptions;
-use crate::functions::Structural;
+use crate::functions::{RowStats, Structural};
 use crate::plan::einsum::{DenseEquation, Expr};
 use crate::plan::rows::RowProgram;
 use std::borrow::Cow;
@@ -33,9 +33,38 @@ pub(super) struct Row {
     kind: Structural,
     axis: Option<usize>,
     pub(super) arg: RowProgram,
-    /// The argument's values over the output, where the Jacobian needs them (`lnorm`'s
-    /// divisor); empty for softmax, whose Jacobian is in its values alone.
-    input: Vec<f64>,
+    input: Input,
+}
+
+/// What a lifted node's Jacobian reads of its argument: `lnorm`'s divisors.
+enum Input {
+    /// Nothing: softmax's Jacobian is in its values alone.
+    None,
+    /// The argument's values over the output, each row's divisor computed from them.
+    Values(Vec<f64>),
+    /// Each row's divisor as the forward pass computed it (from the same values).
+    Divisors(Vec<f64>),
+}
+
+impl Row {
+    /// The statistics the normalised row `index` is backpropagated with (`xs`: its
+    /// argument's values, where [`Row::values`] holds them).
+    fn stats(&self, index: usize, xs: &[f64]) -> RowStats {
+        match &self.input {
+            Input::Divisors(d) => {
+                RowStats::lnorm_dividing_by(d.get(index).copied().unwrap_or(f64::NAN))
+            }
+            Input::Values(_) | Input::None => RowStats::for_backward(self.kind, xs),
+        }
+    }
+
+    /// The argument's values over the output, where they were computed again (else empty).
+    fn values(&self) -> &[f64] {
+        match &self.input {
+            Input::Values(v) => v,
+            Input::Divisors(_) | Input::None => &[],
+        }
+    }
 }
 
 /// `e` with every `softmax`/`lnorm` replaced by a new term holding its value (the forward
@@ -57,21 +86,38 @@ pub(super) fn lift_normalize<'a>(
             .and_then(|k| k.get(terms.len()))
             .and_then(Option::as_ref)
             .filter(|(vars, data)| vars[..] == d.out[..] && data.len() == grid);
-        // Softmax's Jacobian needs only its values; lnorm's needs its argument's too.
+        // Softmax's Jacobian needs only its values; lnorm's needs its argument's too, or
+        // the divisors the forward pass kept after its value.
         let needs_input = kind != Structural::Softmax;
-        let (value, input) = match forward {
-            Some((_, y)) if needs_input => (
+        let divisors = kept
+            .filter(|_| terms.len() == d.terms.len())
+            .and_then(|k| k.get(terms.len() + 1))
+            .and_then(Option::as_ref)
+            .and_then(|(_, g)| match g {
+                Grid::F64(v) if axis == d.out.len().checked_sub(1) => Some(v),
+                _ => None,
+            })
+            .filter(|v| v.len() * dims.last().copied().unwrap_or(1) == grid);
+        let (value, input) = match (forward, divisors) {
+            (Some((_, y)), Some(divisors)) if needs_input => {
+                (Values::from(y), Input::Divisors(divisors.clone()))
+            }
+            (Some((_, y)), _) if needs_input => (
                 Values::from(y),
-                rows::values(&Program::bind(&arg, o)?, d, &operands(terms, o.threads)),
+                Input::Values(rows::values(
+                    &Program::bind(&arg, o)?,
+                    d,
+                    &operands(terms, o.threads),
+                )),
             ),
-            Some((_, y)) => (Values::from(y), Vec::new()),
-            None => {
+            (Some((_, y)), _) => (Values::from(y), Input::None),
+            (None, _) => {
                 let operands = operands(terms, o.threads);
                 let mut value = rows::values(&Program::bind(&arg, o)?, d, &operands);
                 let input = if needs_input {
-                    value.clone()
+                    Input::Values(value.clone())
                 } else {
-                    Vec::new()
+                    Input::None
                 };
                 if let Some(axis) = axis {
                     normalize_for(d, &mut value, (&dims, axis), (kind, o.threads));
@@ -116,7 +162,6 @@ fn rows_adjoint<T: Num>(d: &DenseEquation, r: &Row, (y, g): (&[T], &mut [f64]), 
     let dims: Vec<usize> = d.out.iter().map(|&v| d.extents[v]).collect();
     let n = dims[axis].max(1);
     let stride: usize = dims[axis + 1..].iter().product::<usize>().max(1);
-    let stats = |xs: &[f64]| crate::functions::RowStats::for_backward(r.kind, xs);
     let split = split::splits(threads, g.len());
     // Blocks of whole rows (each block's first element starts a group of `n · stride`).
     let per = (ROWS_PER_BLOCK * n * stride).min(g.len().max(1));
@@ -126,14 +171,14 @@ fn rows_adjoint<T: Num>(d: &DenseEquation, r: &Row, (y, g): (&[T], &mut [f64]), 
             let mut ys = vec![0.0; n];
             for (o, back) in block.chunks_exact_mut(n).enumerate() {
                 let row = first + o * n..first + (o + 1) * n;
-                let xs = r.input.get(row.clone()).unwrap_or(&[]);
+                let xs = r.values().get(row.clone()).unwrap_or(&[]);
                 ys.iter_mut().zip(&y[row]).for_each(|(a, &b)| *a = b.into());
-                stats(xs).backward_in_place(&ys, back);
+                r.stats(first / n + o, xs).backward_in_place(&ys, back);
             }
         });
         return;
     }
-    let input = !r.input.is_empty();
+    let input = r.values();
     split::each_block(g, per, split, |first, block| {
         let (mut xs, mut ys, mut gs) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
         for (o, group) in block.chunks_exact_mut(n * stride).enumerate() {
@@ -142,11 +187,12 @@ fn rows_adjoint<T: Num>(d: &DenseEquation, r: &Row, (y, g): (&[T], &mut [f64]), 
                 for q in 0..n {
                     let at = base + inner + q * stride;
                     (ys[q], gs[q]) = (y[at].into(), group[inner + q * stride]);
-                    if input {
-                        xs[q] = r.input[at];
+                    if let Some(&x) = input.get(at) {
+                        xs[q] = x;
                     }
                 }
-                stats(&xs).backward_in_place(&ys, &mut gs);
+                let index = base / (n * stride) * stride + inner;
+                r.stats(index, &xs).backward_in_place(&ys, &mut gs);
                 for (q, &b) in gs.iter().enumerate() {
                     group[inner + q * stride] = b;
                 }
@@ -190,8 +236,8 @@ pub(super) fn one_pass(
         let row = at * n..(at + 1) * n;
         y.widen_into(row.clone(), ys);
         up.widen_into(row.clone(), back);
-        let xs = r.input.get(row).unwrap_or(&[]);
-        crate::functions::RowStats::for_backward(r.kind, xs).backward_in_place(ys, back);
+        let xs = r.values().get(row).unwrap_or(&[]);
+        r.stats(at, xs).backward_in_place(ys, back);
     };
     let narrowed = |b: f64, c: f64, s: f64| ((b * c) * s) as f32;
     let mut outs: Vec<Vec<f32>> = vec![Vec::new(); d.terms.len()];

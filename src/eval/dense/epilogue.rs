@@ -257,6 +257,7 @@ pub(super) fn f32_grid(
     let run = || {
         let mut data = unscaled::<f32>(c, values, workers).data.into_owned();
         let mut kept: Vec<Option<KeptTerm>> = Vec::new();
+        let mut divisors = None;
         if keeping {
             kept = vec![None; d.terms.len()];
             // What the backward pass would compute again and reads (a product of f64
@@ -279,7 +280,7 @@ pub(super) fn f32_grid(
             Epilogue::Rows(program) | Epilogue::NormalizeRows(_, _, program) => {
                 let at = (main, c.scale, split);
                 let keep = keeping.then_some(&mut kept);
-                rows_in_place(d, values, (program, at), &mut data, keep);
+                divisors = rows_in_place(d, values, (program, at), &mut data, keep);
             }
         }
         // A normalisation reads the product scaled, or the expression's values.
@@ -296,6 +297,9 @@ pub(super) fn f32_grid(
             // written it ([`keep_grid`]).
             if keeping {
                 kept.push(Some((d.out.to_vec(), Grid::F32(Vec::new()))));
+                if let Some(divisors) = divisors {
+                    kept.push(Some((Vec::new(), Grid::F64(divisors))));
+                }
             }
         }
         (data, kept)
@@ -322,14 +326,15 @@ pub(crate) fn keep_grid(d: &DenseEquation, kept: &mut [Option<KeptTerm>], grid: 
 
 /// `program` evaluated over `buf`, which holds term `main` (scaled by `scale` as it is
 /// read), a row at a time (`rows::in_place`); the other terms it computed (not those it only
-/// read) are kept in `keep`.
+/// read) are kept in `keep`. When keeping for an `lnorm` along the grid's last axis, its
+/// rows' divisors, which the backward pass reads instead of computing the argument again.
 fn rows_in_place(
     d: &DenseEquation,
     values: &[Tensor],
     (program, (main, scale, split)): (&rows::Program, (usize, f64, bool)),
     buf: &mut [f32],
     keep: Option<&mut Vec<Option<KeptTerm>>>,
-) {
+) -> Option<Vec<f64>> {
     let terms: smallvec::SmallVec<[Operand; 4]> = d
         .terms
         .iter()
@@ -342,7 +347,18 @@ fn rows_in_place(
             false => term(c, values, 1),
         })
         .collect();
-    rows::in_place(program, d, &terms, (main, scale), buf, split);
+    let last = d.out.len().checked_sub(1);
+    let lnorm_rows = d.in_place.as_ref().is_some_and(|planned| {
+        matches!(planned.epilogue,
+            InPlaceEpilogue::NormalizeRows(Structural::Lnorm, axis, _) if Some(axis) == last)
+    });
+    let rows = match (keep.is_some() && lnorm_rows, d.out.last()) {
+        (true, Some(&v)) => buf.len() / d.extents[v].max(1),
+        _ => 0,
+    };
+    let mut divisors = (rows > 0).then(|| vec![0.0; rows]);
+    let at = (main, scale);
+    rows::in_place(program, d, &terms, at, buf, split, divisors.as_deref_mut());
     if let Some(kept) = keep {
         for (k, t) in terms.into_iter().enumerate() {
             if let (false, Cow::Owned(v), Some(slot)) = (k == main, t.data, kept.get_mut(k)) {
@@ -350,6 +366,7 @@ fn rows_in_place(
             }
         }
     }
+    divisors
 }
 
 /// Adds the equation's value at every output element to `acc` (row-major over `d.out`; when

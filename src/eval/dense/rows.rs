@@ -10,7 +10,7 @@
 
 use super::{split, Operand};
 use crate::eval::EvalOptions;
-use crate::functions::{Builtin, UserFunction};
+use crate::functions::{Builtin, RowStats, Structural, UserFunction};
 use crate::plan::einsum::DenseEquation;
 use crate::plan::rows::{RowLayout, RowOp, RowProgram};
 use crate::syntax::ast::CmpOp;
@@ -348,7 +348,9 @@ pub(crate) fn values(p: &Program, d: &DenseEquation, terms: &[Operand]) -> Vec<f
 /// `main` (laid out like the output) unscaled in f32: each row is read, evaluated in f64 as
 /// [`values`] would, and rounded back in place, so an f32 product and the functions and
 /// sums around it (`relu(W X + B)`) make one pass over memory. With `split`, blocks of rows
-/// go to the current rayon pool's workers; each element's operations are the same.
+/// go to the current rayon pool's workers; each element's operations are the same. With
+/// `divisors` (one per row), each row's `lnorm` divisor, from its f64 values before
+/// rounding, as the backward pass of `lnorm` along the row would compute it from them.
 pub(super) fn in_place(
     p: &Program,
     d: &DenseEquation,
@@ -356,6 +358,7 @@ pub(super) fn in_place(
     (main, scale): (usize, f64),
     buf: &mut [f32],
     split: bool,
+    divisors: Option<&mut [f64]>,
 ) {
     let rows = Rows::new(d, terms);
     let n = rows.0.len;
@@ -365,7 +368,7 @@ pub(super) fn in_place(
     if n == 0 || buf.len() != n * rows.0.count {
         return;
     }
-    let block = |first: usize, chunk: &mut [f32]| {
+    let block = |first: usize, chunk: &mut [f32], mut divisors: Option<&mut [f64]>| {
         let mut vals: SmallVec<[f64; 32]> = smallvec![0.0; n * p.ops.len()];
         let range = first..first + chunk.len() / n;
         rows.each(d, range, &mut |row, at, env| {
@@ -382,18 +385,27 @@ pub(super) fn in_place(
                 (Some(main), None, None),
                 &mut vals,
             );
-            for (o, &v) in mine.iter_mut().zip(&vals[root * n..(root + 1) * n]) {
+            let value = &vals[root * n..(root + 1) * n];
+            for (o, &v) in mine.iter_mut().zip(value) {
                 *o = v as f32;
+            }
+            if let Some(slot) = divisors.as_deref_mut().and_then(|d| d.get_mut(row - first)) {
+                *slot = RowStats::for_backward(Structural::Lnorm, value).divisor();
             }
         });
     };
+    let divisors = divisors.filter(|d| d.len() == rows.0.count);
     if split {
         use rayon::prelude::*;
-        buf.par_chunks_mut(BLOCK_ROWS * n)
-            .enumerate()
-            .for_each(|(i, chunk)| block(i * BLOCK_ROWS, chunk));
+        let chunks = buf.par_chunks_mut(BLOCK_ROWS * n).enumerate();
+        match divisors {
+            Some(divisors) => chunks
+                .zip(divisors.par_chunks_mut(BLOCK_ROWS))
+                .for_each(|((i, chunk), ds)| block(i * BLOCK_ROWS, chunk, Some(ds))),
+            None => chunks.for_each(|(i, chunk)| block(i * BLOCK_ROWS, chunk, None)),
+        }
     } else {
-        block(0, buf);
+        block(0, buf, divisors);
     }
 }
 
