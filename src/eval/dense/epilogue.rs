@@ -264,6 +264,9 @@ pub(super) fn f32_grid(
             // factors it computes in f64, so that one is not kept).
             if c.single && d.read_back.get(main) == Some(&true) {
                 let values = match c.scale {
+                    // `relu`'s derivative is 1 exactly where its value is positive: the
+                    // grid (moved here once written, [`keep_grid`]) serves as the product.
+                    1.0 if relu_of(d, main) => Grid::F32(Vec::new()),
                     1.0 => Grid::F32(split::mapped(&data, |&x| x, o.threads)),
                     scale => Grid::F64(widened(&data, scale, o.threads)),
                 };
@@ -314,14 +317,29 @@ pub(super) fn f32_grid(
     Some(data)
 }
 
-/// Moves an equation's f32 grid, once written, into the slot [`f32_grid`] left for its
-/// normalisation's value (the grid is that value); nothing where it left none.
+/// Moves an equation's f32 grid, once written, into the slot [`f32_grid`] left empty for
+/// it: its normalisation's value (the grid is that value), or the product under a bare
+/// `relu` (whose derivative the grid gives as well); nothing where it left none.
 pub(crate) fn keep_grid(d: &DenseEquation, kept: &mut [Option<KeptTerm>], grid: Grid) {
-    if let Some(Some((_, slot @ Grid::F32(_)))) = kept.get_mut(d.terms.len()) {
-        if slot.len() == 0 && matches!(grid, Grid::F32(_)) {
-            *slot = grid;
-        }
+    let len = grid.len();
+    let left = kept
+        .iter_mut()
+        .take(d.terms.len() + 1)
+        .flatten()
+        .find(|(_, g)| matches!(g, Grid::F32(v) if v.is_empty()));
+    if let (Some((_, slot)), Grid::F32(_), true) = (left, &grid, len > 0) {
+        *slot = grid;
     }
+}
+
+/// Whether the expression is `relu` of term `main` alone.
+fn relu_of(d: &DenseEquation, main: usize) -> bool {
+    use crate::functions::Builtin;
+    use crate::plan::rows::RowOp;
+    d.program.as_ref().is_some_and(|p| {
+        matches!(&p.ops[..], [RowOp::Term(k), RowOp::Builtin(Builtin::Relu, args)]
+            if *k == main && args[..] == [0])
+    })
 }
 
 /// `program` evaluated over `buf`, which holds term `main` (scaled by `scale` as it is
