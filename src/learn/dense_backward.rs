@@ -16,6 +16,7 @@ use crate::eval::dense::{
     subtree_from, term, widened, Grid, KeptTerm, Num, Operand, Placement, TupleWalk, Vars,
 };
 use crate::eval::EvalOptions;
+use crate::functions::Structural;
 use crate::plan::einsum::{gradient_term, Contraction, DenseEquation, Expr, Factor, Path};
 use crate::plan::rows::{RowOp, RowProgram};
 use crate::semantics::VarId;
@@ -52,10 +53,14 @@ pub(crate) fn backward_dense(
     let threads = o.threads.max(1);
     // Terms the forward pass kept are read back; the others (reads of a tensor) are cheap,
     // and those whose values the backward pass does not read are not computed, unless a
-    // normalisation's value must be computed again from them (the forward pass kept none).
-    let normalized = kept
-        .and_then(|t| t.get(d.terms.len()))
-        .is_some_and(Option::is_some);
+    // normalisation's value must be computed again from them: the forward pass kept none,
+    // or for an `lnorm`, kept no divisors (which its Jacobian reads otherwise).
+    let after = |i: usize| {
+        kept.and_then(|t| t.get(d.terms.len() + i))
+            .is_some_and(Option::is_some)
+    };
+    let softmax = matches!(d.expr, Expr::Normalize(Structural::Softmax, ..));
+    let normalized = after(0) && (softmax || after(1));
     let skips =
         |k: usize| d.read_back.get(k) == Some(&false) && (normalized || !d.expr.normalizes());
     let mut terms: Vec<Term> = d

@@ -277,6 +277,19 @@ pub enum InPlaceEpilogue {
     NormalizeRows(Structural, usize, RowProgram),
 }
 
+impl DenseEquation {
+    /// Whether a training step's forward pass keeps each row's `lnorm` divisor, so that the
+    /// backward pass needs none of the argument's values: an `lnorm` of an expression along
+    /// the grid's last axis, over its product's buffer.
+    pub fn divides_rows(&self) -> bool {
+        let last = self.out.len().checked_sub(1);
+        self.in_place.as_ref().is_some_and(|planned| {
+            matches!(planned.epilogue,
+                InPlaceEpilogue::NormalizeRows(Structural::Lnorm, axis, _) if Some(axis) == last)
+        })
+    }
+}
+
 impl Expr {
     /// Whether the expression holds a `softmax` or `lnorm`.
     pub fn normalizes(&self) -> bool {
@@ -565,13 +578,17 @@ fn dense_equation(p: &Checked, e: usize, eq: &Equation, sparse: &[bool]) -> Opti
 
 /// [`DenseEquation::read_back`]: from the row program's `needed` values, or for a softmax
 /// of an expression from its argument's (its Jacobian is in its values alone, which the
-/// forward pass keeps); every term where the expression holds another normalisation (lifted
-/// at run time) or a term is a relation's.
+/// forward pass keeps), as for an `lnorm` of an expression along the grid's last axis over
+/// its product's buffer (the forward pass keeps its rows' divisors too); every term where
+/// the expression holds another normalisation (lifted at run time) or a term is a
+/// relation's.
 fn read_back(d: &DenseEquation) -> Vec<bool> {
     let argument;
     let program = match (&d.program, &d.expr) {
         (Some(program), _) => program,
-        (None, Expr::Normalize(Structural::Softmax, _, x)) if !x.normalizes() => {
+        (None, Expr::Normalize(kind, _, x))
+            if !x.normalizes() && (*kind == Structural::Softmax || d.divides_rows()) =>
+        {
             match RowProgram::compile(x) {
                 Some(compiled) => {
                     argument = compiled;
@@ -1375,8 +1392,17 @@ mod tests {
             read(&format!("{w}Y[h] = softmax(W[h, i] X[i] / 2 - B[h])\n")),
             vec![false, false]
         );
+        // An lnorm along the grid's last axis keeps its divisors, along another it does not.
         assert_eq!(
             read(&format!("{w}Y[h.] = lnorm(W[h, i] X[i] + B[h])\n")),
+            vec![false, false]
+        );
+        assert_eq!(
+            read(&format!("{w}Y[h.] = lnorm(relu(W[h, i] X[i]) + B[h])\n")),
+            vec![true, false]
+        );
+        assert_eq!(
+            read(&format!("{w}V : real[4, 2]\nY[h., j] = lnorm(W[h, i] V[i, j] + B[h])\n")),
             vec![true, true]
         );
     }

@@ -365,12 +365,7 @@ fn rows_in_place(
             false => term(c, values, 1),
         })
         .collect();
-    let last = d.out.len().checked_sub(1);
-    let lnorm_rows = d.in_place.as_ref().is_some_and(|planned| {
-        matches!(planned.epilogue,
-            InPlaceEpilogue::NormalizeRows(Structural::Lnorm, axis, _) if Some(axis) == last)
-    });
-    let rows = match (keep.is_some() && lnorm_rows, d.out.last()) {
+    let rows = match (keep.is_some() && d.divides_rows(), d.out.last()) {
         (true, Some(&v)) => buf.len() / d.extents[v].max(1),
         _ => 0,
     };
@@ -379,7 +374,10 @@ fn rows_in_place(
     rows::in_place(program, d, &terms, at, buf, split, divisors.as_deref_mut());
     if let Some(kept) = keep {
         for (k, t) in terms.into_iter().enumerate() {
-            if let (false, Cow::Owned(v), Some(slot)) = (k == main, t.data, kept.get_mut(k)) {
+            let read = d.read_back.get(k) != Some(&false);
+            if let (false, true, Cow::Owned(v), Some(slot)) =
+                (k == main, read, t.data, kept.get_mut(k))
+            {
                 *slot = Some((t.vars.to_vec(), Grid::F64(v)));
             }
         }
