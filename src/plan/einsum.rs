@@ -1402,7 +1402,9 @@ mod tests {
             vec![true, false]
         );
         assert_eq!(
-            read(&format!("{w}V : real[4, 2]\nY[h., j] = lnorm(W[h, i] V[i, j] + B[h])\n")),
+            read(&format!(
+                "{w}V : real[4, 2]\nY[h., j] = lnorm(W[h, i] V[i, j] + B[h])\n"
+            )),
             vec![true, true]
         );
     }

@@ -127,7 +127,19 @@ impl Run<'_> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Values `from..to` of it.
+    fn part(&self, from: usize, to: usize) -> Self {
+        match *self {
+            Run::F32(v) => Run::F32(&v[from..to]),
+            Run::F64(v) => Run::F64(&v[from..to]),
+        }
+    }
 }
+
+/// The most values of one run a worker adds at a time when runs are split: a run as long as
+/// a layer's whole window is shared among the workers too.
+const RUN_PIECE: usize = 1 << 15;
 
 /// Applies `$body` to the buffer of whichever variant `$d` is, bound as `$v`.
 macro_rules! each {
@@ -309,19 +321,33 @@ impl Dense {
     pub fn add_runs(&mut self, runs: &[(usize, Run)], split: bool) -> Option<f64> {
         use crate::functions::widest::{widest, Vectorised};
         /// Each run added by `add` into its slice of `d`: on the pool's workers with
-        /// `split` where the runs lie apart and in order, else in the order of `runs`.
+        /// `split` where the runs lie apart and in order (a long run in pieces of
+        /// [`RUN_PIECE`]), else in the order of `runs`. Either way the first value that is
+        /// not finite in run order is the one reported.
         fn each_run<T: Send>(
             d: &mut [T],
             runs: &[(usize, Run)],
             split: bool,
             add: impl Fn(&mut [T], Run) -> Option<f64> + Sync,
         ) -> Option<f64> {
-            let spans = runs.iter().map(|&(at, values)| (at, values.len()));
-            if let Some(pieces) = spans_mut(d, spans).filter(|_| split) {
+            let pieces: Vec<(usize, Run)> = match split {
+                true => runs
+                    .iter()
+                    .flat_map(|&(at, values)| {
+                        (0..values.len()).step_by(RUN_PIECE).map(move |from| {
+                            let to = (from + RUN_PIECE).min(values.len());
+                            (at + from, values.part(from, to))
+                        })
+                    })
+                    .collect(),
+                false => Vec::new(),
+            };
+            let spans = pieces.iter().map(|&(at, values)| (at, values.len()));
+            if let Some(dsts) = spans_mut(d, spans).filter(|_| split) {
                 use rayon::prelude::*;
-                let found: Vec<Option<f64>> = pieces
+                let found: Vec<Option<f64>> = dsts
                     .into_par_iter()
-                    .zip(runs.par_iter())
+                    .zip(pieces.par_iter())
                     .map(|(dst, &(_, values))| add(dst, values))
                     .collect();
                 return found.into_iter().flatten().next();
@@ -656,6 +682,20 @@ mod tests {
             .build()
             .unwrap();
         let b = pool.install(|| two.add_runs(&runs, true));
+        assert_eq!(a, Some(f64::NEG_INFINITY));
+        assert_eq!(a, b);
+        assert_eq!(one.to_f64(), two.to_f64());
+        // One run longer than a piece is shared among the workers, the first blow-up in
+        // its order still the one reported.
+        let long: Vec<f32> = (0..3 * RUN_PIECE + 5).map(|i| (i % 7) as f32).collect();
+        let mut long = long;
+        long[2 * RUN_PIECE + 3] = f32::INFINITY;
+        long[RUN_PIECE + 9] = f32::NEG_INFINITY;
+        let start = vec![0.5; long.len() + 10];
+        let mut one = Dense::from_f64(ElemType::F32, start.clone());
+        let mut two = Dense::from_f64(ElemType::F32, start);
+        let a = one.add_runs(&[(7, Run::F32(&long))], false);
+        let b = pool.install(|| two.add_runs(&[(7, Run::F32(&long))], true));
         assert_eq!(a, Some(f64::NEG_INFINITY));
         assert_eq!(a, b);
         assert_eq!(one.to_f64(), two.to_f64());

@@ -156,6 +156,13 @@ fn gather<T: Num>(
     threads: usize,
 ) -> Vec<T> {
     let total: usize = dims.iter().product();
+    // Axes of extent 1 (a layer's `l` at one step) move nothing: the blocks split the first
+    // axis that does.
+    let lead = dims.iter().take_while(|&&n| n == 1).count();
+    let (strides, dims) = match lead < dims.len() {
+        true => (&strides[lead..], &dims[lead..]),
+        false => (strides, dims),
+    };
     let (Some(&first), Some(&step)) = (dims.first(), strides.first()) else {
         return strided_copy(data, offset, strides, dims);
     };
@@ -425,7 +432,8 @@ mod tests {
     }
 
     /// A gather split across a pool's threads copies what one thread copies: a window of
-    /// whole planes and a transposition, both large enough to split.
+    /// whole planes, a transposition, and a window led by an axis of extent 1 (a layer's
+    /// `l` at one step), all large enough to split.
     #[test]
     fn a_split_gather_matches_one_thread() {
         let dims = [48usize, 64, 96];
@@ -438,6 +446,7 @@ mod tests {
         for (offset, strides, dims) in [
             (96i64, vec![64 * 96i64, 96, 1], vec![40usize, 64, 90]),
             (0, vec![1, 96, 64 * 96], vec![96, 64, 48]),
+            (96, vec![7, 1, 96, 64 * 96], vec![1, 90, 64, 40]),
         ] {
             let one = strided_copy(&data, offset, &strides, &dims);
             let two = pool.install(|| gather(&data, offset, (&strides, &dims), 2));
