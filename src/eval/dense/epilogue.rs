@@ -281,7 +281,7 @@ pub(super) fn f32_grid(
             }
             Epilogue::Bare | Epilogue::Normalize(..) => {}
             Epilogue::Rows(program) | Epilogue::NormalizeRows(_, _, program) => {
-                let at = (main, c.scale, split);
+                let at = (main, c.scale, workers);
                 let keep = keeping.then_some(&mut kept);
                 divisors = rows_in_place(d, values, (program, at), &mut data, keep);
             }
@@ -343,13 +343,13 @@ fn relu_of(d: &DenseEquation, main: usize) -> bool {
 }
 
 /// `program` evaluated over `buf`, which holds term `main` (scaled by `scale` as it is
-/// read), a row at a time (`rows::in_place`); the other terms it computed (not those it only
-/// read) are kept in `keep`. When keeping for an `lnorm` along the grid's last axis, its
+/// read), a row at a time (`rows::in_place`), split among `workers` as the other terms are
+/// computed; the other terms it computed (not those it only read) are kept in `keep`. When keeping for an `lnorm` along the grid's last axis, its
 /// rows' divisors, which the backward pass reads instead of computing the argument again.
 fn rows_in_place(
     d: &DenseEquation,
     values: &[Tensor],
-    (program, (main, scale, split)): (&rows::Program, (usize, f64, bool)),
+    (program, (main, scale, workers)): (&rows::Program, (usize, f64, usize)),
     buf: &mut [f32],
     keep: Option<&mut Vec<Option<KeptTerm>>>,
 ) -> Option<Vec<f64>> {
@@ -362,9 +362,10 @@ fn rows_in_place(
                 vars: Vars::from_slice(&c.out),
                 data: Cow::Owned(Vec::new()),
             },
-            false => term(c, values, 1),
+            false => term(c, values, workers),
         })
         .collect();
+    let split = workers > 1;
     let rows = match (keep.is_some() && d.divides_rows(), d.out.last()) {
         (true, Some(&v)) => buf.len() / d.extents[v].max(1),
         _ => 0,
