@@ -458,7 +458,26 @@ fn scatter_back(
     g: &[f64],
 ) -> Vec<Vec<f64>> {
     let mut grads: Vec<Vec<f64>> = parts.iter().map(|p| vec![0.0; p.data.len()]).collect();
-    TupleWalk::new(c, rel_vars, parts).run(rel, 0..rel.len(), &mut |_, at_out, at, whole| {
+    let walk = TupleWalk::new(c, rel_vars, parts);
+    // One operand whose free slice is contiguous like the term's (`Tok(s, p, c) Emb[c, d]`):
+    // a tuple's adjoint row is added to the operand's row (its other factors' product is
+    // 1), in the order the elements would be.
+    let row = match (parts, walk.free.as_slice()) {
+        ([_], [(n, 1, steps)]) if steps[..] == [1] => Some(*n),
+        _ => None,
+    };
+    walk.run(rel, 0..rel.len(), &mut |_, at_out, at, whole| {
+        if let (true, Some(n), [grad]) = (whole, row, grads.as_mut_slice()) {
+            let up = g.get(at_out..at_out + n);
+            if let (Some(up), Some(dst)) = (up, grad.get_mut(at[0]..at[0] + n)) {
+                for (d, &u) in dst.iter_mut().zip(up) {
+                    if u != 0.0 {
+                        *d += u;
+                    }
+                }
+                return true;
+            }
+        }
         if whole {
             return false;
         }
