@@ -320,6 +320,11 @@ fn nest_plan(out: &mut String, p: &Checked, eq: &Equation, scope: &Scope, indent
                 )
             }
             Level::Range { var: v, extent } => writeln!(out, "{pad}for {} in 0..{extent}", var(*v)),
+            Level::Bind { var: v, extent, .. } => writeln!(
+                out,
+                "{pad}bind {} to the value it equals (a whole number in 0..{extent}, or no point)",
+                var(*v)
+            ),
             Level::Filter(_) => writeln!(out, "{pad}filter: a comparison, skipped where false"),
         };
     }

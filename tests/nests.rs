@@ -23,7 +23,7 @@ struct Gen {
 }
 
 /// Equation templates; each reads the data above (R, S, V, D, M) or earlier results.
-const TEMPLATES: [&str; 32] = [
+const TEMPLATES: [&str; 33] = [
     "T0[x] = R(x, y) M[x, y] (D[y] > C)",
     "T1[x, y] = V[x, z] R(z, y)",
     "T2 = R(x, y) / (1 + D[x] * D[x])",
@@ -57,6 +57,7 @@ const TEMPLATES: [&str; 32] = [
     "K8 : int[Node]\nK8[x / 2] = R(x, y) (M[x, y] > C)",
     "L10 = [0.5, 2, -1]\nX10[0, s] max= D[s]\nX10[t + 1, s] max= X10[t, r] M[r, s] L10[t]",
     "L11 = [1, -0.5]\nY11[0, s] min= D[s]\nY11[t + 1, s] min= 0.5 * Y11[t, r] / C2 * V[s, r] L11[t]",
+    "K12 : int[Node]\nK12[x] = R(x, y)\nB12 : bool[Node, Node]\nB12(x, y) :- y = K12[x] * 2 - 1.",
 ];
 
 fn program(g: &Gen) -> String {
@@ -173,6 +174,26 @@ proptest! {
             prop_assert!(d.ran != Ran::Reference, "stratum {} on the reference loops\n{}", d.stratum, src);
         }
     }
+}
+
+/// A variable a rule equates with a value of the others (`c = Text[s, p + 1]`) takes that
+/// value instead of running over its range: the answers are the reference's, with values
+/// out of range or negative giving no tuple.
+#[test]
+fn an_equality_binds_its_variable() {
+    let src = "Char : 4\nPos : 4\nRow : 2\nSix : 5\nText : int[Row, Six]\n\
+               Text = [[0, 3, 2, -1, 7], [1, 1, 0, 2, 3]]\n\
+               Tok : bool[Row, Pos, Char]\n\
+               Tok(s, p, c) :- c = Text[s, p + 1].\n";
+    let fast = run(src, &Standard);
+    let oracle = run(src, &Reference);
+    assert_eq!(fast.query("Tok").unwrap(), oracle.query("Tok").unwrap());
+    assert_eq!(fast.query("Tok").unwrap().len(), 6, "3, 2; 1, 1, 0, 2");
+    let explained = fast.explain().unwrap_or_default();
+    assert!(
+        explained.contains("bind c to the value it equals"),
+        "{explained}"
+    );
 }
 
 /// A tensor of defined elements with a huge declared extent is scanned, not looped over.

@@ -6,7 +6,8 @@
 //!   *scanned*: its tuples bind the variables it indexes (looked up by the positions already
 //!   bound), so points where it is false or undefined are never visited;
 //! - a comparison that multiplies it is a *filter*, checked as soon as its variables are
-//!   bound;
+//!   bound; an equality of an unbound variable with a value of bound ones *binds* it
+//!   instead ([`Level::Bind`]);
 //! - every other variable runs over its range.
 //!
 //! Work is then proportional to the tuples joined times the ranges of the variables no tuple
@@ -72,6 +73,17 @@ pub enum Level {
         /// Its extent.
         extent: usize,
     },
+    /// A variable bound by an equality with a value of the variables bound before it
+    /// (`c = Text[s, p]`): the one position where the comparison holds, the value when it
+    /// is a whole number in `0..extent`, and no point otherwise.
+    Bind {
+        /// The variable.
+        var: VarId,
+        /// Its extent.
+        extent: usize,
+        /// What it equals.
+        value: Value,
+    },
     /// Skips the point unless the value is non-zero.
     Filter(Value),
 }
@@ -113,6 +125,36 @@ pub enum Position {
         /// The variable's range.
         range: usize,
     },
+}
+
+/// A factor (not yet placed) equating `v` with a value of variables already bound (or not
+/// the scope's), as `(factor, that value)`: `v` then takes the value instead of running over
+/// its range to be compared with it at every point.
+fn binding<'n>(
+    factors: &[(bool, &'n Node)],
+    placed: &[usize],
+    v: VarId,
+    vars: &[VarId],
+    bound: &[VarId],
+) -> Option<(usize, &'n Node)> {
+    factors.iter().enumerate().find_map(|(k, &(div, f))| {
+        let Node::Compare(CmpOp::Eq, a, b) = f else {
+            return None;
+        };
+        if div || placed.contains(&k) {
+            return None;
+        }
+        let other = match (a.inside_empty_sums(), b.inside_empty_sums()) {
+            (Node::Var(x), other) | (other, Node::Var(x)) if *x == v => other,
+            _ => return None,
+        };
+        let mut used = Vec::new();
+        other.mentioned_vars(&mut used);
+        let known = used
+            .iter()
+            .all(|u| *u != v && (bound.contains(u) || !vars.contains(u)));
+        known.then_some((k, other))
+    })
 }
 
 /// `f` as a variable plus a constant, if it is one.
@@ -417,11 +459,22 @@ impl Compiler<'_> {
         }
         for &v in vars {
             if !bound.contains(&v) {
+                let extent = self.eq.vars[v].range;
+                let equal = may_skip && family == Family::Sum;
+                let binding = equal.then(|| binding(&factors, &filters, v, vars, &bound));
                 bound.push(v);
-                levels.push(Level::Range {
-                    var: v,
-                    extent: self.eq.vars[v].range,
-                });
+                match binding.flatten() {
+                    Some((k, other)) => {
+                        filters.push(k);
+                        let value = self.value(other, false);
+                        levels.push(Level::Bind {
+                            var: v,
+                            extent,
+                            value,
+                        });
+                    }
+                    None => levels.push(Level::Range { var: v, extent }),
+                }
                 if may_skip {
                     self.place_filters(&factors, vars, &bound, &mut filters, &mut levels, family);
                 }
@@ -652,7 +705,7 @@ impl Value {
                 for l in &s.levels {
                     match l {
                         Level::Scan(scan) => out.push(scan.tensor),
-                        Level::Filter(v) => v.tensors(out),
+                        Level::Filter(v) | Level::Bind { value: v, .. } => v.tensors(out),
                         Level::Range { .. } => {}
                     }
                 }
@@ -708,7 +761,7 @@ fn scope_points(p: &Checked, s: &Scope) -> f64 {
                     .product();
                 points *= (size / known.max(1.0)).max(1.0);
             }
-            Level::Filter(_) => {}
+            Level::Filter(_) | Level::Bind { .. } => {}
         }
     }
     points * (1.0 + value_points(p, &s.body))
@@ -761,6 +814,31 @@ mod tests {
     }
 
     #[test]
+    fn an_equality_binds_its_variable_after_those_it_reads() {
+        let n = nest(
+            "Text : int[W, 5]\nText[0, 0] = 1\nTok : bool[W, P, C]\nC : 3\nP : 4\nW : 2\n\
+             Tok(s, p, c) :- c = Text[s, p + 0].\n",
+            "Tok",
+        );
+        assert!(
+            matches!(
+                n.root.levels.as_slice(),
+                [
+                    Level::Range { .. },
+                    Level::Range { .. },
+                    Level::Bind {
+                        var: 2,
+                        extent: 3,
+                        ..
+                    }
+                ]
+            ),
+            "{:?}",
+            n.root.levels
+        );
+    }
+
+    #[test]
     fn sparse_factors_drive_and_comparisons_filter() {
         let n = nest(
             "Held(A, R, B). Person(A). Person(B).\nS[r, x, y] = x + y + r\n\
@@ -774,6 +852,7 @@ mod tests {
             .map(|l| match l {
                 Level::Scan(_) => "scan",
                 Level::Range { .. } => "range",
+                Level::Bind { .. } => "bind",
                 Level::Filter(_) => "filter",
             })
             .collect();

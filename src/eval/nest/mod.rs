@@ -330,6 +330,15 @@ impl Cx<'_> {
                     self.points(scope, (level + 1, end), env, slots, f);
                 }
             }
+            Level::Bind { var, extent, value } => {
+                // The position `var = value` holds at, as a range and a filter would find.
+                let x = self.eval(value, env, slots);
+                if let Some(x) = x.filter(|x| x.fract() == 0.0 && *x >= 0.0 && *x < *extent as f64)
+                {
+                    env[*var] = x as i64;
+                    self.points(scope, (level + 1, end), env, slots, f);
+                }
+            }
             Level::Scan(s) => {
                 let Some(tuples) = tuples(&self.values[s.tensor]) else {
                     return;
@@ -871,7 +880,7 @@ fn relations_read(scope: &Scope, values: &[Tensor], out: &mut Vec<usize>) {
         }
     }
     for l in &scope.levels {
-        if let Level::Filter(v) = l {
+        if let Level::Filter(v) | Level::Bind { value: v, .. } = l {
             walk(v, values, out);
         }
     }
@@ -883,7 +892,7 @@ fn collect_scans<'a>(scope: &'a Scope, out: &mut Vec<&'a Scan>) {
     for l in &scope.levels {
         match l {
             Level::Scan(s) => out.push(s),
-            Level::Filter(v) => values_scans(v, out),
+            Level::Filter(v) | Level::Bind { value: v, .. } => values_scans(v, out),
             Level::Range { .. } => {}
         }
     }
