@@ -344,7 +344,8 @@ fn relu_of(d: &DenseEquation, main: usize) -> bool {
 
 /// `program` evaluated over `buf`, which holds term `main` (scaled by `scale` as it is
 /// read), a row at a time (`rows::in_place`), split among `workers` as the other terms are
-/// computed; the other terms it computed (not those it only read) are kept in `keep`. When keeping for an `lnorm` along the grid's last axis, its
+/// computed; the other terms it computed (not those it only read) that the backward pass
+/// reads are kept in `keep`. When keeping for an `lnorm` along the grid's last axis, its
 /// rows' divisors, which the backward pass reads instead of computing the argument again.
 fn rows_in_place(
     d: &DenseEquation,
