@@ -330,8 +330,8 @@ impl Dense {
             split: bool,
             add: impl Fn(&mut [T], Run) -> Option<f64> + Sync,
         ) -> Option<f64> {
-            let pieces: Vec<(usize, Run)> = match split {
-                true => runs
+            if split {
+                let pieces: Vec<(usize, Run)> = runs
                     .iter()
                     .flat_map(|&(at, values)| {
                         (0..values.len()).step_by(RUN_PIECE).map(move |from| {
@@ -339,18 +339,17 @@ impl Dense {
                             (at + from, values.part(from, to))
                         })
                     })
-                    .collect(),
-                false => Vec::new(),
-            };
-            let spans = pieces.iter().map(|&(at, values)| (at, values.len()));
-            if let Some(dsts) = spans_mut(d, spans).filter(|_| split) {
-                use rayon::prelude::*;
-                let found: Vec<Option<f64>> = dsts
-                    .into_par_iter()
-                    .zip(pieces.par_iter())
-                    .map(|(dst, &(_, values))| add(dst, values))
                     .collect();
-                return found.into_iter().flatten().next();
+                let spans = pieces.iter().map(|&(at, values)| (at, values.len()));
+                if let Some(dsts) = spans_mut(d, spans) {
+                    use rayon::prelude::*;
+                    let found: Vec<Option<f64>> = dsts
+                        .into_par_iter()
+                        .zip(pieces.par_iter())
+                        .map(|(dst, &(_, values))| add(dst, values))
+                        .collect();
+                    return found.into_iter().flatten().next();
+                }
             }
             let mut bad = None;
             for &(at, values) in runs {
@@ -687,8 +686,7 @@ mod tests {
         assert_eq!(one.to_f64(), two.to_f64());
         // One run longer than a piece is shared among the workers, the first blow-up in
         // its order still the one reported.
-        let long: Vec<f32> = (0..3 * RUN_PIECE + 5).map(|i| (i % 7) as f32).collect();
-        let mut long = long;
+        let mut long: Vec<f32> = (0..3 * RUN_PIECE + 5).map(|i| (i % 7) as f32).collect();
         long[2 * RUN_PIECE + 3] = f32::INFINITY;
         long[RUN_PIECE + 9] = f32::NEG_INFINITY;
         let start = vec![0.5; long.len() + 10];
