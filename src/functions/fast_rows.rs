@@ -14,6 +14,7 @@
 //! fused. A row's result never depends on the other rows (§9). f64 rows keep the reference's
 //! operations.
 
+use super::lanes::lanes;
 use crate::functions::Structural;
 
 /// 1.5·2²³: adding it rounds an f32 of magnitude below 2²² to an integer, which then sits
@@ -74,34 +75,6 @@ fn row_loops(kind: Structural, row: &mut [f32], scale: f64) {
             }
         }
     }
-}
-
-/// `step` folded over the row in `L` interleaved lanes, which `join` then combines (lane i
-/// with lane i + L/2, halving until one is left) before the leftover elements are folded
-/// in: always the same order.
-#[inline(always)]
-fn lanes<X: Copy, A: Copy, const L: usize>(
-    row: &[X],
-    init: A,
-    step: impl Fn(A, X) -> A,
-    join: impl Fn(A, A) -> A,
-) -> A {
-    let mut acc = [init; L];
-    let chunks = row.chunks_exact(L);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for (a, &x) in acc.iter_mut().zip(c) {
-            *a = step(*a, x);
-        }
-    }
-    let mut width = L;
-    while width > 1 {
-        width /= 2;
-        for i in 0..width {
-            acc[i] = join(acc[i], acc[i + width]);
-        }
-    }
-    rest.iter().fold(acc[0], |a, &x| step(a, x))
 }
 
 /// `exp(x)` in f32: `x = k ln 2 + r` with |r| ≤ ln 2 / 2, `exp(r)` by its Taylor series to

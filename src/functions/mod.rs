@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 pub mod computed;
 pub(crate) mod fast_rows;
+pub(crate) mod lanes;
 pub mod normalize;
 pub(crate) mod strings;
 pub(crate) mod widest;

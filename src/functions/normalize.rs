@@ -2,11 +2,17 @@
 //! statistics each element is normalised by, and the Jacobian-vector product of the
 //! backward pass. (f32 rows are `fast_rows`, the vectorised kernels.)
 
+use super::lanes::{lanes, lanes2};
+use super::widest::{widest, Vectorised};
 use super::{Structural, LNORM_EPSILON};
+
+/// Lanes of the rows' sums (eight f64: one AVX-512 vector).
+const LANES: usize = 8;
 
 /// What one row's elements are normalised by: softmax subtracts the row's largest value and
 /// divides the exponential by the sum of the row's; `lnorm` subtracts the mean and divides
-/// by `sqrt(var + ε)`, the population variance. Sums run in index order.
+/// by `sqrt(var + ε)`, the population variance. Sums run in eight interleaved lanes
+/// (`functions::lanes`), always in the same order.
 #[derive(Clone, Copy, Debug)]
 pub struct RowStats {
     kind: Structural,
@@ -18,10 +24,11 @@ impl RowStats {
     /// The statistics of a row's defined values (a point that contributes nothing is left
     /// out, §6.4 as implemented).
     pub fn of(kind: Structural, row: &[f64]) -> RowStats {
+        let sum = |a: f64, b: f64| a + b;
         match kind {
             Structural::Softmax => {
                 let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let s: f64 = row.iter().map(|v| (v - m).exp()).sum();
+                let s = lanes::<f64, f64, LANES>(row, 0.0, |a, v| a + (v - m).exp(), sum);
                 RowStats {
                     kind,
                     shift: m,
@@ -30,8 +37,9 @@ impl RowStats {
             }
             _ => {
                 let n = row.len() as f64;
-                let mean = row.iter().sum::<f64>() / n;
-                let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+                let mean = lanes::<f64, f64, LANES>(row, 0.0, sum, sum) / n;
+                let square = |a: f64, v: f64| a + (v - mean) * (v - mean);
+                let var = lanes::<f64, f64, LANES>(row, 0.0, square, sum) / n;
                 RowStats {
                     kind,
                     shift: mean,
@@ -88,21 +96,41 @@ impl RowStats {
     }
 
     /// [`RowStats::backward`] with the row's adjoint `g` replaced by the result (each element
-    /// reads only its own adjoint and sums taken before any is written).
+    /// reads only its own adjoint and sums taken before any is written), on the widest
+    /// vectors the processor has.
     pub fn backward_in_place(&self, y: &[f64], g: &mut [f64]) {
+        widest(Backward { stats: self, y, g });
+    }
+}
+
+/// [`RowStats::backward_in_place`]'s arguments, as a loop for [`widest`].
+struct Backward<'a> {
+    stats: &'a RowStats,
+    y: &'a [f64],
+    g: &'a mut [f64],
+}
+
+impl Vectorised for Backward<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let Backward { stats, y, g } = self;
         let n = y.len() as f64;
-        let dot: f64 = g.iter().zip(y).map(|(a, b)| a * b).sum();
-        match self.kind {
+        let pair = |(a, b): (f64, f64), (c, d): (f64, f64)| (a + c, b + d);
+        match stats.kind {
             Structural::Softmax => {
+                let dot =
+                    lanes2::<f64, f64, f64, LANES>((g, y), 0.0, |a, x, y| a + x * y, |a, b| a + b);
                 for (o, &yq) in g.iter_mut().zip(y) {
                     *o = yq * (*o - dot);
                 }
             }
             _ => {
-                let mean_g = g.iter().sum::<f64>() / n;
-                let mean_gy = dot / n;
+                let both = |(s, d): (f64, f64), x: f64, y: f64| (s + x, d + x * y);
+                let (sum_g, dot) = lanes2::<f64, f64, _, LANES>((g, y), (0.0, 0.0), both, pair);
+                let (mean_g, mean_gy) = (sum_g / n, dot / n);
                 for (o, &yq) in g.iter_mut().zip(y) {
-                    *o = (*o - mean_g - yq * mean_gy) / self.scale;
+                    *o = (*o - mean_g - yq * mean_gy) / stats.scale;
                 }
             }
         }

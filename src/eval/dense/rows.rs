@@ -10,6 +10,7 @@
 
 use super::{split, Operand};
 use crate::eval::EvalOptions;
+use crate::functions::widest::{widest, Vectorised};
 use crate::functions::{Builtin, RowStats, Structural, UserFunction};
 use crate::plan::einsum::DenseEquation;
 use crate::plan::rows::{RowLayout, RowOp, RowProgram};
@@ -151,8 +152,44 @@ struct Main<'r> {
 
 /// Computes every operation's row into `vals` (operation i at `i·len..(i+1)·len`), or, with
 /// `picks`, only at those positions along the row (operation i at `i·m..(i+1)·m`, m picks);
-/// with `only`, only the operations it marks.
+/// with `only`, only the operations it marks. The operations' loops run on the widest
+/// vectors the processor has (each is rounded once, so every width gives the same bits).
 fn forward_row(
+    p: &Program,
+    eq: (&DenseEquation, &Rows, &[Operand]),
+    pos: (&[usize], &[usize]),
+    how: (Option<Main>, Option<&[usize]>, Option<&[bool]>),
+    vals: &mut [f64],
+) {
+    widest(Forward {
+        p,
+        eq,
+        pos,
+        how,
+        vals,
+    });
+}
+
+/// [`forward_row`]'s arguments, as a loop for `functions::widest`.
+struct Forward<'a> {
+    p: &'a Program<'a>,
+    eq: (&'a DenseEquation, &'a Rows<'a>, &'a [Operand<'a>]),
+    pos: (&'a [usize], &'a [usize]),
+    how: (Option<Main<'a>>, Option<&'a [usize]>, Option<&'a [bool]>),
+    vals: &'a mut [f64],
+}
+
+impl Vectorised for Forward<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        forward_loops(self.p, self.eq, self.pos, self.how, self.vals);
+    }
+}
+
+/// [`forward_row`]'s loops, inlined into each vector width's copy.
+#[inline(always)]
+fn forward_loops(
     p: &Program,
     (d, rows, terms): (&DenseEquation, &Rows, &[Operand]),
     (at, env): (&[usize], &[usize]),
@@ -594,8 +631,47 @@ type TermAdjoint<'f> = dyn FnMut(usize, usize, &[f64], Option<&[usize]>) + 'f;
 
 /// One row backwards: `up` is the expression's adjoint along the row; `term` gets each
 /// term's adjoint. Rows whose adjoint is all zero give nothing; under a mask
-/// ([`DenseEquation::mask`]) only its nonzero positions do.
+/// ([`DenseEquation::mask`]) only its nonzero positions do. The loops run on the widest
+/// vectors, as [`forward_row`]'s do.
 fn backward_row(
+    p: &Program,
+    eq: (&DenseEquation, &Rows, &[Operand]),
+    pos: (&[usize], &[usize]),
+    up: &[f64],
+    scratch: &mut Scratch,
+    term: &mut TermAdjoint,
+) {
+    widest(Backward {
+        p,
+        eq,
+        pos,
+        up,
+        scratch,
+        term,
+    });
+}
+
+/// [`backward_row`]'s arguments, as a loop for `functions::widest`.
+struct Backward<'a, 'f> {
+    p: &'a Program<'a>,
+    eq: (&'a DenseEquation, &'a Rows<'a>, &'a [Operand<'a>]),
+    pos: (&'a [usize], &'a [usize]),
+    up: &'a [f64],
+    scratch: &'a mut Scratch,
+    term: &'a mut TermAdjoint<'f>,
+}
+
+impl Vectorised for Backward<'_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        backward_loops(self.p, self.eq, self.pos, self.up, self.scratch, self.term);
+    }
+}
+
+/// [`backward_row`]'s loops, inlined into each vector width's copy.
+#[inline(always)]
+fn backward_loops(
     p: &Program,
     (d, rows, terms): (&DenseEquation, &Rows, &[Operand]),
     (at, env): (&[usize], &[usize]),
@@ -623,7 +699,7 @@ fn backward_row(
     let n = picks.map_or(rows.0.len, <[usize]>::len);
     if p.needed.contains(&true) {
         let only = Some(p.needed);
-        forward_row(p, (d, rows, terms), (at, env), (None, picks, only), vals);
+        forward_loops(p, (d, rows, terms), (at, env), (None, picks, only), vals);
     }
     for (a, _) in adj.iter_mut().zip(p.live).filter(|(_, &l)| l) {
         a[..n].fill(0.0);
