@@ -228,3 +228,28 @@ proptest! {
         }
     }
 }
+
+/// A value binding whose only range for a variable is a tensor read (`y = K[x] + C`, `C` a
+/// computed scalar, so the value is a column computed in rounds): the read ranges `x` there
+/// as it does in `y = K[x] + 1`, with an integer or a real result.
+#[test]
+fn a_read_in_a_computed_value_ranges_its_variable() {
+    let facts = "Node : 3\nR : bool[Node, Node]\nR(0, 1).\nR(2, 1).\nR(2, 0).\nK : int[Node]\nK[x] = R(x, y)\n";
+    let cases = [
+        (
+            "C = 0\nB : bool[Node, Node]\nB(x, y) :- y = K[x] + C.\n",
+            vec!["B(0, 1)", "B(1, 0)", "B(2, 2)"],
+        ),
+        (
+            "C = 0.5\nB(x, v) :- v = K[x] + C.\n",
+            vec!["B(0, 1.5)", "B(1, 0.5)", "B(2, 2.5)"],
+        ),
+    ];
+    for (rules, want) in cases {
+        let src = format!("{facts}{rules}");
+        for engine in [&Reference as &dyn Engine, &Standard] {
+            let s = run(&src, engine).unwrap_or_else(|e| panic!("{src}\n{e}"));
+            assert_eq!(s.query("B(x, y)").unwrap(), want, "{src}");
+        }
+    }
+}

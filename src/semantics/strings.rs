@@ -306,6 +306,9 @@ struct Local {
     out: Option<String>,
     /// The variables among its arguments: the ask relation's columns.
     cols: Vec<String>,
+    /// Literals its ask rule ranges columns over that only a read of its value ranged
+    /// (`y = K[x] + C` ranges `x` over `K`'s axis; the ask holds no value to read it in).
+    ranges: Vec<Expr>,
 }
 
 /// A call's rewriting: its value when its arguments are constants, or else the table
@@ -469,9 +472,13 @@ impl RuleRewrite<'_> {
                 return;
             }
         }
+        let ranges = ranging_reads(&e, &cols, &self.atom_vars);
         let args = (0..cols.len()).map(SiteArg::Column).collect();
         if let Call::Atom(a) = self.site(SiteFn::Value(f), args, cols, span, Some(out)) {
             self.body.push(a);
+            if let Some(me) = self.locals.last_mut() {
+                me.ranges = ranges;
+            }
         }
     }
 
@@ -583,7 +590,12 @@ impl RuleRewrite<'_> {
             .chain(out.iter())
             .map(|v| name_index(v, span))
             .collect();
-        self.locals.push(Local { site, out, cols });
+        self.locals.push(Local {
+            site,
+            out,
+            cols,
+            ranges: Vec::new(),
+        });
         Call::Atom(Expr::Access(atom(&table, indices, span)))
     }
 
@@ -739,6 +751,13 @@ impl RuleRewrite<'_> {
                 body.push(lit.clone());
             }
         }
+        for lit in &me.ranges {
+            let mut names = HashSet::new();
+            expr_names(lit, &mut names);
+            if names.is_disjoint(&tainted) {
+                body.push(lit.clone());
+            }
+        }
         let head = atom(
             &self.sites[me.site].ask,
             me.cols.iter().map(|v| name_index(v, span)).collect(),
@@ -748,6 +767,42 @@ impl RuleRewrite<'_> {
             kind: StmtKind::Rule { head, body },
             span,
         }
+    }
+}
+
+/// For each tensor read in a value site's expression `e` at a column no atom of the rule
+/// binds, the literal `R[i] == R[i]`: it reads `R` where the value does, so it ranges those
+/// columns over `R`'s axes as the read ranged them in the rule (it fails only where the
+/// element is NaN, where the value has none either).
+fn ranging_reads(e: &Expr, cols: &[String], atom_vars: &HashSet<String>) -> Vec<Expr> {
+    let mut out = Vec::new();
+    let mut visit = |a: &Access| {
+        let mut names = HashSet::new();
+        a.indices.iter().for_each(|i| names_in_index(i, &mut names));
+        let ranges = names
+            .iter()
+            .any(|n| cols.contains(n) && !atom_vars.contains(n));
+        if ranges {
+            let read = Box::new(Expr::Access(a.clone()));
+            out.push(Expr::Compare(CmpOp::Eq, read.clone(), read, a.span));
+        }
+    };
+    each_read(e, &mut visit);
+    out
+}
+
+/// Calls `f` on every tensor read (an access with brackets) in `e`.
+fn each_read(e: &Expr, f: &mut impl FnMut(&Access)) {
+    match e {
+        Expr::Access(a) if a.brackets != Brackets::None => f(a),
+        Expr::Neg(x, _) | Expr::Not(x, _) => each_read(x, f),
+        Expr::Binary(_, a, b, _) | Expr::Compare(_, a, b, _) => {
+            each_read(a, f);
+            each_read(b, f);
+        }
+        Expr::Term(fs, _) => fs.iter().for_each(|(_, x)| each_read(x, f)),
+        Expr::Call { args, .. } => args.iter().for_each(|x| each_read(x, f)),
+        Expr::Access(_) | Expr::Number(..) | Expr::Str(..) => {}
     }
 }
 
