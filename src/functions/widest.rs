@@ -14,6 +14,18 @@ pub(crate) trait Vectorised {
     fn run(self) -> Self::Output;
 }
 
+/// A closure as a [`Vectorised`] loop, for loops whose arguments are many borrows: its body
+/// is compiled into each copy where the compiler inlines it (a closure called once is).
+pub(crate) struct Inlined<F>(pub(crate) F);
+
+impl<R, F: FnOnce() -> R> Vectorised for Inlined<F> {
+    type Output = R;
+    #[inline(always)]
+    fn run(self) -> R {
+        (self.0)()
+    }
+}
+
 /// The widest vectors allowed: `TL_MAX_SIMD=avx2` or `TL_MAX_SIMD=portable` caps the choice
 /// (read once), so that tests can check that every path gives the same bits.
 #[derive(Clone, Copy, PartialEq, PartialOrd)]

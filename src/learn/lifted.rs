@@ -7,6 +7,7 @@ use super::terms::{operands, Term, Values};
 use crate::eval::dense::rows::{self, Program};
 use crate::eval::dense::{normalize_for, replace_normalize, split, Grid, KeptTerm, Num, Vars};
 use crate::eval::EvalOptions;
+use crate::functions::widest::{widest, Inlined};
 use crate::functions::{RowStats, Structural};
 use crate::plan::einsum::{DenseEquation, Expr};
 use crate::plan::rows::RowProgram;
@@ -231,13 +232,16 @@ pub(super) fn one_pass(
             (t.vars.iter().map(|&v| d.extents[v]).product::<usize>() == grid).then_some(c.scale)
         })
         .collect::<Option<Vec<f64>>>()?;
-    // Row `at`'s adjoint of the argument, into `back` (`ys`: room for its values).
+    // Row `at`'s adjoint of the argument, into `back` (`ys`: room for its values), its
+    // loops on the widest vectors.
     let adjoint = |at: usize, (ys, back): (&mut [f64], &mut [f64])| {
-        let row = at * n..(at + 1) * n;
-        y.widen_into(row.clone(), ys);
-        up.widen_into(row.clone(), back);
-        let xs = r.values().get(row).unwrap_or(&[]);
-        r.stats(at, xs).backward_in_place(ys, back);
+        widest(Inlined(|| {
+            let row = at * n..(at + 1) * n;
+            y.widen_into(row.clone(), ys);
+            up.widen_into(row.clone(), back);
+            let xs = r.values().get(row).unwrap_or(&[]);
+            r.stats(at, xs).backward_in_place(ys, back);
+        }))
     };
     let narrowed = |b: f64, c: f64, s: f64| ((b * c) * s) as f32;
     let mut outs: Vec<Vec<f32>> = vec![Vec::new(); d.terms.len()];
@@ -249,7 +253,8 @@ pub(super) fn one_pass(
         for at in 0..grid / n {
             adjoint(at, (&mut ys, &mut back));
             for (&(k, c), &s) in coefficients.iter().zip(&scales) {
-                outs[k].extend(back.iter().map(|&b| narrowed(b, c, s)));
+                let out = &mut outs[k];
+                widest(Inlined(|| out.extend(back.iter().map(|&b| narrowed(b, c, s)))));
             }
         }
         return Some(outs);
@@ -277,9 +282,11 @@ pub(super) fn one_pass(
                 adjoint(i * ROWS_PER_BLOCK + o, (&mut ys, &mut back));
                 for ((out, &(_, c)), &s) in block.iter_mut().zip(&coefficients).zip(&scales) {
                     let out = &mut out[o * n..(o + 1) * n];
-                    for (x, &b) in out.iter_mut().zip(&back) {
-                        *x = narrowed(b, c, s);
-                    }
+                    widest(Inlined(|| {
+                        for (x, &b) in out.iter_mut().zip(&back) {
+                            *x = narrowed(b, c, s);
+                        }
+                    }));
                 }
             }
         });

@@ -29,6 +29,7 @@ impl<'a> Values<'a> {
     }
 
     /// Elements `range`, widened, into `out`.
+    #[inline]
     pub(super) fn widen_into(&self, range: std::ops::Range<usize>, out: &mut [f64]) {
         match self {
             Values::F64(v) => out.copy_from_slice(&v[range]),
