@@ -187,6 +187,7 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
                             at.main + 1
                         );
                     }
+                    tables(&mut out, d, eq, "    ");
                 }
             }
             Kernel::Steps(plan) => {
@@ -223,6 +224,7 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
                                 "    each step: dense, {:.3e} FLOPs, its windows moved to the step",
                                 d.flops
                             );
+                            tables(&mut out, d, eq, "      ");
                         }
                         None => {
                             let _ = writeln!(out, "    each step: a loop nest");
@@ -282,6 +284,27 @@ pub fn iteration_space(eq: &Equation) -> String {
         "one point".to_string()
     } else {
         format!("iteration space: {} = {points} points", dims.join(" × "))
+    }
+}
+
+/// The parts of a dense equation's expression computed once per pass as tables
+/// (`plan::rows::Table`), one line each.
+fn tables(out: &mut String, d: &DenseEquation, eq: &Equation, indent: &str) {
+    use crate::plan::einsum::InPlaceEpilogue;
+    let argument = d.in_place.as_ref().and_then(|at| match &at.epilogue {
+        InPlaceEpilogue::NormalizeRows(_, _, arg) => Some(arg),
+        _ => None,
+    });
+    for program in d.program.iter().chain(argument) {
+        for t in &program.tables {
+            let names: Vec<&str> = t.vars.iter().map(|&v| eq.vars[v].name.as_str()).collect();
+            let values: usize = t.vars.iter().map(|&v| d.extents[v]).product();
+            let _ = writeln!(
+                out,
+                "{indent}a part reading no term tabulated over {} once per pass ({values} values), read as a term",
+                if names.is_empty() { "nothing".to_string() } else { names.join(", ") }
+            );
+        }
     }
 }
 

@@ -91,7 +91,7 @@ pub(crate) fn backward_dense(
             None => return false,
         },
     };
-    let Some(program) = Program::bind(&compiled, o) else {
+    let Some(program) = Program::bind(&compiled, d, o) else {
         return false;
     };
     // Variables summed after the expression: every element of a block gets its sum's adjoint.
@@ -180,7 +180,7 @@ pub(crate) fn backward_dense(
             continue;
         }
         row_adjoint(d, &r, (&terms[r.term].values, &mut adjoint), threads);
-        let Some(arg) = Program::bind(&r.arg, o) else {
+        let Some(arg) = Program::bind(&r.arg, d, o) else {
             return false;
         };
         let narrow = only.then_some(&mut narrow[..]);
@@ -263,7 +263,7 @@ pub(crate) fn covers(d: &DenseEquation, values: &[Tensor], o: &EvalOptions) -> b
     if weighted || nested_normalize(&d.expr, false) || !fits(d, values, o.max_memory) {
         return false;
     }
-    let binds = |p: &RowProgram| Program::bind(p, o).is_some();
+    let binds = |p: &RowProgram| Program::binds(p, o);
     let mut lifted = d.terms.len();
     let mut arguments = true;
     let expr = replace_normalize(&d.expr, &mut |_, _, arg| {

@@ -106,7 +106,7 @@ pub(super) fn lift_normalize<'a>(
             (Some((_, y)), _) if needs_input => (
                 Values::from(y),
                 Input::Values(rows::values(
-                    &Program::bind(&arg, o)?,
+                    &Program::bind(&arg, d, o)?,
                     d,
                     &operands(terms, o.threads),
                 )),
@@ -114,7 +114,7 @@ pub(super) fn lift_normalize<'a>(
             (Some((_, y)), _) => (Values::from(y), Input::None),
             (None, _) => {
                 let operands = operands(terms, o.threads);
-                let mut value = rows::values(&Program::bind(&arg, o)?, d, &operands);
+                let mut value = rows::values(&Program::bind(&arg, d, o)?, d, &operands);
                 let input = if needs_input {
                     Input::Values(value.clone())
                 } else {
@@ -254,7 +254,9 @@ pub(super) fn one_pass(
             adjoint(at, (&mut ys, &mut back));
             for (&(k, c), &s) in coefficients.iter().zip(&scales) {
                 let out = &mut outs[k];
-                widest(Inlined(|| out.extend(back.iter().map(|&b| narrowed(b, c, s)))));
+                widest(Inlined(|| {
+                    out.extend(back.iter().map(|&b| narrowed(b, c, s)))
+                }));
             }
         }
         return Some(outs);

@@ -323,7 +323,7 @@ fn in_place(p: &Checked, d: &DenseEquation) -> Option<InPlace> {
         Expr::Normalize(kind, var, arg) if !arg.normalizes() => InPlaceEpilogue::NormalizeRows(
             *kind,
             d.out.iter().position(|v| v == var)?,
-            RowProgram::compile(arg)?,
+            RowProgram::compile(arg)?.tabulate(&d.out, &d.extents),
         ),
         e if !e.normalizes() => InPlaceEpilogue::Rows,
         _ => return None,
@@ -567,7 +567,7 @@ fn dense_equation(p: &Checked, e: usize, eq: &Equation, sparse: &[bool]) -> Opti
         mask: None,
         read_back: Vec::new(),
     };
-    d.program = RowProgram::compile(&d.expr);
+    d.program = RowProgram::compile(&d.expr).map(|p| p.tabulate(&d.out, &d.extents));
     d.layout = RowLayout::new(&d, d.terms.iter().map(|c| c.out.as_slice()));
     d.scratch = scratch(&d);
     d.in_place = in_place(p, &d);

@@ -42,7 +42,28 @@ pub enum RowOp {
     Builtin(Builtin, Vec<usize>),
     /// Registered function number `slot` of [`RowProgram::users`], of one argument.
     User(usize, usize),
+    /// Table `t` of [`RowProgram::tables`] at the output variables' positions.
+    Table(usize),
 }
+
+/// A part of the expression that reads no term and calls no registered function
+/// (`1e9 * (q > p)`, a positional code): its value depends only on the positions of the
+/// output variables it mentions, so it is computed once per pass over their grid, a table
+/// far smaller than the output read as a term is, instead of once per row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Table {
+    /// Its operations in postorder (inputs numbered within them), the last one its value.
+    pub ops: Vec<RowOp>,
+    /// The output variables it mentions, in the output's order: it is row-major over them.
+    pub vars: Vec<VarId>,
+}
+
+/// Most values a table holds.
+const TABLE_MAX: usize = 1 << 16;
+
+/// The fewest output elements per table value for a table to pay: it replaces the part's
+/// operations on every row with a read.
+const TABLE_REUSE: usize = 8;
 
 /// A compiled expression: operations in postorder, the last one its value.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,6 +80,8 @@ pub struct RowProgram {
     /// operation's local derivative, or of such an input. The others are not computed
     /// there (an expression that is one term, `Q[…] K[…] / c`, needs no forward values).
     pub needed: Vec<bool>,
+    /// The parts computed once per pass ([`RowProgram::tabulate`]).
+    pub tables: Vec<Table>,
 }
 
 impl RowProgram {
@@ -70,6 +93,7 @@ impl RowProgram {
             users: Vec::new(),
             live: Vec::new(),
             needed: Vec::new(),
+            tables: Vec::new(),
         };
         p.push(e)?;
         p.live = live(&p.ops);
@@ -122,6 +146,100 @@ impl RowProgram {
             }
         }
         Some(merged)
+    }
+
+    /// The program with each largest part that reads no term and calls no registered
+    /// function made a [`Table`] over the output variables it mentions (`out`, with
+    /// `extents`), where that table holds at most [`TABLE_MAX`] values and the output at
+    /// least [`TABLE_REUSE`] times as many. A bare constant or variable stays as it is.
+    pub fn tabulate(self, out: &[VarId], extents: &[usize]) -> RowProgram {
+        let size = |vars: &[VarId]| -> usize {
+            vars.iter()
+                .map(|&v| extents.get(v).copied().unwrap_or(0))
+                .product()
+        };
+        let grid = size(out);
+        // Per operation, the output variables it depends on where it reads no term.
+        let mut free: Vec<Option<Vec<VarId>>> = Vec::with_capacity(self.ops.len());
+        for op in &self.ops {
+            let vars = match op {
+                RowOp::Term(_) | RowOp::User(..) | RowOp::Table(_) => None,
+                RowOp::Var(v) if !out.contains(v) => None,
+                _ => inputs(op).iter().try_fold(
+                    match op {
+                        RowOp::Var(v) => vec![*v],
+                        _ => Vec::new(),
+                    },
+                    |mut acc, &x| {
+                        acc.extend(free[x].as_ref()?);
+                        Some(acc)
+                    },
+                ),
+            };
+            free.push(vars.map(|vs| out.iter().copied().filter(|v| vs.contains(v)).collect()));
+        }
+        let mut read_by_free = vec![false; self.ops.len()];
+        for (i, op) in self.ops.iter().enumerate() {
+            if free[i].is_some() {
+                inputs(op).into_iter().for_each(|x| read_by_free[x] = true);
+            }
+        }
+        let roots: Vec<usize> = (0..self.ops.len())
+            .filter(|&i| {
+                let Some(vars) = &free[i] else {
+                    return false;
+                };
+                let bare = matches!(self.ops[i], RowOp::Const(_) | RowOp::Var(_));
+                let n = size(vars);
+                !read_by_free[i] && !bare && n <= TABLE_MAX && n.saturating_mul(TABLE_REUSE) <= grid
+            })
+            .collect();
+        if roots.is_empty() {
+            return self;
+        }
+        // Each operation's table root, if it is inside one.
+        let mut owner: Vec<Option<usize>> = vec![None; self.ops.len()];
+        for (t, &r) in roots.iter().enumerate() {
+            let mut stack = vec![r];
+            while let Some(i) = stack.pop() {
+                owner[i] = Some(t);
+                stack.extend(inputs(&self.ops[i]));
+            }
+        }
+        let mut tables: Vec<Table> = roots
+            .iter()
+            .map(|&r| Table {
+                ops: Vec::new(),
+                vars: free[r].clone().unwrap_or_default(),
+            })
+            .collect();
+        // New numbers: within a table for its operations, in the program for the rest.
+        let mut number = vec![0usize; self.ops.len()];
+        let mut ops = Vec::new();
+        for (i, op) in self.ops.iter().enumerate() {
+            let renumbered = map_inputs(op, |x| number[x]);
+            match owner[i] {
+                Some(t) => {
+                    number[i] = tables[t].ops.len();
+                    tables[t].ops.push(renumbered);
+                    if roots[t] == i {
+                        ops.push(RowOp::Table(self.tables.len() + t));
+                        // The program reads the table's root by its number there.
+                        number[i] = ops.len() - 1;
+                    }
+                }
+                None => {
+                    number[i] = ops.len();
+                    ops.push(renumbered);
+                }
+            }
+        }
+        let mut p = self;
+        p.tables.extend(tables);
+        p.live = live(&ops);
+        p.needed = needed(&ops, &p.live);
+        p.ops = ops;
+        p
     }
 
     fn push(&mut self, e: &Expr) -> Option<usize> {
@@ -198,10 +316,29 @@ impl RowProgram {
     }
 }
 
+/// `op` with each input `x` numbered `f(x)`.
+fn map_inputs(op: &RowOp, f: impl Fn(usize) -> usize) -> RowOp {
+    match op {
+        RowOp::Term(_) | RowOp::Const(_) | RowOp::Var(_) | RowOp::Table(_) => op.clone(),
+        RowOp::Neg(x) => RowOp::Neg(f(*x)),
+        RowOp::Not(x) => RowOp::Not(f(*x)),
+        RowOp::User(slot, x) => RowOp::User(*slot, f(*x)),
+        RowOp::Mul(a, b) => RowOp::Mul(f(*a), f(*b)),
+        RowOp::Div(a, b) => RowOp::Div(f(*a), f(*b)),
+        RowOp::Add(a, b) => RowOp::Add(f(*a), f(*b)),
+        RowOp::Sub(a, b) => RowOp::Sub(f(*a), f(*b)),
+        RowOp::Pow(a, b) => RowOp::Pow(f(*a), f(*b)),
+        RowOp::Rem(a, b) => RowOp::Rem(f(*a), f(*b)),
+        RowOp::Quot(a, b) => RowOp::Quot(f(*a), f(*b)),
+        RowOp::Compare(c, a, b) => RowOp::Compare(*c, f(*a), f(*b)),
+        RowOp::Builtin(b, args) => RowOp::Builtin(*b, args.iter().map(|&x| f(x)).collect()),
+    }
+}
+
 /// Every input of an operation.
 fn inputs(op: &RowOp) -> Vec<usize> {
     match op {
-        RowOp::Term(_) | RowOp::Const(_) | RowOp::Var(_) => Vec::new(),
+        RowOp::Term(_) | RowOp::Const(_) | RowOp::Var(_) | RowOp::Table(_) => Vec::new(),
         RowOp::Neg(x) | RowOp::Not(x) | RowOp::User(_, x) => vec![*x],
         RowOp::Mul(a, b)
         | RowOp::Div(a, b)
@@ -357,6 +494,47 @@ mod tests {
         assert_eq!(needed, vec![&RowOp::Const(8.0)]);
         // Its term's adjoint is the value's divided by 8.
         assert_eq!(p.linear(), Some(vec![(0, 0.125)]));
+    }
+
+    /// The mask of attention's scores becomes a table over the two positions it reads (not
+    /// over the batch axis), read where it was computed; nothing about the term changes.
+    #[test]
+    fn a_causal_mask_is_tabulated_over_its_positions() {
+        let e = Expr::Binary(
+            BinOp::Sub,
+            boxed(Expr::Product(vec![
+                (false, Expr::Term(0)),
+                (true, Expr::Const(8.0)),
+            ])),
+            boxed(Expr::Product(vec![
+                (false, Expr::Const(1e9)),
+                (
+                    false,
+                    Expr::Compare(CmpOp::Gt, boxed(Expr::Var(2)), boxed(Expr::Var(1))),
+                ),
+            ])),
+        );
+        let compiled = RowProgram::compile(&e).expect("no softmax inside");
+        // Output [b, p, q] with b of 16: the output holds 16 values per table value.
+        let p = compiled.clone().tabulate(&[0, 1, 2], &[16, 64, 64]);
+        assert_eq!(
+            p.ops,
+            vec![
+                RowOp::Term(0),
+                RowOp::Const(8.0),
+                RowOp::Div(0, 1),
+                RowOp::Table(0),
+                RowOp::Sub(2, 3)
+            ]
+        );
+        assert_eq!(p.tables.len(), 1);
+        assert_eq!(p.tables[0].vars, vec![1, 2]);
+        assert_eq!(p.tables[0].ops.last(), Some(&RowOp::Mul(0, 3)));
+        assert_eq!(p.linear(), compiled.linear());
+        assert_eq!(p.needed, vec![false, true, false, false, false]);
+        // Without a batch axis to repeat over, the table would be as large as the output.
+        let small = compiled.clone().tabulate(&[1, 2], &[0, 64, 64]);
+        assert_eq!(small, compiled);
     }
 
     /// Sums and differences of terms scaled by constants are linear; a term read twice takes

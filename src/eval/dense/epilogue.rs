@@ -245,9 +245,9 @@ pub(super) fn f32_grid(
     let epilogue = match &planned.epilogue {
         InPlaceEpilogue::Bare => Epilogue::Bare,
         InPlaceEpilogue::Normalize(kind, axis) => Epilogue::Normalize(*kind, *axis),
-        InPlaceEpilogue::Rows => Epilogue::Rows(rows::Program::bind(d.program.as_ref()?, o)?),
+        InPlaceEpilogue::Rows => Epilogue::Rows(rows::Program::bind(d.program.as_ref()?, d, o)?),
         InPlaceEpilogue::NormalizeRows(kind, axis, arg) => {
-            Epilogue::NormalizeRows(*kind, *axis, rows::Program::bind(arg, o)?)
+            Epilogue::NormalizeRows(*kind, *axis, rows::Program::bind(arg, d, o)?)
         }
     };
     let split = split(d, values, pool);
@@ -458,11 +458,15 @@ pub(super) fn grid_values(
     o: &EvalOptions,
 ) -> Option<Vec<f64>> {
     if let Some(planned) = &d.program {
-        return Some(rows::values(&rows::Program::bind(planned, o)?, d, terms));
+        return Some(rows::values(&rows::Program::bind(planned, d, o)?, d, terms));
     }
     let expr = materialize(&d.expr, d, terms, o)?;
     let compiled = RowProgram::compile(&expr)?;
-    Some(rows::values(&rows::Program::bind(&compiled, o)?, d, terms))
+    Some(rows::values(
+        &rows::Program::bind(&compiled, d, o)?,
+        d,
+        terms,
+    ))
 }
 
 /// For each element of the grid (row-major over `d.out`), the target offset its left-hand-side
@@ -585,7 +589,7 @@ pub(super) fn materialize<'a>(
             }
             _ => {
                 let compiled = RowProgram::compile(&inner)?;
-                rows::values(&rows::Program::bind(&compiled, o)?, d, terms)
+                rows::values(&rows::Program::bind(&compiled, d, o)?, d, terms)
             }
         };
         if let Some(axis) = d.out.iter().position(|v| *v == var) {

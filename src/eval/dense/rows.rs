@@ -13,7 +13,8 @@ use crate::eval::EvalOptions;
 use crate::functions::widest::{widest, Vectorised};
 use crate::functions::{Builtin, RowStats, Structural, UserFunction};
 use crate::plan::einsum::DenseEquation;
-use crate::plan::rows::{RowLayout, RowOp, RowProgram};
+use crate::plan::rows::{RowLayout, RowOp, RowProgram, Table};
+use crate::semantics::VarId;
 use crate::syntax::ast::CmpOp;
 use smallvec::{smallvec, SmallVec};
 use std::borrow::Cow;
@@ -21,33 +22,135 @@ use std::borrow::Cow;
 /// Positions and offsets of one row, on the stack for grids of up to eight axes.
 type Small<T> = SmallVec<[T; 8]>;
 
-/// A compiled expression with the registered functions it calls found.
+/// A compiled expression with the registered functions it calls found and its tables
+/// computed.
 pub(crate) struct Program<'p> {
     ops: &'p [RowOp],
     live: &'p [bool],
     needed: &'p [bool],
     users: Vec<&'p UserFunction>,
+    tables: Vec<Tabulated>,
     /// `--threads`: a thread that joined a pool stays in it, so one thread must be asked
     /// for, not read off the pool.
     threads: usize,
 }
 
 impl<'p> Program<'p> {
-    /// `p` with its functions looked up in `--functions`; `None` when one is not
-    /// registered.
-    pub(crate) fn bind(p: &'p RowProgram, o: &'p EvalOptions) -> Option<Program<'p>> {
+    /// Whether every function `p` calls is registered in `--functions` (what [`Program::bind`]
+    /// needs, without computing its tables).
+    pub(crate) fn binds(p: &RowProgram, o: &EvalOptions) -> bool {
+        p.users.iter().all(|name| o.functions.contains_key(name))
+    }
+
+    /// `p` with its functions looked up in `--functions` and its tables computed over
+    /// `d`'s extents; `None` when a function is not registered.
+    pub(crate) fn bind(
+        p: &'p RowProgram,
+        d: &DenseEquation,
+        o: &'p EvalOptions,
+    ) -> Option<Program<'p>> {
         let users = p
             .users
             .iter()
             .map(|name| o.functions.get(name))
             .collect::<Option<Vec<_>>>()?;
+        let tables = p.tables.iter().map(|t| Tabulated::new(t, d)).collect();
         Some(Program {
             ops: &p.ops,
             live: &p.live,
             needed: &p.needed,
             users,
+            tables,
             threads: o.threads,
         })
+    }
+}
+
+/// A [`Table`]'s values, and where a row of the output reads them.
+struct Tabulated {
+    values: Vec<f64>,
+    /// Each outer output variable the table varies along, with its stride there.
+    outer: Vec<(VarId, usize)>,
+    /// Its stride along the row (0 where it does not vary along it).
+    inner: usize,
+}
+
+impl Tabulated {
+    /// The table's value at every position of its variables (row-major), each computed by
+    /// the operations, in the order, of [`forward_row`].
+    fn new(t: &Table, d: &DenseEquation) -> Tabulated {
+        let dims: Vec<usize> = t.vars.iter().map(|&v| d.extents[v]).collect();
+        let mut strides = vec![1usize; dims.len()];
+        for k in (0..dims.len().saturating_sub(1)).rev() {
+            strides[k] = strides[k + 1] * dims[k + 1];
+        }
+        let total: usize = dims.iter().product();
+        let mut env = vec![0usize; d.extents.len()];
+        let mut vals = vec![0.0; t.ops.len()];
+        let mut values = Vec::with_capacity(total);
+        for at in 0..total {
+            for ((&v, &n), &s) in t.vars.iter().zip(&dims).zip(&strides) {
+                env[v] = at / s % n.max(1);
+            }
+            for (i, op) in t.ops.iter().enumerate() {
+                vals[i] = scalar(op, &vals, &env);
+            }
+            values.push(vals.last().copied().unwrap_or(f64::NAN));
+        }
+        let inner_var = d.out.last().copied();
+        let stride_of = |v: VarId| t.vars.iter().position(|&x| x == v).map(|k| strides[k]);
+        Tabulated {
+            values,
+            outer: t
+                .vars
+                .iter()
+                .filter(|&&v| Some(v) != inner_var)
+                .filter_map(|&v| Some((v, stride_of(v)?)))
+                .collect(),
+            inner: inner_var.and_then(stride_of).unwrap_or(0),
+        }
+    }
+
+    /// Where the row at output positions `env` starts.
+    fn base(&self, env: &[usize]) -> usize {
+        self.outer.iter().map(|&(v, s)| env[v] * s).sum()
+    }
+}
+
+/// One operation of a table at one point, as [`forward_row`]'s loops compute it there
+/// (a table holds no term and no registered function).
+fn scalar(op: &RowOp, vals: &[f64], env: &[usize]) -> f64 {
+    let one = |holds: bool| f64::from(u8::from(holds));
+    match *op {
+        RowOp::Const(c) => c,
+        RowOp::Var(v) => env[v] as f64,
+        RowOp::Neg(a) => -vals[a],
+        RowOp::Not(a) => 1.0 - vals[a],
+        RowOp::Mul(a, b) => vals[a] * vals[b],
+        RowOp::Div(a, b) => vals[a] / vals[b],
+        RowOp::Add(a, b) => vals[a] + vals[b],
+        RowOp::Sub(a, b) => vals[a] - vals[b],
+        RowOp::Pow(a, b) => vals[a].powf(vals[b]),
+        RowOp::Rem(a, b) => vals[a] % vals[b],
+        RowOp::Quot(a, b) => (vals[a] / vals[b]).trunc(),
+        RowOp::Compare(c, a, b) => {
+            let (x, y) = (vals[a], vals[b]);
+            one(match c {
+                CmpOp::Eq => x == y,
+                CmpOp::Ne => x != y,
+                CmpOp::Lt => x < y,
+                CmpOp::Le => x <= y,
+                CmpOp::Gt => x > y,
+                CmpOp::Ge => x >= y,
+            })
+        }
+        RowOp::Builtin(Builtin::Relu, ref args) if args.len() == 1 => vals[args[0]].max(0.0),
+        RowOp::Builtin(f, ref args) => match args.as_slice() {
+            [a] => f.apply(&[vals[*a]]),
+            [a, b] => f.apply(&[vals[*a], vals[*b]]),
+            _ => f64::NAN,
+        },
+        RowOp::Term(_) | RowOp::User(..) | RowOp::Table(_) => f64::NAN,
     }
 }
 
@@ -202,15 +305,24 @@ fn forward_loops(
     // Where only the root is read afterwards (a forward pass), a term read contiguously
     // along the row is read where it lies rather than copied into `vals` first.
     let in_place = |i: usize| -> Option<&[f64]> {
-        let RowOp::Term(k) = p.ops.get(i)? else {
-            return None;
-        };
-        let own = main.as_ref().is_some_and(|m| m.term == *k);
-        let contiguous = rows.inner_step(*k) == 1;
-        if own || !contiguous || only.is_some() || picks.is_some() || i == last {
+        if only.is_some() || picks.is_some() || i == last {
             return None;
         }
-        terms[*k].data.get(at[*k]..at[*k] + n)
+        match p.ops.get(i)? {
+            RowOp::Table(t) => {
+                let t = p.tables.get(*t).filter(|t| t.inner == 1)?;
+                let base = t.base(env);
+                t.values.get(base..base + n)
+            }
+            RowOp::Term(k) => {
+                let own = main.as_ref().is_some_and(|m| m.term == *k);
+                if own || rows.inner_step(*k) != 1 {
+                    return None;
+                }
+                terms[*k].data.get(at[*k]..at[*k] + n)
+            }
+            _ => None,
+        }
     };
     for (i, op) in p.ops.iter().enumerate() {
         if only.is_some_and(|o| !o[i]) || in_place(i).is_some() {
@@ -245,6 +357,16 @@ fn forward_loops(
                 }
             }
             RowOp::Const(c) => out.fill(*c),
+            RowOp::Table(t) => match p.tables.get(*t) {
+                Some(t) => {
+                    let (base, step) = (t.base(env), t.inner);
+                    let at = |j: usize| t.values.get(base + j * step).copied();
+                    for (j, o) in out.iter_mut().enumerate() {
+                        *o = at(picks.map_or(j, |js| js[j])).unwrap_or(f64::NAN);
+                    }
+                }
+                None => out.fill(f64::NAN),
+            },
             RowOp::Var(v) => {
                 if Some(*v) == inner_var {
                     for (j, o) in out.iter_mut().enumerate() {
@@ -730,7 +852,7 @@ fn backward_loops(
         }
         match op {
             RowOp::Term(k) => term(i, *k, a, picks),
-            RowOp::Const(_) | RowOp::Var(_) | RowOp::Compare(..) => {}
+            RowOp::Const(_) | RowOp::Var(_) | RowOp::Table(_) | RowOp::Compare(..) => {}
             RowOp::Neg(x) | RowOp::Not(x) => pass!(*x, |_| -1.0),
             RowOp::Add(x, y) => {
                 pass!(*x, |_| 1.0);
