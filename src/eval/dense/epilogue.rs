@@ -280,6 +280,11 @@ pub(super) fn f32_grid(
                     .for_each(|x| *x = (f64::from(*x) * c.scale) as f32);
             }
             Epilogue::Bare | Epilogue::Normalize(..) => {}
+            // `relu` of the product alone: in f32, the same bits as widened, taken and
+            // rounded back (an f32 is exact in f64 and `max` rounds nothing).
+            Epilogue::Rows(_) if c.scale == 1.0 && relu_of(d, main) => {
+                relu_in_place(&mut data, workers > 1)
+            }
             Epilogue::Rows(program) | Epilogue::NormalizeRows(_, _, program) => {
                 let at = (main, c.scale, workers);
                 let keep = keeping.then_some(&mut kept);
@@ -331,6 +336,22 @@ pub(crate) fn keep_grid(d: &DenseEquation, kept: &mut [Option<KeptTerm>], grid: 
         *slot = grid;
     }
 }
+
+/// `relu` of every element of `buf`, on the widest vectors; with `split`, in blocks on the
+/// current pool's workers.
+fn relu_in_place(buf: &mut [f32], split: bool) {
+    use crate::functions::widest::{widest, Inlined};
+    let relu = |xs: &mut [f32]| widest(Inlined(|| xs.iter_mut().for_each(|x| *x = x.max(0.0))));
+    if split {
+        use rayon::prelude::*;
+        buf.par_chunks_mut(RELU_BLOCK).for_each(relu);
+    } else {
+        relu(buf);
+    }
+}
+
+/// Elements per block of a split [`relu_in_place`].
+const RELU_BLOCK: usize = 1 << 15;
 
 /// Whether the expression is `relu` of term `main` alone.
 fn relu_of(d: &DenseEquation, main: usize) -> bool {
@@ -606,6 +627,39 @@ pub(super) fn materialize<'a>(
 #[cfg(test)]
 mod tests {
     use super::Placement;
+
+    /// `relu` in f32 gives the bits of `relu` of the widened value rounded back, for zeros of
+    /// either sign, NaN, infinities and subnormals, split or not.
+    #[test]
+    fn relu_in_f32_matches_relu_in_f64() {
+        let xs: Vec<f32> = [
+            0.0,
+            -0.0,
+            1.5,
+            -2.5,
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ]
+        .into_iter()
+        .chain([1e-45, -1e-45, f32::MIN_POSITIVE, -f32::MIN_POSITIVE])
+        .cycle()
+        .take(70_000)
+        .collect();
+        let want: Vec<u32> = xs
+            .iter()
+            .map(|&x| (f64::from(x).max(0.0) as f32).to_bits())
+            .collect();
+        for split in [false, true] {
+            let mut got = xs.clone();
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(2)
+                .build()
+                .unwrap();
+            pool.install(|| super::relu_in_place(&mut got, split));
+            assert_eq!(got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want);
+        }
+    }
 
     #[test]
     fn a_gather_gives_zeros_where_rows_lie_outside_the_target() {
