@@ -466,10 +466,9 @@ mod tests {
         Box::new(e)
     }
 
-    #[test]
-    fn a_causal_mask_needs_no_values_and_passes_no_adjoint() {
-        // Term(0) / 8 - 1e9 * (q > p), as attention's softmax argument is written.
-        let e = Expr::Binary(
+    /// `Term(0) / 8 - 1e9 * (q > p)`, as attention's softmax argument is written.
+    fn causal_mask(q: VarId, p: VarId) -> Expr {
+        Expr::Binary(
             BinOp::Sub,
             boxed(Expr::Product(vec![
                 (false, Expr::Term(0)),
@@ -479,10 +478,15 @@ mod tests {
                 (false, Expr::Const(1e9)),
                 (
                     false,
-                    Expr::Compare(CmpOp::Gt, boxed(Expr::Var(1)), boxed(Expr::Var(0))),
+                    Expr::Compare(CmpOp::Gt, boxed(Expr::Var(q)), boxed(Expr::Var(p))),
                 ),
             ])),
-        );
+        )
+    }
+
+    #[test]
+    fn a_causal_mask_needs_no_values_and_passes_no_adjoint() {
+        let e = causal_mask(1, 0);
         let p = RowProgram::compile(&e).expect("no softmax inside");
         let live: Vec<usize> = (0..p.ops.len()).filter(|&i| p.live[i]).collect();
         let needed: Vec<&RowOp> = (0..p.ops.len())
@@ -500,20 +504,7 @@ mod tests {
     /// over the batch axis), read where it was computed; nothing about the term changes.
     #[test]
     fn a_causal_mask_is_tabulated_over_its_positions() {
-        let e = Expr::Binary(
-            BinOp::Sub,
-            boxed(Expr::Product(vec![
-                (false, Expr::Term(0)),
-                (true, Expr::Const(8.0)),
-            ])),
-            boxed(Expr::Product(vec![
-                (false, Expr::Const(1e9)),
-                (
-                    false,
-                    Expr::Compare(CmpOp::Gt, boxed(Expr::Var(2)), boxed(Expr::Var(1))),
-                ),
-            ])),
-        );
+        let e = causal_mask(2, 1);
         let compiled = RowProgram::compile(&e).expect("no softmax inside");
         // Output [b, p, q] with b of 16: the output holds 16 values per table value.
         let p = compiled.clone().tabulate(&[0, 1, 2], &[16, 64, 64]);
