@@ -21,14 +21,7 @@ pub(crate) fn lanes<X: Copy, A: Copy, const L: usize>(
             *a = step(*a, x);
         }
     }
-    let mut width = L;
-    while width > 1 {
-        width /= 2;
-        for i in 0..width {
-            acc[i] = join(acc[i], acc[i + width]);
-        }
-    }
-    rest.iter().fold(acc[0], |a, &x| step(a, x))
+    rest.iter().fold(joined(acc, join), |a, &x| step(a, x))
 }
 
 /// [`lanes`] over two rows of the same length at once (`step` gets an element of each).
@@ -49,6 +42,13 @@ pub(crate) fn lanes2<X: Copy, Y: Copy, A: Copy, const L: usize>(
             *a = step(*a, x, y);
         }
     }
+    let first = joined(acc, join);
+    xr.iter().zip(yr).fold(first, |a, (&x, &y)| step(a, x, y))
+}
+
+/// The lanes combined by `join`, lane i with lane i + L/2, halving until one is left.
+#[inline(always)]
+fn joined<A: Copy, const L: usize>(mut acc: [A; L], join: impl Fn(A, A) -> A) -> A {
     let mut width = L;
     while width > 1 {
         width /= 2;
@@ -56,7 +56,7 @@ pub(crate) fn lanes2<X: Copy, Y: Copy, A: Copy, const L: usize>(
             acc[i] = join(acc[i], acc[i + width]);
         }
     }
-    xr.iter().zip(yr).fold(acc[0], |a, (&x, &y)| step(a, x, y))
+    acc[0]
 }
 
 #[cfg(test)]

@@ -164,17 +164,11 @@ impl RowProgram {
         for op in &self.ops {
             let vars = match op {
                 RowOp::Term(_) | RowOp::User(..) | RowOp::Table(_) => None,
-                RowOp::Var(v) if !out.contains(v) => None,
-                _ => inputs(op).iter().try_fold(
-                    match op {
-                        RowOp::Var(v) => vec![*v],
-                        _ => Vec::new(),
-                    },
-                    |mut acc, &x| {
-                        acc.extend(free[x].as_ref()?);
-                        Some(acc)
-                    },
-                ),
+                RowOp::Var(v) => out.contains(v).then(|| vec![*v]),
+                _ => inputs(op).iter().try_fold(Vec::new(), |mut acc, &x| {
+                    acc.extend(free[x].as_ref()?);
+                    Some(acc)
+                }),
             };
             free.push(vars.map(|vs| out.iter().copied().filter(|v| vs.contains(v)).collect()));
         }

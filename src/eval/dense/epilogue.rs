@@ -341,13 +341,9 @@ pub(crate) fn keep_grid(d: &DenseEquation, kept: &mut [Option<KeptTerm>], grid: 
 /// current pool's workers.
 fn relu_in_place(buf: &mut [f32], split: bool) {
     use crate::functions::widest::{widest, Inlined};
-    let relu = |xs: &mut [f32]| widest(Inlined(|| xs.iter_mut().for_each(|x| *x = x.max(0.0))));
-    if split {
-        use rayon::prelude::*;
-        buf.par_chunks_mut(RELU_BLOCK).for_each(relu);
-    } else {
-        relu(buf);
-    }
+    split::each_block(buf, RELU_BLOCK, split, |_, xs| {
+        widest(Inlined(|| xs.iter_mut().for_each(|x| *x = x.max(0.0))))
+    });
 }
 
 /// Elements per block of a split [`relu_in_place`].
