@@ -215,6 +215,17 @@ pub(super) fn matmul<T: Num>(
         }
         return;
     }
+    let operands = Operands {
+        lhs: (lhs, lo, [lr, lc]),
+        rhs: (rhs, ro, [rr, rc]),
+    };
+    if threads > 1
+        && m * n * k >= THREADED_PRODUCT
+        && k.div_ceil(KC) >= threads
+        && k >= SPLIT_INNER * m.max(n)
+    {
+        return by_inner_blocks((m, n, k), operands, dst, (zero, one), threads);
+    }
     // With threads, blocks of rows go to workers, each a whole product on one thread: a
     // row's sums never depend on the other rows (§9), so the result is the same, and one
     // fork per product beats gemm's own splitting on the moderate shapes of layers.
@@ -238,18 +249,50 @@ pub(super) fn matmul<T: Num>(
     } else {
         gemm::Parallelism::None
     };
-    // gemm splits the inner dimension into blocks whose size depends on m and n, and sums the
-    // blocks into dst one after another; fixed blocks of KC (within which it never splits)
-    // make that order the same for every batch size (§9).
-    const KC: usize = 512;
-    for k0 in (0..k).step_by(KC) {
-        let kb = KC.min(k - k0);
-        // SAFETY: every element the strides reach lies inside its slice (the largest offset
-        // of each operand was checked above; a block starts inside it and reaches no
-        // further), `dst` holds m·n row-major elements and does not alias the inputs (the
-        // first block does not read them, `read_dst` false, and writes every one; the
-        // others read what it wrote), and T is f32 or f64 (the callers), which gemm
-        // supports.
+    inner_blocks((m, n), 0..k, operands, dst, (zero, one), parallelism);
+}
+
+/// gemm splits the inner dimension into blocks whose size depends on m and n, and sums the
+/// blocks into dst one after another; fixed blocks of KC (within which it never splits: its
+/// own blocks are at least 512 long) make that order the same for every batch size (§9).
+const KC: usize = 512;
+
+/// A reduction at least this many times longer than the output's longer side splits by
+/// its KC blocks rather than by rows.
+const SPLIT_INNER: usize = 4;
+
+/// A matrix product's two operands: each its elements, the offset of its first one and
+/// its row and column strides.
+#[derive(Clone, Copy)]
+struct Operands<'a, T> {
+    lhs: (&'a [T], usize, [usize; 2]),
+    rhs: (&'a [T], usize, [usize; 2]),
+}
+
+/// `dst = lhs[.., ks] · rhs[ks, ..]`, an `m×n` product over the inner indices `ks` (starting
+/// at a multiple of KC) in KC blocks, each added to `dst` after the first by gemm with one
+/// rounding an element.
+fn inner_blocks<T: Num>(
+    (m, n): (usize, usize),
+    ks: std::ops::Range<usize>,
+    Operands {
+        lhs: (lhs, lo, [lr, lc]),
+        rhs: (rhs, ro, [rr, rc]),
+    }: Operands<T>,
+    dst: &mut [MaybeUninit<T>],
+    (zero, one): (T, T),
+    parallelism: gemm::Parallelism,
+) {
+    let start = ks.start;
+    for k0 in ks.clone().step_by(KC) {
+        let kb = KC.min(ks.end - k0);
+        let first = k0 == start;
+        // SAFETY: every element the strides reach lies inside its slice (`matmul` checked
+        // the largest offset of each operand over the whole inner dimension; a block starts
+        // inside it and reaches no further), `dst` holds m·n row-major elements and does not
+        // alias the inputs (the first block does not read it, `read_dst` false, and writes
+        // every one; the others read what it wrote), and T is f32 or f64 (the callers),
+        // which gemm supports.
         unsafe {
             gemm::gemm(
                 m,
@@ -258,14 +301,14 @@ pub(super) fn matmul<T: Num>(
                 dst.as_mut_ptr().cast::<T>(),
                 1,
                 n as isize,
-                k0 > 0,
+                !first,
                 lhs.as_ptr().add(lo + k0 * lc),
                 lc as isize,
                 lr as isize,
                 rhs.as_ptr().add(ro + k0 * rr),
                 rc as isize,
                 rr as isize,
-                if k0 > 0 { one } else { zero },
+                if first { zero } else { one },
                 one,
                 false,
                 false,
@@ -274,6 +317,53 @@ pub(super) fn matmul<T: Num>(
             );
         }
     }
+}
+
+/// A long reduction into a small output (a weight's gradient summed over a batch's rows)
+/// split by its KC blocks: the first worker's blocks go into `dst` as on one thread, every
+/// later block into a buffer of its own, and those are added to `dst` in block order
+/// afterwards. gemm adds each block's sum to `dst` with one rounding, so these are the
+/// same additions in the same order: the bits of one thread.
+fn by_inner_blocks<T: Num>(
+    (m, n, k): (usize, usize, usize),
+    operands: Operands<T>,
+    dst: &mut [MaybeUninit<T>],
+    unit: (T, T),
+    threads: usize,
+) {
+    use rayon::prelude::*;
+    let none = gemm::Parallelism::None;
+    let leading = k.div_ceil(KC).div_ceil(threads) * KC;
+    let (_, later) = rayon::join(
+        || inner_blocks((m, n), 0..leading, operands, dst, unit, none),
+        || {
+            (leading..k)
+                .step_by(KC)
+                .collect::<Vec<_>>()
+                .into_par_iter()
+                .map(|k0| {
+                    let mut block = Vec::with_capacity(m * n);
+                    let spare = &mut block.spare_capacity_mut()[..m * n];
+                    inner_blocks((m, n), k0..(k0 + KC).min(k), operands, spare, unit, none);
+                    // SAFETY: `inner_blocks` writes all m·n elements (its first block does
+                    // not read them).
+                    unsafe { block.set_len(m * n) };
+                    block
+                })
+                .collect::<Vec<Vec<T>>>()
+        },
+    );
+    // SAFETY: the first worker's blocks wrote all m·n elements of `dst`, which holds at
+    // least that many.
+    let dst = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<T>(), m * n) };
+    let chunk = (m * n).div_ceil(threads);
+    dst.par_chunks_mut(chunk).enumerate().for_each(|(i, part)| {
+        for block in &later {
+            for (d, b) in part.iter_mut().zip(&block[i * chunk..]) {
+                *d = d.add(*b);
+            }
+        }
+    });
 }
 
 #[cfg(test)]
@@ -307,5 +397,46 @@ mod tests {
             .zip(&two)
             .all(|(a, b)| a.to_bits() == b.to_bits()));
         assert_eq!(one.len(), b * m * n);
+    }
+
+    /// A long reduction split by its inner blocks across threads (a weight's gradient) gives
+    /// the bits of one thread, in f32 and f64, with a last block shorter than the others
+    /// and a column-major left operand.
+    #[test]
+    fn an_inner_split_matches_one_thread() {
+        fn check<T: Num>(of: impl Fn(f64) -> T) {
+            let (m, n, k) = (48, 80, 1700);
+            let lhs: Vec<T> = (0..m * k)
+                .map(|i| of(((i * 7919) % 113) as f64 / 37.0 - 1.0))
+                .collect();
+            let rhs: Vec<T> = (0..k * n)
+                .map(|i| of(((i * 104_729) % 97) as f64 / 29.0 - 1.5))
+                .collect();
+            let run = |threads| {
+                let mut out = vec![MaybeUninit::new(T::default()); m * n];
+                let (lhs, rhs) = ((lhs.as_slice(), 0, [1, m]), (rhs.as_slice(), 0, [n, 1]));
+                matmul(
+                    (m, n, k),
+                    lhs,
+                    rhs,
+                    &mut out,
+                    (T::default(), T::ONE),
+                    threads,
+                );
+                // SAFETY: `matmul` wrote every element.
+                out.into_iter()
+                    .map(|v| unsafe { v.assume_init() }.into().to_bits())
+                    .collect::<Vec<u64>>()
+            };
+            let one = run(1);
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(2)
+                .build()
+                .unwrap();
+            assert_eq!(one, pool.install(|| run(2)));
+            assert_eq!(one, pool.install(|| run(3)));
+        }
+        check(|v| v as f32);
+        check(|v| v);
     }
 }
