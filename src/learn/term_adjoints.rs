@@ -100,7 +100,7 @@ impl Sink<'_> {
         self,
         (up, x): (&[U], &[T]),
         split: bool,
-        a: impl Fn(U, T) -> f64 + Sync,
+        a: impl Fn(U, T) -> f64 + Sync + Send,
     ) {
         match self {
             Sink::Wide(gk) => accumulate(gk, (up, x), split, a),
@@ -134,19 +134,16 @@ pub(super) fn f32_products(d: &DenseEquation, k: usize) -> Option<&Contraction> 
 }
 
 /// `a(up[j], x[j])` at every grid element, in blocks on the pool's workers when `split`.
-fn made<U: Copy + Sync, T: Copy + Sync, V: Send>(
+fn made<U: Copy + Sync, T: Copy + Sync, V: Copy + Default + Send + Sync>(
     (up, x): (&[U], &[T]),
     split: bool,
-    a: impl Fn(U, T) -> V + Sync,
+    a: impl Fn(U, T) -> V + Sync + Send,
 ) -> Vec<V> {
-    match split {
-        true => {
-            use rayon::prelude::*;
-            let pairs = up.par_iter().zip(x.par_iter());
-            pairs.map(|(&u, &x)| a(u, x)).collect()
-        }
-        false => up.iter().zip(x).map(|(&u, &x)| a(u, x)).collect(),
-    }
+    let len = up.len().min(x.len());
+    split::filled((len, V::default()), split, |r| {
+        let (up, x) = (&up[r.clone()], &x[r]);
+        up.iter().zip(x).map(|(&u, &x)| a(u, x))
+    })
 }
 
 /// `gₖ[j] += a(up[j], x[j])` at every grid element, or `gₖ[j] = a(up[j], x[j])` where `gₖ`
@@ -155,7 +152,7 @@ fn accumulate<U: Copy + Sync, T: Copy + Sync>(
     gk: &mut Vec<f64>,
     (up, x): (&[U], &[T]),
     split: bool,
-    a: impl Fn(U, T) -> f64 + Sync,
+    a: impl Fn(U, T) -> f64 + Sync + Send,
 ) {
     if gk.is_empty() {
         *gk = made((up, x), split, a);

@@ -42,18 +42,59 @@ pub(crate) fn each_block<T: Send>(
     }
 }
 
+/// Elements of a block that [`filled`] hands to one worker: the loop over them is a plain
+/// one the compiler vectorises. Made through rayon's element-by-element `collect` instead,
+/// the character LM's ReLU adjoints, narrowings and zeroings took longer on two threads
+/// than on one (its two-thread step 82.5 → 76.7 ms).
+const FILL_BLOCK: usize = 1 << 14;
+
+/// `len` values made in consecutive blocks, each block's values the items of
+/// `block(range)` for its range of indices (as one thread would make them, so the bits do
+/// not depend on the split), on the pool's workers when `split`. An iterator that ends
+/// early leaves `pad` in the rest of its block.
+pub(crate) fn filled<T: Copy + Send + Sync, I: Iterator<Item = T>>(
+    (len, pad): (usize, T),
+    split: bool,
+    block: impl Fn(std::ops::Range<usize>) -> I + Sync + Send,
+) -> Vec<T> {
+    use std::mem::MaybeUninit;
+    let fill = |first: usize, part: &mut [MaybeUninit<T>]| {
+        let mut written = 0;
+        let items = block(first..first + part.len());
+        for (o, v) in part.iter_mut().zip(items) {
+            o.write(v);
+            written += 1;
+        }
+        for o in &mut part[written..] {
+            o.write(pad);
+        }
+    };
+    let mut out = Vec::with_capacity(len);
+    let spare = &mut out.spare_capacity_mut()[..len];
+    if split {
+        use rayon::prelude::*;
+        spare
+            .par_chunks_mut(FILL_BLOCK)
+            .enumerate()
+            .for_each(|(i, part)| fill(i * FILL_BLOCK, part));
+    } else {
+        fill(0, spare);
+    }
+    // SAFETY: `fill` wrote every element of every block, and the blocks cover the first
+    // `len` elements.
+    unsafe { out.set_len(len) };
+    out
+}
+
 /// `f` of each element, on the pool's workers where [`splits`] says so (each element's
 /// value does not depend on the split).
-pub(crate) fn mapped<S: Sync, T: Send>(
+pub(crate) fn mapped<S: Sync, T: Copy + Default + Send + Sync>(
     xs: &[S],
     f: impl Fn(&S) -> T + Sync + Send,
     threads: usize,
 ) -> Vec<T> {
     match splits(threads, xs.len()) {
-        true => {
-            use rayon::prelude::*;
-            xs.par_iter().map(f).collect()
-        }
+        true => filled((xs.len(), T::default()), true, |r| xs[r].iter().map(&f)),
         false => xs.iter().map(f).collect(),
     }
 }
@@ -69,10 +110,7 @@ pub(crate) fn zeros_of<T: Copy + Send + Sync>(len: usize, zero: T, threads: usiz
     if !splits(threads, len) {
         return vec![zero; len];
     }
-    use rayon::prelude::*;
-    let mut out = Vec::with_capacity(len);
-    out.par_extend(rayon::iter::repeat_n(zero, len));
-    out
+    filled((len, zero), true, |r| std::iter::repeat_n(zero, r.len()))
 }
 
 #[cfg(test)]
@@ -87,5 +125,31 @@ mod tests {
         let z: Vec<f64> = pool.install(|| super::zeros(len, 2));
         assert_eq!(z.len(), len);
         assert!(z.iter().all(|&x| x.to_bits() == 0));
+    }
+
+    /// Blocks made on two threads hold what one thread makes, and an iterator that ends
+    /// early leaves the pad in the rest of its block.
+    #[test]
+    fn filled_blocks_split_across_threads_match_one_thread() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let len = 5 * super::FILL_BLOCK + 7;
+        let xs: Vec<f64> = (0..len).map(|i| (i as f64).sin()).collect();
+        let make = |split| {
+            super::filled((len, 0.0f32), split, |r| {
+                xs[r].iter().map(|&x| (x * 3.0) as f32)
+            })
+        };
+        let one = make(false);
+        let two = pool.install(|| make(true));
+        assert_eq!(one.len(), len);
+        assert!(one
+            .iter()
+            .zip(&two)
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
+        let short = super::filled((5, 0.5), false, |_| [1.0, 2.0].into_iter());
+        assert_eq!(short, [1.0, 2.0, 0.5, 0.5, 0.5]);
     }
 }
