@@ -1,7 +1,8 @@
 //! The matrix products: loops of `m×k · k×n` GEMMs over strided operands, and the one call
-//! into the `gemm` crate (with the output it writes, the only `unsafe` of the engine), in
-//! fixed blocks of the inner dimension with a lone row or column padded, so every element
-//! sums in the same order for every batch size (§9).
+//! into the `gemm` crate (with the outputs it writes, one of the engine's three homes of
+//! `unsafe`, docs/design.md), in fixed blocks of the inner dimension with a lone row or
+//! column padded, so every element sums in the same order for every batch size and thread
+//! count (§9).
 
 use super::operand::Num;
 use std::mem::MaybeUninit;
