@@ -222,7 +222,8 @@ pub(super) fn matmul<T: Num>(
     };
     if threads > 1
         && m * n * k >= THREADED_PRODUCT
-        && k.div_ceil(KC) >= threads
+        && (threads..=INNER_BLOCKS_SPLIT).contains(&k.div_ceil(KC))
+        && m * n <= INNER_SPLIT_OUTPUT
         && k >= SPLIT_INNER * m.max(n)
     {
         return by_inner_blocks((m, n, k), operands, dst, (zero, one), threads);
@@ -261,6 +262,14 @@ const KC: usize = 512;
 /// A reduction at least this many times longer than the output's longer side splits by
 /// its KC blocks rather than by rows.
 const SPLIT_INNER: usize = 4;
+
+/// The most KC blocks of a product split by its inner blocks: each later block holds a
+/// buffer the size of the output until all are added.
+const INNER_BLOCKS_SPLIT: usize = 16;
+
+/// The most output elements of a product split by its inner blocks: with at most 15 later
+/// blocks, at most 15 buffers of 2²⁰ elements beside the result.
+const INNER_SPLIT_OUTPUT: usize = 1 << 20;
 
 /// A matrix product's two operands: each its elements, the offset of its first one and
 /// its row and column strides.
