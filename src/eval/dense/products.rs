@@ -366,10 +366,9 @@ fn by_inner_blocks<T: Num>(
     // SAFETY: the first worker's blocks wrote all m·n elements of `dst`, which holds at
     // least that many.
     let dst = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<T>(), m * n) };
-    let chunk = (m * n).div_ceil(threads);
-    dst.par_chunks_mut(chunk).enumerate().for_each(|(i, part)| {
+    super::split::each_block(dst, (m * n).div_ceil(threads), true, |first, part| {
         for block in &later {
-            for (d, b) in part.iter_mut().zip(&block[i * chunk..]) {
+            for (d, b) in part.iter_mut().zip(&block[first..]) {
                 *d = d.add(*b);
             }
         }

@@ -70,16 +70,12 @@ pub(crate) fn filled<T: Copy + Send + Sync, I: Iterator<Item = T>>(
         }
     };
     let mut out = Vec::with_capacity(len);
-    let spare = &mut out.spare_capacity_mut()[..len];
-    if split {
-        use rayon::prelude::*;
-        spare
-            .par_chunks_mut(FILL_BLOCK)
-            .enumerate()
-            .for_each(|(i, part)| fill(i * FILL_BLOCK, part));
-    } else {
-        fill(0, spare);
-    }
+    each_block(
+        &mut out.spare_capacity_mut()[..len],
+        FILL_BLOCK,
+        split,
+        fill,
+    );
     // SAFETY: `fill` wrote every element of every block, and the blocks cover the first
     // `len` elements.
     unsafe { out.set_len(len) };
