@@ -41,6 +41,18 @@ impl Ctx<'_> {
                 continue;
             }
             let depth = recursion_depth(st, &eqs, tensors);
+            if st.recursive {
+                let scope = Scope {
+                    symbolic: &symbolic,
+                    current: &st.tensors,
+                    widen: false,
+                    bounds: &bounds,
+                    by_value: &by_value,
+                    roots: &roots,
+                    outside: true,
+                };
+                fix_extents(st, &eqs, tensors, &scope);
+            }
             let mut iter = 0;
             loop {
                 iter += 1;
@@ -56,6 +68,7 @@ impl Ctx<'_> {
                     bounds: &bounds,
                     by_value: &by_value,
                     roots: &roots,
+                    outside: false,
                 };
                 for &i in &st.equations {
                     let (eq, meta) = &mut eqs[i];
@@ -172,6 +185,59 @@ struct Scope<'a> {
     by_value: &'a [bool],
     /// Each axis's union-find root, which identifies its integer domain.
     roots: &'a [Vec<usize>],
+    /// Whether ranges come from outside the component alone: its own tensors' reads are
+    /// left out, as when fixing extents before it runs ([`fix_extents`]).
+    outside: bool,
+}
+
+/// Fixes the extents of the component's axes that do not depend on the component (§5.1):
+/// an axis that every equation writes with a constant or a bare variable whose range comes
+/// from outside the component (dense data, a declaration, a relation of data, an earlier
+/// stratum) has its extent before the component runs, so a read of it inside that extent is
+/// an ordinary read (0 or false), not nothing: `Reach[x, z] = Adj[x, z] + Reach[x, y] Adj[y,
+/// z]` counts paths from the first iteration on. Other axes grow with the recursion.
+fn fix_extents(st: &Stratum, eqs: &[Lowered], tensors: &mut [TensorInfo], scope: &Scope) {
+    let mut scratch = (Vec::new(), Vec::new());
+    let ranges: Vec<Vec<Option<usize>>> = st
+        .equations
+        .iter()
+        .map(|&i| {
+            let (eq, meta) = &eqs[i];
+            ranges_within(eq, meta, tensors, scope, &mut scratch.0, &mut scratch.1)
+        })
+        .collect();
+    for &t in &st.tensors {
+        if tensors[t].declared.is_some() {
+            continue;
+        }
+        for ax in 0..tensors[t].shape.len() {
+            if tensors[t].domains.get(ax).is_some_and(|&d| scope.symbolic[d]) {
+                continue;
+            }
+            let mut need: Option<usize> = None;
+            for (k, &i) in st.equations.iter().enumerate() {
+                let eq = &eqs[i].0;
+                if eq.target != t {
+                    continue;
+                }
+                let written = match eq.lhs.get(ax) {
+                    Some(IndexFn::Const(c)) => usize::try_from(*c).ok().map(|c| c + 1),
+                    Some(IndexFn::Var(v)) => ranges[k].get(*v).copied().flatten(),
+                    _ => None,
+                };
+                match written {
+                    Some(w) => need = Some(need.unwrap_or(0).max(w)),
+                    None => {
+                        need = None;
+                        break;
+                    }
+                }
+            }
+            if let Some(n) = need.filter(|&n| n <= crate::tensor::MAX_EXTENT) {
+                tensors[t].shape[ax] = tensors[t].shape[ax].max(n);
+            }
+        }
+    }
 }
 
 /// A variable read bare at one axis of a tensor.
@@ -230,6 +296,7 @@ fn concats(n: &Node, out: &mut Vec<(VarId, Vec<VarId>)>) {
     n.children().into_iter().for_each(|c| concats(c, out));
 }
 
+/// Each variable's range (§5.1); a variable whose range cannot be inferred is an error.
 fn ranges(
     eq: &Equation,
     meta: &EqMeta,
@@ -238,12 +305,42 @@ fn ranges(
     below: &mut Vec<(usize, i64)>,
     errors: &mut Vec<Diagnostic>,
 ) -> Vec<usize> {
+    ranges_within(eq, meta, tensors, scope, below, errors)
+        .into_iter()
+        .enumerate()
+        .map(|(v, r)| match r {
+            Some(r) => r,
+            None => {
+                errors.push(
+                    Diagnostic::error(codes::UNBOUND_INDEX, eq.vars[v].span, format!("cannot infer the range of index `{}`", eq.vars[v].name))
+                        .with_label("its range is not fixed by any tensor it indexes")
+                        .with_note(format!("declare the shape of `{}` (e.g. `{} : real[10]`), or use `{}` to index a tensor of known shape", tensors[eq.target].name, tensors[eq.target].name, eq.vars[v].name)),
+                );
+                0
+            }
+        })
+        .collect()
+}
+
+/// Each variable's range, `None` where nothing fixes it.
+fn ranges_within(
+    eq: &Equation,
+    meta: &EqMeta,
+    tensors: &[TensorInfo],
+    scope: &Scope,
+    below: &mut Vec<(usize, i64)>,
+    errors: &mut Vec<Diagnostic>,
+) -> Vec<Option<usize>> {
     let (symbolic, current) = (scope.symbolic, scope.current);
     let n = eq.vars.len();
     let mut range: Vec<Option<usize>> = vec![None; n];
     let mut bare = Vec::new();
     let mut arith = Vec::new();
     occurrences(&eq.rhs, &mut bare, &mut arith, false);
+    if scope.outside {
+        bare.retain(|b| !current.contains(&b.tensor));
+        arith.retain(|(t, _, _)| !current.contains(t));
+    }
     for (ax, f) in eq.lhs.iter().enumerate() {
         if let IndexFn::Var(v) = f {
             let target = eq.target;
@@ -404,20 +501,6 @@ fn ranges(
         range[v] = Some(end as usize);
     }
     range
-        .into_iter()
-        .enumerate()
-        .map(|(v, r)| match r {
-            Some(r) => r,
-            None => {
-                errors.push(
-                    Diagnostic::error(codes::UNBOUND_INDEX, eq.vars[v].span, format!("cannot infer the range of index `{}`", eq.vars[v].name))
-                        .with_label("its range is not fixed by any tensor it indexes")
-                        .with_note(format!("declare the shape of `{}` (e.g. `{} : real[10]`), or use `{}` to index a tensor of known shape", tensors[eq.target].name, tensors[eq.target].name, eq.vars[v].name)),
-                );
-                0
-            }
-        })
-        .collect()
 }
 
 /// One more than the largest value of `v` at which every read shifting it alone stays
@@ -815,5 +898,16 @@ mod tests {
             3,
             "with nothing else, the read under not bounds i"
         );
+    }
+
+    #[test]
+    fn a_recursive_tensor_has_the_shape_of_what_fixes_its_axes() {
+        let c = checked("Adj[0, 1] = 1\nAdj[1, 2] = 1\nReach[x, z] = Adj[x, z] + Reach[x, y] Adj[y, z]\n");
+        let r = c.tensor_id("Reach").unwrap();
+        assert_eq!(c.tensors[r].shape, vec![2, 3], "Adj's shape, before the recursion runs");
+        assert_eq!(range(&c, "Reach", "x"), 2);
+        let c = checked("W = [[[1]], [[2]], [[3]]]\nIn = [1]\nX[0, j] = In[j]\nX[i, j] = sig(W[i, j, k] X[i - 1, k])\n");
+        let x = c.tensor_id("X").unwrap();
+        assert_eq!(c.tensors[x].shape, vec![3, 1], "an axis written at i grows as before");
     }
 }

@@ -39,7 +39,10 @@ impl Ctx<'_> {
             let t = self.tensors.len();
             let mut draft = Draft::new(&name, Span::default());
             draft.arity = Some((1, Span::default()));
-            draft.elem = Some(ElemType::F64);
+            // A column of integers aggregates exactly (`Top[k] max= V(k, v) v` is an
+            // integer tensor, never rounded through f32); any real makes it real.
+            let integers = self.domains[d].symbols.iter().all(|s| s.parse::<i64>().is_ok());
+            draft.elem = Some(if integers { ElemType::Int } else { ElemType::F64 });
             draft.bound = true;
             self.tensors.push(draft);
             self.by_name.insert(name.clone(), t);
