@@ -69,6 +69,9 @@ pub mod codes {
     pub const DATAFLOW: &str = "E0404";
     /// A commit that the running incremental evaluation cannot take.
     pub const COMMIT: &str = "E0405";
+    /// A value that a rule computes into an integer column leaves the i64 range, or a
+    /// column would hold more than 2³² distinct values (§8).
+    pub const VALUE_OVERFLOW: &str = "E0406";
     /// A file could not be read or written.
     pub const FILE: &str = "E0501";
     /// A file row does not fit the tensor.

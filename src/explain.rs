@@ -343,6 +343,11 @@ fn nest_plan(out: &mut String, p: &Checked, eq: &Equation, scope: &Scope, indent
                 )
             }
             Level::Range { var: v, extent } => writeln!(out, "{pad}for {} in 0..{extent}", var(*v)),
+            Level::Values { var: v, .. } => writeln!(
+                out,
+                "{pad}for {} over the values its column holds (an open column, no extent)",
+                var(*v)
+            ),
             Level::Bind { var: v, extent, .. } => writeln!(
                 out,
                 "{pad}bind {} to the value it equals (a whole number in 0..{extent}, or no point)",
@@ -383,7 +388,9 @@ fn nested(out: &mut String, p: &Checked, eq: &Equation, v: &Value, indent: usize
                 .levels
                 .iter()
                 .filter_map(|l| match l {
-                    Level::Range { var, .. } => Some(eq.vars[*var].name.as_str()),
+                    Level::Range { var, .. } | Level::Values { var, .. } => {
+                        Some(eq.vars[*var].name.as_str())
+                    }
                     _ => None,
                 })
                 .collect();

@@ -7,6 +7,9 @@ use crate::tensor::{format_number, Storage, Tensor};
 /// `quoted` writes symbols as source would (§10); files hold them raw (§11).
 pub fn label(p: &Checked, t: usize, axis: usize, pos: usize, quoted: bool) -> String {
     let dom = &p.domains[p.tensors[t].domains[axis]];
+    if let Some(table) = &dom.table {
+        return table.value(pos as u32).to_string();
+    }
     if !dom.symbolic {
         let offset = p.tensors[t].offsets.get(axis).copied().unwrap_or(0);
         return (pos as i64).saturating_add(offset).to_string();
@@ -28,8 +31,35 @@ fn is_bare_symbol(s: &str) -> bool {
         && chars.all(|c| c.is_alphanumeric() || c == '_' || c == '\'')
 }
 
-/// The lines answering one query.
+/// The lines answering one query, in ascending order of their indices' values (§10).
 pub fn answer(p: &Checked, values: &[Tensor], q: &Query) -> Vec<String> {
+    let info = &p.tensors[q.tensor];
+    let tables: Vec<_> = info
+        .domains
+        .iter()
+        .map(|&d| p.domains[d].table.as_ref())
+        .collect();
+    if tables.iter().all(Option::is_none) {
+        return answer_lines(p, values, q)
+            .into_iter()
+            .map(|(_, l)| l)
+            .collect();
+    }
+    // Open columns (§8) number values in the order they were met: sort by the values.
+    let mut lines = answer_lines(p, values, q);
+    let key = |idx: &[usize]| -> Vec<i64> {
+        idx.iter()
+            .zip(&tables)
+            .map(|(&i, t)| t.map_or(i as i64, |t| t.value(i as u32)))
+            .collect()
+    };
+    lines.sort_by_cached_key(|(idx, _)| key(idx));
+    lines.into_iter().map(|(_, l)| l).collect()
+}
+
+/// The lines answering one query, each with the index it answers (none for a scalar or a
+/// ground query), in the order of the stored positions.
+fn answer_lines(p: &Checked, values: &[Tensor], q: &Query) -> Vec<(Vec<usize>, String)> {
     let info = &p.tensors[q.tensor];
     let t = &values[q.tensor];
     let name = &info.name;
@@ -44,7 +74,7 @@ pub fn answer(p: &Checked, values: &[Tensor], q: &Query) -> Vec<String> {
     if info.kind == Kind::Bool && (q.paren || info.shape.is_empty() || ground) {
         if ground {
             let hit = fixed_index(&q.pattern).is_some_and(|idx| t.value(&idx) != 0.0);
-            return vec![if hit { "true" } else { "false" }.to_string()];
+            return vec![(Vec::new(), if hit { "true" } else { "false" }.to_string())];
         }
         if let Storage::Relation(r) = &t.storage {
             // Filter the stored tuples in place: a relation may hold far more tuples than a
@@ -54,7 +84,8 @@ pub fn answer(p: &Checked, values: &[Tensor], q: &Query) -> Vec<String> {
                 .filter(|tuple| matches_u32(&q.pattern, tuple))
                 .map(|tuple| {
                     let idx: Vec<usize> = tuple.iter().map(|&i| i as usize).collect();
-                    format!("{name}({})", fmt_idx(&idx))
+                    let line = format!("{name}({})", fmt_idx(&idx));
+                    (idx, line)
                 })
                 .collect();
         }
@@ -62,24 +93,26 @@ pub fn answer(p: &Checked, values: &[Tensor], q: &Query) -> Vec<String> {
             .entries()
             .into_iter()
             .filter(|(idx, v)| *v != 0.0 && matches(&q.pattern, idx))
-            .map(|(idx, _)| format!("{name}({})", fmt_idx(&idx)))
+            .map(|(idx, _)| {
+                let line = format!("{name}({})", fmt_idx(&idx));
+                (idx, line)
+            })
             .collect();
     }
     if info.shape.is_empty() {
-        return vec![format!(
-            "{name} = {}",
-            format_number(t.value(&[]), info.elem)
-        )];
+        let line = format!("{name} = {}", format_number(t.value(&[]), info.elem));
+        return vec![(Vec::new(), line)];
     }
     t.entries()
         .into_iter()
         .filter(|(idx, v)| matches(&q.pattern, idx) && !(info.kind == Kind::Bool && *v == 0.0))
         .map(|(idx, v)| {
-            format!(
+            let line = format!(
                 "{name}[{}] = {}",
                 fmt_idx(&idx),
                 format_number(v, info.elem)
-            )
+            );
+            (idx, line)
         })
         .collect()
 }

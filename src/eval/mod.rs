@@ -10,6 +10,7 @@ mod extreme;
 mod fixpoint;
 mod initial;
 mod nest;
+mod open;
 mod reference;
 mod relational;
 mod standard;

@@ -7,11 +7,12 @@
 use super::accumulate::Accumulator;
 use super::fixpoint;
 use super::initial::empty;
+use super::open::{axis_table, index_at, At, OpenVars};
 use super::{Decision, Engine, EvalOptions, Evaluation, Ran};
 use crate::diagnostics::Diagnostics;
 use crate::functions::RowStats;
 use crate::semantics::{Checked, Equation, Family, Func, Node, Stratum};
-use crate::syntax::ast::BinOp;
+use crate::syntax::ast::{BinOp, Num};
 use crate::tensor::Tensor;
 use std::collections::BTreeMap;
 
@@ -202,8 +203,11 @@ fn run_equation(
 ) -> Result<(), Diagnostics> {
     let info = &p.tensors[eq.target];
     let mut env = vec![0i64; eq.vars.len()];
+    // An open variable ranges over the values its table holds now (§8).
+    let ranged = ranged_over_tables(p, eq);
+    let eq = ranged.as_ref().unwrap_or(eq);
     let Some(tv) = eq.virtual_var else {
-        let cx = Cx::new(eq, values, None, o);
+        let cx = Cx::new(p, eq, values, None, o);
         return points(eq, &mut env, &mut |env| cx.emit(env, acc));
     };
     let mut slice = match &p.data[eq.target] {
@@ -216,7 +220,7 @@ fn run_equation(
         }
         env[tv] = step as i64;
         let mut next = Accumulator::new(info);
-        let cx = Cx::new(eq, values, Some(&slice), o);
+        let cx = Cx::new(p, eq, values, Some(&slice), o);
         points(eq, &mut env, &mut |env| cx.emit(env, &mut next))?;
         slice = next.finish(info);
     }
@@ -225,6 +229,20 @@ fn run_equation(
     }
     acc.combine_tensor(&slice);
     Ok(())
+}
+
+/// `eq` with each open variable's range the length of its table now, where it has any.
+fn ranged_over_tables(p: &Checked, eq: &Equation) -> Option<Equation> {
+    let open = OpenVars::of(p, eq);
+    open.any().then(|| {
+        let mut eq = eq.clone();
+        for (v, info) in eq.vars.iter_mut().enumerate() {
+            if let Some(t) = open.table(v) {
+                info.range = t.len();
+            }
+        }
+        eq
+    })
 }
 
 /// Calls `f` at every assignment of the equation's left-hand-side variables, in row-major order.
@@ -269,7 +287,10 @@ pub(crate) fn assignments(
 
 /// What evaluating one equation reads.
 pub(crate) struct Cx<'a> {
+    p: &'a Checked,
     eq: &'a Equation,
+    /// Its variables of open domains, which stand for their values.
+    open: OpenVars<'a>,
     values: &'a [Tensor],
     slice: Option<&'a Tensor>,
     o: &'a EvalOptions,
@@ -283,13 +304,16 @@ impl<'a> Cx<'a> {
     /// An evaluator of `eq`'s right-hand side over `values`; `slice` is the previous slice of
     /// a virtual index.
     pub(crate) fn new(
+        p: &'a Checked,
         eq: &'a Equation,
         values: &'a [Tensor],
         slice: Option<&'a Tensor>,
         o: &'a EvalOptions,
     ) -> Cx<'a> {
         Cx {
+            p,
             eq,
+            open: OpenVars::of(p, eq),
             values,
             slice,
             o,
@@ -307,10 +331,19 @@ impl<'a> Cx<'a> {
         let Some(v) = value else {
             return Ok(());
         };
+        let mut numbers = Vec::new();
+        self.open.numbers(env, &mut numbers);
         let mut idx = Vec::with_capacity(self.eq.lhs.len());
-        for f in &self.eq.lhs {
-            match f.eval(env) {
-                Some(i) if i >= 0 => idx.push(i as usize),
+        for (ax, f) in self.eq.lhs.iter().enumerate() {
+            let table = axis_table(self.p, self.eq.target, ax);
+            // A point that writes 0 (a false body: only relations have open axes) numbers
+            // no value and cannot overflow: it derives nothing.
+            match index_at(f, env, &numbers, table, v != 0.0) {
+                At::Pos(i) if i >= 0 => idx.push(i as usize),
+                At::Overflow if v != 0.0 => {
+                    let name = &self.p.tensors[self.eq.target].name;
+                    return Err(super::open::overflow(self.eq.span, name).into());
+                }
                 _ => return Ok(()),
             }
         }
@@ -357,7 +390,7 @@ impl<'a> Cx<'a> {
     pub(crate) fn eval(&self, n: &Node, env: &mut [i64], total: bool) -> Option<f64> {
         match n {
             Node::Const(c) => Some(*c),
-            Node::Var(v) => Some(env[*v] as f64),
+            Node::Var(v) => Some(self.open.number(*v, env[*v]) as f64),
             Node::Read {
                 tensor,
                 index,
@@ -368,6 +401,14 @@ impl<'a> Cx<'a> {
                 } else {
                     &self.values[*tensor]
                 };
+                if self.open.any()
+                    || self.p.tensors[*tensor]
+                        .domains
+                        .iter()
+                        .any(|&d| self.p.domains[d].is_open())
+                {
+                    return self.read_open(t, *tensor, index, env, total);
+                }
                 let mut key = [0u32; MAX_STACK_RANK];
                 let mut heap = Vec::new();
                 let key: &mut [u32] = if index.len() <= MAX_STACK_RANK {
@@ -417,6 +458,10 @@ impl<'a> Cx<'a> {
                 })
             }
             Node::Compare(op, a, b) => {
+                // Variables and constants compare exactly, as integers where they are.
+                if let (Some(x), Some(y)) = (self.leaf(a, env), self.leaf(b, env)) {
+                    return Some(if op.holds_num(x, y) { 1.0 } else { 0.0 });
+                }
                 let (a, b) = (self.eval(a, env, total), self.eval(b, env, total));
                 let (a, b) = (a?, b?);
                 Some(if op.holds(a, b) { 1.0 } else { 0.0 })
@@ -455,6 +500,47 @@ impl<'a> Cx<'a> {
                 self.split_concat(*out, parts, env);
                 self.eval(arg, env, total)
             }
+        }
+    }
+
+    /// A variable's number or a constant, as a comparison takes it.
+    fn leaf(&self, n: &Node, env: &[i64]) -> Option<Num> {
+        match n.inside_empty_sums() {
+            Node::Var(v) => Some(Num::Int(self.open.number(*v, env[*v]))),
+            Node::Const(c) => Some(Num::of(*c)),
+            _ => None,
+        }
+    }
+
+    /// A read where open columns take part (`eval/open.rs`): an open axis has no extent,
+    /// and a value its table lacks is in no tuple (false, or undefined under `max=`).
+    fn read_open(
+        &self,
+        t: &Tensor,
+        tensor: usize,
+        index: &[crate::semantics::IndexFn],
+        env: &[i64],
+        total: bool,
+    ) -> Option<f64> {
+        let mut numbers = Vec::new();
+        self.open.numbers(env, &mut numbers);
+        let mut key = Vec::with_capacity(index.len());
+        let mut absent = false;
+        for (ax, (f, &n)) in index.iter().zip(&t.shape).enumerate() {
+            let table = axis_table(self.p, tensor, ax);
+            match index_at(f, env, &numbers, table, false) {
+                At::Pos(i) if i >= 0 && (table.is_some() || (i as u64) < n as u64) => {
+                    key.push(i as u32)
+                }
+                At::Absent => absent = true,
+                _ if total => return Some(0.0),
+                _ => return None,
+            }
+        }
+        match (!absent).then(|| t.get_at(&key)).flatten() {
+            Some(v) => Some(v),
+            None if self.relational() && !total => None,
+            None => Some(0.0),
         }
     }
 

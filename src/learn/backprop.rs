@@ -46,6 +46,7 @@ pub(crate) enum Head<'a> {
 /// variable at `step`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn equation(
+    p: &crate::semantics::Checked,
     eq: &Equation,
     values: &[Tensor],
     slice: Option<(&Tensor, usize)>,
@@ -55,7 +56,7 @@ pub(crate) fn equation(
     mut head: Head,
     sink: &mut Sink,
 ) {
-    let cx = Cx::new(eq, values, slice.map(|s| s.0), o);
+    let cx = Cx::new(p, eq, values, slice.map(|s| s.0), o);
     let mut env = vec![0i64; eq.vars.len()];
     if let (Some(tv), Some((_, step))) = (eq.virtual_var, slice) {
         env[tv] = step as i64;

@@ -319,7 +319,7 @@ fn reverse_pass(
             let slices = record.and_then(|r| r.slices.get(&(iteration, e)));
             match (eq.virtual_var, slices) {
                 (Some(_), Some(slices)) => {
-                    through_time(eq, values, slices, o, &info.shape, &upstream[j], sink)
+                    through_time(p, eq, values, slices, o, &upstream[j], sink)
                 }
                 _ => {
                     let head = match info.family {
@@ -330,7 +330,17 @@ fn reverse_pass(
                             claimed: &mut claimed,
                         },
                     };
-                    backprop::equation(eq, values, None, o, &info.shape, &upstream[j], head, sink);
+                    backprop::equation(
+                        p,
+                        eq,
+                        values,
+                        None,
+                        o,
+                        &info.shape,
+                        &upstream[j],
+                        head,
+                        sink,
+                    );
                 }
             }
         }
@@ -359,14 +369,15 @@ fn claimed_by_data(data: Option<&Tensor>, value: &Tensor, family: Family) -> Vec
 /// Backpropagation through time: step s read slice s and produced slice s + 1; the final
 /// slice is the tensor's value.
 fn through_time(
+    p: &Checked,
     eq: &crate::semantics::Equation,
     values: &[Tensor],
     slices: &[Tensor],
     o: &EvalOptions,
-    shape: &[usize],
     upstream: &[f64],
     sink: &mut Sink,
 ) {
+    let shape = &p.tensors[eq.target].shape;
     let mut lambda = upstream.to_vec();
     for step in (0..slices.len().saturating_sub(1)).rev() {
         let mut previous = vec![0.0; lambda.len()];
@@ -384,6 +395,7 @@ fn through_time(
             slice: Some(&mut previous),
         };
         backprop::equation(
+            p,
             eq,
             values,
             Some((&slices[step], step)),

@@ -88,6 +88,8 @@ pub struct Rule {
 
 /// A variable bound to a position computed from the variables the atoms bind; an
 /// assignment where it leaves `0..extent` derives nothing (a write outside the tensor).
+/// Where the variable is of an open domain (§8) the value is numbered in its table instead,
+/// whatever it is: an open column has no extent.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Let {
     /// The variable bound.
@@ -96,6 +98,8 @@ pub struct Let {
     pub value: LetValue,
     /// The extent of the axis it indexes.
     pub extent: usize,
+    /// The open domain whose values it holds, if any (its position is then a handle).
+    pub open: Option<usize>,
 }
 
 /// How a [`Let`]'s position is computed.
@@ -597,7 +601,12 @@ pub fn plan_extremum(p: &Checked, st: &Stratum) -> Option<Vec<ValuedRule>> {
             }
             let mut rule = Rule {
                 head: eq.target,
-                head_terms: eq.lhs.iter().map(term).collect::<Option<Vec<_>>>()?,
+                head_terms: eq
+                    .lhs
+                    .iter()
+                    .enumerate()
+                    .map(|(ax, f)| term_at(p, eq.target, ax, f))
+                    .collect::<Option<Vec<_>>>()?,
                 atoms: Vec::new(),
                 negated: Vec::new(),
                 absent: Vec::new(),
@@ -655,7 +664,11 @@ fn value_expr(
             }
             atoms.push(Atom {
                 tensor: *tensor,
-                terms: index.iter().map(term).collect::<Option<Vec<_>>>()?,
+                terms: index
+                    .iter()
+                    .enumerate()
+                    .map(|(ax, f)| term_at(p, *tensor, ax, f))
+                    .collect::<Option<Vec<_>>>()?,
             });
             Some(ValueExpr::Atom(atoms.len() - 1))
         }
@@ -687,15 +700,18 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
     // Head arithmetic binds a variable of its own.
     let mut lets = Vec::new();
     let mut head_terms = Vec::with_capacity(eq.lhs.len());
-    for (f, &extent) in eq.lhs.iter().zip(&p.tensors[eq.target].shape) {
-        head_terms.push(match (term(f), f) {
+    let target = &p.tensors[eq.target];
+    for (ax, (f, &extent)) in eq.lhs.iter().zip(&target.shape).enumerate() {
+        head_terms.push(match (term_at(p, eq.target, ax, f), f) {
             (Some(t), _) => t,
             (None, IndexFn::Arith(..)) => {
                 let var = eq.vars.len() + lets.len();
+                let d = target.domains[ax];
                 lets.push(Let {
                     var,
                     value: LetValue::Index(f.clone()),
                     extent,
+                    open: p.domains[d].is_open().then_some(d),
                 });
                 Term::Var(var)
             }
@@ -765,6 +781,7 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
                         var,
                         value: LetValue::Computed { value, shift },
                         extent: eq.vars[var].range,
+                        open: eq.vars[var].open,
                     });
                     in_atoms[var] = true;
                 }
@@ -882,6 +899,19 @@ fn term(f: &IndexFn) -> Option<Term> {
     }
 }
 
+/// [`term`] at axis `ax` of tensor `t`, where a constant on an open axis (§8) is a value,
+/// numbered in its domain's table (a rule may ask for a value no datum holds yet).
+fn term_at(p: &Checked, t: TensorId, ax: usize, f: &IndexFn) -> Option<Term> {
+    let table = p.tensors[t]
+        .domains
+        .get(ax)
+        .and_then(|&d| p.domains[d].table.as_ref());
+    match (f, table) {
+        (IndexFn::Const(c), Some(table)) => table.intern(*c).map(Term::Const),
+        _ => term(f),
+    }
+}
+
 fn atom(p: &Checked, n: &Node) -> Option<Atom> {
     match n {
         Node::Read {
@@ -890,7 +920,11 @@ fn atom(p: &Checked, n: &Node) -> Option<Atom> {
             slice: false,
         } if p.tensors[*tensor].kind == Kind::Bool => Some(Atom {
             tensor: *tensor,
-            terms: index.iter().map(term).collect::<Option<Vec<_>>>()?,
+            terms: index
+                .iter()
+                .enumerate()
+                .map(|(ax, f)| term_at(p, *tensor, ax, f))
+                .collect::<Option<Vec<_>>>()?,
         }),
         _ => None,
     }

@@ -167,6 +167,18 @@ fn stored_sparse(p: &Checked, st: &Stratum, sp: &StratumPlan, t: usize) -> bool 
     candidate && driven
 }
 
+/// Whether a stratum's equations have a variable of an open domain (§8) or read or write
+/// an open axis.
+fn meets_open_columns(p: &Checked, st: &Stratum) -> bool {
+    let open_axis = |t: usize| p.tensors[t].domains.iter().any(|&d| p.domains[d].is_open());
+    st.equations.iter().any(|&e| {
+        let eq = &p.equations[e];
+        let mut reads = open_axis(eq.target);
+        eq.rhs.reads(&mut |t, _| reads |= open_axis(t));
+        reads || eq.vars.iter().any(|v| v.open.is_some())
+    })
+}
+
 fn plan_stratum(p: &Checked, st: &Stratum, sparse: &[bool]) -> StratumPlan {
     let nests: Vec<nest::NestEquation> = st
         .equations
@@ -191,6 +203,9 @@ fn plan_stratum(p: &Checked, st: &Stratum, sparse: &[bool]) -> StratumPlan {
         Kernel::Counts(r)
     } else if let Some(r) = datalog::plan_extremum(p, st).filter(|r| !r.is_empty()) {
         Kernel::Extremum(r)
+    } else if meets_open_columns(p, st) {
+        // Open columns have no extent to lay a step axis, a window or a grid along.
+        Kernel::Nest
     } else if let Some(s) = steps::plan_steps(p, st, sparse) {
         Kernel::Steps(s)
     } else if let Some(v) = steps::plan_virtual(p, st, sparse) {

@@ -73,6 +73,14 @@ pub enum Level {
         /// Its extent.
         extent: usize,
     },
+    /// A variable of an open domain (§8) over the values its table holds when the loop
+    /// starts: the column has no extent.
+    Values {
+        /// The variable.
+        var: VarId,
+        /// Its domain, whose table holds the values.
+        domain: usize,
+    },
     /// A variable bound by an equality with a value of the variables bound before it
     /// (`c = Text[s, p]`): the one position where the comparison holds, the value when it
     /// is a whole number in `0..extent`, and no point otherwise.
@@ -473,7 +481,10 @@ impl Compiler<'_> {
                             value,
                         });
                     }
-                    None => levels.push(Level::Range { var: v, extent }),
+                    None => match self.eq.vars[v].open {
+                        Some(domain) => levels.push(Level::Values { var: v, domain }),
+                        None => levels.push(Level::Range { var: v, extent }),
+                    },
                 }
                 if may_skip {
                     self.place_filters(&factors, vars, &bound, &mut filters, &mut levels, family);
@@ -620,6 +631,18 @@ impl Compiler<'_> {
         })
     }
 
+    /// Whether a read of `tensor` at `index` meets an open column (§8): an open axis, or a
+    /// variable of an open domain inside index arithmetic.
+    fn reads_values(&self, tensor: TensorId, index: &[IndexFn]) -> bool {
+        let open_axis = self.p.tensors[tensor]
+            .domains
+            .iter()
+            .any(|&d| self.p.domains[d].is_open());
+        let mut vars = Vec::new();
+        index.iter().for_each(|f| f.vars(&mut vars));
+        open_axis || vars.iter().any(|&v| self.eq.vars[v].open.is_some())
+    }
+
     /// Compiles a node; `total` under `not`.
     fn value(&mut self, n: &Node, total: bool) -> Value {
         if let Some(k) = super::constants::value(self.p, n) {
@@ -639,7 +662,11 @@ impl Compiler<'_> {
             Node::Read { tensor, index, .. } => Value::Read {
                 tensor: *tensor,
                 index: index.clone(),
-                affine: index.iter().map(affine).collect(),
+                // Positions at open axes are values to look up, not offsets to add.
+                affine: match self.reads_values(*tensor, index) {
+                    true => None,
+                    false => index.iter().map(affine).collect(),
+                },
                 total,
                 relational: matches!(self.family, Family::Max | Family::Min),
             },
@@ -706,7 +733,7 @@ impl Value {
                     match l {
                         Level::Scan(scan) => out.push(scan.tensor),
                         Level::Filter(v) | Level::Bind { value: v, .. } => v.tensors(out),
-                        Level::Range { .. } => {}
+                        Level::Range { .. } | Level::Values { .. } => {}
                     }
                 }
                 s.body.tensors(out);
@@ -747,6 +774,9 @@ fn scope_points(p: &Checked, s: &Scope) -> f64 {
     for l in &s.levels {
         match l {
             Level::Range { extent, .. } => points *= *extent as f64,
+            Level::Values { domain, .. } => {
+                points *= p.domains[*domain].table.as_ref().map_or(1, |t| t.len()) as f64;
+            }
             Level::Scan(scan) => {
                 let info = &p.tensors[scan.tensor];
                 let size = match p.data[scan.tensor].as_ref().map(|d| &d.storage) {
@@ -851,7 +881,7 @@ mod tests {
             .iter()
             .map(|l| match l {
                 Level::Scan(_) => "scan",
-                Level::Range { .. } => "range",
+                Level::Range { .. } | Level::Values { .. } => "range",
                 Level::Bind { .. } => "bind",
                 Level::Filter(_) => "filter",
             })
@@ -892,10 +922,10 @@ mod tests {
         // `X[i / 2]` is not shown to stay inside X, so a zero of R cannot stand for the
         // point's value (it could be nothing).
         let n = nest("R(0). R(2).\nX = [1, 2, 3]\nY = R(i) X[i / 2]\n", "Y");
-        assert!(n
-            .root
-            .levels
-            .iter()
-            .all(|l| matches!(l, Level::Range { .. })));
+        assert!(
+            !n.root.levels.iter().any(|l| matches!(l, Level::Scan(_))),
+            "{:?}",
+            n.root.levels
+        );
     }
 }

@@ -167,6 +167,10 @@ impl<'a> Ctx<'a> {
                 if self.domains[d].symbolic {
                     shape[ax] = self.domains[d].symbols.len();
                     given[ax] = true;
+                } else if self.domains[d].is_open() {
+                    // No extent: any handle the table gives fits (`open.rs`).
+                    shape[ax] = crate::tensor::MAX_EXTENT;
+                    given[ax] = true;
                 }
             }
             let offsets: Vec<i64> = (0..rank).map(|ax| self.axis_offset(t, ax)).collect();
@@ -513,6 +517,15 @@ impl<'a> Ctx<'a> {
         Some(Tensor::zeros(info.elem, info.shape.clone()))
     }
 
+    /// Where value `v` (a constant's [`Ctx::const_position`]) is stored on axis `ax` of
+    /// tensor `t`: its handle on an open axis (`open.rs`), else less the axis's offset.
+    pub(super) fn stored_position(&self, t: usize, ax: usize, v: i64) -> i64 {
+        match &self.domains[self.axis_domain(t, ax)].table {
+            Some(table) => table.intern(v).map_or(-1, i64::from),
+            None => v - self.axis_offset(t, ax),
+        }
+    }
+
     fn positions(&mut self, t: usize, idx: &[Index]) -> Option<Vec<usize>> {
         if idx.len() != self.tensors[t].rank() {
             return None;
@@ -521,7 +534,7 @@ impl<'a> Ctx<'a> {
         for (ax, i) in idx.iter().enumerate() {
             match self
                 .const_position(t, ax, i)
-                .map(|v| v - self.axis_offset(t, ax))
+                .map(|v| self.stored_position(t, ax, v))
             {
                 Ok(p) if p >= 0 => pos.push(p as usize),
                 Ok(_) => {
@@ -654,6 +667,16 @@ impl<'a> Ctx<'a> {
                                 "`{f}` is not in the declared domain of axis {}",
                                 ax + 1
                             )));
+                            None
+                        }
+                    }
+                } else if let Some(table) = &self.domains[d].table {
+                    // An open column (`open.rs`): every value of its data is in the table.
+                    match f.parse::<i64>().ok().and_then(|v| table.intern(v)) {
+                        Some(h) => Some(h as usize),
+                        None => {
+                            self.diags
+                                .push(bad(format!("`{f}` is not an integer index")));
                             None
                         }
                     }

@@ -372,6 +372,8 @@ impl Ctx<'_> {
         let mut symbolic = std::collections::HashSet::new();
         let mut real = std::collections::HashSet::new();
         let mut spans = Spans::default();
+        let candidates = self.open_candidates();
+        let mut open = super::open::OpenValues::default();
         for p in &pending {
             match p {
                 Pending::Symbol(node, _) => {
@@ -381,7 +383,9 @@ impl Ctx<'_> {
                     real.insert(self.uf.find(*node));
                 }
                 Pending::Number(node, v) => {
-                    spans.widen(self.uf.find(*node), *v);
+                    let root = self.uf.find(*node);
+                    spans.widen(root, *v);
+                    open.note(&candidates, root, *v);
                 }
                 Pending::Table(k) => {
                     let t = self.sources[*k].tensor;
@@ -398,6 +402,7 @@ impl Ctx<'_> {
                                 fields.try_fold(Column::Integers, |c, f| match f.parse::<i64>() {
                                     Ok(v) => {
                                         spans.widen(root, v);
+                                        open.note(&candidates, root, v);
                                         Some(c)
                                     }
                                     Err(_) => Column::other(f),
@@ -418,15 +423,30 @@ impl Ctx<'_> {
                     let t = self.sources[*k].tensor;
                     if self.tensors[t].rank() == 2 {
                         symbolic.insert(self.uf.find(self.axis_base[t] + 1));
+                        let root = self.uf.find(self.axis_base[t]);
+                        if let RawData::Words(w) = &*self.sources[*k].raw {
+                            (0..w.len() as i64).for_each(|p| open.note(&candidates, root, p));
+                        }
                     }
                 }
             }
         }
         // Domain 0 is the shared integer domain; every symbolic root gets its own.
         self.domains.push(Domain::default());
-        // Integers spread wider than an axis reaches are numbered as they occur (§8).
-        real.extend(spans.too_wide());
+        // Integers spread wider than an axis reaches are numbered as they occur (§8), unless
+        // the domain is open: its table numbers any values.
+        real.extend(spans.too_wide().filter(|r| !candidates.contains(r)));
         let real: std::collections::HashSet<usize> = real.difference(&symbolic).copied().collect();
+        let mut opened: Vec<usize> = candidates
+            .iter()
+            .filter(|r| !symbolic.contains(r) && !real.contains(r))
+            .copied()
+            .collect();
+        opened.sort();
+        for r in opened {
+            self.domain_of_root.insert(r, self.domains.len());
+            self.domains.push(Domain::open(open.take(r)));
+        }
         let mut roots: Vec<usize> = symbolic.union(&real).copied().collect();
         roots.sort();
         for r in roots {

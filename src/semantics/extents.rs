@@ -25,7 +25,14 @@ impl Ctx<'_> {
     ) -> Vec<Equation> {
         let mut eqs = eqs;
         let max_iters = self.input.settings.max_iters.max(1);
-        let symbolic: Vec<bool> = self.domains.iter().map(|d| d.symbolic).collect();
+        // Open domains (`open.rs`) have no extent to infer: their axes hold what their
+        // tables hold, and their variables range over the table.
+        let symbolic: Vec<bool> = self
+            .domains
+            .iter()
+            .map(|d| d.symbolic || d.is_open())
+            .collect();
+        let open: Vec<bool> = self.domains.iter().map(|d| d.is_open()).collect();
         let by_value: Vec<bool> = (0..tensors.len()).map(|t| self.value_indexed(t)).collect();
         let roots: Vec<Vec<usize>> = (0..tensors.len())
             .map(|t| {
@@ -50,6 +57,7 @@ impl Ctx<'_> {
                     by_value: &by_value,
                     roots: &roots,
                     outside: true,
+                    open: &open,
                 };
                 fix_extents(st, &eqs, tensors, &scope);
             }
@@ -69,6 +77,7 @@ impl Ctx<'_> {
                     by_value: &by_value,
                     roots: &roots,
                     outside: false,
+                    open: &open,
                 };
                 for &i in &st.equations {
                     let (eq, meta) = &mut eqs[i];
@@ -188,6 +197,8 @@ struct Scope<'a> {
     /// Whether ranges come from outside the component alone: its own tensors' reads are
     /// left out, as when fixing extents before it runs ([`fix_extents`]).
     outside: bool,
+    /// Whether each domain is open (`open.rs`): its variables range over no extent.
+    open: &'a [bool],
 }
 
 /// Fixes the extents of the component's axes that do not depend on the component (§5.1):
@@ -211,7 +222,11 @@ fn fix_extents(st: &Stratum, eqs: &[Lowered], tensors: &mut [TensorInfo], scope:
             continue;
         }
         for ax in 0..tensors[t].shape.len() {
-            if tensors[t].domains.get(ax).is_some_and(|&d| scope.symbolic[d]) {
+            if tensors[t]
+                .domains
+                .get(ax)
+                .is_some_and(|&d| scope.symbolic[d])
+            {
                 continue;
             }
             let mut need: Option<usize> = None;
@@ -361,6 +376,11 @@ fn ranges_within(
     }
     for (&v, &r) in &meta.fixed_ranges {
         range[v] = Some(r);
+    }
+    for (v, info) in eq.vars.iter().enumerate() {
+        if info.open.is_some_and(|d| scope.open[d]) {
+            range[v] = Some(crate::tensor::MAX_EXTENT);
+        }
     }
     for (v, slot) in range.iter_mut().enumerate() {
         if slot.is_some() {
@@ -868,20 +888,18 @@ mod tests {
             error_codes("W = [[1, 2, 3]]\nX = [1, 2]\nY[i] = W[i, j] X[j]\n"),
             vec!["E0201"]
         );
-        let c = checked("E(0, 1). E(1, 4).\nF(x) :- E(x, y).\nG(x) :- E(x, y), E(y, z).\n");
+        // A relation's integer column that a dense tensor indexes has an extent.
+        let c = checked("E(0, 1). E(1, 4).\nF(x) :- E(x, y).\nG(x) :- E(x, y), E(y, z).\nW = [1, 2, 3, 4, 5, 6]\nY[x] = G(x) W[x]\n");
         let f = c.tensor_id("F").unwrap();
         assert_eq!(
             c.tensors[f].shape,
             vec![5],
             "E's axes share a domain through G, so its widest extent"
         );
+        // Without one, it is open (§8): no extent at all.
         let c = checked("E(0, 1). E(1, 4).\nF(x) :- E(x, y).\n");
         let f = c.tensor_id("F").unwrap();
-        assert_eq!(
-            c.tensors[f].shape,
-            vec![2],
-            "unlinked axes keep their own extents"
-        );
+        assert_eq!(c.tensors[f].shape, vec![crate::tensor::MAX_EXTENT]);
     }
 
     #[test]
@@ -902,12 +920,22 @@ mod tests {
 
     #[test]
     fn a_recursive_tensor_has_the_shape_of_what_fixes_its_axes() {
-        let c = checked("Adj[0, 1] = 1\nAdj[1, 2] = 1\nReach[x, z] = Adj[x, z] + Reach[x, y] Adj[y, z]\n");
+        let c = checked(
+            "Adj[0, 1] = 1\nAdj[1, 2] = 1\nReach[x, z] = Adj[x, z] + Reach[x, y] Adj[y, z]\n",
+        );
         let r = c.tensor_id("Reach").unwrap();
-        assert_eq!(c.tensors[r].shape, vec![2, 3], "Adj's shape, before the recursion runs");
+        assert_eq!(
+            c.tensors[r].shape,
+            vec![2, 3],
+            "Adj's shape, before the recursion runs"
+        );
         assert_eq!(range(&c, "Reach", "x"), 2);
         let c = checked("W = [[[1]], [[2]], [[3]]]\nIn = [1]\nX[0, j] = In[j]\nX[i, j] = sig(W[i, j, k] X[i - 1, k])\n");
         let x = c.tensor_id("X").unwrap();
-        assert_eq!(c.tensors[x].shape, vec![3, 1], "an axis written at i grows as before");
+        assert_eq!(
+            c.tensors[x].shape,
+            vec![3, 1],
+            "an axis written at i grows as before"
+        );
     }
 }

@@ -113,6 +113,11 @@ pub struct Domain {
     pub real: bool,
     /// Each symbol's position, so that interning a file of a million symbols stays linear.
     pub(crate) index: rustc_hash::FxHashMap<String, usize>,
+    /// The values of an *open* integer domain (§8: the columns of relations that no dense
+    /// tensor indexes), which positions number; `None` for every other domain, whose
+    /// positions are values less an offset (or symbols). Evaluation adds the values it
+    /// computes, so the table is shared by every copy of the checked program.
+    pub table: Option<std::sync::Arc<crate::tensor::ValueTable>>,
 }
 
 impl Domain {
@@ -123,6 +128,19 @@ impl Domain {
             symbolic,
             ..Domain::default()
         }
+    }
+
+    /// An open integer domain holding `values` (sorted and distinct).
+    pub(crate) fn open(values: Vec<i64>) -> Domain {
+        Domain {
+            table: Some(std::sync::Arc::new(crate::tensor::ValueTable::new(values))),
+            ..Domain::default()
+        }
+    }
+
+    /// Whether it is an open integer domain, whose positions number values (§8).
+    pub fn is_open(&self) -> bool {
+        self.table.is_some()
     }
 
     /// Where `symbol` is numbered, if it was ever placed here.
@@ -210,6 +228,11 @@ pub struct VarInfo {
     pub range: usize,
     /// First occurrence.
     pub span: Span,
+    /// The open domain (§8) whose values it holds, if it holds values rather than
+    /// positions: its position is then a handle into that domain's table, and its range
+    /// is no extent ([`crate::tensor::MAX_EXTENT`] stands for it) but the values the table
+    /// holds when it is ranged over (evaluation adds values).
+    pub open: Option<DomainId>,
 }
 
 /// One equation or rule, lowered.
@@ -246,14 +269,32 @@ pub enum IndexFn {
     Arith(Box<IndexFn>, ArithOp, Box<IndexFn>),
 }
 
+/// Why index arithmetic has no value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoValue {
+    /// Division or remainder by zero: the point is nothing.
+    Undefined,
+    /// The result leaves the i64 range: an error where the value is written (§8).
+    Overflow,
+}
+
 impl IndexFn {
-    /// Evaluates under an assignment of variables; `None` on division by zero.
+    /// Evaluates under an assignment of variables; `None` on division by zero or overflow.
     pub fn eval(&self, env: &[i64]) -> Option<i64> {
+        self.checked(env).ok()
+    }
+
+    /// Evaluates under an assignment of variables, telling division by zero from overflow.
+    pub fn checked(&self, env: &[i64]) -> Result<i64, NoValue> {
         match self {
-            IndexFn::Var(v) => env.get(*v).copied(),
-            IndexFn::Const(c) => Some(*c),
+            IndexFn::Var(v) => env.get(*v).copied().ok_or(NoValue::Undefined),
+            IndexFn::Const(c) => Ok(*c),
             IndexFn::Arith(a, op, b) => {
-                let (a, b) = (a.eval(env)?, b.eval(env)?);
+                let (a, b) = (a.checked(env)?, b.checked(env)?);
+                let zero = matches!(op, ArithOp::Div | ArithOp::Rem) && b == 0;
+                if zero {
+                    return Err(NoValue::Undefined);
+                }
                 match op {
                     ArithOp::Add => a.checked_add(b),
                     ArithOp::Sub => a.checked_sub(b),
@@ -261,6 +302,7 @@ impl IndexFn {
                     ArithOp::Div => a.checked_div(b),
                     ArithOp::Rem => a.checked_rem(b),
                 }
+                .ok_or(NoValue::Overflow)
             }
         }
     }

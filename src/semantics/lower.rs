@@ -256,10 +256,12 @@ impl Builder<'_, '_> {
             return v;
         }
         let v = self.vars.len();
+        let d = self.ctx.var_domain(self.stmt, name);
         self.vars.push(VarInfo {
             name: name.to_string(),
             range: 0,
             span,
+            open: self.ctx.domains[d].is_open().then_some(d),
         });
         if name != ANONYMOUS {
             self.ids.insert(name.to_string(), v);

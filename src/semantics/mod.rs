@@ -12,6 +12,7 @@ pub mod ir;
 mod lower;
 mod names;
 mod offsets;
+mod open;
 mod params;
 mod query;
 mod reals;
@@ -579,17 +580,24 @@ pub(crate) mod tests {
 
     #[test]
     fn guards_keep_writes_off_negative_positions() {
-        let guarded = "E(0, 1). E(1, 2).\nP(x, y - 1) :- E(x, y), y > 0.\n";
-        assert_eq!(error_codes(guarded), Vec::<&str>::new());
-        let c = checked(guarded);
-        assert_eq!(c.tensors[c.tensor_id("P").unwrap()].shape, vec![2, 2]);
+        // Over a column a dense tensor indexes, offsets count from the lowest value.
+        let dense = "W = [1, 2, 3]\nS = P(x, y) W[y]\n";
+        let guarded = format!("E(0, 1). E(1, 2).\nP(x, y - 1) :- E(x, y), y > 0.\n{dense}");
+        assert_eq!(error_codes(&guarded), Vec::<&str>::new());
+        let c = checked(&guarded);
+        assert_eq!(c.tensors[c.tensor_id("P").unwrap()].shape[1], 2);
         let unguarded = checked(&guarded.replace(", y > 0", ""));
         let p = &unguarded.tensors[unguarded.tensor_id("P").unwrap()];
         assert_eq!(
-            (p.offsets.clone(), p.shape.clone()),
-            (vec![0, -1], vec![2, 3]),
+            (p.offsets[1], p.shape[1]),
+            (-1, 3),
             "a relation's column holds the value -1"
         );
+        // An open column (§8) holds any value: no offset, no extent.
+        let open = checked("E(0, 1). E(1, 2).\nP(x, y - 1) :- E(x, y).\n");
+        let p = &open.tensors[open.tensor_id("P").unwrap()];
+        assert_eq!(p.offsets, vec![0, 0]);
+        assert_eq!(p.shape, vec![crate::tensor::MAX_EXTENT; 2]);
         assert_eq!(
             error_codes("W = [1, 2]\nY[i - 1] = W[i]\n"),
             vec![crate::diagnostics::codes::OUT_OF_DOMAIN],

@@ -68,7 +68,7 @@ impl Ctx<'_> {
     /// The value at position 0 of axis `ax` of tensor `t`.
     pub(super) fn axis_offset(&self, t: TensorId, ax: usize) -> i64 {
         let d = self.axis_domain(t, ax);
-        if self.domains[d].symbolic || !self.value_indexed(t) {
+        if self.domains[d].symbolic || self.domains[d].is_open() || !self.value_indexed(t) {
             return 0;
         }
         self.offsets
@@ -103,9 +103,17 @@ impl Ctx<'_> {
             let rank = self.tensors[t].rank();
             let doms: Vec<DomainId> = (0..rank).map(|ax| self.axis_domain(t, ax)).collect();
             let roots: Vec<usize> = (0..rank).map(|ax| self.axis_root(t, ax)).collect();
+            // Symbols and open columns (`open.rs`) have no offset.
+            let offset: Vec<bool> = doms
+                .iter()
+                .map(|&d| !self.domains[d].symbolic && !self.domains[d].is_open())
+                .collect();
+            if !offset.contains(&true) {
+                continue;
+            }
             for idx in self.constant_indices(t) {
                 for (ax, i) in idx.iter().enumerate().take(rank) {
-                    if !self.domains[doms[ax]].symbolic {
+                    if offset[ax] {
                         if let Ok(v) = self.const_position(t, ax, i) {
                             note(roots[ax], v);
                         }
@@ -116,7 +124,7 @@ impl Ctx<'_> {
                 if let RawData::Table(rows) = &*s.raw {
                     for r in rows.rows() {
                         for (ax, f) in r.fields().enumerate().take(rank) {
-                            if !self.domains[doms[ax]].symbolic {
+                            if offset[ax] {
                                 if let Ok(v) = f.parse::<i64>() {
                                     note(roots[ax], v);
                                 }

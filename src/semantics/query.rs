@@ -74,6 +74,12 @@ fn resolve(
             };
             let offset = info.offsets.get(ax).copied().unwrap_or(0);
             let position = |v: i64| {
+                // An open column numbers the value, which evaluation may yet compute.
+                if let Some(table) = &dom.table {
+                    return table
+                        .intern(v)
+                        .map_or(QueryIndex::Missing, |h| QueryIndex::Fixed(h as usize));
+                }
                 let p = v.saturating_sub(offset);
                 if p >= 0 && (p as usize) < info.shape[ax] {
                     QueryIndex::Fixed(p as usize)

@@ -41,8 +41,15 @@ impl Ctx<'_> {
             draft.arity = Some((1, Span::default()));
             // A column of integers aggregates exactly (`Top[k] max= V(k, v) v` is an
             // integer tensor, never rounded through f32); any real makes it real.
-            let integers = self.domains[d].symbols.iter().all(|s| s.parse::<i64>().is_ok());
-            draft.elem = Some(if integers { ElemType::Int } else { ElemType::F64 });
+            let integers = self.domains[d]
+                .symbols
+                .iter()
+                .all(|s| s.parse::<i64>().is_ok());
+            draft.elem = Some(if integers {
+                ElemType::Int
+            } else {
+                ElemType::F64
+            });
             draft.bound = true;
             self.tensors.push(draft);
             self.by_name.insert(name.clone(), t);

@@ -199,6 +199,19 @@ pub enum Index {
 }
 
 impl Index {
+    /// Adds every name inside it (variables, constants, symbols) to `out`.
+    pub fn names<'i>(&'i self, out: &mut Vec<&'i str>) {
+        match self {
+            Index::Name(n) | Index::Normalized(n) => out.push(&n.text),
+            Index::Arith(a, _, b, _) => {
+                a.names(out);
+                b.names(out);
+            }
+            Index::Virtual(x, _) => x.names(out),
+            Index::Int(..) | Index::Str(..) | Index::Real(..) | Index::Slice(..) => {}
+        }
+    }
+
     /// Where it is written.
     pub fn span(&self) -> Span {
         match self {
@@ -274,6 +287,45 @@ pub enum CmpOp {
     Ge,
 }
 
+/// A comparison's operand: an integer, held exactly, or a real.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Num {
+    /// An integer.
+    Int(i64),
+    /// A real.
+    Real(f64),
+}
+
+impl Num {
+    /// A number written as an f64: an integer where it is a whole number in the i64 range.
+    pub fn of(x: f64) -> Num {
+        if x.fract() == 0.0 && (-9.223372036854775808e18..9.223372036854775808e18).contains(&x) {
+            Num::Int(x as i64)
+        } else {
+            Num::Real(x)
+        }
+    }
+}
+
+/// How integer `a` compares with real `b`, exactly; `None` when `b` is NaN.
+fn int_real(a: i64, b: f64) -> Option<std::cmp::Ordering> {
+    use std::cmp::Ordering::*;
+    if b.is_nan() {
+        return None;
+    }
+    if b >= 9.223372036854775808e18 {
+        return Some(Less);
+    }
+    if b < -9.223372036854775808e18 {
+        return Some(Greater);
+    }
+    let whole = b.trunc();
+    Some(
+        a.cmp(&(whole as i64))
+            .then_with(|| 0.0.partial_cmp(&(b - whole)).unwrap_or(Equal)),
+    )
+}
+
 impl CmpOp {
     /// Whether `a op b` holds; both engines compare through this one definition.
     pub fn holds(self, a: f64, b: f64) -> bool {
@@ -284,6 +336,28 @@ impl CmpOp {
             CmpOp::Le => a <= b,
             CmpOp::Gt => a > b,
             CmpOp::Ge => a >= b,
+        }
+    }
+
+    /// Whether `a op b` holds where `a` and `b` may be integers, compared exactly (two
+    /// values of an integer column near 2⁶³ that f64 cannot tell apart, §8).
+    pub fn holds_num(self, a: Num, b: Num) -> bool {
+        let order = match (a, b) {
+            (Num::Int(a), Num::Int(b)) => Some(a.cmp(&b)),
+            (Num::Int(a), Num::Real(b)) => int_real(a, b),
+            (Num::Real(a), Num::Int(b)) => int_real(b, a).map(std::cmp::Ordering::reverse),
+            (Num::Real(a), Num::Real(b)) => return self.holds(a, b),
+        };
+        use std::cmp::Ordering::*;
+        match (self, order) {
+            (CmpOp::Ne, None) => true,
+            (_, None) => false,
+            (CmpOp::Eq, Some(o)) => o == Equal,
+            (CmpOp::Ne, Some(o)) => o != Equal,
+            (CmpOp::Lt, Some(o)) => o == Less,
+            (CmpOp::Le, Some(o)) => o != Greater,
+            (CmpOp::Gt, Some(o)) => o == Greater,
+            (CmpOp::Ge, Some(o)) => o != Less,
         }
     }
 
@@ -330,6 +404,21 @@ pub enum Expr {
 }
 
 impl Expr {
+    /// Adds every tensor access inside it to `out`.
+    pub fn accesses<'e>(&'e self, out: &mut Vec<&'e Access>) {
+        match self {
+            Expr::Access(a) => out.push(a),
+            Expr::Call { args, .. } => args.iter().for_each(|a| a.accesses(out)),
+            Expr::Neg(x, _) | Expr::Not(x, _) => x.accesses(out),
+            Expr::Binary(_, a, b, _) | Expr::Compare(_, a, b, _) => {
+                a.accesses(out);
+                b.accesses(out);
+            }
+            Expr::Term(fs, _) => fs.iter().for_each(|(_, f)| f.accesses(out)),
+            Expr::Number(..) | Expr::Str(..) => {}
+        }
+    }
+
     /// Where it is written.
     pub fn span(&self) -> Span {
         match self {

@@ -6,10 +6,12 @@
 
 mod dense;
 mod sparse;
+mod values;
 
 pub(crate) use dense::spans_mut;
 pub use dense::{fp8_decode, fp8_encode, Buf, Dense, Lent, Run};
 pub use sparse::Sparse;
+pub use values::ValueTable;
 
 /// Largest extent of an axis: positions are stored as `u32` in sparse tensors.
 pub const MAX_EXTENT: usize = u32::MAX as usize;

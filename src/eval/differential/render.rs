@@ -4,7 +4,7 @@
 
 use super::{Delta, Job, Row};
 use crate::eval::nest::Checker;
-use crate::eval::relational::{bind_lets, passes};
+use crate::eval::relational::{bind_lets, passes, Lets};
 use crate::plan::dataflow::{Arrangement, ArrangementId, FlowRule, FlowStratum, Heads, RuleValue};
 use crate::plan::datalog::Term;
 use crate::semantics::{Family, TensorId};
@@ -369,13 +369,16 @@ fn rule<'s, T: Timestamp + Lattice>(
         for &(v, at) in &slots {
             a[v] = e[at];
         }
+        // Strata whose rules use values of open columns (§8) run after the dataflow
+        // (`plan::dataflow`), so every position here is a value less an offset.
         let checker = Checker {
             values: &values.tensors,
             o: &values.options,
+            open: None,
         };
-        let ok = (rule.lets.is_empty() || bind_lets(&rule, &checker, &mut a))
-            && rule.filters.iter().all(|f| passes(f, &a))
-            && checker.holds(&rule.checks, &a);
+        let ok = (rule.lets.is_empty() || bind_lets(&rule, &checker, (&[], Lets::All), &mut a))
+            && rule.filters.iter().all(|f| passes(f, &a, &[]))
+            && checker.holds(&rule.checks, &a, &[]);
         ok.then_some(a)
     });
     for aj in &r.antijoins {

@@ -12,10 +12,11 @@ use super::accumulate::Accumulator;
 use super::fixpoint;
 use super::EvalOptions;
 use crate::diagnostics::Diagnostics;
+use crate::eval::open::{place, At, Open, OpenVars};
 use crate::plan::nest::{Level, NestEquation, Position, Scan, Scope, Value};
 use crate::semantics::{Checked, Family, Func, IndexFn, Stratum};
-use crate::syntax::ast::BinOp;
-use crate::tensor::{Relation, Storage, Tensor};
+use crate::syntax::ast::{BinOp, Num};
+use crate::tensor::{Relation, Storage, Tensor, ValueTable};
 
 /// Evaluates a stratum of loop-nest equations in place: once, or, when it is recursive,
 /// iterated from its current values until nothing changes (§9), as the reference does.
@@ -130,15 +131,26 @@ fn run_equation(
     };
     let indexes = Indexes::build(n, values);
     let mut env = vec![0i64; n.vars];
+    let open = Open::of(p);
+    let vars = OpenVars::of(p, &p.equations[n.equation]);
+    let open_nest = open.as_ref().map(|open| OpenNest {
+        open,
+        vars: vars.tables(),
+        equation: n.equation,
+    });
     let Some((var, steps)) = n.steps else {
         let cx = Cx {
             values,
             o,
             indexes: &indexes,
             slice: None,
+            open: open_nest,
         };
         cx.run(n, &mut env, &mut |idx, v| acc.combine(idx, v));
-        return Ok(());
+        return match open.as_ref().and_then(|o| o.overflow()) {
+            Some(d) => Err(d.into()),
+            None => Ok(()),
+        };
     };
     let info = &p.tensors[n.target];
     let mut slice = match &p.data[n.target] {
@@ -153,6 +165,7 @@ fn run_equation(
             o,
             indexes: &indexes,
             slice: Some(&slice),
+            open: open_nest,
         };
         cx.run(n, &mut env, &mut |idx, v| next.combine(idx, v));
         slice = next.finish(info);
@@ -172,11 +185,13 @@ pub(super) fn contributions(
     f: &mut dyn FnMut(&[usize], f64),
 ) {
     let indexes = Indexes::build(n, values);
+    // Index recursion runs over dense axes, which open columns never are.
     let cx = Cx {
         values,
         o,
         indexes: &indexes,
         slice: None,
+        open: None,
     };
     let mut env = vec![0i64; n.vars];
     if let Some((v, x)) = bound {
@@ -192,6 +207,34 @@ pub(super) struct Cx<'a> {
     o: &'a EvalOptions,
     indexes: &'a Indexes,
     slice: Option<&'a Tensor>,
+    /// The program's open columns, where it has any.
+    open: Option<OpenNest<'a>>,
+}
+
+/// Open columns (§8) as a nest meets them: a variable of an open domain holds its *value*
+/// at a point, so arithmetic, comparisons and values need nothing more; at an open axis a
+/// scan or a read looks the value's handle up, and a write numbers it.
+#[derive(Clone, Copy)]
+struct OpenNest<'a> {
+    open: &'a Open<'a>,
+    /// The table of each variable of the equation that holds values of an open domain.
+    vars: &'a [Option<&'a ValueTable>],
+    /// The equation, named by an overflow.
+    equation: usize,
+}
+
+impl<'a> OpenNest<'a> {
+    fn var(&self, v: usize) -> Option<&'a ValueTable> {
+        self.vars.get(v).copied().flatten()
+    }
+
+    /// The tables of `t`'s axes, where any is open.
+    fn axes(&self, t: usize) -> Option<Vec<Option<&'a ValueTable>>> {
+        self.open.touches(t).then(|| {
+            let rank = self.open.rank(t);
+            (0..rank).map(|ax| self.open.axis(t, ax)).collect()
+        })
+    }
 }
 
 /// The tuples a scan meets, as indices into the scanned tensor's ascending tuples.
@@ -212,6 +255,9 @@ impl Cx<'_> {
             }
             true
         };
+        if let Some(axes) = self.open.and_then(|o| o.axes(n.target)) {
+            return self.run_open(n, &axes, env, f);
+        }
         if let Some((r, along)) = row_level(root) {
             let moves = n.lhs.iter().any(|f| {
                 let mut vs = Vec::new();
@@ -280,6 +326,42 @@ impl Cx<'_> {
         });
     }
 
+    /// [`Cx::run`] for an equation writing open axes (`axes`, §8): each point's value is
+    /// written at the handles of its values, numbered where new; a point that writes 0 (a
+    /// false body: only relations have open axes) numbers nothing.
+    fn run_open(
+        &self,
+        n: &NestEquation,
+        axes: &[Option<&ValueTable>],
+        env: &mut [i64],
+        f: &mut dyn FnMut(&[usize], f64),
+    ) {
+        let mut slots = vec![0usize; n.slots];
+        let mut idx = vec![0usize; n.lhs.len()];
+        let root = &n.root;
+        let end = root.levels.len();
+        self.points(root, (0, end), env, &mut slots, &mut |cx, env, slots| {
+            let Some(v) = cx.eval(&root.body, env, slots) else {
+                return;
+            };
+            for (ax, (slot, f)) in idx.iter_mut().zip(&n.lhs).enumerate() {
+                let table = axes.get(ax).copied().flatten();
+                // Open variables hold their values here: every index is a value.
+                match place(f.checked(env), table, v != 0.0) {
+                    At::Pos(i) if i >= 0 => *slot = i as usize,
+                    At::Overflow if v != 0.0 => {
+                        if let Some(o) = cx.open {
+                            o.open.note_overflow(o.equation);
+                        }
+                        return;
+                    }
+                    _ => return,
+                }
+            }
+            f(&idx, v);
+        });
+    }
+
     /// The body of `scope` along a row, and which of its elements pass the filters of
     /// levels `from..to` (those after the row's range).
     fn row(
@@ -330,11 +412,25 @@ impl Cx<'_> {
                     self.points(scope, (level + 1, end), env, slots, f);
                 }
             }
+            Level::Values { var, domain } => {
+                let Some(table) = self.open.and_then(|o| o.open.domain(Some(*domain))) else {
+                    return;
+                };
+                for h in 0..table.len() as u32 {
+                    env[*var] = table.value(h);
+                    self.points(scope, (level + 1, end), env, slots, f);
+                }
+            }
             Level::Bind { var, extent, value } => {
-                // The position `var = value` holds at, as a range and a filter would find.
+                // The position `var = value` holds at, as a range and a filter would find;
+                // an open variable holds any whole value.
+                let open = self.open.and_then(|o| o.var(*var)).is_some();
                 let x = self.eval(value, env, slots);
-                if let Some(x) = x.filter(|x| x.fract() == 0.0 && *x >= 0.0 && *x < *extent as f64)
-                {
+                let fits = |x: &f64| {
+                    x.fract() == 0.0
+                        && (open && x.abs() < 9.0e18 || *x >= 0.0 && *x < *extent as f64)
+                };
+                if let Some(x) = x.filter(fits) {
                     env[*var] = x as i64;
                     self.points(scope, (level + 1, end), env, slots, f);
                 }
@@ -343,9 +439,11 @@ impl Cx<'_> {
                 let Some(tuples) = tuples(&self.values[s.tensor]) else {
                     return;
                 };
+                let axes = self.open.and_then(|o| o.axes(s.tensor));
+                let table = |ax: usize| axes.as_ref().and_then(|a| a.get(ax).copied().flatten());
                 let mut key = Vec::with_capacity(s.key.len());
                 for &ax in &s.key {
-                    match known(&s.positions[ax], env) {
+                    match known(&s.positions[ax], env, table(ax)) {
                         Some(k) => key.push(k),
                         None => return,
                     }
@@ -354,7 +452,7 @@ impl Cx<'_> {
                 for i in lo..hi {
                     let row = order.map_or(i, |o| o[i] as usize);
                     let tuple = tuples.tuple(row);
-                    if bind(s, tuple, env) {
+                    if bind(s, tuple, env, &table) {
                         slots[s.slot] = row;
                         self.points(scope, (level + 1, end), env, slots, f);
                     }
@@ -385,7 +483,16 @@ impl Cx<'_> {
                 total,
                 relational,
                 ..
-            } => read(&self.values[*tensor], index, env, *total, *relational),
+            } => match self.open.and_then(|o| o.axes(*tensor)) {
+                Some(axes) => read_open(
+                    &self.values[*tensor],
+                    index,
+                    env,
+                    &axes,
+                    (*total, *relational),
+                ),
+                None => read(&self.values[*tensor], index, env, *total, *relational),
+            },
             Value::Slice {
                 index,
                 total,
@@ -422,6 +529,15 @@ impl Cx<'_> {
                 })
             }
             Value::Compare(op, a, b) => {
+                // Variables and constants compare exactly, as integers where they are.
+                let leaf = |v: &Value| match v {
+                    Value::Var(x) => Some(Num::Int(env[*x])),
+                    Value::Const(c) => Some(Num::of(*c)),
+                    _ => None,
+                };
+                if let (Some(x), Some(y)) = (leaf(a), leaf(b)) {
+                    return Some(if op.holds_num(x, y) { 1.0 } else { 0.0 });
+                }
                 let (a, b) = (self.eval(a, env, slots), self.eval(b, env, slots));
                 Some(if op.holds(a?, b?) { 1.0 } else { 0.0 })
             }
@@ -560,6 +676,36 @@ fn read(t: &Tensor, index: &[IndexFn], env: &[i64], total: bool, relational: boo
     }
 }
 
+/// [`read`] of a tensor with open axes (`axes`, §8): an index there is a value (open
+/// variables hold theirs at a point), looked up in the axis's table; a value the table
+/// lacks is in no tuple.
+fn read_open(
+    t: &Tensor,
+    index: &[IndexFn],
+    env: &[i64],
+    axes: &[Option<&ValueTable>],
+    (total, relational): (bool, bool),
+) -> Option<f64> {
+    let mut key = Vec::with_capacity(index.len());
+    let mut absent = false;
+    for (ax, (f, &n)) in index.iter().zip(&t.shape).enumerate() {
+        let table = axes.get(ax).copied().flatten();
+        match place(f.checked(env), table, false) {
+            At::Pos(i) if i >= 0 && (table.is_some() || (i as u64) < n as u64) => {
+                key.push(i as u32)
+            }
+            At::Absent => absent = true,
+            _ if total => return Some(0.0),
+            _ => return None,
+        }
+    }
+    match (!absent).then(|| t.get_at(&key)).flatten() {
+        Some(v) => Some(v),
+        None if relational && !total => None,
+        None => Some(0.0),
+    }
+}
+
 /// Reads of tensors up to this rank take [`read_affine`] (their key fits on the stack).
 pub(super) const MAX_AFFINE_RANK: usize = 8;
 
@@ -627,20 +773,30 @@ fn tuples(t: &Tensor) -> Option<&Relation> {
     }
 }
 
-/// A known position's value, `None` when it is negative (no tuple has it).
-fn known(pos: &Position, env: &[i64]) -> Option<u32> {
+/// A known position's value, `None` when it is negative (no tuple has it); at an open axis
+/// (`table`, §8) the handle of the value, `None` when the table lacks it.
+fn known(pos: &Position, env: &[i64], table: Option<&ValueTable>) -> Option<u32> {
     let v = match pos {
         Position::Var(x) => env[*x],
         Position::Shifted { var, by, .. } => env[*var].checked_add(*by)?,
         Position::Const(c) => *c,
         Position::Known(f) => f.eval(env)?,
     };
-    u32::try_from(v).ok()
+    match table {
+        Some(t) => t.handle(v),
+        None => u32::try_from(v).ok(),
+    }
 }
 
 /// Binds the scan's unbound variables from `tuple`, checking repeated ones; `false` when a
-/// repeat disagrees. Key positions were matched by the lookup.
-fn bind(s: &Scan, tuple: &[u32], env: &mut [i64]) -> bool {
+/// repeat disagrees. Key positions were matched by the lookup. At an open axis (`table`)
+/// the tuple holds a handle, and the variable takes its value.
+fn bind<'t>(
+    s: &Scan,
+    tuple: &[u32],
+    env: &mut [i64],
+    table: &dyn Fn(usize) -> Option<&'t ValueTable>,
+) -> bool {
     for (ax, pos) in s.positions.iter().enumerate() {
         if s.key.contains(&ax) {
             continue;
@@ -650,14 +806,20 @@ fn bind(s: &Scan, tuple: &[u32], env: &mut [i64]) -> bool {
             Position::Shifted { var, by, .. } => (*var, *by),
             Position::Const(_) | Position::Known(_) => continue,
         };
-        let value = i64::from(tuple[ax]) - by;
+        let open = table(ax);
+        let Some(value) = open
+            .map_or(i64::from(tuple[ax]), |t| t.value(tuple[ax]))
+            .checked_sub(by)
+        else {
+            return false;
+        };
         // A variable unknown when the scan starts is bound by its first axis.
         let first = !s.positions[..ax].iter().enumerate().any(|(a, q)| {
             !s.key.contains(&a)
                 && matches!(q, Position::Var(w) | Position::Shifted { var: w, .. } if *w == v)
         });
         if first {
-            if let Position::Shifted { range, .. } = pos {
+            if let (Position::Shifted { range, .. }, None) = (pos, open) {
                 if value < 0 || value >= *range as i64 {
                     return false;
                 }
@@ -678,6 +840,8 @@ pub(in crate::eval) struct Checker<'a> {
     pub values: &'a [Tensor],
     /// Where user functions come from.
     pub o: &'a EvalOptions,
+    /// The program's open columns (§8), if it has any.
+    pub open: Option<&'a crate::eval::open::Open<'a>>,
 }
 
 /// A checker reads no scanned tuples and no bitmaps.
@@ -688,16 +852,28 @@ static NO_INDEXES: Indexes = Indexes {
 
 impl Checker<'_> {
     /// Whether every check holds at the assignment whose first positions are the
-    /// variables' (a check that is nothing does not hold).
-    pub(in crate::eval) fn holds(&self, checks: &[Value], env: &[u32]) -> bool {
+    /// variables' (a check that is nothing does not hold); `tables` gives the open
+    /// variables, which stand for their values.
+    pub(in crate::eval) fn holds(
+        &self,
+        checks: &[Value],
+        env: &[u32],
+        tables: &[Option<&crate::tensor::ValueTable>],
+    ) -> bool {
         if checks.is_empty() {
             return true;
         }
+        // The point holds values for open variables already; checks write nothing.
         let cx = Cx {
             values: self.values,
             o: self.o,
             indexes: &NO_INDEXES,
             slice: None,
+            open: self.open.map(|open| OpenNest {
+                open,
+                vars: &[],
+                equation: usize::MAX,
+            }),
         };
         let mut stack = [0i64; 16];
         let mut heap = Vec::new();
@@ -707,8 +883,11 @@ impl Checker<'_> {
             heap.resize(env.len(), 0);
             &mut heap
         };
-        for (p, &v) in point.iter_mut().zip(env) {
-            *p = i64::from(v);
+        for (k, (p, &v)) in point.iter_mut().zip(env).enumerate() {
+            *p = match tables.get(k).copied().flatten() {
+                Some(t) => t.value(v),
+                None => i64::from(v),
+            };
         }
         checks
             .iter()
@@ -718,11 +897,17 @@ impl Checker<'_> {
     /// A computed value at a point (an assignment of the equation's variables); `None`
     /// where it is nothing.
     pub(in crate::eval) fn value_at(&self, value: &Value, point: &mut [i64]) -> Option<f64> {
+        // The point holds values for open variables already; checks write nothing.
         let cx = Cx {
             values: self.values,
             o: self.o,
             indexes: &NO_INDEXES,
             slice: None,
+            open: self.open.map(|open| OpenNest {
+                open,
+                vars: &[],
+                equation: usize::MAX,
+            }),
         };
         cx.eval(value, point, &mut [])
     }
@@ -893,7 +1078,7 @@ fn collect_scans<'a>(scope: &'a Scope, out: &mut Vec<&'a Scan>) {
         match l {
             Level::Scan(s) => out.push(s),
             Level::Filter(v) | Level::Bind { value: v, .. } => values_scans(v, out),
-            Level::Range { .. } => {}
+            Level::Range { .. } | Level::Values { .. } => {}
         }
     }
     values_scans(&scope.body, out);

@@ -313,9 +313,11 @@ pub(super) fn side(p: &Checked, st: &Stratum, chains: &[Chain], max_memory: u64)
     if tensors.iter().any(|&t| p.tensors[t].shape.len() != 2) {
         return None;
     }
+    // An open column (§8) has no extent, but every handle is below its table's length,
+    // which no chain (a product of relations, computing no value) changes.
     let n = tensors
         .iter()
-        .flat_map(|&t| p.tensors[t].shape.iter().copied())
+        .flat_map(|&t| (0..2).map(move |ax| crate::eval::open::extent_now(p, t, ax)))
         .max()?;
     // Full and new pairs of each relation, their transposes, and a product in flight.
     let bytes = n

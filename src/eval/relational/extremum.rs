@@ -50,7 +50,12 @@ pub(in crate::eval) fn evaluate_extremum(
             .or_insert_with(|| Store::from_valued(&values[a.tensor]));
     }
     let mut delta: HashMap<TensorId, Store> = HashMap::default();
-    let checker = Checker { values, o };
+    let open = crate::eval::open::Open::of(p);
+    let checker = Checker {
+        values,
+        o,
+        open: open.as_ref(),
+    };
     let mut rounds = 0;
     loop {
         rounds += 1;

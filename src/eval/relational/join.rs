@@ -8,9 +8,9 @@ use crate::eval::stop::Ticker;
 use crate::plan::datalog::{
     join_order, keys_within, Absent, Atom, Filter, JoinStats, LetValue, Operand, Rule, Term,
 };
-use crate::semantics::TensorId;
-use crate::semantics::VarId;
-use crate::tensor::Tensor;
+use crate::semantics::{NoValue, TensorId, VarId};
+use crate::syntax::ast::Num;
+use crate::tensor::{Tensor, ValueTable};
 use rustc_hash::FxHashMap as HashMap;
 
 /// Which version of a relation an atom reads.
@@ -230,6 +230,9 @@ pub(super) struct Join<'a> {
     pub(super) steps: &'a [Step],
     pub(super) full: &'a HashMap<TensorId, Store>,
     pub(super) checker: Checker<'a>,
+    /// The table of each variable of an open domain (§8): those stand for their values
+    /// in computed positions, comparisons and checks. Empty where the program has none.
+    tables: Vec<Option<&'a ValueTable>>,
     /// Each step's store, looked up once.
     stores: Vec<Option<&'a Store>>,
     /// Whether every assignment the atoms admit derives (no negation, comparison, check or
@@ -260,6 +263,7 @@ impl<'a> Join<'a> {
             rule,
             steps,
             full,
+            tables: rule_tables(rule, &checker),
             checker,
             stores,
             plain,
@@ -295,7 +299,8 @@ impl<'a> Join<'a> {
         ticks: &mut Ticker,
     ) {
         let Some(step) = self.steps.get(k) else {
-            if self.plain || admits(self.rule, self.full, &self.checker, &mut walk.env) {
+            let rule = (self.rule, &self.tables[..]);
+            if self.plain || admits(rule, self.full, &self.checker, &mut walk.env) {
                 emit(&walk.env);
             }
             return;
@@ -415,18 +420,51 @@ impl<'a> Walk<'a> {
     }
 }
 
-/// Whether a complete assignment, its computed head positions bound (`Rule::lets`), passes
-/// the rule's negated atoms, comparisons and value checks.
-pub(super) fn admits(
+/// The table of each variable of `rule` that holds values of an open domain (§8); empty
+/// where the program has none.
+pub(in crate::eval) fn rule_tables<'a>(
     rule: &Rule,
+    checker: &Checker<'a>,
+) -> Vec<Option<&'a ValueTable>> {
+    match checker.open {
+        Some(open) => {
+            let lets = rule.lets.iter().map(|l| (l.var, l.open));
+            open.rule_tables(rule.equation, rule.vars, lets)
+        }
+        None => Vec::new(),
+    }
+}
+
+/// Whether a complete assignment, its computed head positions bound (`Rule::lets`), passes
+/// the rule's negated atoms, comparisons and value checks; `tables` are the rule's
+/// ([`rule_tables`]).
+pub(super) fn admits(
+    (rule, tables): (&Rule, &[Option<&ValueTable>]),
     full: &HashMap<TensorId, Store>,
     checker: &Checker,
     env: &mut [u32],
 ) -> bool {
-    if !rule.lets.is_empty() && !bind_lets(rule, checker, env) {
+    // Values bound by the body come first, head positions last: a head value is computed
+    // (numbered in an open column's table, or found to overflow) only for an assignment
+    // every test admits.
+    let (bound, head) = (Lets::Bound, Lets::Head);
+    if !rule.lets.is_empty() && !bind_lets(rule, checker, (tables, bound), env) {
         return false;
     }
-    let env = &*env;
+    if !tests(rule, full, checker, tables, env) {
+        return false;
+    }
+    rule.lets.is_empty() || bind_lets(rule, checker, (tables, head), env)
+}
+
+/// Whether an assignment passes the rule's negated atoms, comparisons and value checks.
+fn tests(
+    rule: &Rule,
+    full: &HashMap<TensorId, Store>,
+    checker: &Checker,
+    tables: &[Option<&ValueTable>],
+    env: &[u32],
+) -> bool {
     let holds = |a: &Atom| {
         with_values(&a.terms, env, |tuple| {
             full.get(&a.tensor).is_some_and(|s| s.contains(tuple))
@@ -442,8 +480,8 @@ pub(super) fn admits(
     };
     rule.negated.iter().all(|a| !holds(a))
         && rule.absent.iter().all(absent)
-        && rule.filters.iter().all(|f| passes(f, env))
-        && checker.holds(&rule.checks, &env[..rule.vars])
+        && rule.filters.iter().all(|f| passes(f, env, tables))
+        && checker.holds(&rule.checks, &env[..rule.vars], tables)
 }
 
 /// `f` of the values `terms` take under `env`, gathered on the stack when they fit.
@@ -459,8 +497,15 @@ fn with_values<R>(terms: &[Term], env: &[u32], f: impl FnOnce(&[u32]) -> R) -> R
 }
 
 /// Binds each computed position, in order (a head position may use a bound value); `false`
-/// when one leaves its axis, or a value is nothing or not an integer.
-pub(in crate::eval) fn bind_lets(rule: &Rule, checker: &Checker, env: &mut [u32]) -> bool {
+/// when one leaves its axis, or a value is nothing or not an integer. A variable of an
+/// open domain (§8, `tables`) stands for its value, and a computed value of one is
+/// numbered in its table; one that overflows i64 is noted for E0406.
+pub(in crate::eval) fn bind_lets(
+    rule: &Rule,
+    checker: &Checker,
+    (tables, which): (&[Option<&ValueTable>], Lets),
+    env: &mut [u32],
+) -> bool {
     let mut stack = [0i64; 16];
     let mut heap = Vec::new();
     let point: &mut [i64] = if rule.vars <= stack.len() {
@@ -469,26 +514,73 @@ pub(in crate::eval) fn bind_lets(rule: &Rule, checker: &Checker, env: &mut [u32]
         heap.resize(rule.vars, 0);
         &mut heap
     };
-    for (p, &v) in point.iter_mut().zip(env.iter()) {
-        *p = i64::from(v);
+    for (k, (p, &v)) in point.iter_mut().zip(env.iter()).enumerate() {
+        *p = match tables.get(k).copied().flatten() {
+            Some(t) => t.value(v),
+            None => i64::from(v),
+        };
     }
-    for l in &rule.lets {
+    for l in rule.lets.iter().filter(|l| which.takes(l)) {
         let position = match &l.value {
-            LetValue::Index(f) => f.eval(point),
+            LetValue::Index(f) => f.checked(point),
             LetValue::Computed { value, shift } => checker
                 .value_at(value, point)
                 .filter(|x| x.fract() == 0.0 && x.abs() < 9.0e15)
-                .and_then(|x| (x as i64).checked_sub(*shift)),
+                .and_then(|x| (x as i64).checked_sub(*shift))
+                .ok_or(NoValue::Undefined),
         };
-        match position {
-            Some(i) if i >= 0 && (i as u64) < l.extent as u64 => {
+        let table = tables.get(l.var).copied().flatten();
+        match (position, table) {
+            (Ok(x), Some(t)) => match t.intern(x) {
+                Some(h) => {
+                    env[l.var] = h;
+                    point[l.var] = x;
+                }
+                None => {
+                    note_overflow(checker, rule);
+                    return false;
+                }
+            },
+            (Ok(i), None) if i >= 0 && (i as u64) < l.extent as u64 => {
                 env[l.var] = i as u32;
                 point[l.var] = i;
+            }
+            (Err(NoValue::Overflow), Some(_)) => {
+                note_overflow(checker, rule);
+                return false;
             }
             _ => return false,
         }
     }
     true
+}
+
+/// Which of a rule's computed positions to bind.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(in crate::eval) enum Lets {
+    /// Those the body binds to values (`n = Kids[x]`), which its tests may read.
+    Bound,
+    /// Head positions (`Nat(n + 1)`), which only the head reads.
+    Head,
+    /// Both, in order.
+    All,
+}
+
+impl Lets {
+    fn takes(self, l: &crate::plan::datalog::Let) -> bool {
+        match (self, &l.value) {
+            (Lets::All, _) => true,
+            (Lets::Bound, LetValue::Computed { .. }) | (Lets::Head, LetValue::Index(_)) => true,
+            _ => false,
+        }
+    }
+}
+
+/// Notes that a value `rule` computes overflowed (E0406 once the round ends).
+fn note_overflow(checker: &Checker, rule: &Rule) {
+    if let Some(open) = checker.open {
+        open.note_overflow(rule.equation);
+    }
 }
 
 /// Keys up to this many columns are built on the stack.
@@ -512,11 +604,14 @@ pub(super) fn fill<'a>(
     }
 }
 
-/// Whether a comparison holds under `env`.
-pub(in crate::eval) fn passes(f: &Filter, env: &[u32]) -> bool {
+/// Whether a comparison holds under `env` (an open variable, `tables`, by its value).
+pub(in crate::eval) fn passes(f: &Filter, env: &[u32], tables: &[Option<&ValueTable>]) -> bool {
     let get = |o: &Operand| match o {
-        Operand::Var(v) => env[*v] as f64,
-        Operand::Const(c) => *c,
+        Operand::Var(v) => Num::Int(match tables.get(*v).copied().flatten() {
+            Some(t) => t.value(env[*v]),
+            None => i64::from(env[*v]),
+        }),
+        Operand::Const(c) => Num::of(*c),
     };
-    f.op.holds(get(&f.left), get(&f.right))
+    f.op.holds_num(get(&f.left), get(&f.right))
 }

@@ -28,7 +28,7 @@ mod store;
 mod wcoj;
 
 pub(super) use extremum::evaluate_extremum;
-pub(super) use join::{bind_lets, passes};
+pub(super) use join::{bind_lets, passes, Lets};
 use join::{prepare, value, Earlier, Join};
 use store::Store;
 
@@ -111,8 +111,17 @@ pub(super) fn evaluate_stratum(
                 .any(|t| full.get(t).is_some_and(|s| s.count as usize >= cells))
         })
     };
-    let checker = Checker { values, o };
-    match fixpoint(rules, &mut full, rounds, &dense, (checker, pool)) {
+    let open = super::open::Open::of(p);
+    let checker = Checker {
+        values,
+        o,
+        open: open.as_ref(),
+    };
+    let outcome = fixpoint(rules, &mut full, rounds, &dense, (checker, pool));
+    if let Some(d) = open.as_ref().and_then(|o| o.overflow()) {
+        return Err(d.into());
+    }
+    match outcome {
         Err(halt) => return Err(halted(p, st, o, halt)),
         Ok(Some((delta, done))) => {
             if let (Some(chains), Some(n)) = (&chains, side) {
@@ -165,7 +174,12 @@ pub(super) fn evaluate_demand(
         magic.insert(&plan.seed.1);
     }
     load_atoms(&plan.rules, values, &mut full);
-    let checker = Checker { values, o };
+    let open = super::open::Open::of(p);
+    let checker = Checker {
+        values,
+        o,
+        open: open.as_ref(),
+    };
     let run = (checker, pool);
     if fixpoint(&plan.rules, &mut full, Some(o.max_iters), &|_| false, run).is_err() {
         return false;
@@ -307,6 +321,7 @@ pub(super) fn evaluate_counts(
     }
     // Only rules that run as joins need their relations indexed (loaded when reached).
     let mut full: HashMap<TensorId, Store> = HashMap::default();
+    let open = super::open::Open::of(p);
     let mut acc = if sparse.get(t) == Some(&true) {
         Accumulator::entries(info)
     } else {
@@ -337,7 +352,12 @@ pub(super) fn evaluate_counts(
             (&mut full, &mut HashMap::default()),
             values,
         );
-        let cx = Join::new(r, &steps, (&full, &delta), Checker { values, o });
+        let checker = Checker {
+            values,
+            o,
+            open: open.as_ref(),
+        };
+        let cx = Join::new(r, &steps, (&full, &delta), checker);
         let mut walk = cx.walk();
         let mut idx = vec![0usize; r.head_terms.len()];
         let mut ticks = Ticker::new(&o.stop);
@@ -350,6 +370,9 @@ pub(super) fn evaluate_counts(
         cx.join(0, &mut walk, &mut count, &mut ticks);
         if ticks.stopped() {
             return Err(halted(p, st, o, Halt::Stopped));
+        }
+        if let Some(d) = open.as_ref().and_then(|o| o.overflow()) {
+            return Err(d.into());
         }
     }
     values[t] = acc.finish(info);

@@ -51,6 +51,8 @@ pub(super) struct GenericJoin<'a> {
     full: &'a HashMap<TensorId, Store>,
     delta: &'a HashMap<TensorId, Store>,
     checker: Checker<'a>,
+    /// The rule's variables of open domains ([`super::join::rule_tables`]).
+    tables: Vec<Option<&'a crate::tensor::ValueTable>>,
 }
 
 /// Plans the levels of a generic join, with atom `delta_at` reading the last round's new
@@ -142,6 +144,7 @@ impl<'a> GenericJoin<'a> {
             ground,
             full,
             delta,
+            tables: super::join::rule_tables(rule, &checker),
             checker,
         }
     }
@@ -165,7 +168,7 @@ impl<'a> GenericJoin<'a> {
         }
         let mut env = vec![0u32; r.vars];
         if self.levels.is_empty() {
-            if admits(r, self.full, &self.checker, &mut env) {
+            if admits((r, &self.tables), self.full, &self.checker, &mut env) {
                 out.push(r, &env);
             }
             return Ok(out);
@@ -216,7 +219,7 @@ impl<'a> GenericJoin<'a> {
     /// Binds level `i`'s variable to each of its candidates in turn and goes on.
     fn bind(&self, i: usize, env: &mut [u32], out: &mut Derived, ticks: &mut Ticker) {
         let Some(level) = self.levels.get(i) else {
-            if admits(self.rule, self.full, &self.checker, env) {
+            if admits((self.rule, &self.tables), self.full, &self.checker, env) {
                 out.push(self.rule, env);
             }
             return;
