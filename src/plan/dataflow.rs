@@ -217,6 +217,12 @@ pub fn plan_dataflow(p: &Checked, plan: &Plan) -> DataflowPlan {
             });
             continue;
         };
+        if rules.iter().any(|(r, _)| r.uses_open_values(p)) {
+            let why = "it computes with the values of open integer columns (§8), which are \
+                       numbered as they are met and so differ between workers";
+            placement.push(Placement::After(why.into()));
+            continue;
+        }
         // A `min=`/`max=` stratum's values travel in its rows; other rules' values are read
         // from tensors known when the dataflow is built.
         let values = match heads {

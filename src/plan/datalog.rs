@@ -119,6 +119,16 @@ pub enum LetValue {
 }
 
 impl Rule {
+    /// Whether it computes with the values of open integer columns (§8): a head or bound
+    /// value numbered in a table, or a variable of one in a computed position, comparison
+    /// or check. Joins alone never need a value, only handles.
+    pub fn uses_open_values(&self, p: &Checked) -> bool {
+        let eq = &p.equations[self.equation];
+        let open_vars = eq.vars.iter().any(|v| v.open.is_some());
+        let computes = !self.lets.is_empty() || !self.filters.is_empty() || !self.checks.is_empty();
+        self.lets.iter().any(|l| l.open.is_some()) || (open_vars && computes)
+    }
+
     /// The rule with [`Rule::cyclic`] computed from its body.
     pub fn planned(mut self) -> Rule {
         self.cyclic = cyclic(&self);

@@ -142,14 +142,19 @@ pub struct Number {
     pub value: f64,
     /// True when written as a plain integer (usable as an index).
     pub is_int: bool,
+    /// A plain integer's exact value, where it has at most 39 digits (an index constant
+    /// may be any i64, §8, which `value` cannot hold exactly past 2⁵³).
+    pub int: Option<i128>,
 }
 
 fn number(lex: &mut logos::Lexer<Tok>) -> Option<Number> {
     let s = lex.slice();
     let value: f64 = s.parse().ok()?;
+    let is_int = !s.contains(['.', 'e', 'E']);
     Some(Number {
         value,
-        is_int: !s.contains(['.', 'e', 'E']),
+        is_int,
+        int: is_int.then(|| s.parse::<i128>().ok()).flatten(),
     })
 }
 

@@ -334,7 +334,7 @@ impl<'a> Parser<'a> {
         } else {
             (false, 0)
         };
-        let Some(Tok::Number(Number { value, is_int })) = self.peek_at(k).cloned() else {
+        let Some(Tok::Number(Number { value, is_int, .. })) = self.peek_at(k).cloned() else {
             return None;
         };
         if !matches!(
@@ -608,7 +608,7 @@ impl<'a> Parser<'a> {
         match self.peek().cloned() {
             Some(Tok::Number(n)) if n.is_int => {
                 self.pos += 1;
-                index_constant(n).map(Some).ok_or_else(|| {
+                index_constant(n.int).map(Some).ok_or_else(|| {
                     Diagnostic::error(codes::SYNTAX, self.prev_span(), "slice bound out of range")
                 })
             }
@@ -685,16 +685,22 @@ impl<'a> Parser<'a> {
                 text: text.into(),
                 span,
             })),
-            Some((Tok::Number(n), span)) if n.is_int => match index_constant(n) {
+            Some((Tok::Number(n), span)) if n.is_int => match index_constant(n.int) {
                 Some(v) => Ok(Index::Int(v, span)),
-                None => Err(
-                    Diagnostic::error(codes::SYNTAX, span, "index constant out of range")
-                        .with_note("integers in indices go up to 2⁵³ (9007199254740992)"),
-                ),
+                None => Err(out_of_range(span)),
             },
             Some((Tok::Number(n), span)) if n.value.is_finite() => Ok(Index::Real(n.value, span)),
             Some((Tok::Str(s), span)) => Ok(Index::Str(s.into(), span)),
             Some((Tok::Minus, _)) => {
+                // `-9223372036854775808` is an i64 whose magnitude is not.
+                if let Some(Tok::Number(Number { int: Some(v), .. })) = self.peek().cloned() {
+                    self.pos += 1;
+                    let span = start.to(self.prev_span());
+                    return match index_constant(Some(-v)) {
+                        Some(v) => Ok(Index::Int(v, span)),
+                        None => Err(out_of_range(span)),
+                    };
+                }
                 let inner = self.iatom()?;
                 let span = start.to(inner.span());
                 if let Index::Real(v, _) = inner {
@@ -920,13 +926,17 @@ impl<'a> Parser<'a> {
     }
 }
 
-/// Integers up to 2⁵³ are exact in the lexer's numbers.
-const EXACT_INTEGERS: f64 = 9_007_199_254_740_992.0;
+/// An integer written in an index position (a position, or a value of a column), if it is
+/// an i64 (§8).
+fn index_constant(n: Option<i128>) -> Option<i64> {
+    i64::try_from(n?).ok()
+}
 
-/// An integer written in an index position (a position, or a value of a column), if it
-/// is exact.
-fn index_constant(n: Number) -> Option<i64> {
-    (n.is_int && n.value <= EXACT_INTEGERS).then_some(n.value as i64)
+/// E0001 for an index constant outside the i64 range.
+fn out_of_range(span: Span) -> Diagnostic {
+    Diagnostic::error(codes::SYNTAX, span, "index constant out of range").with_note(
+        "integers in indices are i64 values, -9223372036854775808 to 9223372036854775807",
+    )
 }
 
 fn as_size(n: Number) -> Option<usize> {
