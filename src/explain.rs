@@ -481,18 +481,29 @@ fn rule_plan(out: &mut String, p: &Checked, st: &Stratum, r: &Rule, source: &str
 /// What a join computes and checks at each assignment it finds: computed head positions,
 /// negated atoms and value comparisons.
 fn afterwards(out: &mut String, p: &Checked, r: &Rule, eq: &Equation) {
+    for group in &r.exists {
+        let atoms: Vec<String> = group.iter().map(|a| atom(p, a, eq)).collect();
+        let _ = writeln!(
+            out,
+            "    only if {} has an assignment: joined once, apart (it shares no variable)",
+            atoms.join(", ")
+        );
+    }
     for l in &r.lets {
+        let bound = match l.open {
+            Some(_) => "numbered among its open column's values, §8".to_string(),
+            None => format!("outside 0..{} derives nothing", l.extent),
+        };
         let _ = match &l.value {
             LetValue::Index(f) => writeln!(
                 out,
-                "    then: head position {} computed (outside 0..{} derives nothing)",
+                "    then: head position {} computed ({bound})",
                 index_text(f, eq),
-                l.extent
             ),
             LetValue::Computed { .. } => writeln!(
                 out,
-                "    then: `{}` bound to its computed value (outside 0..{} derives nothing)",
-                eq.vars[l.var].name, l.extent
+                "    then: `{}` bound to its computed value ({bound})",
+                eq.vars[l.var].name
             ),
         };
     }
@@ -610,6 +621,9 @@ fn access(p: &Checked, tensor: TensorId, terms: Vec<String>) -> String {
 }
 
 fn steps(p: &Checked, r: &Rule, eq: &Equation, order: &[JoinStep]) -> String {
+    if order.is_empty() {
+        return "no atom to join: the body's tests, once".into();
+    }
     let parts: Vec<String> = order
         .iter()
         .map(|s| {

@@ -33,28 +33,34 @@ fn is_bare_symbol(s: &str) -> bool {
 
 /// The lines answering one query, in ascending order of their indices' values (§10).
 pub fn answer(p: &Checked, values: &[Tensor], q: &Query) -> Vec<String> {
-    let info = &p.tensors[q.tensor];
-    let tables: Vec<_> = info
+    let mut lines = answer_lines(p, values, q);
+    in_value_order(p, q.tensor, &mut lines, |(idx, _)| idx);
+    lines.into_iter().map(|(_, l)| l).collect()
+}
+
+/// Sorts items given in index order into the order of their indices' values: open columns
+/// (§8) number values in the order they were met, every other axis in value order.
+pub(crate) fn in_value_order<T>(
+    p: &Checked,
+    t: usize,
+    items: &mut [T],
+    idx: impl Fn(&T) -> &[usize],
+) {
+    let tables: Vec<_> = p.tensors[t]
         .domains
         .iter()
         .map(|&d| p.domains[d].table.as_ref())
         .collect();
     if tables.iter().all(Option::is_none) {
-        return answer_lines(p, values, q)
-            .into_iter()
-            .map(|(_, l)| l)
-            .collect();
+        return;
     }
-    // Open columns (§8) number values in the order they were met: sort by the values.
-    let mut lines = answer_lines(p, values, q);
     let key = |idx: &[usize]| -> Vec<i64> {
         idx.iter()
             .zip(&tables)
             .map(|(&i, t)| t.map_or(i as i64, |t| t.value(i as u32)))
             .collect()
     };
-    lines.sort_by_cached_key(|(idx, _)| key(idx));
-    lines.into_iter().map(|(_, l)| l).collect()
+    items.sort_by_cached_key(|item| key(idx(item)));
 }
 
 /// The lines answering one query, each with the index it answers (none for a scalar or a

@@ -631,10 +631,14 @@ fn rows_matching(
         })
     };
     let boolean = info.kind == semantics::Kind::Bool;
-    tensor
+    let mut entries: Vec<(Vec<usize>, f64)> = tensor
         .entries()
         .into_iter()
         .filter(|(idx, v)| !(boolean && *v == 0.0) && matches(idx))
+        .collect();
+    output::in_value_order(checked, t, &mut entries, |(idx, _)| idx);
+    entries
+        .into_iter()
         .map(|(idx, v)| {
             let cells = idx.iter().enumerate().map(|(ax, &p)| cell(ax, p)).collect();
             (cells, (!boolean).then_some(v))

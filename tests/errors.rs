@@ -113,14 +113,18 @@ fn write_outside_declared_extent() {
 }
 
 #[test]
-fn positions_beyond_u32_are_errors_not_wrapped() {
+fn values_beyond_i64_are_errors_not_wrapped() {
     // The value is reported where it is written.
     // A real that overflows f64 is no constant; `1e300` is a real column's value.
     has(&fails("E(0, 1e400).\nE?\n", &[], &[]), "E0001", "1:6");
+    // An open column (§8) holds any i64, past 2³² positions; leaving i64 is E0406.
+    let src = "E(0, 1).\nF(x, y * 9223372036854775807 * 2) :- E(x, y).\nF?\n";
+    has(&fails(src, &[], &[]), "E0406", "2:1");
+    has(&fails(src, &[], &["--engine", "reference"]), "E0406", "2:1");
     has(
-        &fails("E(0, 1).\nF(x, y * 4294967295 * 2) :- E(x, y).\n", &[], &[]),
-        "E0203",
-        "2:1",
+        &fails("E(9223372036854775808).\n", &[], &[]),
+        "E0001",
+        "1:3",
     );
 }
 

@@ -109,3 +109,15 @@ fn file_reader_findings_end_promptly() {
     }
     assert!(n > 0);
 }
+
+#[test]
+fn a_division_by_zero_at_a_corner_writes_nothing_below_zero() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_regressions");
+    let out = common::tl(&dir, &["run", "division_by_zero_corner.tl", "--verify"]);
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        printed.trim_end(),
+        "P[0, 0] = 4\nP[0, 1] = 3\nP[1, 0] = 8\nP[1, 1] = 7"
+    );
+}

@@ -217,6 +217,11 @@ pub fn plan_dataflow(p: &Checked, plan: &Plan) -> DataflowPlan {
             });
             continue;
         };
+        if rules.iter().any(|(r, _)| r.joined().atoms.is_empty()) {
+            let why = "a rule without a positive atom has no arrangement to start from";
+            placement.push(Placement::After(why.into()));
+            continue;
+        }
         if rules.iter().any(|(r, _)| r.uses_open_values(p)) {
             let why = "it computes with the values of open integer columns (§8), which are \
                        numbered as they are met and so differ between workers";
@@ -356,7 +361,7 @@ fn lower_stratum(
         rules: Vec::new(),
     };
     for (r, value) in rules {
-        let mut rule = lower_rule(r, &mut fs.arrangements);
+        let mut rule = lower_rule(&r.joined(), &mut fs.arrangements);
         rule.value = value.clone();
         fs.rules.push(rule);
     }

@@ -84,6 +84,11 @@ pub struct Rule {
     pub equation: usize,
     /// Whether its body is cyclic ([`cyclic`]): it then runs as a worst-case-optimal join.
     pub cyclic: bool,
+    /// Groups of atoms of lower strata that share no variable with the rest of the rule
+    /// (`C(y), D(y)` in `A(x) :- B(x), C(y), D(y)`): the rule derives only where each
+    /// group has an assignment, which is asked once per evaluation of the stratum rather
+    /// than joined again in every round ([`independent`]).
+    pub exists: Vec<Vec<Atom>>,
 }
 
 /// A variable bound to a position computed from the variables the atoms bind; an
@@ -119,6 +124,14 @@ pub enum LetValue {
 }
 
 impl Rule {
+    /// The rule with its independent groups of atoms ([`Rule::exists`]) joined like the
+    /// others again: for engines that join every atom.
+    pub fn joined(&self) -> Rule {
+        let mut r = self.clone();
+        r.atoms.extend(r.exists.drain(..).flatten());
+        r.planned()
+    }
+
     /// Whether it computes with the values of open integer columns (§8): a head or bound
     /// value numbered in a table, or a variable of one in a computed position, comparison
     /// or check. Joins alone never need a value, only handles.
@@ -626,6 +639,7 @@ pub fn plan_extremum(p: &Checked, st: &Stratum) -> Option<Vec<ValuedRule>> {
                 vars: eq.vars.len(),
                 equation: e,
                 cyclic: false,
+                exists: Vec::new(),
             };
             let value = value_expr(p, st, &eq.rhs, true, &mut rule.atoms)?;
             let mut positive = vec![false; rule.vars];
@@ -747,6 +761,7 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
         lets,
         equation: e,
         cyclic: false,
+        exists: Vec::new(),
     };
     let mut in_atoms = vec![false; eq.vars.len()];
     for lit in &literals {
@@ -822,7 +837,12 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
     }
     let bound = |t: &Term| !matches!(t, Term::Var(v) if !positive[*v]);
     let operand_bound = |o: &Operand| !matches!(o, Operand::Var(v) if !positive[*v]);
-    let safe = !rule.atoms.is_empty()
+    // A count counts every assignment, a group's too; a relation asks only for one.
+    if !count {
+        rule.exists = independent(&mut rule, own);
+    }
+    // A rule without variables needs no atom (`A() :- not B().`): it derives once.
+    let safe = (!rule.atoms.is_empty() || eq.vars.is_empty() || !rule.exists.is_empty())
         && rule.head_terms.iter().all(bound)
         && rule.negated.iter().all(|a| a.terms.iter().all(bound))
         && rule.absent.iter().all(|a| a.terms.iter().all(bound))
@@ -833,6 +853,94 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
         && checked_vars.iter().all(|&v| positive[v])
         && let_vars.iter().all(|&v| positive[v] && v < eq.vars.len());
     safe.then(|| rule.planned())
+}
+
+/// Takes out of `rule.atoms` the groups of atoms (connected by shared variables) that read
+/// relations of lower strata only (not `own`) and whose variables nothing else in the rule
+/// mentions: the head, the other atoms, negations, comparisons, computed positions. Rules
+/// with value checks or bound values keep every atom (which variables those read is not
+/// followed here).
+fn independent(rule: &mut Rule, own: &[TensorId]) -> Vec<Vec<Atom>> {
+    if !rule.checks.is_empty()
+        || rule
+            .lets
+            .iter()
+            .any(|l| matches!(l.value, LetValue::Computed { .. }))
+    {
+        return Vec::new();
+    }
+    let mut outside = vec![false; rule.vars];
+    let mut mark = |t: &Term| {
+        if let Term::Var(v) = t {
+            outside[*v] = true;
+        }
+    };
+    rule.head_terms.iter().for_each(&mut mark);
+    rule.negated
+        .iter()
+        .flat_map(|a| &a.terms)
+        .for_each(&mut mark);
+    rule.absent
+        .iter()
+        .flat_map(|a| &a.terms)
+        .for_each(&mut mark);
+    for f in &rule.filters {
+        for o in [&f.left, &f.right] {
+            if let Operand::Var(v) = o {
+                mark(&Term::Var(*v));
+            }
+        }
+    }
+    for l in &rule.lets {
+        if let LetValue::Index(f) = &l.value {
+            let mut vs = Vec::new();
+            f.vars(&mut vs);
+            vs.iter().for_each(|&v| mark(&Term::Var(v)));
+        }
+    }
+    // Groups of atoms connected by shared variables.
+    let n = rule.atoms.len();
+    let mut group: Vec<usize> = (0..n).collect();
+    let vars = |a: &Atom| -> Vec<VarId> {
+        a.terms
+            .iter()
+            .filter_map(|t| match t {
+                Term::Var(v) => Some(*v),
+                Term::Const(_) => None,
+            })
+            .collect()
+    };
+    for i in 0..n {
+        for j in 0..i {
+            let (vi, vj) = (vars(&rule.atoms[i]), vars(&rule.atoms[j]));
+            if vi.iter().any(|v| vj.contains(v)) {
+                let (gi, gj) = (group[i], group[j]);
+                group.iter_mut().filter(|g| **g == gi).for_each(|g| *g = gj);
+            }
+        }
+    }
+    let mut roots: Vec<usize> = group.clone();
+    roots.sort_unstable();
+    roots.dedup();
+    let free = |g: usize| {
+        (0..n).filter(|&i| group[i] == g).all(|i| {
+            let a = &rule.atoms[i];
+            !own.contains(&a.tensor) && vars(a).iter().all(|&v| !outside[v])
+        })
+    };
+    let taken: Vec<usize> = roots.into_iter().filter(|&g| free(g)).collect();
+    if taken.is_empty() {
+        return Vec::new();
+    }
+    let atoms = std::mem::take(&mut rule.atoms);
+    let mut groups: Vec<Vec<Atom>> = vec![Vec::new(); taken.len()];
+    for (i, a) in atoms.into_iter().enumerate() {
+        match taken.iter().position(|&g| g == group[i]) {
+            Some(k) => groups[k].push(a),
+            None => rule.atoms.push(a),
+        }
+    }
+    groups
 }
 
 /// `(v, value, shift)` when an equality `v + shift == value` (either way round) binds a

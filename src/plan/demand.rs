@@ -316,6 +316,7 @@ impl Rewrite<'_> {
                                 vars: r.vars,
                                 equation: r.equation,
                                 cyclic: false,
+                                exists: Vec::new(),
                             }
                             .planned(),
                         );
@@ -344,6 +345,7 @@ impl Rewrite<'_> {
                     vars: r.vars,
                     equation: r.equation,
                     cyclic: false,
+                    exists: r.exists.clone(),
                 }
                 .planned(),
             );

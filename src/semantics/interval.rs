@@ -9,11 +9,14 @@ use crate::syntax::ast::ArithOp;
 pub(crate) type Interval = (i64, i64);
 
 /// Whether `f` uses an operation that is not monotone in each variable, so that its extremes
-/// need not lie at the corners of its variables' ranges.
+/// need not lie at the corners of its variables' ranges: `%`, and `/` (undefined at 0 and
+/// changing direction there: `2 / y` over `0..3` has no value at a corner).
 pub(crate) fn needs_intervals(f: &IndexFn) -> bool {
     match f {
         IndexFn::Var(_) | IndexFn::Const(_) => false,
-        IndexFn::Arith(a, op, b) => *op == ArithOp::Rem || needs_intervals(a) || needs_intervals(b),
+        IndexFn::Arith(a, op, b) => {
+            matches!(op, ArithOp::Rem | ArithOp::Div) || needs_intervals(a) || needs_intervals(b)
+        }
     }
 }
 

@@ -560,7 +560,11 @@ fn difference(old: Vec<Row>, new: Vec<Row>) -> (Vec<Row>, Vec<Row>) {
 fn position(p: &Checked, t: TensorId, ax: usize, text: &str) -> Option<u32> {
     let info = &p.tensors[t];
     let dom = &p.domains[*info.domains.get(ax)?];
-    let pos = if dom.real {
+    let pos = if let Some(table) = &dom.table {
+        // An open column (§8): a value its table lacks makes the commit evaluate afresh,
+        // with the value checked into the table.
+        table.handle(text.trim().parse().ok()?)? as usize
+    } else if dom.real {
         dom.position(&number_text(text)?)?
     } else if dom.symbolic {
         dom.position(text)?

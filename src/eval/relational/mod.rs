@@ -32,6 +32,50 @@ pub(super) use join::{bind_lets, passes, Lets};
 use join::{prepare, value, Earlier, Join};
 use store::Store;
 
+/// The rules whose independent groups of atoms (`plan::datalog::Rule::exists`) each have
+/// an assignment, without those groups; the others derive nothing here. Each group is
+/// joined once, however many rounds the stratum takes.
+fn existing(
+    rules: &[Rule],
+    full: &mut HashMap<TensorId, Store>,
+    run: Run,
+) -> Result<Vec<Rule>, Halt> {
+    let mut kept = Vec::with_capacity(rules.len());
+    'rules: for r in rules {
+        for group in &r.exists {
+            let probe = Rule {
+                head_terms: Vec::new(),
+                atoms: group.clone(),
+                negated: Vec::new(),
+                absent: Vec::new(),
+                filters: Vec::new(),
+                checks: Vec::new(),
+                lets: Vec::new(),
+                exists: Vec::new(),
+                ..r.clone()
+            }
+            .planned();
+            load_atoms(std::slice::from_ref(&probe), run.0.values, full);
+            let mut found = HashMap::default();
+            run_rule(
+                &probe,
+                None,
+                (full, &mut HashMap::default()),
+                &mut found,
+                run,
+            )?;
+            if found.get(&r.head).is_none_or(|d: &Derived| d.count == 0) {
+                continue 'rules;
+            }
+        }
+        kept.push(Rule {
+            exists: Vec::new(),
+            ..r.clone()
+        });
+    }
+    Ok(kept)
+}
+
 /// Head tuples derived in one round, flat, with their number (which also covers rank 0).
 #[derive(Default)]
 struct Derived {
@@ -95,6 +139,13 @@ pub(super) fn evaluate_stratum(
     for &t in members {
         full.insert(t, Store::from_tensor(&values[t]));
     }
+    let open = super::open::Open::of(p);
+    let checker = Checker {
+        values,
+        o,
+        open: open.as_ref(),
+    };
+    let rules = &existing(rules, &mut full, (checker, pool)).map_err(|h| halted(p, st, o, h))?;
     load_atoms(rules, values, &mut full);
     // Rules that are products of binary relations move to bit matrices once a relation is
     // dense enough that a row of bits is smaller than its pairs as tuples would be.
@@ -110,12 +161,6 @@ pub(super) fn evaluate_stratum(
                 .iter()
                 .any(|t| full.get(t).is_some_and(|s| s.count as usize >= cells))
         })
-    };
-    let open = super::open::Open::of(p);
-    let checker = Checker {
-        values,
-        o,
-        open: open.as_ref(),
     };
     let outcome = fixpoint(rules, &mut full, rounds, &dense, (checker, pool));
     if let Some(d) = open.as_ref().and_then(|o| o.overflow()) {
@@ -173,7 +218,6 @@ pub(super) fn evaluate_demand(
     if let Some(magic) = full.get_mut(&plan.seed.0) {
         magic.insert(&plan.seed.1);
     }
-    load_atoms(&plan.rules, values, &mut full);
     let open = super::open::Open::of(p);
     let checker = Checker {
         values,
@@ -181,7 +225,11 @@ pub(super) fn evaluate_demand(
         open: open.as_ref(),
     };
     let run = (checker, pool);
-    if fixpoint(&plan.rules, &mut full, Some(o.max_iters), &|_| false, run).is_err() {
+    let Ok(rules) = existing(&plan.rules, &mut full, run) else {
+        return false;
+    };
+    load_atoms(&rules, values, &mut full);
+    if fixpoint(&rules, &mut full, Some(o.max_iters), &|_| false, run).is_err() {
         return false;
     }
     if let Some(store) = full.remove(&plan.answer) {
