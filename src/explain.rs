@@ -47,6 +47,33 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
                         "  products of binary relations: bit-matrix rows once a relation is dense"
                     );
                 }
+                if let Some((asked, d)) = &sp.demand {
+                    let shown: Vec<String> = asked
+                        .iter()
+                        .map(|q| {
+                            let at: Vec<String> = q
+                                .pattern
+                                .iter()
+                                .enumerate()
+                                .map(|(ax, x)| match x {
+                                    crate::semantics::QueryIndex::Fixed(i) => {
+                                        crate::output::label(p, q.tensor, ax, *i, true)
+                                    }
+                                    _ => "_".into(),
+                                })
+                                .collect();
+                            format!("{}({})", p.tensors[q.tensor].name, at.join(", "))
+                        })
+                        .collect();
+                    let _ = writeln!(
+                        out,
+                        "  on demand: the program reads it only as {}, so the magic-sets \
+                         rewrite ({} rules) derives what that asks for; the rules below run \
+                         only if it declines",
+                        shown.join(" and "),
+                        d.rules.len()
+                    );
+                }
                 for r in rules {
                     rule_plan(&mut out, p, st, r, source);
                 }

@@ -38,6 +38,29 @@ impl Difference {
     }
 }
 
+/// The relation `t` narrowed to the tuples that match one of `queries` (of `t`, binding
+/// no variable twice).
+pub(crate) fn matching(t: &Tensor, queries: &[crate::semantics::Query]) -> Tensor {
+    use crate::semantics::QueryIndex;
+    let fits = |idx: &[usize]| {
+        queries.iter().any(|q| {
+            idx.iter().zip(&q.pattern).all(|(&i, x)| match x {
+                QueryIndex::Fixed(f) => i == *f,
+                QueryIndex::Var(_) => true,
+                QueryIndex::Missing => false,
+            })
+        })
+    };
+    let tuples: Vec<u32> = t
+        .entries()
+        .into_iter()
+        .filter(|(idx, v)| *v != 0.0 && fits(idx))
+        .flat_map(|(idx, _)| idx.into_iter().map(|i| i as u32))
+        .collect();
+    let count = tuples.len() / t.shape.len().max(1);
+    Tensor::relation_flat(t.shape.clone(), tuples, count)
+}
+
 /// Compares every tensor of `engine` with `reference` (both indexed like `p.tensors`).
 pub fn compare(p: &Checked, engine: &[Tensor], reference: &[Tensor]) -> Vec<Difference> {
     p.tensors

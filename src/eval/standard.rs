@@ -311,6 +311,15 @@ impl<'a> State<'a> {
             }
             Kernel::Datalog(rules, chains) => {
                 self.fill_pending(&st.tensors);
+                if let Some((_, demand)) = &self.plan.strata[i].demand {
+                    let values = &mut self.values;
+                    let t = st.tensors[0];
+                    if relational::evaluate_demand(p, demand, t, values, o, pool) {
+                        let why = "on demand: only the tuples the program's readers ask for";
+                        self.log(i, Ran::Joins, Some(why.into()));
+                        return Ok(());
+                    }
+                }
                 relational::evaluate_stratum(p, st, (rules, chains), &mut self.values, o, pool)?;
                 self.log(i, Ran::Joins, None);
                 Ok(())

@@ -12,7 +12,9 @@
 //! rewritten program free of negation through recursion.
 
 use super::datalog::{plan_stratum, Atom, Rule, Term};
-use crate::semantics::{Checked, Node, Query, QueryIndex, TensorId, VarId};
+use crate::semantics::{
+    Checked, IndexFn, Node, Output, Query, QueryIndex, Stratum, TensorId, VarId,
+};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The rewritten program for one query. New relations (adorned and magic) take ids from
@@ -24,8 +26,9 @@ pub struct DemandPlan {
     /// Per new relation (id `tensors.len() + k`): its arity, and for an adorned relation the
     /// original whose data facts it starts from.
     pub relations: Vec<(usize, Option<TensorId>)>,
-    /// The magic relation of the query and the one tuple it starts with.
-    pub seed: (TensorId, Vec<u32>),
+    /// The magic relation of the query and the tuples it starts with: one per pattern of
+    /// constants asked (`tl query` asks one; a program's rules may ask several).
+    pub seed: (TensorId, Vec<Vec<u32>>),
     /// The adorned relation holding the query's answers (and perhaps other true tuples).
     pub answer: TensorId,
     /// Original tensors the rules read as they are: they must be evaluated in full first.
@@ -64,6 +67,111 @@ pub fn closure(p: &Checked, roots: impl IntoIterator<Item = TensorId>) -> BTreeS
         }
     }
     seen
+}
+
+/// The query a program's own rules ask of the relation stratum `st` computes, when they ask
+/// it only at constants (§9: demand is a plan choice for programs too): `st` is recursive
+/// and computes that one relation, which no query prints and no file receives, and every
+/// read of it elsewhere binds the same positions to the same constants
+/// (`Found() :- Sg(N16384, N32767)`). Evaluating it for that query's demand then gives
+/// every tuple any rule reads.
+pub fn asked_by_program(p: &Checked, st: &Stratum) -> Option<Vec<Query>> {
+    let [t] = st.tensors[..] else {
+        return None;
+    };
+    if !st.recursive || p.tensors[t].kind != crate::semantics::Kind::Bool {
+        return None;
+    }
+    let printed = p.outputs.iter().any(|o| match o {
+        Output::Query(q) => q.tensor == t,
+        Output::Write { tensor, .. } => *tensor == t,
+    });
+    if printed || p.params.contains(&t) {
+        return None;
+    }
+    let mut asked: Vec<Vec<Option<i64>>> = Vec::new();
+    let mut same = true;
+    for (e, eq) in p.equations.iter().enumerate() {
+        if st.equations.contains(&e) {
+            continue;
+        }
+        eq.rhs.reads(&mut |tensor, index| {
+            if tensor != t {
+                return;
+            }
+            let consts: Vec<Option<i64>> = index
+                .iter()
+                .map(|f| match f {
+                    IndexFn::Const(c) => Some(*c),
+                    _ => None,
+                })
+                .collect();
+            // Every read binds the same positions, to constants.
+            let bound: Vec<bool> = consts.iter().map(Option::is_some).collect();
+            let like = asked
+                .first()
+                .is_none_or(|a| a.iter().map(Option::is_some).eq(bound.iter().copied()));
+            same &= bound.contains(&true) && like;
+            if !asked.contains(&consts) {
+                asked.push(consts);
+            }
+        });
+    }
+    if !same || asked.is_empty() {
+        return None;
+    }
+    asked
+        .iter()
+        .map(|consts| {
+            let pattern = consts
+                .iter()
+                .enumerate()
+                .map(|(ax, c)| match c {
+                    None => Some(QueryIndex::Var(ax)),
+                    Some(v) => {
+                        let d = p.tensors[t].domains[ax];
+                        let position = match &p.domains[d].table {
+                            Some(table) => table.intern(*v).map(i64::from),
+                            None => Some(*v),
+                        };
+                        position
+                            .and_then(|x| usize::try_from(x).ok())
+                            .map(QueryIndex::Fixed)
+                    }
+                })
+                .collect::<Option<_>>()?;
+            Some(Query {
+                tensor: t,
+                pattern,
+                paren: true,
+                span: p.tensors[t].span,
+                warnings: Vec::new(),
+            })
+        })
+        .collect()
+}
+
+/// The magic-sets rewrite of every query in `asked` (patterns of one relation binding the
+/// same positions), as one rewrite with a seed per query; `None` unless each query's
+/// rewrite is the same but for its seed.
+pub fn plan_program_demand(p: &Checked, asked: &[Query]) -> Option<DemandPlan> {
+    let mut plans = asked.iter().map(|q| plan_demand(p, q));
+    let mut plan = plans.next()??;
+    for other in plans {
+        let other = other?;
+        let alike = other.rules == plan.rules
+            && other.relations == plan.relations
+            && other.seed.0 == plan.seed.0
+            && other.answer == plan.answer
+            && other.full == plan.full
+            && other.negated.is_empty()
+            && plan.negated.is_empty();
+        if !alike {
+            return None;
+        }
+        plan.seed.1.extend(other.seed.1);
+    }
+    Some(plan)
 }
 
 /// The magic-sets rewrite for `q`, when the queried relation is evaluated by joins and the
@@ -160,7 +268,7 @@ pub fn plan_demand(p: &Checked, q: &Query) -> Option<DemandPlan> {
     Some(DemandPlan {
         rules: rw.rules,
         relations: rw.relations,
-        seed: (magic, seed),
+        seed: (magic, vec![seed]),
         answer,
         full: rw.full,
         negated: by_demand,
@@ -396,7 +504,7 @@ mod tests {
         let d = plan(TC, "Path(0, x)").unwrap();
         // Path_bf and its magic relation; the recursive atom keeps the same adornment.
         assert_eq!(d.relations.len(), 2);
-        assert_eq!(d.seed.1, vec![0]);
+        assert_eq!(d.seed.1, vec![vec![0]]);
         assert!(d.full.contains(&0), "Edge is read as it is");
         assert_eq!(d.rules.iter().filter(|r| r.head == d.answer).count(), 2);
     }

@@ -63,6 +63,10 @@ pub enum Kernel {
 pub struct StratumPlan {
     /// The kernel chosen.
     pub kernel: Kernel,
+    /// A relation the program's rules read only at constants, evaluated by the magic-sets
+    /// rewrite of that demand (§9) instead of whole (the kernel runs if it declines): the
+    /// queries its readers ask, and the rewrite.
+    pub demand: Option<(Vec<crate::semantics::Query>, Box<demand::DemandPlan>)>,
     /// Loop nests of every equation: the kernel when it is [`Kernel::Nest`], otherwise what
     /// runs if the kernel declines at run time.
     pub nests: Vec<nest::NestEquation>,
@@ -100,6 +104,7 @@ impl Plan {
             .iter()
             .map(|_| StratumPlan {
                 kernel: Kernel::Reference,
+                demand: None,
                 nests: Vec::new(),
             })
             .collect();
@@ -217,5 +222,15 @@ fn plan_stratum(p: &Checked, st: &Stratum, sparse: &[bool]) -> StratumPlan {
     } else {
         Kernel::Nest
     };
-    StratumPlan { kernel, nests }
+    let demand = match &kernel {
+        Kernel::Datalog(..) => demand::asked_by_program(p, st)
+            .and_then(|q| Some((q.clone(), Box::new(demand::plan_program_demand(p, &q)?))))
+            .filter(|(_, d)| !st.tensors.iter().any(|t| d.full.contains(t))),
+        _ => None,
+    };
+    StratumPlan {
+        kernel,
+        demand,
+        nests,
+    }
 }

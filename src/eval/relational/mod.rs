@@ -216,7 +216,9 @@ pub(super) fn evaluate_demand(
         full.insert(base + k, store);
     }
     if let Some(magic) = full.get_mut(&plan.seed.0) {
-        magic.insert(&plan.seed.1);
+        for seed in &plan.seed.1 {
+            magic.insert(seed);
+        }
     }
     let open = super::open::Open::of(p);
     let checker = Checker {
