@@ -151,6 +151,98 @@ pub fn asked_by_program(p: &Checked, st: &Stratum) -> Option<Vec<Query>> {
         .collect()
 }
 
+/// Narrows a relation that a stratum computes without recursion to what its readers keep
+/// (§9: a relation read only under a filter is narrowed by demand): where every rule that
+/// reads it compares a column of it with the same constant (`Small(x, y) :- Pair(x, y),
+/// x < 2`), and nothing else reads, prints or writes it, its own rules take that comparison
+/// on their head's term for the column, so `Pair(x, y) :- N(x), N(y)` derives 2 rows of
+/// pairs, not 10,001.
+pub fn narrow_by_readers(p: &Checked, strata: &mut [super::StratumPlan]) {
+    use super::datalog::{Filter, Operand};
+    use super::Kernel;
+    for (i, st) in p.strata.iter().enumerate() {
+        let [t] = st.tensors[..] else {
+            continue;
+        };
+        let printed = p.outputs.iter().any(|o| match o {
+            Output::Query(q) => q.tensor == t,
+            Output::Write { tensor, .. } => *tensor == t,
+        });
+        if st.recursive || printed || !matches!(strata[i].kernel, Kernel::Datalog(..)) {
+            continue;
+        }
+        // Per column, the comparisons with constants that every reading rule makes.
+        let mut common: Option<Vec<(usize, Filter)>> = None;
+        let mut readers = 0usize;
+        for (e, eq) in p.equations.iter().enumerate() {
+            let mut reads = 0usize;
+            eq.rhs.reads(&mut |x, _| reads += usize::from(x == t));
+            if reads == 0 {
+                continue;
+            }
+            readers += reads;
+            let rule = strata.iter().find_map(|sp| match &sp.kernel {
+                Kernel::Datalog(rules, _) => rules.iter().find(|r| r.equation == e),
+                _ => None,
+            });
+            let found = rule.filter(|r| {
+                reads == 1
+                    && r.negated
+                        .iter()
+                        .chain(&r.exists.concat())
+                        .all(|a| a.tensor != t)
+            });
+            let Some(rule) =
+                found.filter(|r| r.atoms.iter().filter(|a| a.tensor == t).count() == 1)
+            else {
+                common = Some(Vec::new());
+                break;
+            };
+            let Some(atom) = rule.atoms.iter().find(|a| a.tensor == t) else {
+                continue;
+            };
+            let mut here = Vec::new();
+            for f in &rule.filters {
+                let (var, op, c) = match (f.left, f.right) {
+                    (Operand::Var(v), Operand::Const(c)) => (v, f.op, c),
+                    (Operand::Const(c), Operand::Var(v)) => (v, f.op.flipped(), c),
+                    _ => continue,
+                };
+                let cols = (0..atom.terms.len()).filter(|&c| atom.terms[c] == Term::Var(var));
+                for col in cols {
+                    here.push((
+                        col,
+                        Filter {
+                            op,
+                            left: Operand::Var(col),
+                            right: Operand::Const(c),
+                        },
+                    ));
+                }
+            }
+            common = Some(match common {
+                None => here,
+                Some(before) => before.into_iter().filter(|x| here.contains(x)).collect(),
+            });
+        }
+        let Some(common) = common.filter(|c| !c.is_empty() && readers > 0) else {
+            continue;
+        };
+        if let Kernel::Datalog(rules, _) = &mut strata[i].kernel {
+            for r in rules.iter_mut() {
+                for (col, f) in &common {
+                    if let Some(Term::Var(v)) = r.head_terms.get(*col) {
+                        r.filters.push(Filter {
+                            left: Operand::Var(*v),
+                            ..f.clone()
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The magic-sets rewrite of every query in `asked` (patterns of one relation binding the
 /// same positions), as one rewrite with a seed per query; `None` unless each query's
 /// rewrite is the same but for its seed.

@@ -126,6 +126,7 @@ pub fn plan(p: &Checked) -> Plan {
         }
         strata.push(sp);
     }
+    demand::narrow_by_readers(p, &mut strata);
     Plan { strata, sparse }
 }
 

@@ -33,6 +33,7 @@ impl Ctx<'_> {
             .map(|d| d.symbolic || d.is_open())
             .collect();
         let open: Vec<bool> = self.domains.iter().map(|d| d.is_open()).collect();
+        let open_values = open_values(&self.domains, tensors, &eqs);
         let by_value: Vec<bool> = (0..tensors.len()).map(|t| self.value_indexed(t)).collect();
         let roots: Vec<Vec<usize>> = (0..tensors.len())
             .map(|t| {
@@ -57,7 +58,7 @@ impl Ctx<'_> {
                     by_value: &by_value,
                     roots: &roots,
                     outside: true,
-                    open: &open,
+                    open: (&open, &open_values),
                 };
                 fix_extents(st, &eqs, tensors, &scope);
             }
@@ -77,7 +78,7 @@ impl Ctx<'_> {
                     by_value: &by_value,
                     roots: &roots,
                     outside: false,
-                    open: &open,
+                    open: (&open, &open_values),
                 };
                 for &i in &st.equations {
                     let (eq, meta) = &mut eqs[i];
@@ -104,7 +105,7 @@ impl Ctx<'_> {
                 if !changed {
                     self.diags.extend(errors);
                     let settled: Vec<&Equation> = st.equations.iter().map(|&i| &eqs[i].0).collect();
-                    value_bounds(st, &settled, tensors, &mut bounds);
+                    value_bounds(st, &settled, (tensors, &open_values), &mut bounds);
                     break;
                 }
                 if iter >= max_iters {
@@ -124,6 +125,29 @@ impl Ctx<'_> {
         }
         eqs.into_iter().map(|(e, _)| e).collect()
     }
+}
+
+/// The values each open domain (§8) holds where no equation writes one of its axes with
+/// arithmetic (so evaluation adds no value to its table): its table's smallest and largest.
+fn open_values(domains: &[super::Domain], tensors: &[TensorInfo], eqs: &[Lowered]) -> Vec<Bounds> {
+    let mut grows = vec![false; domains.len()];
+    for (eq, _) in eqs {
+        for (ax, f) in eq.lhs.iter().enumerate() {
+            if !matches!(f, IndexFn::Var(_) | IndexFn::Const(_)) {
+                if let Some(&d) = tensors[eq.target].domains.get(ax) {
+                    grows[d] = true;
+                }
+            }
+        }
+    }
+    domains
+        .iter()
+        .zip(grows)
+        .map(|(d, grows)| {
+            let (lo, hi) = d.table.as_ref().filter(|_| !grows)?.bounds()?;
+            Some((lo as f64, hi as f64))
+        })
+        .collect()
 }
 
 /// How many iterations a recursive component of one tensor can derive something new in,
@@ -197,8 +221,9 @@ struct Scope<'a> {
     /// Whether ranges come from outside the component alone: its own tensors' reads are
     /// left out, as when fixing extents before it runs ([`fix_extents`]).
     outside: bool,
-    /// Whether each domain is open (`open.rs`): its variables range over no extent.
-    open: &'a [bool],
+    /// Whether each domain is open (`open.rs`): its variables range over no extent; and
+    /// the values each holds where no rule adds to them.
+    open: (&'a [bool], &'a [Bounds]),
 }
 
 /// Fixes the extents of the component's axes that do not depend on the component (§5.1):
@@ -378,7 +403,7 @@ fn ranges_within(
         range[v] = Some(r);
     }
     for (v, info) in eq.vars.iter().enumerate() {
-        if info.open.is_some_and(|d| scope.open[d]) {
+        if info.open.is_some_and(|d| scope.open.0[d]) {
             range[v] = Some(crate::tensor::MAX_EXTENT);
         }
     }
@@ -443,8 +468,12 @@ fn ranges_within(
                     .and_then(|ax| scope.roots[eq.target].get(ax));
                 root.map(|&r| below.push((r, by))).is_some()
             };
-            // Positions of the other variables, narrowed by their guards (`x > 0`).
+            // Positions of the other variables, narrowed by their guards (`x > 0`); the
+            // values of open ones (§8) where no rule adds to them.
             let vars = |u: VarId| {
+                if let Some(d) = eq.vars[u].open {
+                    return scope.open.1.get(d).copied().flatten();
+                }
                 let r = range.get(u).copied().flatten()?.checked_sub(1)? as f64;
                 Some((lower_bound(&eq.rhs, u) as f64, r))
             };

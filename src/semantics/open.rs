@@ -86,6 +86,20 @@ impl Ctx<'_> {
                     }
                 }
             }
+            // Variables a positive atom binds (a value binding of one is a comparison).
+            let mut atoms = Vec::new();
+            body.iter()
+                .filter(|e| !matches!(e, Expr::Not(..)))
+                .for_each(|e| e.accesses(&mut atoms));
+            let scanned: HashSet<&str> = atoms
+                .iter()
+                .filter(|a| self.by_name.contains_key(&a.name.text))
+                .flat_map(|a| &a.indices)
+                .filter_map(|i| match i {
+                    Index::Name(n) => Some(n.text.as_str()),
+                    _ => None,
+                })
+                .collect();
             for e in &body {
                 if let Expr::Compare(CmpOp::Eq, a, b, _) = e {
                     for (var, value) in [(a, b), (b, a)] {
@@ -97,7 +111,16 @@ impl Ctx<'_> {
                                 .flat_map(|x| self.access_var_names(x))
                                 .map(|n| root(self, &n))
                                 .collect();
-                            feeds.push((root(self, &v), feeders));
+                            // A variable only a binding gives values to takes the range its
+                            // bounds give (an open one would range over values no tuple
+                            // holds yet).
+                            let fed = root(self, &v).filter(|_| scanned.contains(v.as_str()));
+                            feeds.push((fed, feeders));
+                            if !scanned.contains(v.as_str()) {
+                                if let Some(r) = root(self, &v) {
+                                    closed.insert(r);
+                                }
+                            }
                         }
                     }
                 }

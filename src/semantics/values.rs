@@ -267,7 +267,7 @@ fn equalities<'n>(n: &'n Node, v: VarId, f: &mut dyn FnMut(i64, &'n Node)) {
 pub(super) fn value_bounds(
     st: &Stratum,
     eqs: &[&Equation],
-    tensors: &[TensorInfo],
+    (tensors, open): (&[TensorInfo], &[Bounds]),
     bounds: &mut [Bounds],
 ) {
     for &t in &st.tensors {
@@ -279,9 +279,14 @@ pub(super) fn value_bounds(
                 .lhs
                 .iter()
                 .all(|f| matches!(f, IndexFn::Var(_) | IndexFn::Const(_)));
-            let vars = |u: VarId| {
-                let r = eq.vars.get(u)?.range;
-                Some((0.0, r.checked_sub(1)? as f64))
+            // A variable of an open domain (§8) holds its table's values, which bound it
+            // where no rule adds to them (`open`).
+            let vars = |u: VarId| match eq.vars.get(u)?.open {
+                Some(d) => open.get(d).copied().flatten(),
+                None => {
+                    let r = eq.vars.get(u)?.range;
+                    Some((0.0, r.checked_sub(1)? as f64))
+                }
             };
             let tensor = |u: usize| bounds.get(u).copied().flatten();
             let more = match injective {

@@ -105,6 +105,14 @@ impl ValueTable {
         self.read().values.len()
     }
 
+    /// The smallest and largest value it holds, if any.
+    pub fn bounds(&self) -> Option<(i64, i64)> {
+        let inner = self.read();
+        let lo = inner.values.iter().min()?;
+        let hi = inner.values.iter().max()?;
+        Some((*lo, *hi))
+    }
+
     /// Whether the table holds no value.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

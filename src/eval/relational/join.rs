@@ -235,6 +235,10 @@ pub(super) struct Join<'a> {
     tables: Vec<Option<&'a ValueTable>>,
     /// Each step's store, looked up once.
     stores: Vec<Option<&'a Store>>,
+    /// Per step, the comparisons whose variables are all bound once it binds its own,
+    /// tested there (again at the end with the rest): `Pair(x, y) :- N(x), N(y), x < 2`
+    /// then meets `N(y)` only for the two `x` it keeps.
+    early: Vec<Vec<usize>>,
     /// Whether every assignment the atoms admit derives (no negation, comparison, check or
     /// computed position to test).
     plain: bool,
@@ -266,6 +270,7 @@ impl<'a> Join<'a> {
             tables: rule_tables(rule, &checker),
             checker,
             stores,
+            early: early_filters(rule, steps),
             plain,
         }
     }
@@ -354,6 +359,13 @@ impl<'a> Join<'a> {
                 env[v] = tuple[c];
             }
         }
+        let filters = &self.rule.filters;
+        if !self.early[k]
+            .iter()
+            .all(|&f| passes(&filters[f], env, &self.tables))
+        {
+            return;
+        }
         self.join(k + 1, walk, emit, ticks);
     }
 
@@ -418,6 +430,34 @@ impl<'a> Walk<'a> {
         };
         entries
     }
+}
+
+/// Per step of `steps`, the rule's comparisons first fully bound there.
+fn early_filters(rule: &Rule, steps: &[Step]) -> Vec<Vec<usize>> {
+    let mut bound = vec![false; rule.vars];
+    let mut placed = vec![false; rule.filters.len()];
+    steps
+        .iter()
+        .map(|s| {
+            for t in &s.key_terms {
+                if let Term::Var(v) = t {
+                    bound[*v] = true;
+                }
+            }
+            for &(_, v, _) in &s.binds {
+                bound[v] = true;
+            }
+            let known = |o: &Operand| !matches!(o, Operand::Var(v) if !bound[*v]);
+            (0..rule.filters.len())
+                .filter(|&f| {
+                    let ready =
+                        !placed[f] && known(&rule.filters[f].left) && known(&rule.filters[f].right);
+                    placed[f] |= ready;
+                    ready
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// The table of each variable of `rule` that holds values of an open domain (§8); empty
