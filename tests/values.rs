@@ -253,3 +253,188 @@ fn a_read_in_a_computed_value_ranges_its_variable() {
         }
     }
 }
+
+/// A recursion that computes values (§8): counters bounded by another variable and by
+/// negation, an accumulating loop, and aggregates over wide and negative values.
+#[derive(Clone, Debug)]
+struct Recursion {
+    start: i64,
+    step: i64,
+    limit: i64,
+    stop: i64,
+    rounds: i64,
+    scale: i64,
+    wide: Vec<(u8, i64)>,
+}
+
+fn recursion() -> impl Strategy<Value = Recursion> {
+    let wide = prop_oneof![-(1i64 << 40)..(1i64 << 40), -5i64..5];
+    (
+        (-40i64..40, 1i64..5, -40i64..60),
+        (-40i64..40, 0i64..30, -3i64..4),
+        proptest::collection::vec((0u8..3, wide), 1..8),
+    )
+        .prop_map(
+            |((start, step, limit), (stop, rounds, scale), wide)| Recursion {
+                start,
+                step,
+                limit,
+                stop,
+                rounds,
+                scale,
+                wide,
+            },
+        )
+}
+
+impl Recursion {
+    fn program(&self) -> String {
+        let Recursion {
+            start,
+            step,
+            limit,
+            stop,
+            rounds,
+            scale,
+            ..
+        } = self;
+        let mut src = format!(
+            "Start({start}, {limit}).\nA(x, y) :- Start(x, y).\nA(x + {step}, y) :- A(x, y), x < y.\n\
+             Lim({stop}).\nB({start}).\nB(x + {step}) :- B(x), not Lim(x), x < {start} + 200.\n\
+             C(0, 0).\nC(i + 1, s + i * {scale}) :- C(i, s), i < {rounds}.\n"
+        );
+        for (k, v) in &self.wide {
+            src.push_str(&format!("V(K{k}, {v}).\n"));
+        }
+        src.push_str("Top[k] max= V(k, v) v\nLow[k] min= V(k, v) v\n");
+        src
+    }
+
+    /// The answers, worked out here.
+    fn expected(&self) -> Vec<(&'static str, Vec<String>)> {
+        let Recursion {
+            start,
+            step,
+            limit,
+            stop,
+            rounds,
+            scale,
+            ..
+        } = *self;
+        let mut a = vec![start];
+        while *a.last().unwrap() < limit {
+            a.push(a.last().unwrap() + step);
+        }
+        let mut b = vec![start];
+        let mut x = start;
+        while x != stop && x < start + 200 {
+            x += step;
+            b.push(x);
+        }
+        b.sort_unstable();
+        b.dedup();
+        let mut c = vec![(0, 0)];
+        for i in 0..rounds {
+            let s = c.last().unwrap().1 + i * scale;
+            c.push((i + 1, s));
+        }
+        // Symbols print in the order they first appear (§10).
+        let mut keys: Vec<u8> = Vec::new();
+        for (k, _) in &self.wide {
+            if !keys.contains(k) {
+                keys.push(*k);
+            }
+        }
+        let best = |pick: fn(i64, i64) -> i64| -> Vec<String> {
+            keys.iter()
+                .map(|k| {
+                    let vs = self.wide.iter().filter(|(j, _)| j == k).map(|(_, v)| *v);
+                    (k, vs.reduce(pick).unwrap())
+                })
+                .map(|(k, v)| format!("[K{k}] = {v}"))
+                .collect()
+        };
+        vec![
+            (
+                "A(x, y)",
+                a.iter().map(|x| format!("A({x}, {limit})")).collect(),
+            ),
+            ("B(x)", b.iter().map(|x| format!("B({x})")).collect()),
+            (
+                "C(i, s)",
+                c.iter().map(|(i, s)| format!("C({i}, {s})")).collect(),
+            ),
+            (
+                "Top[k]",
+                best(i64::max)
+                    .into_iter()
+                    .map(|l| format!("Top{l}"))
+                    .collect(),
+            ),
+            (
+                "Low[k]",
+                best(i64::min)
+                    .into_iter()
+                    .map(|l| format!("Low{l}"))
+                    .collect(),
+            ),
+        ]
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    #[test]
+    fn value_recursions_end_when_nothing_is_new_on_both_engines(r in recursion()) {
+        let src = r.program();
+        let (a, b) = match (run(&src, &Reference), run(&src, &Standard)) {
+            (Ok(a), Ok(b)) => (a, b),
+            (a, b) => panic!("{src}\nreference: {:?}\nstandard: {:?}", a.err(), b.err()),
+        };
+        for (query, want) in r.expected() {
+            let (x, y) = (a.query(query).unwrap(), b.query(query).unwrap());
+            prop_assert_eq!(&x, &y, "{} differs between engines in\n{}", query, src);
+            prop_assert_eq!(&y, &want, "{} in\n{}", query, src);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// §5.1: a recursive real tensor whose axes the data fixes reads 0, not nothing, inside
+    /// that shape, so `Paths` counts the paths of a random acyclic graph.
+    #[test]
+    fn fixed_extent_recursions_count_paths(edges in proptest::collection::btree_set((0usize..6, 0usize..6), 1..12)) {
+        let edges: Vec<(usize, usize)> = edges.into_iter().filter(|(a, b)| a < b).collect();
+        prop_assume!(!edges.is_empty());
+        let mut src = String::new();
+        for (a, b) in &edges {
+            src.push_str(&format!("Adj[{a}, {b}] = 1\n"));
+        }
+        src.push_str("Paths[x, z] = Adj[x, z] + Paths[x, y] Adj[y, z]\n");
+        let rows = edges.iter().map(|e| e.0).max().unwrap() + 1;
+        let cols = edges.iter().map(|e| e.1).max().unwrap() + 1;
+        // Paths from x to z, by z in increasing order (every edge goes up).
+        let mut want = vec![vec![0u64; cols]; rows];
+        for (x, row) in want.iter_mut().enumerate() {
+            for z in 0..cols {
+                let direct = u64::from(edges.contains(&(x, z)));
+                let through: u64 = (0..z)
+                    .filter(|&y| y < rows && edges.contains(&(y, z)))
+                    .map(|y| row[y])
+                    .sum();
+                row[z] = direct + through;
+            }
+        }
+        let want: Vec<String> = (0..rows)
+            .flat_map(|x| (0..cols).map(move |z| (x, z)))
+            .map(|(x, z)| format!("Paths[{x}, {z}] = {}", want[x][z]))
+            .collect();
+        for engine in [&Reference as &dyn Engine, &Standard] {
+            let s = run(&src, engine).unwrap();
+            prop_assert_eq!(s.query("Paths").unwrap(), want.clone(), "{}", src);
+        }
+    }
+}
