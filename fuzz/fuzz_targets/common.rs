@@ -1,6 +1,19 @@
 //! What the fuzz targets share: which checked programs are cheap enough to evaluate.
 
-use tensor_logic::semantics::{Checked, Equation, Node};
+use tensor_logic::semantics::{Checked, Equation, Node, VarInfo};
+
+/// Values an open column's variable (§8) takes in a small program: its table grows by about
+/// one value per round, and the targets stop after 50 rounds.
+const OPEN_VALUES: u128 = 64;
+
+/// How many values the reference evaluator gives `v`: its range, or for an open column's
+/// variable (whose range stands for no extent) the values its table comes to hold.
+fn range(v: &VarInfo) -> u128 {
+    match v.open {
+        Some(_) => OPEN_VALUES,
+        None => v.range.max(1) as u128,
+    }
+}
 
 /// Points the reference evaluator visits for one equation: the product of all ranges, times
 /// the row length for every `softmax`/`lnorm` (each point re-evaluates its row).
@@ -8,11 +21,11 @@ fn cost(e: &Equation) -> u128 {
     fn normalizers(n: &Node, e: &Equation) -> u128 {
         let inner = n.children().into_iter().map(|c| normalizers(c, e)).max().unwrap_or(1);
         match n {
-            Node::Normalize(_, v, _) => e.vars[*v].range.max(1) as u128 * inner,
+            Node::Normalize(_, v, _) => range(&e.vars[*v]) * inner,
             _ => inner,
         }
     }
-    let points: u128 = e.vars.iter().map(|v| v.range.max(1) as u128).product();
+    let points: u128 = e.vars.iter().map(range).product();
     points.saturating_mul(normalizers(&e.rhs, e))
 }
 

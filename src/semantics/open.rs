@@ -198,6 +198,8 @@ impl OpenValues {
         let mut v = self.0.remove(&root).unwrap_or_default();
         v.sort_unstable();
         v.dedup();
+        // Every field of a file was noted; the table keeps only the distinct values.
+        v.shrink_to_fit();
         v
     }
 }

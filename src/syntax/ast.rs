@@ -296,10 +296,13 @@ pub enum Num {
     Real(f64),
 }
 
+/// 2^63, the first f64 above every i64 (exact: a power of two).
+const PAST_I64: f64 = -(i64::MIN as f64);
+
 impl Num {
     /// A number written as an f64: an integer where it is a whole number in the i64 range.
     pub fn of(x: f64) -> Num {
-        if x.fract() == 0.0 && (-9.223372036854775808e18..9.223372036854775808e18).contains(&x) {
+        if x.fract() == 0.0 && (-PAST_I64..PAST_I64).contains(&x) {
             Num::Int(x as i64)
         } else {
             Num::Real(x)
@@ -313,10 +316,10 @@ fn int_real(a: i64, b: f64) -> Option<std::cmp::Ordering> {
     if b.is_nan() {
         return None;
     }
-    if b >= 9.223372036854775808e18 {
+    if b >= PAST_I64 {
         return Some(Less);
     }
-    if b < -9.223372036854775808e18 {
+    if b < -PAST_I64 {
         return Some(Greater);
     }
     let whole = b.trunc();

@@ -10,7 +10,7 @@ use crate::plan::datalog::{
 };
 use crate::semantics::{NoValue, TensorId, VarId};
 use crate::syntax::ast::Num;
-use crate::tensor::{Tensor, ValueTable};
+use crate::tensor::ValueTable;
 use rustc_hash::FxHashMap as HashMap;
 
 /// Which version of a relation an atom reads.
@@ -52,13 +52,13 @@ pub(super) enum Earlier {
     Old,
 }
 
-/// The join order for one run of a rule, with the indexes its lookups need built. `shapes`
-/// are the tensors' values, for the extents of their columns.
+/// The join order for one run of a rule, with the indexes its lookups need built. The
+/// checker's values give the extents of the relations' columns.
 pub(super) fn prepare(
     r: &Rule,
     (delta_at, earlier): (Option<usize>, Earlier),
     (full, delta): (&mut HashMap<TensorId, Store>, &mut HashMap<TensorId, Store>),
-    shapes: &[Tensor],
+    shapes: &Checker,
 ) -> Vec<Step> {
     let mut steps = order(r, delta_at, (full, delta), shapes);
     index_absent(r, full);
@@ -106,14 +106,14 @@ impl Step {
 }
 
 /// What the join order of one run of a rule is chosen by: the stores it reads, and the
-/// extents of their columns (`shapes`; relations the program does not declare, such as a
-/// query's demand, have none).
+/// extents of their columns (`shapes`, the length of its table for an open one, §8;
+/// relations the program does not declare, such as a query's demand, have none).
 struct Stats<'a> {
     rule: &'a Rule,
     delta_at: Option<usize>,
     full: &'a HashMap<TensorId, Store>,
     delta: &'a HashMap<TensorId, Store>,
-    shapes: &'a [Tensor],
+    shapes: &'a Checker<'a>,
 }
 
 impl Stats<'_> {
@@ -177,8 +177,15 @@ impl JoinStats for Stats<'_> {
         if let Some(keys) = store.distinct(cols) {
             return keys;
         }
-        let shape = self.shapes.get(self.rule.atoms[atom].tensor);
-        keys_within(store.count as usize, shape.map(|t| &t.shape[..]), cols)
+        let t = self.rule.atoms[atom].tensor;
+        let open = self.shapes.open;
+        let shape: Option<Vec<usize>> = self.shapes.values.get(t).map(|x| {
+            let extent = |(ax, &n): (usize, &usize)| {
+                open.and_then(|o| o.axis(t, ax)).map_or(n, |tb| tb.len())
+            };
+            x.shape.iter().enumerate().map(extent).collect()
+        });
+        keys_within(store.count as usize, shape.as_deref(), cols)
     }
 }
 
@@ -190,7 +197,7 @@ fn order(
     r: &Rule,
     delta_at: Option<usize>,
     (full, delta): (&HashMap<TensorId, Store>, &HashMap<TensorId, Store>),
-    shapes: &[Tensor],
+    shapes: &Checker,
 ) -> Vec<Step> {
     let stats = Stats {
         rule: r,
@@ -270,7 +277,10 @@ impl<'a> Join<'a> {
             tables: rule_tables(rule, &checker),
             checker,
             stores,
-            early: early_filters(rule, steps),
+            early: match rule.filters.is_empty() {
+                true => Vec::new(),
+                false => early_filters(rule, steps),
+            },
             plain,
         }
     }
@@ -359,12 +369,14 @@ impl<'a> Join<'a> {
                 env[v] = tuple[c];
             }
         }
-        let filters = &self.rule.filters;
-        if !self.early[k]
-            .iter()
-            .all(|&f| passes(&filters[f], env, &self.tables))
-        {
-            return;
+        if !self.early.is_empty() {
+            let filters = &self.rule.filters;
+            if !self.early[k]
+                .iter()
+                .all(|&f| passes(&filters[f], env, &self.tables))
+            {
+                return;
+            }
         }
         self.join(k + 1, walk, emit, ticks);
     }
@@ -608,11 +620,12 @@ pub(in crate::eval) enum Lets {
 
 impl Lets {
     fn takes(self, l: &crate::plan::datalog::Let) -> bool {
-        match (self, &l.value) {
-            (Lets::All, _) => true,
-            (Lets::Bound, LetValue::Computed { .. }) | (Lets::Head, LetValue::Index(_)) => true,
-            _ => false,
-        }
+        matches!(
+            (self, &l.value),
+            (Lets::All, _)
+                | (Lets::Bound, LetValue::Computed { .. })
+                | (Lets::Head, LetValue::Index(_))
+        )
     }
 }
 

@@ -396,17 +396,17 @@ pub(super) fn evaluate_counts(
             continue;
         }
         load_atoms(std::slice::from_ref(r), values, &mut full);
-        let steps = prepare(
-            r,
-            (None, Earlier::Full),
-            (&mut full, &mut HashMap::default()),
-            values,
-        );
         let checker = Checker {
             values,
             o,
             open: open.as_ref(),
         };
+        let steps = prepare(
+            r,
+            (None, Earlier::Full),
+            (&mut full, &mut HashMap::default()),
+            &checker,
+        );
         let cx = Join::new(r, &steps, (&full, &delta), checker);
         let mut walk = cx.walk();
         let mut idx = vec![0usize; r.head_terms.len()];
@@ -504,7 +504,7 @@ fn run_rule(
         return Ok(());
     }
     let stop = &checker.o.stop;
-    let steps = prepare(r, (delta_at, Earlier::Old), (full, delta), checker.values);
+    let steps = prepare(r, (delta_at, Earlier::Old), (full, delta), &checker);
     let cx = Join::new(r, &steps, (full, delta), checker);
     let derived = out.entry(r.head).or_default();
     let known = full.get(&r.head);
