@@ -11,7 +11,7 @@ trap 'rm -rf "$work"' EXIT
 
 measure() { # name, engine, program file
   local out
-  out=$( { /usr/bin/time -f "%e %M" "$tl" run "$3" --engine "$2" >/dev/null; } 2>&1 | tail -1 )
+  out=$( { /usr/bin/time -f "%e %M" "$tl" run "$3" --engine "$2" --threads 1 >/dev/null; } 2>&1 | tail -1 )
   printf '| %s | %s | %s | %s |\n' "$1" "$2" "${out% *}" "$(( ${out#* } / 1024 ))"
 }
 

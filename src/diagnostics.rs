@@ -84,8 +84,13 @@ pub mod codes {
     pub const TRAIN: &str = "E0801";
     /// A checkpoint that does not fit the program (shapes, names, unreadable contents).
     pub const CHECKPOINT: &str = "E0802";
+    /// Warning: a read with index arithmetic that is out of range at every point, so its
+    /// equation gives no element.
+    pub const EMPTY_READ: &str = "W0201";
     /// Warning: a rule variable that occurs only in negated atoms (write `_`).
     pub const NEGATED_ONLY: &str = "W0301";
+    /// Warning: a tensor defined by several `=` statements, which §7 adds together.
+    pub const DEFINED_TWICE: &str = "W0302";
     /// Warning: a lowercase query position (a variable) named like a constant of its domain.
     pub const QUERY_VARIABLE_LIKE_CONSTANT: &str = "W0701";
 }

@@ -20,7 +20,7 @@ pub use change::Change;
 pub use incremental::Changes;
 
 /// Options for a run: meaning ([`Settings`]) and evaluation ([`EvalOptions`]).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct RunOptions {
     /// What the program means (precision, `--set`, iteration cap, memory cap, seed).
     pub settings: Settings,
@@ -28,12 +28,26 @@ pub struct RunOptions {
     pub tol: Option<f64>,
     /// Whether to write the program's output files (§11).
     pub write_files: bool,
-    /// Worker threads (0 or 1: one); results are identical for every count.
+    /// Worker threads (0 or 1: one); results are identical for every count. Default: every
+    /// core this process may use ([`crate::eval::default_threads`], §14).
     pub threads: usize,
     /// Longest an evaluation may run (`--timeout`); it then ends with E0403.
     pub timeout: Option<std::time::Duration>,
     /// Set it (from a Ctrl-C handler) to end an evaluation with E0403.
     pub interrupt: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            settings: Settings::default(),
+            tol: None,
+            write_files: false,
+            threads: crate::eval::default_threads(),
+            timeout: None,
+            interrupt: None,
+        }
+    }
 }
 
 /// A program being worked with: its source, bound data, registered functions and, after a
@@ -333,6 +347,22 @@ impl Session {
             .collect();
         self.plan = Some(crate::plan::plan(&checked));
         Ok(self.checked.insert(checked))
+    }
+
+    /// The element type that a declaration of the loaded program gives tensor `name`
+    /// (`real`, `int`, `bool`, `f16`, …), if one does: how bound data is to be read (an
+    /// array of numbers for a declared dense tensor, rows for a relation).
+    pub fn declared_type(&self, name: &str) -> Option<&str> {
+        use crate::syntax::ast::StmtKind;
+        self.program
+            .statements
+            .iter()
+            .find_map(|st| match &st.kind {
+                StmtKind::Declaration { name: n, ty, .. } if n.text == name => {
+                    Some(ty.text.as_str())
+                }
+                _ => None,
+            })
     }
 
     /// What the last check found suspicious but not wrong (`W` codes), with their locations.

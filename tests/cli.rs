@@ -318,6 +318,7 @@ Path(1, x)?
 Path(x, z) :- Path(x, y), Edge(y, z).
 Broken(x) :- Missing(x).
 Path(1, x)?
+Path(1, x)
 :explain
 :nonsense
 :reset
@@ -346,4 +347,8 @@ Edge(7, 8).
         "{stderr}"
     );
     assert!(stderr.contains("unknown command `:nonsense`"), "{stderr}");
+    assert!(
+        stderr.contains("hint: to ask, end the line with `?`: `Path(1, x)?`"),
+        "a query typed without `?` gets a hint: {stderr}"
+    );
 }

@@ -618,12 +618,19 @@ fn watch_over_two_processes_ends_with_the_answers_of_a_run_on_the_final_facts() 
         }
         let hosts = hosts(dir.path());
         let h = hosts.to_str().unwrap();
-        let base = ["watch", "p.tl", "--processes", "2", "--hosts", h, "--quiet"];
+        let base = [
+            "watch",
+            "p.tl",
+            "--processes",
+            "2",
+            "--hosts",
+            h,
+            "--quiet",
+            "--workers",
+            "1",
+        ];
         let one = spawn(dir.path(), &[&base[..], &["--process", "1"]].concat());
-        let mut zero = spawn_fed(
-            dir.path(),
-            &[&base[..], &["--process", "0", "--workers", "1"]].concat(),
-        );
+        let mut zero = spawn_fed(dir.path(), &[&base[..], &["--process", "0"]].concat());
         let mut stdin = zero.stdin.take().unwrap();
         for l in &lines {
             writeln!(stdin, "{l}").unwrap();

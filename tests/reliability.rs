@@ -313,21 +313,22 @@ fn ctrl_c_ends_a_run_cleanly_with_the_equation() {
 #[test]
 fn the_memory_check_counts_the_bytes_of_the_storage_type() {
     let dir = tempfile::tempdir().unwrap();
-    // 10⁶ elements: 4 MB as f32, 8 MB as f64, against a 5 MB cap.
+    // 10⁶ elements: 4 MB as f32, 8 MB as f64, each with 8 MB of f64 scratch while it is
+    // filled: 12 MB and 16 MB against a 13 MiB budget (§15: the whole evaluation).
     write(
         dir.path(),
         "m.tl",
         "N : 1000\nA : real[N, N]\nA ~ ones\nS = A[i, j]\nS?\n",
     );
-    let out = common::tl(dir.path(), &["run", "m.tl", "--max-memory", "5M"]);
+    let out = common::tl(dir.path(), &["run", "m.tl", "--max-memory", "13M"]);
     assert!(out.status.success(), "{}", common::stderr(&out));
     let out = common::tl(
         dir.path(),
-        &["run", "m.tl", "--max-memory", "5M", "--precision", "f64"],
+        &["run", "m.tl", "--max-memory", "13M", "--precision", "f64"],
     );
     let err = common::stderr(&out);
     assert!(
-        err.contains("error[E0601]") && err.contains("8000000 bytes"),
+        err.contains("error[E0601]") && err.contains("`A` [1000, 1000] F64: 7.6 MiB"),
         "{err}"
     );
 }

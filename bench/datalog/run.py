@@ -345,28 +345,28 @@ def main():
             f.write(TL_PROGRAMS[kind] + '"out.tsv" = %s\n' % OUTPUT[kind])
         result = {}
         if kind == "reach":
-            result["tl"] = timed([TL, "query", prog, "Path(0, x)"])
+            result["tl"] = timed([TL, "query", prog, "Path(0, x)", "--threads", "1"])
             wall, rss, out = result["tl"]
             result["tl"] = (wall, rss, len(out.splitlines()) if wall else out)
             # The same bound query written in the program: `tl run` answers it by demand.
             asked = os.path.join(d, "asked.tl")
             with open(asked, "w") as f:
                 f.write(TL_PROGRAMS[kind] + "Path(0, x)?\n")
-            wall, rss, out = timed([TL, "run", asked])
+            wall, rss, out = timed([TL, "run", asked, "--threads", "1"])
             result["tl run, `Path(0, x)?` in the file"] = (wall, rss, len(out.splitlines()) if wall else out)
             # Through negation: `not Path(y, 0)` is answered by its own demand.
             negated = os.path.join(d, "negated.tl")
             with open(negated, "w") as f:
                 f.write(TL_PROGRAMS[kind] + "OneWay(s, y) :- Path(s, y), not Path(y, s).\n")
-            wall, rss, out = timed([TL, "query", negated, "OneWay(0, x)"])
+            wall, rss, out = timed([TL, "query", negated, "OneWay(0, x)", "--threads", "1"])
             result["tl query `OneWay(0, x)` (through not)"] = (wall, rss, len(out.splitlines()) if wall else out)
-            full = timed([TL, "run", prog])
+            full = timed([TL, "run", prog, "--threads", "1"])
             result["tl full closure"] = (full[0], full[1], "-")
         else:
-            wall, rss, out = timed([TL, "run", prog])
+            wall, rss, out = timed([TL, "run", prog, "--threads", "1"])
             n = out
             if wall is not None:
-                ok = timed([TL, "run", check])
+                ok = timed([TL, "run", check, "--threads", "1"])
                 n = count_lines(os.path.join(d, "out.tsv")) if ok[0] is not None else ok[2]
             result["tl"] = (wall, rss, n)
             wall2, rss2, _ = timed([TL, "run", prog, "--threads", "2"])

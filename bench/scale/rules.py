@@ -36,7 +36,7 @@ def main():
         path = os.path.join(DATA, f"rules_{k}.tl")
         with open(path, "w") as f:
             f.write(src)
-        out = subprocess.run([TL, "bench", path, "--repeat", "10"], cwd=DATA,
+        out = subprocess.run([TL, "bench", path, "--repeat", "10", "--threads", "1"], cwd=DATA,
                              capture_output=True, text=True, check=True)
         best = out.stdout.strip().splitlines()[-1].split("min ")[1].split(" ms")[0]
         print(f"| {name} | {best} |")

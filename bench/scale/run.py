@@ -242,7 +242,7 @@ def setup():
 
 def tl_time(path, threads, repeat):
     """tl's best evaluation time in ms, and its peak resident memory in MiB."""
-    out = subprocess.run(["/usr/bin/time", "-f", "%M", TL, "bench", path, "--repeat", str(repeat),
+    out = subprocess.run(["/usr/bin/time", "-f", "%M", TL, "bench", path, "--repeat", str(repeat), "--threads", "1",
                           "--threads", threads], capture_output=True, text=True, check=True)
     ms = float(out.stdout.split("min ")[1].split(" ms")[0])
     kib = int(out.stderr.strip().splitlines()[-1])

@@ -134,10 +134,26 @@ fn error(py: Python<'_>, d: &Diagnostics, file: &str, source: &str) -> PyErr {
     err
 }
 
+/// The name a query's text is shown under in its errors: their places are in the query, not
+/// in the program (as `tl query` shows them).
+const QUERY: &str = "<query>";
+
 impl Program {
     fn fail(&self, py: Python<'_>, d: &Diagnostics) -> PyErr {
         let (file, source) = self.session.source();
         error(py, d, file, source)
+    }
+}
+
+/// A thread count given in Python: every core this process may use when `None` (as the CLI's
+/// `--threads` default, §14); 0 is an error, as it is for the CLI.
+fn thread_count(given: Option<usize>, name: &str) -> PyResult<usize> {
+    match given {
+        None => Ok(tensor_logic::eval::default_threads()),
+        Some(0) => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "{name} must be 1 or more (leave it out to use every core)"
+        ))),
+        Some(n) => Ok(n),
     }
 }
 
@@ -227,6 +243,12 @@ impl Program {
         Ok(())
     }
 
+    /// The element type the program declares tensor `name` with (`real`, `int`, `bool`,
+    /// ...), or `None`.
+    fn declared_type(&self, name: &str) -> Option<String> {
+        self.session.declared_type(name).map(str::to_string)
+    }
+
     /// Binds a relation (or a valued tensor: one more field per row) from rows of fields
     /// already written as text, as a `.tsv` file gives them.
     fn bind_rows(&mut self, name: &str, rows: Vec<Vec<String>>) {
@@ -236,14 +258,15 @@ impl Program {
     /// Checks and evaluates the program on `threads` threads, without the GIL; returns the
     /// answers of the program's own queries. On the main thread, Ctrl-C stops the engine
     /// and is then raised as Python would raise it (`KeyboardInterrupt`), see [`ctrl_c`].
-    #[pyo3(signature = (threads = 1, write_files = true, timeout = None))]
+    #[pyo3(signature = (threads = None, write_files = true, timeout = None))]
     fn run(
         &mut self,
         py: Python<'_>,
-        threads: usize,
+        threads: Option<usize>,
         write_files: bool,
         timeout: Option<f64>,
     ) -> PyResult<Vec<String>> {
+        let threads = thread_count(threads, "threads")?;
         let watch = ctrl_c::Watch::start();
         let options = RunOptions {
             threads,
@@ -262,13 +285,14 @@ impl Program {
     /// Evaluates with the differential engine on `workers` threads (without the GIL) and
     /// keeps its dataflow alive for `insert`, `remove` and `commit`; returns the answers of
     /// the program's own queries.
-    #[pyo3(signature = (workers = 1, write_files = true))]
+    #[pyo3(signature = (workers = None, write_files = true))]
     fn run_incremental(
         &mut self,
         py: Python<'_>,
-        workers: usize,
+        workers: Option<usize>,
         write_files: bool,
     ) -> PyResult<Vec<String>> {
+        let workers = thread_count(workers, "workers")?;
         let options = RunOptions {
             threads: workers,
             write_files,
@@ -363,13 +387,14 @@ impl Program {
         let rows = self
             .session
             .query_rows(text)
-            .map_err(|d| self.fail(py, &d))?;
+            .map_err(|d| error(py, &d.located(QUERY, text), QUERY, text))?;
         to_python(py, &rows)
     }
 
     /// The answers to a query as the CLI prints them.
     fn query_lines(&self, py: Python<'_>, text: &str) -> PyResult<Vec<String>> {
-        self.session.query(text).map_err(|d| self.fail(py, &d))
+        let answers = self.session.query(text);
+        answers.map_err(|d| error(py, &d.located(QUERY, text), QUERY, text))
     }
 
     /// The plan `tl explain` prints, checking the program first if it has not run.
@@ -389,7 +414,7 @@ impl Program {
     #[pyo3(signature = (loss = "Loss", optimizer = "adam", lr = 1e-3, epochs = 1, steps = None,
         batch = None, shuffle = false, seed = 0, freeze = Vec::new(), eval = Vec::new(),
         save = None, save_every = None, momentum = 0.0, weight_decay = 0.0, clip = None,
-        threads = 1, callback = None))]
+        threads = None, callback = None))]
     #[allow(clippy::too_many_arguments)]
     fn train<'py>(
         &mut self,
@@ -409,9 +434,10 @@ impl Program {
         momentum: f64,
         weight_decay: f64,
         clip: Option<f64>,
-        threads: usize,
+        threads: Option<usize>,
         callback: Option<Py<PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let threads = thread_count(threads, "threads")?;
         use tensor_logic::learn::optim;
         use tensor_logic::learn::train::{Event, TrainOptions};
         let kind = match optimizer {

@@ -126,24 +126,29 @@ class Program:
         """Gives tensor `name` its data, as a file would: a NumPy array, a torch tensor (or
         anything with `__dlpack__`) or anything `np.asarray` takes for a dense tensor; a list of tuples, a 2-D integer
         array of rows or a pandas DataFrame for a relation (a final number column makes it
-        valued). A C-contiguous float32 or float64 array or CPU tensor is read in place,
+        valued). A tensor the program declares with a number type (`X : real[2, 3]`) always
+        takes the array's values, whatever its dtype. A C-contiguous float32 or float64 array or CPU tensor is read in place,
         not copied (do not write it during a run); other data is copied. Returns the
         program, so calls chain."""
-        rows = _rows(value)
+        declared = self._native.declared_type(name)
+        # A tensor declared with a number type is dense: any numeric array or nested list is
+        # its values (integers and Booleans converted), never rows of a relation.
+        rows = None if declared not in (None, "bool") else _rows(value)
         if rows is not None:
             self._native.bind_rows(name, rows)
         else:
             self._native.bind_array(name, _array(value))
         return self
 
-    def run(self, threads: int = 1, write_files: bool = True,
+    def run(self, threads: Optional[int] = None, write_files: bool = True,
             timeout: Optional[float] = None) -> List[str]:
         """Checks and evaluates the program without holding the GIL; returns the answers
-        of its own queries as the CLI prints them. Errors (every one of them) raise
+        of its own queries as the CLI prints them. `threads` defaults to every core this
+        process may use (results are bit-identical for any count). Errors (every one of them) raise
         `TensorLogicError`; Ctrl-C raises `KeyboardInterrupt` once the engine stops."""
         return self._native.run(threads, write_files, timeout)
 
-    def run_incremental(self, workers: int = 1, write_files: bool = True) -> List[str]:
+    def run_incremental(self, workers: Optional[int] = None, write_files: bool = True) -> List[str]:
         """Evaluates with the differential engine on `workers` threads and keeps its
         dataflow alive, so that `insert`/`remove` then `commit` update every derived
         relation without evaluating from scratch. Returns the answers of the program's
@@ -215,7 +220,7 @@ class Program:
               freeze: Optional[List[str]] = None, eval: Optional[List[str]] = None,
               save: Optional[str] = None, save_every: Optional[int] = None,
               momentum: float = 0.0, weight_decay: float = 0.0, clip: Optional[float] = None,
-              threads: int = 1,
+              threads: Optional[int] = None,
               callback: Optional[Callable[[dict], Any]] = None) -> dict:
         """Trains the parameters with the engine `tl train` uses (same options, same
         results for the same seed). `batch={"Example": 128}` batches over a domain.

@@ -53,6 +53,23 @@ def test_dense_tensors_in_and_out_keep_their_type():
     np.testing.assert_allclose(h, np.maximum(x @ w.T + b, 0), rtol=1e-5, atol=1e-6)
 
 
+def test_a_declared_real_tensor_takes_integer_arrays_and_nested_lists_as_values():
+    src = "X : real[2, 3]\nS[b] = X[b, i]\n"
+    prog = tl.Program(src).bind("X", np.ones((2, 3), np.int64))
+    prog.run()
+    np.testing.assert_allclose(prog["S"], [3, 3])
+    prog = tl.Program(src).bind("X", [[1.5, 2.0, 0.5], [1.0, 1.0, 1.0]])
+    prog.run()
+    np.testing.assert_allclose(prog["S"], [4, 3])
+
+
+def test_threads_default_to_every_core_and_zero_is_an_error():
+    prog = tl.Program("A = [1, 2]\nS = A[i]\nS?\n")
+    assert prog.run() == ["S = 3"]
+    with pytest.raises(ValueError, match="threads must be 1 or more"):
+        prog.run(threads=0)
+
+
 def test_float64_arrays_stay_float64():
     prog = tl.Program("X : f64[3]\nY : f64[3]\nY[i] = X[i] * 2\n")
     prog.bind("X", np.array([1.0, 2.5, -1.0]))
@@ -149,6 +166,16 @@ def test_every_error_is_reported_with_its_place():
     assert err.code == codes[0]
     assert err.file == "bad.tl" and err.line == 1 and err.column >= 1
     assert "bad.tl:1" in str(err)
+
+
+def test_query_errors_point_into_the_query():
+    prog = tl.Program("A = [1, 2]\nB = [3]\n", name="p.tl")
+    prog.run()
+    with pytest.raises(tl.TensorLogicError) as e:
+        prog.query("A[i, j]")
+    err = e.value
+    assert err.file == "<query>" and err.line == 1, str(err)
+    assert "A[i, j]" in str(err) and "A = [1, 2]" not in str(err)
 
 
 def test_syntax_errors_raise_at_load():

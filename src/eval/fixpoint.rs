@@ -23,6 +23,25 @@ pub(crate) fn tolerance(p: &Checked, t: TensorId, o: &EvalOptions) -> f64 {
 /// that many iterations however long its chains are (`Nat(x + 1) :- Nat(x), x < 100000`
 /// takes 100,001), and the cap still ends one that does not.
 pub(crate) fn iteration_cap(p: &Checked, st: &Stratum, max_iters: usize) -> usize {
+    // A relation with an open column (§8) has no number of cells that bounds its rounds, and
+    // a round that visits every value it holds (loop nests, the reference) costs more each
+    // time: `--max-iters` ends a recursion that never does within seconds.
+    let open = st.tensors.iter().any(|&t| {
+        let info = &p.tensors[t];
+        info.domains.iter().any(|&d| p.domains[d].is_open())
+    });
+    if open {
+        return max_iters;
+    }
+    join_round_cap(p, st, max_iters)
+}
+
+/// The rounds a semi-naive join fixpoint may run: as [`iteration_cap`], but for relations
+/// with open columns without a bound of their own. A round there costs what it derives (a
+/// million rounds of one tuple each take half a second), so value recursions of any
+/// length run; one that never ends meets the memory budget (§15), which counts the tuples
+/// as they are derived.
+pub(crate) fn join_round_cap(p: &Checked, st: &Stratum, max_iters: usize) -> usize {
     if !st.tensors.iter().all(|&t| p.tensors[t].kind == Kind::Bool) {
         return max_iters;
     }

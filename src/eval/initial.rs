@@ -3,7 +3,7 @@
 
 use super::EvalOptions;
 use crate::diagnostics::{codes, Diagnostic, Diagnostics};
-use crate::semantics::{Kind, TensorInfo};
+use crate::semantics::TensorInfo;
 use crate::tensor::Tensor;
 
 /// A tensor with no elements yet: zeros, or no defined elements.
@@ -15,9 +15,23 @@ pub(crate) fn empty(info: &TensorInfo, o: &EvalOptions) -> Result<Tensor, Diagno
     Ok(Tensor::zeros(info.elem, info.shape.clone()))
 }
 
+/// E0601 when the dense tensors `dense` keeps (all that are not sparse by kind, less those a
+/// plan stores sparsely) need more than `--max-memory` together (§15), before any is
+/// allocated.
+pub(crate) fn fits_budget(
+    p: &crate::semantics::Checked,
+    dense: &dyn Fn(usize) -> bool,
+    o: &EvalOptions,
+) -> Result<(), Diagnostics> {
+    match crate::semantics::budget::check(&p.tensors, dense, o.max_memory) {
+        Some(d) => Err(d.into()),
+        None => Ok(()),
+    }
+}
+
 /// Whether the tensor holds only its defined elements (relations, `max=`-style tensors).
 pub(crate) fn is_sparse(info: &TensorInfo) -> bool {
-    info.kind == Kind::Bool || info.sparse_values
+    !crate::semantics::budget::is_dense(info)
 }
 
 /// An error when the tensor would not fit `--max-memory` as a dense array.

@@ -33,6 +33,14 @@ pub(crate) use standard::thread_pool;
 pub use standard::{evaluate_recorded, Standard, StratumRecord};
 pub use stop::Stop;
 
+/// Every core this process may use (its affinity mask and cgroup quota counted): the default
+/// thread count of the CLI, Python and the library (§14). Results are bit-identical for any
+/// count, so there is nothing to gain from a smaller default, as NumPy and PyTorch users
+/// expect.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
 /// Options that affect evaluation but not meaning.
 #[derive(Clone, Debug)]
 pub struct EvalOptions {
@@ -44,7 +52,7 @@ pub struct EvalOptions {
     pub max_memory: u64,
     /// Registered functions (§16).
     pub functions: BTreeMap<String, UserFunction>,
-    /// Worker threads; results are identical for every count (§9).
+    /// Worker threads; results are identical for every count (§9). Default: [`default_threads`].
     pub threads: usize,
     /// When to end early (`--timeout`, Ctrl-C): with an error, never with partial values.
     pub stop: Stop,
@@ -57,7 +65,7 @@ impl Default for EvalOptions {
             max_iters: 10_000,
             max_memory: crate::semantics::default_max_memory(),
             functions: BTreeMap::new(),
-            threads: 1,
+            threads: default_threads(),
             stop: Stop::default(),
         }
     }

@@ -189,6 +189,7 @@ impl<'a> State<'a> {
                 d
             }
         };
+        initial::fits_budget(p, &|t| !plan.sparse.get(t).copied().unwrap_or(false), o)?;
         for (t, info) in p.tensors.iter().enumerate() {
             values.push(match &p.data[t] {
                 Some(d) => d.clone(),

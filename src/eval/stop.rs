@@ -62,6 +62,8 @@ pub(crate) struct Ticker<'a> {
     stop: &'a Stop,
     count: u64,
     stopped: bool,
+    /// Set by what the loop fills when it has filled its share of the memory budget (§15).
+    full: Option<&'a std::cell::Cell<bool>>,
 }
 
 impl<'a> Ticker<'a> {
@@ -71,6 +73,15 @@ impl<'a> Ticker<'a> {
             stop,
             count: 0,
             stopped: false,
+            full: None,
+        }
+    }
+
+    /// The same count, stopping also once `full` is set.
+    pub(crate) fn watching(self, full: &'a std::cell::Cell<bool>) -> Self {
+        Ticker {
+            full: Some(full),
+            ..self
         }
     }
 
@@ -78,7 +89,8 @@ impl<'a> Ticker<'a> {
     pub(crate) fn tick(&mut self) -> bool {
         if !self.stopped {
             self.count += 1;
-            self.stopped = self.count.is_multiple_of(EVERY) && self.stop.requested();
+            self.stopped = self.count.is_multiple_of(EVERY)
+                && (self.stop.requested() || self.full.is_some_and(std::cell::Cell::get));
         }
         !self.stopped
     }

@@ -111,12 +111,51 @@ pub fn is_builtin(name: &str) -> bool {
         || strings::StringFn::named(name).is_some()
 }
 
-/// Heaviside step with `step(0) = 0`.
+/// Heaviside step with `step(0) = 0`, NaN for NaN (as NumPy's `heaviside`).
 pub fn step(x: f64) -> f64 {
     if x > 0.0 {
         1.0
+    } else if x.is_nan() {
+        x
     } else {
         0.0
+    }
+}
+
+/// `max(x, 0)`, NaN for NaN: `f64::max` would drop the NaN and give 0, where NumPy's
+/// `maximum` and PyTorch's `relu` keep it, so that a NaN upstream is seen downstream.
+pub fn relu(x: f64) -> f64 {
+    if x.is_nan() {
+        x
+    } else {
+        x.max(0.0)
+    }
+}
+
+/// [`relu`] of an f32.
+pub fn relu32(x: f32) -> f32 {
+    if x.is_nan() {
+        x
+    } else {
+        x.max(0.0)
+    }
+}
+
+/// The larger of `x` and `y`, NaN when either is (NumPy's `maximum`, not `fmax`).
+fn nan_max(x: f64, y: f64) -> f64 {
+    if x.is_nan() || y.is_nan() {
+        f64::NAN
+    } else {
+        x.max(y)
+    }
+}
+
+/// The smaller of `x` and `y`, NaN when either is (NumPy's `minimum`).
+fn nan_min(x: f64, y: f64) -> f64 {
+    if x.is_nan() || y.is_nan() {
+        f64::NAN
+    } else {
+        x.min(y)
     }
 }
 
@@ -132,7 +171,7 @@ impl Builtin {
                 None => 1.0 / (1.0 + (-x).exp()),
             },
             Builtin::Tanh => x.tanh(),
-            Builtin::Relu => x.max(0.0),
+            Builtin::Relu => relu(x),
             Builtin::Gelu => {
                 let c = (2.0 / std::f64::consts::PI).sqrt();
                 0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
@@ -144,8 +183,8 @@ impl Builtin {
             Builtin::Sin => x.sin(),
             Builtin::Cos => x.cos(),
             Builtin::Softplus => x.max(0.0) + (-x.abs()).exp().ln_1p(),
-            Builtin::Max => x.max(args.get(1).copied().unwrap_or(x)),
-            Builtin::Min => x.min(args.get(1).copied().unwrap_or(x)),
+            Builtin::Max => nan_max(x, args.get(1).copied().unwrap_or(x)),
+            Builtin::Min => nan_min(x, args.get(1).copied().unwrap_or(x)),
             Builtin::Band | Builtin::Bor | Builtin::Bxor | Builtin::Bshl | Builtin::Bshr => {
                 let y = args.get(1).copied().unwrap_or(0.0);
                 match (integer(x), integer(y)) {

@@ -68,6 +68,30 @@ impl Table {
     pub fn rows(&self) -> impl Iterator<Item = Row<'_>> + '_ {
         (0..self.len()).filter_map(|i| self.row(i))
     }
+
+    /// Whether the first row is a header (`name,age` above `Ann,31`): a column whose first
+    /// field is not a number while every later one is, as pandas' `read_csv` would take it.
+    /// Without this, the header's words become symbols of columns that hold numbers, and
+    /// the error that follows blames a rule, not the file.
+    fn has_header(&self) -> bool {
+        let number = |f: &str| f.parse::<f64>().is_ok();
+        let Some(first) = self.row(0).filter(|_| self.len() > 1) else {
+            return false;
+        };
+        first
+            .fields()
+            .enumerate()
+            .any(|(c, f)| !number(f) && self.rows().skip(1).all(|r| r.field(c).is_some_and(number)))
+    }
+
+    /// The same rows but the first.
+    fn without_first(&self) -> Table {
+        let mut out = Table::default();
+        for r in self.rows().skip(1) {
+            out.push(r.line, r.fields());
+        }
+        out
+    }
 }
 
 /// One row of a [`Table`].
@@ -193,7 +217,10 @@ fn read_delimited(bytes: &[u8], delimiter: u8, shown: &str) -> Result<RawData, S
         }
         table.push(line, record.iter().map(str::trim));
     }
-    Ok(RawData::Table(table))
+    Ok(RawData::Table(match table.has_header() {
+        true => table.without_first(),
+        false => table,
+    }))
 }
 
 fn read_npy(bytes: &[u8]) -> Result<RawData, String> {
@@ -426,5 +453,24 @@ mod tests {
         let second = rows.row(1).unwrap();
         assert_eq!(second.line, 3);
         assert_eq!(second.fields().collect::<Vec<_>>(), ["c", "d"]);
+    }
+
+    #[test]
+    fn a_header_row_above_numbers_is_skipped() {
+        let read = |text: &[u8]| match read_delimited(text, b',', "f").unwrap() {
+            RawData::Table(t) => t
+                .rows()
+                .map(|r| (r.line, r.fields().collect::<Vec<_>>().join(",")))
+                .collect::<Vec<_>>(),
+            _ => panic!(),
+        };
+        let ages = read(b"name,age\nAnn,31\nBob,17\n");
+        assert_eq!(ages, [(2, "Ann,31".to_string()), (3, "Bob,17".to_string())]);
+        // Symbols all the way down: nothing tells a header, so the first row is data.
+        assert_eq!(read(b"Ann,Bob\nBob,Cy\n").len(), 2);
+        // A row of numbers first is data.
+        assert_eq!(read(b"1,2\n3,4\n").len(), 2);
+        // One row alone is data.
+        assert_eq!(read(b"name,age\n").len(), 1);
     }
 }

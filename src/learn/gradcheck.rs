@@ -31,6 +31,9 @@ pub struct ParamCheck {
     pub name: String,
     /// Elements compared.
     pub checked: usize,
+    /// Of those, the ones whose analytic gradient is not 0: a check that saw only zeros
+    /// (the weights of blank pixels) has tested nothing but that they are 0.
+    pub nonzero: usize,
     /// Worst relative error |a − n| / max(|a|, |n|, [`FLOOR`]) over them.
     pub worst: f64,
     /// Largest analytic gradient magnitude among them, for scale.
@@ -46,8 +49,27 @@ impl ParamCheck {
     }
 }
 
+/// Up to `per_param` elements to compare, evenly spaced among those whose analytic gradient
+/// is not 0 (where a wrong gradient shows), then, if there are fewer, evenly spaced among the
+/// rest (a gradient that is 0 where it should not be shows there).
+fn picks(analytic: &[f64], per_param: usize) -> Vec<usize> {
+    let spread = |of: Vec<usize>, k: usize| -> Vec<usize> {
+        match of.len() <= k {
+            true => of,
+            false => (0..k).map(|j| of[j * of.len() / k]).collect(),
+        }
+    };
+    let (nonzero, zero): (Vec<usize>, Vec<usize>) =
+        (0..analytic.len()).partition(|&i| analytic[i] != 0.0);
+    let mut out = spread(nonzero, per_param);
+    let rest = per_param - out.len();
+    out.extend(spread(zero, rest));
+    out.sort_unstable();
+    out
+}
+
 /// Compares d(loss)/d(θ) with (L(θ + h) − L(θ − h)) / 2h for each of [`STEPS`], on up to
-/// `per_param` evenly spaced elements of each trainable parameter. Each evaluation runs only
+/// `per_param` elements of each trainable parameter ([`picks`]). Each evaluation runs only
 /// the strata the loss reads.
 pub fn check(
     p: &Checked,
@@ -61,12 +83,8 @@ pub fn check(
     let mut q = p.clone();
     let mut out = Vec::new();
     for (&t, analytic) in trainable.iter().zip(&g.grads) {
-        let n = analytic.len();
-        let picks: Vec<usize> = if n <= per_param {
-            (0..n).collect()
-        } else {
-            (0..per_param).map(|k| k * n / per_param).collect()
-        };
+        let picks = picks(analytic, per_param);
+        let nonzero = picks.iter().filter(|&&i| analytic[i] != 0.0).count();
         let mut worst = (0.0f64, 0usize);
         let mut largest = 0.0f64;
         for &i in &picks {
@@ -103,10 +121,28 @@ pub fn check(
         out.push(ParamCheck {
             name: p.tensors[t].name.clone(),
             checked: picks.len(),
+            nonzero,
             worst: worst.0,
             largest,
             at: worst.1,
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::picks;
+
+    #[test]
+    fn elements_with_a_gradient_are_picked_first() {
+        // Blank pixels: most gradients are 0, and evenly spaced picks would see only those.
+        let mut g = vec![0.0; 100];
+        for i in [7, 13, 55, 91] {
+            g[i] = 0.5;
+        }
+        assert_eq!(picks(&g, 3), [7, 13, 55]);
+        assert_eq!(picks(&g, 6), [0, 7, 13, 50, 55, 91]);
+        assert_eq!(picks(&[0.0; 4], 2), [0, 2]);
+    }
 }

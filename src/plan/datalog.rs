@@ -181,6 +181,49 @@ pub trait JoinStats {
     }
 }
 
+/// `v < n` for each head variable that an atom reads at an axis longer than the head axis
+/// it is written to (`n`): the values past `n` are writes outside the tensor and derive
+/// nothing, as the reference (which ranges `v` over `0..n`) has it. Most rules have none:
+/// a variable's axes share one extent, except where a declaration makes the head's shorter.
+fn head_bounds(p: &Checked, eq: &Equation, rule: &Rule) -> Vec<Filter> {
+    let target = &p.tensors[eq.target];
+    let mut out = Vec::new();
+    for (ax, t) in rule.head_terms.iter().enumerate() {
+        let (Term::Var(v), Some(&n)) = (t, target.shape.get(ax)) else {
+            continue;
+        };
+        if p.domains[target.domains[ax]].is_open() {
+            continue;
+        }
+        let longer = rule.atoms.iter().any(|a| {
+            a.terms.iter().enumerate().any(|(k, term)| {
+                *term == Term::Var(*v) && p.tensors[a.tensor].shape.get(k).is_some_and(|&m| m > n)
+            })
+        });
+        if longer {
+            out.push(Filter {
+                op: CmpOp::Lt,
+                left: Operand::Var(*v),
+                right: Operand::Const(n as f64),
+            });
+        }
+    }
+    out
+}
+
+/// The positions a computed value may take: its variable's range, and no more than the
+/// extent of any head axis it is written to (`Far(y, d) :- …, d = Dist[0, y]` into a
+/// declared `Far : bool[4, 2]` writes nothing where `d` is 2 or more, as the reference
+/// does: a write outside the tensor).
+fn within_head(p: &Checked, eq: &Equation, var: VarId) -> usize {
+    let shape = &p.tensors[eq.target].shape;
+    eq.lhs
+        .iter()
+        .zip(shape)
+        .filter(|(f, _)| **f == IndexFn::Var(var))
+        .fold(eq.vars[var].range, |r, (_, &n)| r.min(n))
+}
+
 /// The distinct keys that `rows` rows can hold in columns of extents `extents`, for
 /// [`JoinStats::distinct`] where nothing better is known: the rows, capped by the product of
 /// the extents (a missing extent is taken as `rows`).
@@ -805,7 +848,7 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
                     computed.push(Let {
                         var,
                         value: LetValue::Computed { value, shift },
-                        extent: eq.vars[var].range,
+                        extent: within_head(p, eq, var),
                         open: eq.vars[var].open,
                     });
                     in_atoms[var] = true;
@@ -820,6 +863,7 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
     }
     computed.append(&mut rule.lets);
     rule.lets = computed;
+    rule.filters.extend(head_bounds(p, eq, &rule));
     let mut positive = vec![false; rule.vars];
     for a in &rule.atoms {
         for t in &a.terms {

@@ -422,15 +422,19 @@ impl<'a> Ctx<'a> {
                     }
                 }
             }
+            // A scalar constant's value is the sum of its statements (or its `--set` value):
+            // it is added once, however many statements define it.
+            let mut scalar_added = false;
             for si in self.tensors[t].sources.clone() {
                 match &program.statements[si].kind {
                     StmtKind::Literal { value, name } => {
                         let values = value.values.iter().copied();
                         self.add_dense(&mut g, &value.shape, values, name.span, &name.text);
                     }
-                    StmtKind::Scalar { value, name, .. } => {
+                    StmtKind::Scalar { value, name, .. } if !scalar_added => {
                         let v = self.scalars.get(&name.text).copied().unwrap_or(*value);
                         g.add(&[], v);
+                        scalar_added = true;
                     }
                     _ => {}
                 }

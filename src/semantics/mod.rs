@@ -4,8 +4,12 @@
 //! which every name is resolved and every extent is known, or every error found.
 
 mod bindings;
+pub mod budget;
+mod constant_like;
 mod data;
+mod defined_twice;
 mod domains;
+mod empty_reads;
 mod extents;
 mod interval;
 pub mod ir;
@@ -41,7 +45,8 @@ pub struct Settings {
     pub scalars: Vec<(String, f64)>,
     /// Seed of every random initialisation (§12).
     pub seed: u64,
-    /// Largest dense tensor, in bytes, that may be allocated (§15).
+    /// Memory budget of the whole evaluation, in bytes (§15): the program's dense tensors
+    /// together, with scratch, and the tuples its relations derive.
     pub max_memory: u64,
 }
 
@@ -57,7 +62,11 @@ impl Default for Settings {
     }
 }
 
-/// 80% of physical memory (§15), read from `/proc/meminfo`; 8 GiB where that is unavailable.
+/// The memory budget of an evaluation when none is given (§15): the smaller of 80% of the
+/// memory available now (`MemAvailable`, or `MemTotal` where the kernel gives no estimate),
+/// the cgroup's limit less what the cgroup already uses, and the address-space limit
+/// (`ulimit -v`), so that a program too large for the machine is refused rather than met by
+/// the out-of-memory killer or a failed allocation. 8 GiB where none of these can be read.
 pub fn default_max_memory() -> u64 {
     // Read once: settings are made for every run, and a tiny run costs microseconds.
     static MAX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
@@ -65,19 +74,54 @@ pub fn default_max_memory() -> u64 {
 }
 
 fn read_max_memory() -> u64 {
-    let total_kib = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| {
-                    l.split_whitespace()
-                        .nth(1)
-                        .and_then(|v| v.parse::<u64>().ok())
-                })
-        })
-        .unwrap_or(10 * 1024 * 1024);
-    total_kib * 1024 / 10 * 8
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |name: &str| {
+        meminfo
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .map(|kib| kib.saturating_mul(1024))
+    };
+    let available = field("MemAvailable:").or_else(|| field("MemTotal:"));
+    let read = |path: &str| std::fs::read_to_string(path).ok();
+    let cgroup = read("/sys/fs/cgroup/memory.max")
+        .and_then(|max| max.trim().parse::<u64>().ok())
+        .map(|max| {
+            let used = read("/sys/fs/cgroup/memory.current")
+                .and_then(|u| u.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+            max.saturating_sub(used)
+        });
+    let machine = [available, cgroup].into_iter().flatten().min();
+    let budget = machine.map_or(8 << 30, |m| m / 10 * 8);
+    match address_space_limit() {
+        Some(limit) => budget.min(limit),
+        None => budget,
+    }
+}
+
+/// `ulimit -v` of this process (its soft limit, "Max address space" in `/proc/self/limits`),
+/// when one is set. Address space is not memory: the program, its libraries and its
+/// threads' stacks take some before any tensor does, so what is left for tensors is counted
+/// as the limit less the address space in use now (`VmSize`).
+fn address_space_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max address space"))?;
+    let soft = line
+        .trim_start_matches("Max address space")
+        .split_whitespace()
+        .next()?
+        .parse::<u64>()
+        .ok()?;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let used = status
+        .lines()
+        .find(|l| l.starts_with("VmSize:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |kib| kib.saturating_mul(1024));
+    Some(soft.saturating_sub(used))
 }
 
 /// Everything the checker reads.
@@ -294,6 +338,15 @@ fn check_with<'a>(
     let params = ctx.init_params(&tensors, &mut data, &has_equations);
     let outputs = ctx.outputs(&tensors);
     ctx.bail()?;
+    let mut warnings = defined_twice::warnings(input.program);
+    warnings.extend(empty_reads::warnings(
+        input.program,
+        &tensors,
+        &equations,
+        &strata,
+    ));
+    warnings.extend(constant_like::warnings(&tensors, &ctx.domains, &equations));
+    warnings.append(&mut ctx.warnings);
     Ok(Checked {
         tensors,
         domains: ctx.domains,
@@ -303,7 +356,7 @@ fn check_with<'a>(
         params,
         outputs,
         scalars: ctx.scalars.into_iter().collect(),
-        warnings: ctx.warnings,
+        warnings,
         strings: Vec::new(),
     })
 }

@@ -78,8 +78,9 @@ impl Ctx<'_> {
     /// First pass: scalar constants, so that index names can be resolved everywhere.
     pub(super) fn collect_scalars(&mut self) {
         for st in &self.program.statements {
+            // Several definitions add up (§7), as any tensor's do (W0302 says so).
             if let StmtKind::Scalar { name, value, .. } = &st.kind {
-                self.scalars.insert(name.text.clone(), *value);
+                *self.scalars.entry(name.text.clone()).or_insert(0.0) += *value;
             }
         }
         for (name, value) in &self.input.settings.scalars {
@@ -313,6 +314,50 @@ impl Ctx<'_> {
                 }
                 _ => {}
             }
+        }
+        self.check_bare_reads();
+    }
+
+    /// A tensor with indices read by its bare name in an equation or rule (`Y = X` for a
+    /// vector `X`) would read nothing (its zero-index element does not exist) and silently
+    /// give 0: it is E0103, with the two likely meanings as a hint. A query `X?` asks
+    /// every element and is fine.
+    fn check_bare_reads(&mut self) {
+        let program = self.program;
+        let mut reads = Vec::new();
+        for st in &program.statements {
+            match &st.kind {
+                StmtKind::Equation { rhs, .. } => rhs.accesses(&mut reads),
+                StmtKind::Rule { body, .. } => body.iter().for_each(|e| e.accesses(&mut reads)),
+                _ => {}
+            }
+        }
+        for a in reads.into_iter().filter(|a| a.brackets == Brackets::None) {
+            let Some(&id) = self.by_name.get(&a.name.text) else {
+                continue;
+            };
+            let Some((n, first)) = self.tensors[id].arity.filter(|&(n, _)| n > 0) else {
+                continue;
+            };
+            let name = &a.name.text;
+            let vars: Vec<&str> = ["i", "j", "k", "l", "m", "n"].into_iter().take(n).collect();
+            let vars = vars.join(", ");
+            let s = if n == 1 { "" } else { "es" };
+            self.diags.push(
+                Diagnostic::error(
+                    codes::ARITY,
+                    a.span,
+                    format!("`{name}` has {n} index{s} but is read here with none"),
+                )
+                .with_label("read without its indices")
+                .with_secondary(first, format!("used with {n} index{s} here"))
+                .with_note(format!(
+                    "write its {what}: `… = {name}[{vars}]` sums over {them}, \
+                     `Y[{vars}] = {name}[{vars}]` copies it",
+                    what = if n == 1 { "index" } else { "indices" },
+                    them = if n == 1 { "it" } else { "them" },
+                )),
+            );
         }
     }
 

@@ -1,7 +1,7 @@
 //! Queries (§10) resolved against a checked program, and the outputs list of a program.
 
 use super::{Checked, Ctx, Domain, Output, Query, QueryIndex, TensorInfo};
-use crate::diagnostics::{codes, Diagnostic, Span};
+use crate::diagnostics::{codes, Diagnostic};
 use crate::syntax::ast::{Access, Brackets, Index, StmtKind};
 use std::collections::BTreeMap;
 
@@ -96,8 +96,12 @@ fn resolve(
                         None => {
                             let like = dom.symbols.iter().find(|s| s.to_lowercase() == n.text);
                             if let Some(constant) = like {
-                                warnings
-                                    .push(variable_like_constant(&n.text, constant, n.span, ax));
+                                let does = "this asks for every value of it";
+                                warnings.push(super::constant_like::variable_like_constant(
+                                    (&n.text, n.span),
+                                    (constant, ax),
+                                    does,
+                                ));
                             }
                             var(&n.text)
                         }
@@ -149,19 +153,6 @@ fn resolve(
         span: access.span,
         warnings,
     })
-}
-
-fn variable_like_constant(name: &str, constant: &str, span: Span, ax: usize) -> Diagnostic {
-    Diagnostic::warning(
-        codes::QUERY_VARIABLE_LIKE_CONSTANT,
-        span,
-        format!("`{name}` is a variable (lowercase), so this asks for every value of it"),
-    )
-    .with_label("a variable")
-    .with_note(format!(
-        "axis {} has the constant `{constant}`: write `{constant}` to ask about it",
-        ax + 1
-    ))
 }
 
 impl Ctx<'_> {

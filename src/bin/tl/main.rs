@@ -122,9 +122,10 @@ enum Command {
 
 #[derive(Args, Clone)]
 struct Common {
-    /// Worker threads (results are identical for any count).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    threads: u32,
+    /// Worker threads (default: every core this process may use; results are identical for
+    /// any count).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    threads: Option<u32>,
     /// Precision of `real` tensors.
     #[arg(long, default_value = "f32", value_parser = ["f32", "f64"])]
     precision: String,
@@ -137,7 +138,8 @@ struct Common {
     /// End evaluation with an error after this many seconds (default: no limit).
     #[arg(long, value_name = "SECONDS", value_parser = parse_timeout)]
     timeout: Option<f64>,
-    /// Largest dense tensor, e.g. `512M`, `4G` (default: 80% of RAM).
+    /// Memory the whole evaluation may use, e.g. `512M`, `4G`, `4GB`, `4GiB` (default: the
+    /// smaller of 80% of available memory and the address-space limit).
     #[arg(long, value_parser = parse_bytes)]
     max_memory: Option<u64>,
     /// Seed for parameter initialisation.
@@ -210,29 +212,45 @@ fn interrupt() -> Arc<AtomicBool> {
     .clone()
 }
 
+/// A size such as `512M`, `4G`, `4GB` or `4GiB`: K, M, G and T (and KiB…TiB) are powers of
+/// 1024, as `ulimit` and Docker read them; KB, MB, GB and TB are powers of 1000, as disks are
+/// sold. Case is ignored.
 fn parse_bytes(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m = match c.to_ascii_uppercase() {
-                'K' => 1u64 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                'T' => 1 << 40,
-                _ => return Err(format!("unknown unit `{c}` (use K, M, G or T)")),
-            };
-            (&s[..i], m)
+    let text = s.trim();
+    let split = text
+        .find(|c: char| c.is_ascii_alphabetic())
+        .unwrap_or(text.len());
+    let (num, unit) = (text[..split].trim(), &text[split..]);
+    let mult: f64 = match unit.to_ascii_uppercase().as_str() {
+        "" | "B" => 1.0,
+        "K" | "KIB" => 1024.0,
+        "M" | "MIB" => 1024.0 * 1024.0,
+        "G" | "GIB" => 1024.0 * 1024.0 * 1024.0,
+        "T" | "TIB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "TB" => 1e12,
+        _ => {
+            return Err(format!(
+                "unknown unit `{unit}` (use K, M, G or T, KiB…TiB, or KB…TB)"
+            ))
         }
-        _ => (s, 1),
     };
-    let n: f64 = num.parse().map_err(|_| format!("`{s}` is not a size"))?;
+    let n: f64 = num.parse().map_err(|_| format!("`{text}` is not a size"))?;
     if !n.is_finite() || n < 0.0 {
         return Err("a size must not be negative".into());
     }
-    Ok((n * mult as f64) as u64)
+    Ok((n * mult).min(u64::MAX as f64) as u64)
 }
 
 impl Common {
+    /// `--threads`, or every core this process may use (§14).
+    fn threads(&self) -> usize {
+        self.threads
+            .map_or_else(tensor_logic::eval::default_threads, |t| t as usize)
+    }
+
     fn engine(&self) -> Box<dyn Engine> {
         match self.engine.as_str() {
             "reference" => Box::new(Reference),
@@ -246,7 +264,7 @@ impl Common {
     /// Where the differential engine's workers run; an error for a wrong combination of
     /// `--processes`, `--process` and `--hosts`.
     fn cluster(&self) -> Result<Cluster, String> {
-        let workers = self.workers.unwrap_or(self.threads) as usize;
+        let workers = self.workers.map_or(self.threads(), |w| w as usize);
         let (n, i) = (self.processes as usize, self.process as usize);
         if self.engine != "differential"
             && (n > 1 || self.hosts.is_some() || self.workers.is_some())
@@ -372,7 +390,7 @@ fn run(command: Command) -> Result<(), String> {
                 settings: common.settings(&set),
                 tol: Some(common.tol),
                 write_files: common.gathers(),
-                threads: common.threads as usize,
+                threads: common.threads(),
                 timeout: common.timeout.map(std::time::Duration::from_secs_f64),
                 interrupt: Some(interrupt()),
             };
@@ -432,7 +450,7 @@ fn run(command: Command) -> Result<(), String> {
                 settings: common.settings(&set),
                 tol: Some(common.tol),
                 write_files: false,
-                threads: common.threads as usize,
+                threads: common.threads(),
                 timeout: common.timeout.map(std::time::Duration::from_secs_f64),
                 interrupt: Some(interrupt()),
             };
@@ -448,8 +466,8 @@ fn run(command: Command) -> Result<(), String> {
                 times.len(),
                 if times.len() == 1 { "" } else { "s" },
                 common.engine().name(),
-                common.threads,
-                if common.threads == 1 { "" } else { "s" },
+                common.threads(),
+                if common.threads() == 1 { "" } else { "s" },
             );
             Ok(())
         }
@@ -472,7 +490,7 @@ fn run(command: Command) -> Result<(), String> {
                 settings: common.settings(&set),
                 tol: Some(common.tol),
                 write_files: true,
-                threads: common.threads as usize,
+                threads: common.threads(),
                 timeout: common.timeout.map(std::time::Duration::from_secs_f64),
                 interrupt: Some(interrupt()),
             };
@@ -483,8 +501,19 @@ fn run(command: Command) -> Result<(), String> {
                     .map_err(|d| render(&session, &d))?;
                 for c in &checks {
                     println!(
-                        "{}: worst relative error {:.3e} over {} elements (at element {}; largest gradient {:.3e})",
-                        c.name, c.worst, c.checked, c.at, c.largest
+                        "{}: worst relative error {:.3e} over {} elements, {} with a gradient that is not 0 (at element {}; largest gradient {:.3e})",
+                        c.name, c.worst, c.checked, c.nonzero, c.at, c.largest
+                    );
+                }
+                let unseen: Vec<&str> = checks
+                    .iter()
+                    .filter(|c| c.checked > 0 && c.nonzero == 0)
+                    .map(|c| c.name.as_str())
+                    .collect();
+                if !unseen.is_empty() {
+                    println!(
+                        "note: every gradient of {} is 0 at this point, so the check saw nothing to compare there",
+                        unseen.join(", ")
                     );
                 }
                 let tolerance = tensor_logic::learn::gradcheck::TOLERANCE;
@@ -550,7 +579,7 @@ fn run(command: Command) -> Result<(), String> {
                 settings: common.settings(&[]),
                 tol: Some(common.tol),
                 write_files: true,
-                threads: common.threads as usize,
+                threads: common.threads(),
                 timeout: common.timeout.map(std::time::Duration::from_secs_f64),
                 interrupt: None,
             };
@@ -573,7 +602,7 @@ fn run(command: Command) -> Result<(), String> {
                 settings: common.settings(&[]),
                 tol: Some(common.tol),
                 write_files: false,
-                threads: common.threads as usize,
+                threads: common.threads(),
                 timeout: common.timeout.map(std::time::Duration::from_secs_f64),
                 interrupt: None,
             },
@@ -588,7 +617,7 @@ fn run(command: Command) -> Result<(), String> {
                 settings: common.settings(&set),
                 tol: Some(common.tol),
                 write_files: false,
-                threads: common.threads as usize,
+                threads: common.threads(),
                 timeout: common.timeout.map(std::time::Duration::from_secs_f64),
                 interrupt: Some(interrupt()),
             };
@@ -646,5 +675,24 @@ fn print_lines(lines: &[String]) {
         if writeln!(out, "{l}").is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn sizes_take_binary_and_decimal_units() {
+        assert_eq!(parse_bytes("4G"), Ok(4 << 30));
+        assert_eq!(parse_bytes("4GiB"), Ok(4 << 30));
+        assert_eq!(parse_bytes("4GB"), Ok(4_000_000_000));
+        assert_eq!(parse_bytes("512m"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1.5MiB"), Ok(3 << 19));
+        assert_eq!(parse_bytes("100MB"), Ok(100_000_000));
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        assert!(parse_bytes("4X").is_err());
+        assert!(parse_bytes("-1G").is_err());
+        assert!(parse_bytes("GB").is_err());
     }
 }

@@ -106,9 +106,19 @@ impl Repl {
                     println!("{answer}");
                 }
             }
-            _ => self.add(line)?,
+            _ => self.add(line).map_err(|e| self.hint_query(line, e))?,
         }
         Ok(Step::Go)
+    }
+
+    /// `e`, with a hint when `line` is not a statement but would be a query with a `?`
+    /// (`Ancestor(Alice, x)` typed to ask).
+    fn hint_query(&self, line: &str, e: String) -> String {
+        let asked = format!("{}{line}?\n", self.source);
+        match self.checked(&asked) {
+            Ok(_) => format!("{e}hint: to ask, end the line with `?`: `{line}?`\n"),
+            Err(_) => e,
+        }
     }
 }
 

@@ -342,7 +342,10 @@ pub(crate) fn keep_grid(d: &DenseEquation, kept: &mut [Option<KeptTerm>], grid: 
 fn relu_in_place(buf: &mut [f32], split: bool) {
     use crate::functions::widest::{widest, Inlined};
     split::each_block(buf, RELU_BLOCK, split, |_, xs| {
-        widest(Inlined(|| xs.iter_mut().for_each(|x| *x = x.max(0.0))))
+        widest(Inlined(|| {
+            xs.iter_mut()
+                .for_each(|x| *x = crate::functions::relu32(*x))
+        }))
     });
 }
 
@@ -644,7 +647,7 @@ mod tests {
         .collect();
         let want: Vec<u32> = xs
             .iter()
-            .map(|&x| (f64::from(x).max(0.0) as f32).to_bits())
+            .map(|&x| (crate::functions::relu(f64::from(x)) as f32).to_bits())
             .collect();
         for split in [false, true] {
             let mut got = xs.clone();

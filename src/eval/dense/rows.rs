@@ -144,7 +144,9 @@ fn scalar(op: &RowOp, vals: &[f64], env: &[usize]) -> f64 {
                 CmpOp::Ge => x >= y,
             })
         }
-        RowOp::Builtin(Builtin::Relu, ref args) if args.len() == 1 => vals[args[0]].max(0.0),
+        RowOp::Builtin(Builtin::Relu, ref args) if args.len() == 1 => {
+            crate::functions::relu(vals[args[0]])
+        }
         RowOp::Builtin(f, ref args) => match args.as_slice() {
             [a] => f.apply(&[vals[*a]]),
             [a, b] => f.apply(&[vals[*a], vals[*b]]),
@@ -387,7 +389,7 @@ fn forward_loops(
             RowOp::Quot(a, b) => map2((row(*a), row(*b)), out, |x, y| (x / y).trunc()),
             RowOp::Compare(c, a, b) => compare(*c, (row(*a), row(*b)), out),
             RowOp::Builtin(Builtin::Relu, args) if args.len() == 1 => {
-                un(args[0], out, |x| x.max(0.0))
+                un(args[0], out, crate::functions::relu)
             }
             RowOp::Builtin(f, args) => match args.as_slice() {
                 [a] => map1(row(*a), out, |x| f.apply(&[x])),

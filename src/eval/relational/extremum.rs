@@ -161,7 +161,7 @@ fn run(
     checker: Checker,
 ) -> Result<(), Halt> {
     let r = &vr.rule;
-    let steps = prepare(r, (delta_at, Earlier::Full), (full, delta), &checker);
+    let steps = prepare(r, (delta_at, Earlier::Full), (full, delta), checker.values);
     let cx = Join::new(r, &steps, (full, delta), checker);
     let stores: Vec<Option<&Store>> = (0..steps.len()).map(|k| cx.step_store(k)).collect();
     let mut step_of = vec![0usize; r.atoms.len()];

@@ -10,7 +10,7 @@ use super::accumulate::Accumulator;
 use super::nest::Checker;
 use super::stop::Ticker;
 use super::EvalOptions;
-use crate::diagnostics::Diagnostics;
+use crate::diagnostics::{codes, Diagnostic, Diagnostics};
 use crate::plan::datalog::{Product, Rule};
 use crate::plan::demand::DemandPlan;
 use crate::semantics::{Checked, Stratum, TensorId};
@@ -102,22 +102,38 @@ impl Derived {
     /// Records the head tuple of `r` under `env`, dropping, every [`FILTER_EVERY`] tuples,
     /// those that `known` already has: most derivations repeat tuples known before the round,
     /// and buffering them all can take far more memory than the relation itself. Checking in
-    /// batches keeps the probes in a tight loop, as fast as checking them later.
-    fn push_unknown(&mut self, r: &Rule, env: &[u32], known: Option<&Store>) {
+    /// batches keeps the probes in a tight loop, as fast as checking them later. Sets `full`
+    /// once the new tuples take more than `limit` bytes (§15: the join then stops).
+    fn push_unknown(
+        &mut self,
+        r: &Rule,
+        env: &[u32],
+        known: Option<&Store>,
+        (limit, full): (u64, &std::cell::Cell<bool>),
+    ) {
         self.push(r, env);
         let arity = r.head_terms.len();
-        let Some(known) = known.filter(|_| arity > 0) else {
-            return;
-        };
-        if self.values.len() - self.checked < FILTER_EVERY * arity {
+        if self.values.len() - self.checked < FILTER_EVERY * arity.max(1) {
             return;
         }
-        let kept = self.checked + known.retain_unknown(&mut self.values[self.checked..]);
-        self.values.truncate(kept);
-        self.count = kept / arity;
-        self.checked = kept;
+        if let Some(known) = known.filter(|_| arity > 0) {
+            let kept = self.checked + known.retain_unknown(&mut self.values[self.checked..]);
+            self.values.truncate(kept);
+            self.count = kept / arity;
+        }
+        self.checked = self.values.len();
+        // The buffer (which may be twice its length), then the store the tuples go into: rows,
+        // membership and an index, about three times the tuples again.
+        if self.values.capacity() as u64 * 4 * BUFFER_FACTOR > limit {
+            full.set(true);
+        }
     }
 }
+
+/// The memory that new tuples come to take, per byte of their buffer's capacity: the buffer
+/// itself (up to twice its length) and, once they are in the store, about three times their
+/// bytes again. A round's buffer is stopped at the budget over this.
+const BUFFER_FACTOR: u64 = 4;
 
 /// How many derived tuples accumulate between checks against the known ones.
 const FILTER_EVERY: usize = 1 << 14;
@@ -133,7 +149,7 @@ pub(super) fn evaluate_stratum(
 ) -> Result<(), Diagnostics> {
     let rounds = st
         .recursive
-        .then(|| super::fixpoint::iteration_cap(p, st, o.max_iters));
+        .then(|| super::fixpoint::join_round_cap(p, st, o.max_iters));
     let members = &st.tensors;
     let mut full: HashMap<TensorId, Store> = HashMap::default();
     for &t in members {
@@ -257,6 +273,8 @@ pub(super) enum Halt {
     TooManyRounds,
     /// `--timeout` or Ctrl-C asked it to stop.
     Stopped,
+    /// The relations' tuples would take more than `--max-memory` (§15).
+    Memory,
 }
 
 /// Runs `rules` semi-naively until no new tuple appears, adding what they derive to `full`
@@ -307,6 +325,10 @@ fn fixpoint(
         }
         if run.0.o.stop.requested() {
             return Err(Halt::Stopped);
+        }
+        let held = full.values().fold(0u64, |a, s| a.saturating_add(s.bytes()));
+        if held > run.0.o.max_memory {
+            return Err(Halt::Memory);
         }
         if switch(full) {
             return Ok(Some((delta, rounds)));
@@ -405,7 +427,7 @@ pub(super) fn evaluate_counts(
             r,
             (None, Earlier::Full),
             (&mut full, &mut HashMap::default()),
-            &checker,
+            checker.values,
         );
         let cx = Join::new(r, &steps, (&full, &delta), checker);
         let mut walk = cx.walk();
@@ -477,7 +499,7 @@ fn halted(p: &Checked, st: &Stratum, o: &EvalOptions, halt: Halt) -> Diagnostics
         Halt::TooManyRounds => super::fixpoint::recursion_unsettled(
             p,
             st,
-            super::fixpoint::iteration_cap(p, st, o.max_iters),
+            super::fixpoint::join_round_cap(p, st, o.max_iters),
         )
         .with_note("raise --max-iters: each iteration derives facts one step longer")
         .into(),
@@ -485,7 +507,32 @@ fn halted(p: &Checked, st: &Stratum, o: &EvalOptions, halt: Halt) -> Diagnostics
             let span = st.equations.first().map(|&e| p.equations[e].span);
             o.stop.error(span.unwrap_or_default()).into()
         }
+        Halt::Memory => over_budget(p, st, o).into(),
     }
+}
+
+/// E0601 for a stratum whose relations outgrew the memory budget while they were derived.
+fn over_budget(p: &Checked, st: &Stratum, o: &EvalOptions) -> Diagnostic {
+    let span = st.equations.first().map(|&e| p.equations[e].span);
+    let names: Vec<String> = st
+        .tensors
+        .iter()
+        .map(|&t| format!("`{}`", p.tensors[t].name))
+        .collect();
+    Diagnostic::error(
+        codes::MEMORY,
+        span.unwrap_or_default(),
+        format!(
+            "deriving {} would take more than the memory budget of {}",
+            names.join(", "),
+            crate::semantics::budget::bytes(o.max_memory as u128)
+        ),
+    )
+    .with_label("this stratum's tuples outgrew it")
+    .with_note(
+        "a join of unrelated atoms multiplies their sizes: check that the rule's atoms share \
+         variables, narrow it with a constant or a query (`tl query`), or raise --max-memory",
+    )
 }
 
 /// Runs one rule, with atom `delta_at` reading the last round's new tuples, and collects the
@@ -504,7 +551,8 @@ fn run_rule(
         return Ok(());
     }
     let stop = &checker.o.stop;
-    let steps = prepare(r, (delta_at, Earlier::Old), (full, delta), &checker);
+    let limit = checker.o.max_memory;
+    let steps = prepare(r, (delta_at, Earlier::Old), (full, delta), checker.values);
     let cx = Join::new(r, &steps, (full, delta), checker);
     let derived = out.entry(r.head).or_default();
     let known = full.get(&r.head);
@@ -527,17 +575,20 @@ fn run_rule(
                     .map(|&start| {
                         let mut part = Derived::default();
                         let mut walk = cx.walk();
-                        let mut ticks = Ticker::new(stop);
+                        let full = std::cell::Cell::new(false);
+                        let mut ticks = Ticker::new(stop).watching(&full);
+                        let share = (limit / pool.current_num_threads() as u64, &full);
                         cx.scan_first(
                             start as u32..(start + chunk).min(first_rows) as u32,
                             &mut walk,
-                            &mut |env| part.push_unknown(r, env, known),
+                            &mut |env| part.push_unknown(r, env, known, share),
                             &mut ticks,
                         );
-                        if ticks.stopped() {
-                            return Err(Halt::Stopped);
+                        match (full.get(), ticks.stopped()) {
+                            (true, _) => Err(Halt::Memory),
+                            (false, true) => Err(Halt::Stopped),
+                            (false, false) => Ok(part),
                         }
-                        Ok(part)
                     })
                     .collect()
             });
@@ -547,13 +598,17 @@ fn run_rule(
         }
         _ => {
             let mut walk = cx.walk();
-            let mut ticks = Ticker::new(stop);
+            let full = std::cell::Cell::new(false);
+            let mut ticks = Ticker::new(stop).watching(&full);
             cx.join(
                 0,
                 &mut walk,
-                &mut |env| derived.push_unknown(r, env, known),
+                &mut |env| derived.push_unknown(r, env, known, (limit, &full)),
                 &mut ticks,
             );
+            if full.get() {
+                return Err(Halt::Memory);
+            }
             if ticks.stopped() {
                 return Err(Halt::Stopped);
             }

@@ -24,6 +24,14 @@ pub(super) struct Store {
 }
 
 impl Store {
+    /// About the bytes it holds: its rows, their membership table and each index (a row's
+    /// worth of `u32`s apiece, and a slot), counted against the memory budget (§15).
+    pub(super) fn bytes(&self) -> u64 {
+        let row = (self.arity.max(1) * 4) as u64;
+        let tables = 1 + self.indexes.len() as u64;
+        (self.count as u64).saturating_mul(row + tables * (row + 8)) + self.values.len() as u64 * 8
+    }
+
     pub(super) fn new(arity: usize) -> Store {
         Store::with_members(arity, Members::new(arity, false))
     }
