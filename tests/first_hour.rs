@@ -175,3 +175,22 @@ fn programs_around_the_memory_budget_finish_or_are_refused_never_killed() {
     }
     assert!(refused >= 3, "the larger cases are over the budget");
 }
+
+#[test]
+fn a_binding_error_names_the_binding_not_the_programs_first_line() {
+    let mut s = tensor_logic::Session::new();
+    let src = "Parent : bool[Person, Person]\nAnc(x, y) :- Parent(x, y).\n";
+    s.load_source("<program>", src, std::path::Path::new("."))
+        .unwrap();
+    let rows = vec![vec![
+        "Ann".to_string(),
+        "Bob".to_string(),
+        "Cy".to_string(),
+        "x".to_string(),
+    ]];
+    s.bind_rows("Parent", &rows);
+    let err = s.check(&tensor_logic::Settings::default()).unwrap_err();
+    let text = err.render("<program>", src);
+    assert!(text.contains("binding `Parent`:1"), "{text}");
+    assert!(!text.contains("<program>:1:1"), "{text}");
+}

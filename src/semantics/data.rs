@@ -567,7 +567,7 @@ impl<'a> Ctx<'a> {
         what: &str,
     ) {
         if shape.len() != g.tensor.rank() {
-            self.diags.push(Diagnostic::error(
+            self.diags.push(placed(
                 codes::ARITY,
                 span,
                 format!(
@@ -579,7 +579,7 @@ impl<'a> Ctx<'a> {
             return;
         }
         if shape.iter().zip(&g.tensor.shape).any(|(a, b)| a > b) {
-            self.diags.push(Diagnostic::error(
+            self.diags.push(placed(
                 codes::DECLARATION,
                 span,
                 format!(
@@ -631,12 +631,9 @@ impl<'a> Ctx<'a> {
                 [rank, rank]
             };
             let bad = |msg: String| {
-                Diagnostic::error(
-                    codes::FILE_ROW,
-                    src.span,
-                    format!("{}:{}: {msg}", src.file, r.line),
-                )
-                .with_label(format!("reading `{}`", src.file))
+                let text = format!("{}:{}: {msg}", src.file, r.line);
+                placed(codes::FILE_ROW, src.span, text)
+                    .with_label(format!("reading `{}`", src.file))
             };
             if !want.contains(&r.len()) {
                 let fields = |n: usize| format!("{n} field{}", if n == 1 { "" } else { "s" });
@@ -804,5 +801,15 @@ fn capitalised(name: &str) -> String {
     match chars.next() {
         Some(c) => c.to_uppercase().chain(chars).collect(),
         None => String::new(),
+    }
+}
+
+/// An error about data at `span`, or with no place in the source where the data has none
+/// (bound from memory, a string call's results: `Span::default()`): it then names the
+/// binding and row in its message instead of pointing at the program's first character.
+fn placed(code: &'static str, span: Span, message: String) -> Diagnostic {
+    match span == Span::default() {
+        true => Diagnostic::global(code, message),
+        false => Diagnostic::error(code, span, message),
     }
 }
