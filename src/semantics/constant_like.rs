@@ -58,11 +58,11 @@ pub(super) fn warnings(
                     continue;
                 };
                 let var = &e.vars[v];
-                let like = domains[d]
-                    .symbols
-                    .iter()
-                    .find(|s| s.to_lowercase() == var.name);
-                if let (1, Some(constant)) = (count[v], like) {
+                if count[v] != 1 {
+                    continue;
+                }
+                let mut symbols = domains[d].symbols.iter();
+                if let Some(constant) = symbols.find(|s| spelt_like(s, &var.name)) {
                     let does = "the rule holds for every value of it";
                     out.push(variable_like_constant(
                         (&var.name, var.span),
@@ -74,6 +74,12 @@ pub(super) fn warnings(
         });
     }
     out
+}
+
+/// Whether `symbol` lowercased is `name`, without allocating: checks run on every symbol of
+/// a domain, which a string recursion makes long.
+pub(crate) fn spelt_like(symbol: &str, name: &str) -> bool {
+    symbol.len() == name.len() && symbol.chars().flat_map(char::to_lowercase).eq(name.chars())
 }
 
 /// Every occurrence of a variable in `n`: in reads' positions and as a value.

@@ -94,7 +94,10 @@ fn resolve(
                         Some(&v) => position(v as i64),
                         None if n.text.starts_with(char::is_uppercase) => symbol(&n.text),
                         None => {
-                            let like = dom.symbols.iter().find(|s| s.to_lowercase() == n.text);
+                            let like = dom
+                                .symbols
+                                .iter()
+                                .find(|s| super::constant_like::spelt_like(s, &n.text));
                             if let Some(constant) = like {
                                 let does = "this asks for every value of it";
                                 warnings.push(super::constant_like::variable_like_constant(
