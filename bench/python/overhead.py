@@ -29,7 +29,7 @@ def main():
 
     def tensorlogic():
         prog.bind("X", x)
-        prog.run()
+        prog.run(threads=1)
         return prog["Y"]
 
     rows = [("tensorlogic bind+run+read", per_call(tensorlogic)),
