@@ -361,3 +361,11 @@ fn initialisers_with_arguments_that_are_not_constants() {
     has(&err, "E0105", "3:25");
     assert!(err.contains("must be a constant"), "{err}");
 }
+
+#[test]
+fn a_relation_cannot_divide() {
+    // A fuzz finding: the joins met only the divisor's true tuples, the reference every point
+    // (1/0 and 0/0 included), and they answered differently.
+    let src = "E(0, 1).\nN(0). N(1).\nR(0, 0).\nR(x, n) :- N(x) / R(y, m), E(y, x), n = 0.\n";
+    has(&fails(src, &[], &[]), "E0104", "4:19");
+}

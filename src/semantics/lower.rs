@@ -532,6 +532,9 @@ impl Builder<'_, '_> {
             ),
             Expr::Compare(op, a, b, span) => self.compare(*op, a, b, *span, negated),
             Expr::Term(fs, _) => {
+                for (_, f) in fs.iter().filter(|(div, _)| *div) {
+                    self.no_relation_divisor(f);
+                }
                 let body = if fs.len() == 1 && !fs[0].0 {
                     self.expr(&fs[0].1, negated)
                 } else {
@@ -545,6 +548,28 @@ impl Builder<'_, '_> {
                     vars: Vec::new(),
                     body: Box::new(body),
                 }
+            }
+        }
+    }
+
+    /// E0104 for a relation as a divisor (`N(x) / R(y, m)`): it is infinite wherever the
+    /// atom is false, and the joins (which meet only its true tuples) and the reference (which
+    /// sums every point, infinities and NaNs included) would answer differently; no Datalog
+    /// means it. Divide by a real tensor, or test the atom.
+    fn no_relation_divisor(&mut self, f: &Expr) {
+        if let Expr::Access(a) = f {
+            if a.brackets == Brackets::Paren {
+                self.error(
+                    Diagnostic::error(
+                        codes::TYPE,
+                        a.span,
+                        format!(
+                            "a relation cannot divide: `{}` is 0 where it is false",
+                            a.name.text
+                        ),
+                    )
+                    .with_note("divide by a real tensor (`W[x]`), or use the atom as a condition"),
+                );
             }
         }
     }
