@@ -3,7 +3,7 @@
 //! a file). It is a variable, so the rule matches every parent; the user meant the constant.
 //! Queries get the same warning where they are resolved (`query.rs`).
 
-use super::ir::{Domain, Equation, IndexFn, Node, TensorInfo};
+use super::ir::{Domain, Equation, IndexFn, TensorInfo};
 use crate::diagnostics::{codes, Diagnostic, Span};
 
 /// The warning for variable `name` at `span`, spelt like `constant` of axis `ax`; `does`
@@ -49,7 +49,7 @@ pub(super) fn warnings(
         let mut count = vec![0usize; e.vars.len()];
         let mut seen = Vec::new();
         e.lhs.iter().for_each(|f| f.vars(&mut seen));
-        uses(&e.rhs, &mut seen);
+        e.rhs.mentioned_vars(&mut seen);
         seen.into_iter().for_each(|v| count[v] += 1);
         e.rhs.reads(&mut |t, index| {
             for (ax, f) in index.iter().enumerate() {
@@ -80,13 +80,4 @@ pub(super) fn warnings(
 /// a domain, which a string recursion makes long.
 pub(crate) fn spelt_like(symbol: &str, name: &str) -> bool {
     symbol.len() == name.len() && symbol.chars().flat_map(char::to_lowercase).eq(name.chars())
-}
-
-/// Every occurrence of a variable in `n`: in reads' positions and as a value.
-fn uses(n: &Node, out: &mut Vec<usize>) {
-    match n {
-        Node::Var(v) => out.push(*v),
-        Node::Read { index, .. } => index.iter().for_each(|f| f.vars(out)),
-        _ => n.children().into_iter().for_each(|c| uses(c, out)),
-    }
 }
