@@ -125,11 +125,7 @@ pub fn step(x: f64) -> f64 {
 /// `max(x, 0)`, NaN for NaN: `f64::max` would drop the NaN and give 0, where NumPy's
 /// `maximum` and PyTorch's `relu` keep it, so that a NaN upstream is seen downstream.
 pub fn relu(x: f64) -> f64 {
-    if x.is_nan() {
-        x
-    } else {
-        x.max(0.0)
-    }
+    nan_max(x, 0.0)
 }
 
 /// [`relu`] of an f32.
