@@ -369,3 +369,14 @@ fn a_relation_cannot_divide() {
     let src = "E(0, 1).\nN(0). N(1).\nR(0, 0).\nR(x, n) :- N(x) / R(y, m), E(y, x), n = 0.\n";
     has(&fails(src, &[], &[]), "E0104", "4:19");
 }
+
+#[test]
+fn a_countdown_in_a_column_a_dense_tensor_indexes_needs_a_guard() {
+    // A fuzz finding: offsets were lowered 33 times, then the data was blamed (E0203). Now
+    // the rule that counts down is named, at once.
+    let src =
+        "Temp(-3). Temp(5).\nScore[x] = Temp(x)\nDown(0).\nDown(x - 1) :- Down(x), not Temp(x).\n";
+    let err = fails(src, &[], &[]);
+    has(&err, "E0402", "4:1");
+    assert!(err.contains("`Score` indexes this column"), "{err}");
+}

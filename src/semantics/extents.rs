@@ -4,7 +4,7 @@
 use super::lower::{EqMeta, Lowered};
 use super::values::{bound_by_value, value_bounds, Bounds};
 use super::{Ctx, Equation, IndexFn, Kind, Node, Stratum, TensorInfo, VarId};
-use crate::diagnostics::{codes, Diagnostic};
+use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::syntax::ast::BinOp;
 
 /// Largest value a scan for a "valid" range goes to.
@@ -43,6 +43,9 @@ impl Ctx<'_> {
             })
             .collect();
         let mut below = Vec::new();
+        let mut lows: Vec<Vec<Option<i64>>> = (0..tensors.len())
+            .map(|t| self.data_low_positions(t))
+            .collect();
         let mut bounds: Vec<Bounds> = (0..tensors.len()).map(|t| self.data_bounds(t)).collect();
         for st in strata {
             if st.equations.is_empty() {
@@ -94,6 +97,8 @@ impl Ctx<'_> {
                         by_value: &by_value,
                         roots: &roots,
                         below: &mut below,
+                        current: &st.tensors,
+                        lows: &mut lows,
                     };
                     changed |= grow_lhs(eq, tensors, target, &ranges, &mut errors);
                 }
@@ -342,7 +347,7 @@ fn ranges(
     meta: &EqMeta,
     tensors: &[TensorInfo],
     scope: &Scope,
-    below: &mut Vec<(usize, i64)>,
+    below: &mut Vec<(usize, i64, Span)>,
     errors: &mut Vec<Diagnostic>,
 ) -> Vec<usize> {
     ranges_within(eq, meta, tensors, scope, below, errors)
@@ -368,7 +373,7 @@ fn ranges_within(
     meta: &EqMeta,
     tensors: &[TensorInfo],
     scope: &Scope,
-    below: &mut Vec<(usize, i64)>,
+    below: &mut Vec<(usize, i64, Span)>,
     errors: &mut Vec<Diagnostic>,
 ) -> Vec<Option<usize>> {
     let (symbolic, current) = (scope.symbolic, scope.current);
@@ -466,7 +471,7 @@ fn ranges_within(
                 let root = head
                     .filter(|_| scope.by_value[eq.target])
                     .and_then(|ax| scope.roots[eq.target].get(ax));
-                root.map(|&r| below.push((r, by))).is_some()
+                root.map(|&r| below.push((r, by, eq.span))).is_some()
             };
             // Positions of the other variables, narrowed by their guards (`x > 0`); the
             // values of open ones (§8) where no rule adds to them.
@@ -810,8 +815,13 @@ struct Target<'a> {
     by_value: &'a [bool],
     /// Each axis's union-find root, which identifies its integer domain.
     roots: &'a [Vec<usize>],
-    /// Domains written below their offset, and by how much.
-    below: &'a mut Vec<(usize, i64)>,
+    /// Domains written below their offset, by how much, and the equation.
+    below: &'a mut Vec<(usize, i64, Span)>,
+    /// The tensors of the component being sized.
+    current: &'a [usize],
+    /// The smallest position each tensor holds on each axis, `None` where unknown (its
+    /// data's smallest, then what its equations write, once its component is sized).
+    lows: &'a mut [Vec<Option<i64>>],
 }
 
 /// Grows the target's integer extents to hold every index written; reports writes outside a
@@ -827,8 +837,12 @@ fn grow_lhs(
     let symbolic = target.symbolic;
     let t = eq.target;
     let r: Vec<Option<usize>> = ranges.iter().map(|&x| Some(x)).collect();
-    // Guards such as `y > 0` keep a write `y - 1` off negative positions.
-    let low: Vec<i64> = (0..ranges.len()).map(|v| lower_bound(&eq.rhs, v)).collect();
+    // Guards such as `y > 0` keep a write `y - 1` off negative positions, and so does an
+    // atom of a rule's body that holds nothing lower (`Down(x - 1) :- Down(x), Temp(x).`).
+    let mut low: Vec<i64> = (0..ranges.len()).map(|v| lower_bound(&eq.rhs, v)).collect();
+    if tensors[t].kind == Kind::Bool {
+        atom_lows(&eq.rhs, tensors, target.current, target.lows, &mut low);
+    }
     let mut changed = false;
     for (ax, f) in eq.lhs.iter().enumerate() {
         if tensors[t].domains.get(ax).is_some_and(|&d| symbolic[d]) {
@@ -837,9 +851,12 @@ fn grow_lhs(
         let Some((lo, hi)) = bounds(f, &r, &low, None) else {
             continue;
         };
+        if let Some(l) = target.lows[t].get_mut(ax) {
+            *l = Some(l.map_or(lo, |l| l.min(lo)));
+        }
         if lo < 0 && target.by_value[t] {
             if let Some(&root) = target.roots[t].get(ax) {
-                target.below.push((root, lo.saturating_neg()));
+                target.below.push((root, lo.saturating_neg(), eq.span));
             }
             continue;
         }
@@ -882,6 +899,39 @@ fn grow_lhs(
         }
     }
     changed
+}
+
+/// Raises `low[v]` to the smallest position a Boolean tensor of an earlier stratum holds
+/// where a factor of a rule's body reads it at bare `v`: a point below it reads false
+/// there, so its product writes nothing.
+fn atom_lows(
+    n: &Node,
+    tensors: &[TensorInfo],
+    current: &[usize],
+    lows: &[Vec<Option<i64>>],
+    low: &mut [i64],
+) {
+    match n {
+        Node::Sum { body, .. } => atom_lows(body, tensors, current, lows, low),
+        Node::Product(fs) => fs
+            .iter()
+            .filter(|(div, _)| !div)
+            .for_each(|(_, f)| atom_lows(f.inside_empty_sums(), tensors, current, lows, low)),
+        Node::Read {
+            tensor,
+            index,
+            slice: false,
+        } if !current.contains(tensor) && tensors[*tensor].kind == Kind::Bool => {
+            for (ax, f) in index.iter().enumerate() {
+                if let (IndexFn::Var(v), Some(Some(l))) = (f, lows[*tensor].get(ax)) {
+                    if let Some(x) = low.get_mut(*v) {
+                        *x = (*x).max(*l);
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 #[cfg(test)]

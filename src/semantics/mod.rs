@@ -326,7 +326,17 @@ fn check_with<'a>(
     ctx.check_dense_offsets(&tensors, &equations);
     let equations = ctx.infer_extents(&mut tensors, equations, &strata);
     if !ctx.below_offsets.is_empty() {
-        return Err(Retry::Lower(std::mem::take(&mut ctx.below_offsets)));
+        let below = std::mem::take(&mut ctx.below_offsets);
+        let too_far: Vec<Diagnostic> = below
+            .iter()
+            .filter_map(|&(root, by, span)| ctx.falls_too_far(found, root, by, span))
+            .collect();
+        if !too_far.is_empty() {
+            return Err(Retry::Failed(Diagnostics(too_far)));
+        }
+        return Err(Retry::Lower(
+            below.into_iter().map(|(r, by, _)| (r, by)).collect(),
+        ));
     }
     ctx.bail()?;
     let mut data = ctx.materialise_data(&tensors);
@@ -460,13 +470,19 @@ pub(crate) struct Ctx<'a> {
     data_shape: Vec<Vec<usize>>,
     placements: Vec<domains::Pending>,
     declared_symbols: HashMap<DomainId, usize>,
-    offsets: offsets::Offsets,
+    /// The value at position 0 of each integer domain that does not start at 0, by root.
+    offsets: HashMap<usize, i64>,
     /// Whether each tensor is indexed by value (`offsets.rs`).
     by_value: Vec<bool>,
     /// Roots whose offset data gives (not only an equation's writes).
     data_offsets: std::collections::HashSet<usize>,
-    /// Integer domains (by root) whose offset an equation wrote below, and by how much.
-    below_offsets: Vec<(usize, i64)>,
+    /// The values data gives each integer domain (`offsets.rs`).
+    data_spans: offsets::DataSpans,
+    /// The smallest value data gives each axis of each value-indexed tensor.
+    data_lows: Vec<Vec<Option<i64>>>,
+    /// Integer domains (by root) whose offset an equation wrote below, by how much, and
+    /// the equation.
+    below_offsets: Vec<(usize, i64, Span)>,
     /// The tables of the program's string calls (§8), read after the bound data.
     tables: &'a [strings::Table],
     /// The values tensor of each domain of reals (`reals.rs`).
@@ -493,9 +509,11 @@ impl<'a> Ctx<'a> {
             data_shape: Vec::new(),
             placements: Vec::new(),
             declared_symbols: HashMap::new(),
-            offsets: offsets::Offsets::default(),
+            offsets: HashMap::new(),
             by_value: Vec::new(),
             data_offsets: Default::default(),
+            data_spans: Default::default(),
+            data_lows: Vec::new(),
             below_offsets: Vec::new(),
             tables: &[],
             values_tensor: Default::default(),
@@ -639,11 +657,15 @@ pub(crate) mod tests {
         assert_eq!(error_codes(&guarded), Vec::<&str>::new());
         let c = checked(&guarded);
         assert_eq!(c.tensors[c.tensor_id("P").unwrap()].shape[1], 2);
+        // `E` holds no `y` below 1, so `y - 1` is never negative.
         let unguarded = checked(&guarded.replace(", y > 0", ""));
         let p = &unguarded.tensors[unguarded.tensor_id("P").unwrap()];
+        assert_eq!((p.offsets[1], p.shape[1]), (0, 2));
+        let below = checked(&guarded.replace("y - 1) :- E(x, y), y > 0", "y - 2) :- E(x, y)"));
+        let p = &below.tensors[below.tensor_id("P").unwrap()];
         assert_eq!(
             (p.offsets[1], p.shape[1]),
-            (-1, 3),
+            (-1, 2),
             "a relation's column holds the value -1"
         );
         // An open column (§8) holds any value: no offset, no extent.

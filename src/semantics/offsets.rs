@@ -10,35 +10,37 @@
 //! over positions (`v ↦ p + o_v` for each variable, `f ↦ f − o_axis` for each axis), which
 //! is the identity where every offset is 0, so programs of naturals run exactly as before.
 //! Where an equation would write below its domain's offset the checker lowers the offset
-//! and checks again ([`Offsets`]).
+//! and checks again ([`Offsets`]); a rule that joins a relation at a bare variable writes no
+//! lower than that relation holds (`extents.rs`), and one that would take a column past the
+//! widest span it can hold is an error naming the rule, not its data.
 
 use super::lower::Lowered;
-use super::{Ctx, DomainId, IndexFn, Kind, Node, TensorId, TensorInfo};
-use crate::diagnostics::{codes, Diagnostic};
+use super::{Ctx, IndexFn, Kind, Node, TensorId, TensorInfo};
+use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::io::RawData;
 use crate::syntax::ast::{ArithOp, BinOp, StmtKind};
 use std::collections::HashMap;
 
-/// The offset of each integer domain that does not start at 0, by the domain's root slot
-/// (integer domains share one [`DomainId`]; their roots tell them apart, and are the same
-/// from one check of a program to the next), carried to the next check when an equation
-/// wrote below it.
+/// How far below its data each integer domain's offset was lowered, by the domain's root
+/// slot (integer domains share one [`DomainId`]; their roots tell them apart, and are the
+/// same from one check of a program to the next), carried to the next check when an
+/// equation wrote below it.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct Offsets(pub HashMap<usize, i64>);
+pub(crate) struct Offsets(HashMap<usize, i64>);
 
 impl Offsets {
-    /// Lowers domain `d`'s offset so that `below` positions under the current start fit,
-    /// at least doubling the distance from 0, so that a recursion counting down settles in
-    /// a few checks rather than one per value.
+    /// Lowers domain `d`'s offset so that `below` more positions fit under it, at least
+    /// doubling how far it lies below the data, so that a recursion counting down settles
+    /// in a few checks rather than one per value.
     pub(crate) fn lower(&mut self, d: usize, below: i64) {
         let now = self.0.get(&d).copied().unwrap_or(0);
-        let want = now
-            .saturating_sub(below.max(1))
-            .min(now.saturating_mul(2))
-            .min(-1);
+        let want = now.saturating_add(below.max(1)).max(now.saturating_mul(2));
         self.0.insert(d, want);
     }
 }
+
+/// The smallest and largest value that data gives each integer domain, by root.
+pub(crate) type DataSpans = HashMap<usize, (i64, i64)>;
 
 impl Ctx<'_> {
     /// Whether tensor `t`'s integer axes are indexed by value: it is neither declared nor
@@ -72,7 +74,6 @@ impl Ctx<'_> {
             return 0;
         }
         self.offsets
-            .0
             .get(&self.axis_root(t, ax))
             .copied()
             .unwrap_or(0)
@@ -89,62 +90,131 @@ impl Ctx<'_> {
         self.by_value = (0..self.tensors.len())
             .map(|t| self.counts_by_value(t))
             .collect();
-        let mut low: HashMap<usize, i64> = HashMap::new();
-        let mut note = |d: usize, v: i64| {
-            if v < 0 {
-                let x = low.entry(d).or_insert(0);
-                *x = (*x).min(v);
-            }
-        };
+        let mut spans: DataSpans = HashMap::new();
+        let mut lows: Vec<Vec<Option<i64>>> = Vec::with_capacity(self.tensors.len());
         for t in 0..self.tensors.len() {
+            let rank = self.tensors[t].rank();
+            let mut low = vec![None; rank];
             if !self.value_indexed(t) {
+                lows.push(low);
                 continue;
             }
-            let rank = self.tensors[t].rank();
-            let doms: Vec<DomainId> = (0..rank).map(|ax| self.axis_domain(t, ax)).collect();
             let roots: Vec<usize> = (0..rank).map(|ax| self.axis_root(t, ax)).collect();
             // Symbols and open columns (`open.rs`) have no offset.
-            let offset: Vec<bool> = doms
-                .iter()
-                .map(|&d| !self.domains[d].symbolic && !self.domains[d].is_open())
+            let offset: Vec<bool> = (0..rank)
+                .map(|ax| {
+                    let d = self.axis_domain(t, ax);
+                    !self.domains[d].symbolic && !self.domains[d].is_open()
+                })
                 .collect();
-            if !offset.contains(&true) {
-                continue;
-            }
-            for idx in self.constant_indices(t) {
-                for (ax, i) in idx.iter().enumerate().take(rank) {
-                    if offset[ax] {
-                        if let Ok(v) = self.const_position(t, ax, i) {
-                            note(roots[ax], v);
+            if offset.contains(&true) {
+                let mut note = |ax: usize, v: i64| {
+                    let s = spans.entry(roots[ax]).or_insert((v, v));
+                    *s = (s.0.min(v), s.1.max(v));
+                    low[ax] = Some(low[ax].map_or(v, |l: i64| l.min(v)));
+                };
+                for idx in self.constant_indices(t) {
+                    for (ax, i) in idx.iter().enumerate().take(rank) {
+                        if offset[ax] {
+                            if let Ok(v) = self.const_position(t, ax, i) {
+                                note(ax, v);
+                            }
                         }
                     }
                 }
-            }
-            for s in self.sources.iter().filter(|s| s.tensor == t) {
-                if let RawData::Table(rows) = &*s.raw {
-                    for r in rows.rows() {
-                        for (ax, f) in r.fields().enumerate().take(rank) {
-                            if offset[ax] {
-                                if let Ok(v) = f.parse::<i64>() {
-                                    note(roots[ax], v);
+                for s in self.sources.iter().filter(|s| s.tensor == t) {
+                    if let RawData::Table(rows) = &*s.raw {
+                        for r in rows.rows() {
+                            for (ax, f) in r.fields().enumerate().take(rank) {
+                                if offset[ax] {
+                                    if let Ok(v) = f.parse::<i64>() {
+                                        note(ax, v);
+                                    }
                                 }
                             }
                         }
                     }
                 }
             }
+            lows.push(low);
         }
-        self.data_offsets = low.keys().copied().collect();
-        for (&r, &o) in &found.0 {
-            let x = low.entry(r).or_insert(0);
-            *x = (*x).min(o);
+        let mut offsets: HashMap<usize, i64> = spans
+            .iter()
+            .filter(|(_, s)| s.0 < 0)
+            .map(|(&r, s)| (r, s.0))
+            .collect();
+        self.data_offsets = offsets.keys().copied().collect();
+        for (&r, &extra) in &found.0 {
+            let x = offsets.entry(r).or_insert(0);
+            *x = x.saturating_sub(extra);
         }
-        self.offsets = Offsets(low);
+        self.offsets = offsets;
+        self.data_spans = spans;
+        self.data_lows = lows;
     }
 
+    /// The smallest position tensor `t` holds on each axis by its data (facts, rows), where
+    /// it has any: where a rule that joins it at a bare variable can write no lower.
+    pub(super) fn data_low_positions(&self, t: TensorId) -> Vec<Option<i64>> {
+        let uncounted = self
+            .sources
+            .iter()
+            .any(|s| s.tensor == t && !matches!(*s.raw, RawData::Table(_)));
+        if uncounted {
+            return vec![Some(i64::MIN); self.tensors[t].rank()];
+        }
+        let lows = self.data_lows.get(t).cloned().unwrap_or_default();
+        lows.iter()
+            .enumerate()
+            .map(|(ax, l)| l.map(|v| v.saturating_sub(self.axis_offset(t, ax))))
+            .collect()
+    }
+
+    /// The error for a recursion that keeps writing below an integer column's offset where
+    /// lowering it once more would take the column past the widest span one can hold: a
+    /// column that a dense tensor indexes has an extent, fixed before evaluation (§8), so
+    /// the recursion needs a guard.
+    pub(super) fn falls_too_far(
+        &self,
+        found: &Offsets,
+        root: usize,
+        by: i64,
+        span: Span,
+    ) -> Option<Diagnostic> {
+        let mut next = found.clone();
+        next.lower(root, by);
+        let (lo, hi) = self.data_spans.get(&root).copied().unwrap_or((0, 0));
+        let offset = lo
+            .min(0)
+            .saturating_sub(next.0.get(&root).copied().unwrap_or(0));
+        let width = i128::from(hi.max(0)) - i128::from(offset) + 1;
+        if width <= crate::tensor::MAX_EXTENT as i128 {
+            return None;
+        }
+        let dense = (0..self.tensors.len())
+            .find(|&t| {
+                !self.holds_tuples(t)
+                    && (0..self.tensors[t].rank()).any(|ax| self.axis_root(t, ax) == root)
+            })
+            .map_or_else(
+                || "a dense tensor".to_string(),
+                |t| format!("`{}`", self.tensors[t].name),
+            );
+        Some(
+            Diagnostic::error(
+                codes::UNBOUNDED_GROWTH,
+                span,
+                "this rule keeps writing lower values into an integer column that a dense tensor indexes",
+            )
+            .with_label("nothing bounds how low it counts")
+            .with_note(format!(
+                "{dense} indexes this column, so the column needs an extent before evaluation; bound the recursion with a guard (`x > -100`)"
+            )),
+        )
+    }
     /// Rewrites lowered equations from values to positions.
     pub(super) fn shift_equations(&self, eqs: &mut [Lowered]) {
-        if self.offsets.0.is_empty() {
+        if self.offsets.is_empty() {
             return;
         }
         for (eq, meta) in eqs.iter_mut() {
@@ -153,7 +223,7 @@ impl Ctx<'_> {
                 .iter()
                 .map(|v| {
                     self.root_of_var(meta.stmt, &v.name)
-                        .and_then(|r| self.offsets.0.get(&r).copied())
+                        .and_then(|r| self.offsets.get(&r).copied())
                         .unwrap_or(0)
                 })
                 .collect();

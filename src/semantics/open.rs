@@ -141,7 +141,7 @@ impl Ctx<'_> {
 
     /// Whether tensor `t` is a relation stored as its tuples whatever the program does:
     /// Boolean, undeclared, and given no dense data.
-    fn holds_tuples(&self, t: usize) -> bool {
+    pub(super) fn holds_tuples(&self, t: usize) -> bool {
         let d = &self.tensors[t];
         let dense_statement = d.sources.iter().any(|&s| {
             matches!(
