@@ -194,3 +194,54 @@ fn a_binding_error_names_the_binding_not_the_programs_first_line() {
     assert!(text.contains("binding `Parent`:1"), "{text}");
     assert!(!text.contains("<program>:1:1"), "{text}");
 }
+
+/// Where the system gives less memory than the budget allows (`ulimit -v` here), a program is
+/// refused with E0601 and exit 1, never aborted (SIGABRT): parameters are drawn straight into
+/// their own buffers, the budget is asked before they are, and a buffer the system refuses
+/// anyway is an error naming its tensor (or, deep in a kernel, the bytes asked for).
+#[test]
+fn an_allocation_the_system_refuses_is_an_error_not_an_abort() {
+    let dir = tempfile::tempdir().unwrap();
+    let n12 = "N : 12000\nA : real[N, N]\n";
+    let cases = [
+        // The case: 549 MiB of f32 fits 600M, but its f64 copy did not fit the limit.
+        (
+            format!("{n12}A ~ normal(0, 1)\nS = A[i, j]\nS?\n"),
+            "600M",
+            "over the memory budget",
+        ),
+        (
+            "N : 20000\nA : real[N, N]\nA ~ zeros\nS = A[i, j]\nS?\n".into(),
+            "100G",
+            "`A` its 1.5 GiB",
+        ),
+        (
+            "N : 20000\nA : real[N, N]\nA ~ normal(0, 1)\nS = A[i, j]\nS?\n".into(),
+            "100G",
+            "`A` its 1.5 GiB",
+        ),
+        (
+            format!("{n12}A ~ zeros\nB[i, j] = A[i, j] + 1\nS = B[i, j]\nS?\n"),
+            "100G",
+            "would not give",
+        ),
+    ];
+    for (src, budget, says) in cases {
+        common::write(dir.path(), "main.tl", &src);
+        let script = format!(
+            "ulimit -v 1000000; exec '{}' run main.tl --max-memory {budget}",
+            env!("CARGO_BIN_EXE_tl")
+        );
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{src}: {err}");
+        assert!(
+            err.contains("error[E0601]") && err.contains(says),
+            "{src}: {err}"
+        );
+    }
+}

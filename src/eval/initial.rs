@@ -12,7 +12,8 @@ pub(crate) fn empty(info: &TensorInfo, o: &EvalOptions) -> Result<Tensor, Diagno
         return Ok(Tensor::sparse(info.elem, info.shape.clone()));
     }
     fits_dense(info, o)?;
-    Ok(Tensor::zeros(info.elem, info.shape.clone()))
+    Tensor::try_zeros(info.elem, info.shape.clone())
+        .map_err(|e| crate::semantics::budget::not_given(info, e, o.max_memory).into())
 }
 
 /// E0601 when the dense tensors `dense` keeps (all that are not sparse by kind, less those a

@@ -1,7 +1,7 @@
 //! §15: one memory budget for the whole evaluation. The dense tensors of a program are alive
 //! together (an evaluation keeps every value until it ends), so their sizes add up; on top
-//! comes the scratch of the largest one, which parameter set-up and loop-nest sums hold as
-//! f64 while they fill it. A program whose total is over `--max-memory` is refused before
+//! comes the scratch of the largest one, which a dense equation holds as f64 while it fills
+//! it. A program whose total is over `--max-memory` is refused before
 //! evaluation allocates anything, naming its largest tensors, rather than growing until the
 //! operating system's out-of-memory killer ends it.
 
@@ -18,8 +18,8 @@ struct Need {
 
 impl Need {
     /// The tensors of a checked program that `dense` says are stored densely, by their
-    /// final shapes.
-    fn of(tensors: &[TensorInfo], dense: &dyn Fn(usize) -> bool) -> Need {
+    /// final shapes; with the scratch of the largest where `scratch`.
+    fn of(tensors: &[TensorInfo], dense: &dyn Fn(usize) -> bool, scratch: bool) -> Need {
         let mut sized: Vec<(usize, u128, u128)> = tensors
             .iter()
             .enumerate()
@@ -34,7 +34,10 @@ impl Need {
             })
             .collect();
         sized.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        let scratch = sized.iter().map(|s| s.2).max().unwrap_or(0);
+        let scratch = match scratch {
+            true => sized.iter().map(|s| s.2).max().unwrap_or(0),
+            false => 0,
+        };
         Need {
             tensors: sized.into_iter().map(|(k, b, _)| (k, b)).collect(),
             scratch,
@@ -66,7 +69,22 @@ pub fn check(
     dense: &dyn Fn(usize) -> bool,
     budget: u64,
 ) -> Option<Diagnostic> {
-    let need = Need::of(tensors, dense);
+    refuse(tensors, Need::of(tensors, dense, true), budget)
+}
+
+/// E0601 when the dense tensors `alive` says are held at once (dense data, and parameters
+/// about to be drawn) need more than `budget` bytes: the checker asks this before it draws
+/// a parameter, so that a program over the budget is refused, not aborted by a failed
+/// allocation.
+pub fn check_alive(
+    tensors: &[TensorInfo],
+    alive: &dyn Fn(usize) -> bool,
+    budget: u64,
+) -> Option<Diagnostic> {
+    refuse(tensors, Need::of(tensors, alive, false), budget)
+}
+
+fn refuse(tensors: &[TensorInfo], need: Need, budget: u64) -> Option<Diagnostic> {
     let total = need.total();
     if total <= budget as u128 {
         return None;
@@ -92,17 +110,37 @@ pub fn check(
             ),
         )
         .with_label("the largest")
-        .with_note(format!(
-            "largest: {}; and {} of scratch while the largest is filled",
-            named.join(", "),
-            bytes(need.scratch)
-        ))
+        .with_note(match need.scratch {
+            0 => format!("largest: {}", named.join(", ")),
+            scratch => format!(
+                "largest: {}; and {} of scratch while the largest is filled",
+                named.join(", "),
+                bytes(scratch)
+            ),
+        })
         .with_note(
             "make it smaller (`--set` its sizes), use a sparse formulation (a relation, or \
              `max=`/`min=` over defined elements), train in batches (`tl train --batch \
              Domain:N`), or raise `--max-memory`",
         ),
     )
+}
+
+/// E0601 for a dense buffer the system would not give, though the budget let it through
+/// (a `--max-memory` above what the machine has, or memory taken since the budget was read):
+/// an error, where the allocation would otherwise abort the process.
+pub fn not_given(t: &TensorInfo, e: crate::tensor::AllocError, budget: u64) -> Diagnostic {
+    Diagnostic::error(
+        codes::MEMORY,
+        t.span,
+        format!(
+            "the system would not give `{}` its {} (the memory budget of {} allowed it)",
+            t.name,
+            bytes(e.bytes()),
+            bytes(budget as u128)
+        ),
+    )
+    .with_note("lower `--max-memory` to what this machine has free, or make the tensor smaller")
 }
 
 /// `b` bytes as a person reads them: `3.4 GiB`.

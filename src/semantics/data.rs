@@ -505,6 +505,19 @@ impl<'a> Ctx<'a> {
 
     /// A dense tensor of zeros, or an error if it would exceed `--max-memory`.
     pub(super) fn dense_zeros(&mut self, info: &TensorInfo) -> Option<Tensor> {
+        if !self.fits_dense(info) {
+            return None;
+        }
+        Tensor::try_zeros(info.elem, info.shape.clone())
+            .map_err(|e| {
+                let budget = self.input.settings.max_memory;
+                self.diags.push(super::budget::not_given(info, e, budget))
+            })
+            .ok()
+    }
+
+    /// Whether `info` fits `--max-memory` as a dense tensor; an error where it does not.
+    pub(super) fn fits_dense(&mut self, info: &TensorInfo) -> bool {
         let n: u128 = info.shape.iter().map(|&d| d as u128).product();
         let bytes = n.saturating_mul(info.elem.dense_bytes());
         if bytes > self.input.settings.max_memory as u128 {
@@ -516,9 +529,9 @@ impl<'a> Ctx<'a> {
                 )
                 .with_note("use a sparse formulation: a Boolean relation written with parentheses, or element facts"),
             );
-            return None;
+            return false;
         }
-        Some(Tensor::zeros(info.elem, info.shape.clone()))
+        true
     }
 
     /// Where value `v` (a constant's [`Ctx::const_position`]) is stored on axis `ax` of

@@ -56,13 +56,26 @@ impl Ctx<'_> {
     ) -> Vec<usize> {
         let program = self.program;
         let mut params = Vec::new();
+        let is_param = |ctx: &Self, t: usize, data: &[Option<Tensor>]| {
+            let d = &ctx.tensors[t];
+            data[t].is_none()
+                && !has_equations[t]
+                && (d.declared.is_some() || d.init.is_some())
+                && infos[t].kind != Kind::Bool
+        };
+        // Parameters and dense data are alive together (§15): refused before any parameter
+        // is allocated, rather than aborting when an allocation fails.
+        let held = |t: usize| {
+            is_param(self, t, data)
+                || matches!(&data[t], Some(x) if matches!(x.storage, crate::tensor::Storage::Dense(_)))
+        };
+        if let Some(d) = super::budget::check_alive(infos, &held, self.input.settings.max_memory) {
+            self.diags.push(d);
+            return params;
+        }
         for (t, info) in infos.iter().enumerate() {
             let d = &self.tensors[t];
-            if data[t].is_some()
-                || has_equations[t]
-                || (d.declared.is_none() && d.init.is_none())
-                || info.kind == Kind::Bool
-            {
+            if !is_param(self, t, data) {
                 continue;
             }
             if d.declared.is_none() {
@@ -128,22 +141,24 @@ impl Ctx<'_> {
                 }
                 None => ("zeros".to_string(), Vec::new(), info.span),
             };
-            let Some(mut tensor) = self.dense_zeros(info) else {
+            if !self.fits_dense(info) {
                 continue;
-            };
-            let n: usize = info.shape.iter().product();
+            }
             let mut rng =
                 rand_chacha::ChaCha8Rng::seed_from_u64(self.input.settings.seed ^ fnv(&info.name));
-            let values: Vec<f64> = match (dist.as_str(), args.as_slice()) {
-                ("zeros", []) => vec![0.0; n],
-                ("ones", []) => vec![1.0; n],
+            let (elem, shape) = (info.elem, info.shape.clone());
+            let n: usize = shape.iter().product();
+            // Drawn straight into the tensor's own buffer, in its element type.
+            let tensor = match (dist.as_str(), args.as_slice()) {
+                ("zeros", []) => Tensor::try_zeros(elem, shape),
+                ("ones", []) => Tensor::generated(elem, shape, std::iter::repeat_n(1.0, n)),
                 ("normal", [m, s]) if *s >= 0.0 && s.is_finite() => match Normal::new(*m, *s) {
-                    Ok(nd) => (0..n).map(|_| nd.sample(&mut rng)).collect(),
-                    Err(_) => vec![*m; n],
+                    Ok(nd) => Tensor::generated(elem, shape, (0..n).map(|_| nd.sample(&mut rng))),
+                    Err(_) => Tensor::generated(elem, shape, std::iter::repeat_n(*m, n)),
                 },
                 ("uniform", [a, b]) if a < b => {
                     let u = Uniform::new(*a, *b);
-                    (0..n).map(|_| u.sample(&mut rng)).collect()
+                    Tensor::generated(elem, shape, (0..n).map(|_| u.sample(&mut rng)))
                 }
                 _ => {
                     self.diags.push(
@@ -160,9 +175,14 @@ impl Ctx<'_> {
                     continue;
                 }
             };
-            if let Ok(t2) = Tensor::dense(info.elem, info.shape.clone(), values) {
-                tensor = t2;
-            }
+            let tensor = match tensor {
+                Ok(tensor) => tensor,
+                Err(e) => {
+                    let budget = self.input.settings.max_memory;
+                    self.diags.push(super::budget::not_given(info, e, budget));
+                    continue;
+                }
+            };
             data[t] = Some(tensor);
         }
         params

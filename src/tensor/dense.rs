@@ -199,6 +199,47 @@ impl Dense {
         }
     }
 
+    /// `n` zeros of type `elem`, `None` where the allocation fails (the budget of §15 let
+    /// it through, but the system has less): the caller reports it rather than aborting.
+    /// Zeroed by the allocator, so untouched pages cost nothing, as with `vec![0; n]`.
+    pub fn try_zeros(elem: ElemType, n: usize) -> Option<Dense> {
+        fn try_zeroed_vec<T: bytemuck::Zeroable>(n: usize) -> Result<Vec<T>, ()> {
+            super::fallible::handled(|| bytemuck::allocation::try_zeroed_vec(n))
+        }
+        Some(match elem {
+            ElemType::F32 => Dense::F32(own(try_zeroed_vec(n).ok()?)),
+            ElemType::BF16 => Dense::BF16(own(try_zeroed_vec(n).ok()?)),
+            ElemType::F16 => Dense::F16(own(try_zeroed_vec(n).ok()?)),
+            ElemType::FP8 => Dense::FP8(own(try_zeroed_vec(n).ok()?)),
+            ElemType::I8 => Dense::I8(own(try_zeroed_vec(n).ok()?)),
+            ElemType::F64 | ElemType::Int | ElemType::Bool => {
+                Dense::F64(own(try_zeroed_vec(n).ok()?))
+            }
+        })
+    }
+
+    /// The first `n` of `values` rounded to `elem`, written straight into its buffer (a
+    /// parameter of a billion f32 elements is drawn into one 4 GB buffer, with no f64 copy
+    /// first); `None` where the allocation fails.
+    pub fn generated(elem: ElemType, n: usize, values: impl Iterator<Item = f64>) -> Option<Dense> {
+        fn filled<T>(n: usize, values: impl Iterator<Item = T>) -> Option<Vec<T>> {
+            let mut v = Vec::new();
+            super::fallible::handled(|| v.try_reserve_exact(n)).ok()?;
+            v.extend(values.take(n));
+            Some(v)
+        }
+        Some(match elem {
+            ElemType::F32 => Dense::F32(own(filled(n, values.map(|v| v as f32))?)),
+            ElemType::BF16 => Dense::BF16(own(filled(n, values.map(bf16::from_f64))?)),
+            ElemType::F16 => Dense::F16(own(filled(n, values.map(f16::from_f64))?)),
+            ElemType::FP8 => Dense::FP8(own(filled(n, values.map(fp8_encode))?)),
+            ElemType::I8 => Dense::I8(own(filled(n, values.map(|v| ElemType::I8.round(v) as i8))?)),
+            ElemType::F64 | ElemType::Int | ElemType::Bool => {
+                Dense::F64(own(filled(n, values.map(|v| elem.round(v)))?))
+            }
+        })
+    }
+
     /// f32 values kept as they are (they are exact as f32).
     pub fn from_f32(values: Vec<f32>) -> Dense {
         Dense::F32(own(values))

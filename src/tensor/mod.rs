@@ -5,6 +5,7 @@
 //! pass through the API as f64 and are rounded to the element type on every store.
 
 mod dense;
+pub mod fallible;
 mod sparse;
 mod values;
 
@@ -301,6 +302,22 @@ pub struct Tensor {
     pub storage: Storage,
 }
 
+/// A dense buffer the system would not give, though the memory budget let it through.
+#[derive(Clone, Copy, Debug)]
+pub struct AllocError {
+    /// The element type asked for.
+    pub elem: ElemType,
+    /// How many elements.
+    pub n: usize,
+}
+
+impl AllocError {
+    /// The bytes asked for.
+    pub fn bytes(&self) -> u128 {
+        (self.n as u128).saturating_mul(self.elem.dense_bytes())
+    }
+}
+
 impl Tensor {
     /// A dense tensor; `values` are rounded to `elem`. Fails if the length does not fit.
     pub fn dense(elem: ElemType, shape: Vec<usize>, values: Vec<f64>) -> Result<Tensor, String> {
@@ -320,6 +337,33 @@ impl Tensor {
             elem,
             shape,
             storage: Storage::Dense(Dense::from_f64_slice(elem, values)),
+        })
+    }
+
+    /// A dense tensor of the `shape`'s element count of `values`, each rounded to `elem`
+    /// as it is stored (no f64 copy of the whole); an error where the allocation fails.
+    pub fn generated(
+        elem: ElemType,
+        shape: Vec<usize>,
+        values: impl Iterator<Item = f64>,
+    ) -> Result<Tensor, AllocError> {
+        let n: usize = shape.iter().product();
+        let dense = Dense::generated(elem, n, values).ok_or(AllocError { elem, n })?;
+        Ok(Tensor {
+            elem,
+            shape,
+            storage: Storage::Dense(dense),
+        })
+    }
+
+    /// [`Tensor::zeros`], or an error where the allocation fails.
+    pub fn try_zeros(elem: ElemType, shape: Vec<usize>) -> Result<Tensor, AllocError> {
+        let n: usize = shape.iter().product();
+        let dense = Dense::try_zeros(elem, n).ok_or(AllocError { elem, n })?;
+        Ok(Tensor {
+            elem,
+            shape,
+            storage: Storage::Dense(dense),
         })
     }
 

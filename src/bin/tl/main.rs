@@ -2,15 +2,13 @@
 //!
 //! Exit codes: 0 success, 1 an error in the program or its data, 2 wrong usage.
 
+mod alloc;
 mod repl;
 mod train;
 mod watch;
 
-/// mimalloc keeps freed large blocks for reuse: repeated evaluations and training steps
-/// allocate tensors of the same sizes, which the system allocator returns to the kernel and
-/// faults back in page by page.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: alloc::Refusing = alloc::Refusing;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::{Path, PathBuf};
