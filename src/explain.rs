@@ -155,12 +155,17 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
                                 if n == 1 { "" } else { "s" }
                             ),
                         };
-                        let chunk = match (c.chunk, c.out.first()) {
+                        let mut chunk = match (c.chunk, c.out.first()) {
                             (Some(rows), Some(&v)) => {
                                 format!(", in blocks of {rows} {}", eq.vars[v].name)
                             }
                             _ => String::new(),
                         };
+                        if c.factors.len() > 2 {
+                            let largest = c.largest_intermediate();
+                            chunk
+                                .push_str(&format!(", largest intermediate {largest:.0} elements"));
+                        }
                         let _ = writeln!(
                             out,
                             "    term {}: {} [{kernel}{chunk}]",
@@ -872,7 +877,7 @@ mod tests {
         let text = explain_source(src);
         assert!(
             text.contains(
-                "term 1: (A · (B · X)) [2 f32 GEMMs]\n    1.510e4 FLOPs, the rest in one pass"
+                "term 1: (A · (B · X)) [2 f32 GEMMs, largest intermediate 50 elements]\n    1.510e4 FLOPs, the rest in one pass"
             ),
             "{text}"
         );

@@ -756,3 +756,18 @@ fn tabulated_parts_match_the_reference_bit_for_bit() {
         }
     }
 }
+
+/// A tensor network of many factors is contracted along a path, never as a loop nest over
+/// every point: the product of sixty 2×2 shears is computed at once (as a loop nest it would
+/// visit 2⁶¹ points), exactly, and the same for every thread count.
+#[test]
+fn a_product_of_sixty_matrices_is_contracted_along_a_path() {
+    let chain: Vec<String> = (0..60).map(|k| format!("A[i{k}, i{}]", k + 1)).collect();
+    let src = format!("A = [[1, 1], [0, 1]]\nY[i0, i60] = {}\n", chain.join(" "));
+    for threads in [1, 2] {
+        assert_eq!(
+            tensor(&src, &Standard, threads, "Y"),
+            vec![1.0, 60.0, 0.0, 1.0]
+        );
+    }
+}

@@ -12,6 +12,7 @@ use crate::semantics::{
     Checked, Equation, Family, Func, IndexFn, Kind, Node, Stratum, TensorId, VarId,
 };
 use crate::syntax::ast::{ArithOp, BinOp, CmpOp};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One factor: a dense tensor read at plain, distinct variables, or through a window.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,12 +68,46 @@ pub enum Path {
 }
 
 impl Path {
-    /// The factors under this node, as a bitmask (what [`kept`] takes).
-    pub fn factors(&self) -> u32 {
+    /// The factors under this node (what [`kept`] takes).
+    pub fn factors(&self) -> FactorSet {
         match self {
-            Path::Leaf(k) => 1 << k,
-            Path::Pair(a, b) => a.factors() | b.factors(),
+            Path::Leaf(k) => FactorSet::one(*k),
+            Path::Pair(a, b) => a.factors().union(&b.factors()),
         }
+    }
+}
+
+/// A set of a term's factors, of any number (tensor networks have hundreds).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FactorSet(Vec<u64>);
+
+impl FactorSet {
+    /// Factor `k` alone.
+    pub fn one(k: usize) -> FactorSet {
+        let mut words = vec![0; k / 64 + 1];
+        words[k / 64] = 1 << (k % 64);
+        FactorSet(words)
+    }
+
+    /// The factors whose bits `mask` sets.
+    fn of_mask(mask: u32) -> FactorSet {
+        FactorSet(vec![u64::from(mask)])
+    }
+
+    /// Both sets' factors.
+    pub fn union(&self, other: &FactorSet) -> FactorSet {
+        let (long, short) = match self.0.len() >= other.0.len() {
+            true => (self, other),
+            false => (other, self),
+        };
+        let mut words = long.0.clone();
+        words.iter_mut().zip(&short.0).for_each(|(w, o)| *w |= o);
+        FactorSet(words)
+    }
+
+    /// Whether factor `k` is in the set.
+    pub fn contains(&self, k: usize) -> bool {
+        self.0.get(k / 64).is_some_and(|w| w & (1 << (k % 64)) != 0)
     }
 }
 
@@ -120,11 +155,25 @@ impl Contraction {
                 .map(|&v| self.extents[v] as f64)
                 .product::<f64>()
         };
-        let size = volume(&kept(self, path.factors()));
+        let size = volume(&kept(self, &path.factors()));
         match path {
             Path::Leaf(k) => volume(&self.factors[*k].vars) + size,
             Path::Pair(a, b) => self.intermediates(a) + self.intermediates(b) + size,
         }
+    }
+
+    /// Elements of the largest result of a pairwise contraction of its path (what a
+    /// tensor network's path is judged by beside its FLOPs), 0 with fewer than two factors.
+    pub fn largest_intermediate(&self) -> f64 {
+        fn largest(c: &Contraction, path: &Path) -> f64 {
+            match path {
+                Path::Leaf(_) => 0.0,
+                Path::Pair(a, b) => volume(c, &kept(c, &path.factors()))
+                    .max(largest(c, a))
+                    .max(largest(c, b)),
+            }
+        }
+        self.path.as_ref().map_or(0.0, |p| largest(self, p))
     }
 
     /// A copy for evaluating part of the term (a block of rows), without the gradient
@@ -515,8 +564,10 @@ fn dense_equation(p: &Checked, e: usize, eq: &Equation, sparse: &[bool]) -> Opti
     };
     for c in &mut terms {
         c.single = narrow(eq.target) && c.factors.iter().all(|f| narrow(f.tensor));
-        // The gradient einsums run in the term's own precision.
-        if c.sparse.is_none() {
+        // The gradient einsums run in the term's own precision; a program without
+        // parameters is never trained, so it plans none (a network of a hundred factors
+        // would plan a hundred paths for nothing).
+        if c.sparse.is_none() && !p.params.is_empty() {
             c.gradients = (0..c.factors.len())
                 .map(|j| gradient_term(c, j, &c.out))
                 .collect();
@@ -806,8 +857,7 @@ fn expr(
                     .any(|f| f.vars.contains(&v))
             };
             let empty = c.factors.is_empty() && c.sparse.is_none();
-            // Sets of factors are u32 bitmasks.
-            if empty || c.factors.len() > MAX_FACTORS || !summed(n).into_iter().all(read) {
+            if empty || !summed(n).into_iter().all(read) {
                 return None;
             }
             c.out = out.iter().copied().filter(|&v| read(v)).collect();
@@ -1197,10 +1247,10 @@ pub fn affine(f: &IndexFn) -> Option<(Vec<(VarId, i64)>, i64)> {
 
 /// Variables of a set of factors (a bitmask) still needed after contracting them: those of
 /// the output, of the relation, and of the factors outside the set.
-pub fn kept(c: &Contraction, set: u32) -> Vec<VarId> {
+pub fn kept(c: &Contraction, set: &FactorSet) -> Vec<VarId> {
     let mut vs: Vec<VarId> = Vec::new();
     for (k, f) in c.factors.iter().enumerate() {
-        if set & (1 << k) != 0 {
+        if set.contains(k) {
             for &v in &f.vars {
                 if !vs.contains(&v) {
                     vs.push(v);
@@ -1213,7 +1263,7 @@ pub fn kept(c: &Contraction, set: u32) -> Vec<VarId> {
             || c.factors
                 .iter()
                 .enumerate()
-                .any(|(k, f)| set & (1 << k) == 0 && f.vars.contains(v))
+                .any(|(k, f)| !set.contains(k) && f.vars.contains(v))
     });
     vs.sort_unstable();
     vs
@@ -1266,9 +1316,6 @@ fn volume(c: &Contraction, vars: &[VarId]) -> f64 {
     vars.iter().map(|&v| c.extents[v] as f64).product()
 }
 
-/// The most dense factors one term may have (more go to the reference loops).
-const MAX_FACTORS: usize = 32;
-
 /// Factors up to this many get the optimal order (dynamic programming over subsets, as
 /// opt_einsum's `optimal`); more get a greedy one.
 const OPTIMAL_UP_TO: usize = 10;
@@ -1277,7 +1324,7 @@ const OPTIMAL_UP_TO: usize = 10;
 fn best_path(c: &Contraction) -> (Path, f64) {
     let n = c.factors.len();
     if n > OPTIMAL_UP_TO {
-        return greedy_path(c);
+        return sampled_greedy_path(c);
     }
     let full = (1u32 << n) - 1;
     let mut best: Vec<Option<(f64, Path)>> = vec![None; 1 << n];
@@ -1298,8 +1345,8 @@ fn best_path(c: &Contraction) -> (Path, f64) {
             if a & low != 0 {
                 let b = set & !a;
                 if let (Some((ca, pa)), Some((cb, pb))) = (&best[a as usize], &best[b as usize]) {
-                    let mut vars = kept(c, a);
-                    for v in kept(c, b) {
+                    let mut vars = kept(c, &FactorSet::of_mask(a));
+                    for v in kept(c, &FactorSet::of_mask(b)) {
                         if !vars.contains(&v) {
                             vars.push(v);
                         }
@@ -1325,38 +1372,244 @@ fn best_path(c: &Contraction) -> (Path, f64) {
         .unwrap_or((Path::Leaf(0), 0.0))
 }
 
-/// Repeatedly contracts the pair whose result is smallest (ties: fewest FLOPs, then order).
-fn greedy_path(c: &Contraction) -> (Path, f64) {
-    let mut parts: Vec<(u32, Path)> = (0..c.factors.len())
-        .map(|k| (1u32 << k, Path::Leaf(k)))
-        .collect();
+/// Repeatedly contracts the pair whose result is smallest against its operands (ties:
+/// fewest FLOPs, then the earlier pair), among the pairs that share a variable, as
+/// opt_einsum's greedy does; parts that share none (a disconnected network) are joined
+/// last, by the same rule over all pairs. Hundreds of factors plan in milliseconds: each
+/// part keeps its variables, each variable the parts that hold it, and a pair's score is
+/// computed again only when a contraction changed who holds one of its variables.
+fn greedy_path(c: &Contraction, noise: Option<Noise>) -> (Path, f64) {
+    let mut g = Greedy::new(c, noise);
     let mut flops: f64 = c.factors.iter().map(|f| volume(c, &f.vars)).sum();
-    while parts.len() > 1 {
-        let mut pick = (0, 1, f64::INFINITY, f64::INFINITY);
-        for i in 0..parts.len() {
-            for j in i + 1..parts.len() {
-                let both = parts[i].0 | parts[j].0;
-                let size = volume(c, &kept(c, both));
-                let mut vars = kept(c, parts[i].0);
-                for v in kept(c, parts[j].0) {
-                    if !vars.contains(&v) {
-                        vars.push(v);
-                    }
+    while g.live() > 1 {
+        g.score_stale();
+        let pick = g.cheapest().or_else(|| g.cheapest_of_all());
+        let Some((i, j)) = pick else {
+            break;
+        };
+        flops += g.merge(i, j);
+    }
+    let path = g.parts.into_iter().rev().flatten().next().map(|p| p.path);
+    (path.unwrap_or(Path::Leaf(0)), flops)
+}
+
+/// Greedy paths whose FLOPs pass this are searched further.
+const SEARCH_ABOVE_FLOPS: f64 = 1e8;
+
+/// How many perturbed greedy paths such a term tries.
+const SEARCH_TRIALS: u64 = 32;
+
+/// The greedy path, and where its FLOPs justify a search (a contraction of 10⁸ FLOPs takes
+/// tens of milliseconds, a greedy path of a hundred factors about one), the cheapest of
+/// [`SEARCH_TRIALS`] more whose choices are perturbed as opt_einsum's `random-greedy`
+/// perturbs them (Gumbel noise on each pair's score, so the pair taken is drawn with
+/// Boltzmann weights). The generator is seeded by the trial's number: the same term always
+/// gets the same path.
+fn sampled_greedy_path(c: &Contraction) -> (Path, f64) {
+    let mut best = greedy_path(c, None);
+    if best.1 <= SEARCH_ABOVE_FLOPS {
+        return best;
+    }
+    for trial in 0..SEARCH_TRIALS {
+        let temperature = 0.05 + 0.95 * trial as f64 / SEARCH_TRIALS as f64;
+        let noise = Noise {
+            rng: rand::SeedableRng::seed_from_u64(trial),
+            temperature,
+        };
+        let found = greedy_path(c, Some(noise));
+        if found.1 < best.1 {
+            best = found;
+        }
+    }
+    best
+}
+
+/// The perturbation of a sampled greedy path.
+struct Noise {
+    rng: rand_chacha::ChaCha8Rng,
+    temperature: f64,
+}
+
+impl Noise {
+    /// A Gumbel draw scaled by the temperature and by `scale` (the sizes a pair involves).
+    fn draw(&mut self, scale: f64) -> f64 {
+        use rand::Rng;
+        let u: f64 = self.rng.gen_range(f64::MIN_POSITIVE..1.0);
+        -self.temperature * scale * (-(-u.ln()).ln())
+    }
+}
+
+/// A part of a greedy contraction: what it keeps and how it was made.
+struct Part {
+    vars: Vec<VarId>,
+    path: Path,
+}
+
+/// A pair's score: (memory the contraction adds, its FLOPs, what it keeps).
+type Score = (f64, f64, Vec<VarId>);
+
+/// The state of [`greedy_path`]. Parts are numbered in the order they are made (factors
+/// first), which breaks ties.
+struct Greedy<'a> {
+    c: &'a Contraction,
+    parts: Vec<Option<Part>>,
+    /// The live parts that hold each variable.
+    holders: Vec<Vec<usize>>,
+    /// Scores of the sharing pairs `(i, j)`, `i < j`, of live parts.
+    scores: BTreeMap<(usize, usize), Score>,
+    /// Parts whose pairs must be scored again.
+    stale: BTreeSet<usize>,
+    /// Perturbs scores, for a sampled path.
+    noise: Option<Noise>,
+}
+
+impl<'a> Greedy<'a> {
+    fn new(c: &'a Contraction, noise: Option<Noise>) -> Greedy<'a> {
+        let parts: Vec<Option<Part>> = (0..c.factors.len())
+            .map(|k| {
+                Some(Part {
+                    vars: kept(c, &FactorSet::one(k)),
+                    path: Path::Leaf(k),
+                })
+            })
+            .collect();
+        let mut holders = vec![Vec::new(); c.extents.len()];
+        for (k, p) in parts.iter().enumerate() {
+            p.iter()
+                .flat_map(|p| &p.vars)
+                .for_each(|&v| holders[v].push(k));
+        }
+        Greedy {
+            c,
+            stale: (0..parts.len()).collect(),
+            parts,
+            holders,
+            scores: BTreeMap::new(),
+            noise,
+        }
+    }
+
+    fn live(&self) -> usize {
+        self.parts.iter().flatten().count()
+    }
+
+    fn vars(&self, k: usize) -> &[VarId] {
+        self.parts[k].as_ref().map_or(&[], |p| &p.vars)
+    }
+
+    /// Scores every sharing pair with a stale part.
+    fn score_stale(&mut self) {
+        let stale = std::mem::take(&mut self.stale);
+        for &s in &stale {
+            let mut partners: Vec<usize> = self
+                .vars(s)
+                .iter()
+                .flat_map(|&v| self.holders[v].iter().copied())
+                .filter(|&h| h != s)
+                .collect();
+            partners.sort_unstable();
+            partners.dedup();
+            for h in partners {
+                let key = (s.min(h), s.max(h));
+                let mut score = self.score(key.0, key.1);
+                if let Some(noise) = &mut self.noise {
+                    let (a, b) = (self.parts[key.0].as_ref(), self.parts[key.1].as_ref());
+                    let sizes = [a, b]
+                        .iter()
+                        .flatten()
+                        .map(|p| volume(self.c, &p.vars))
+                        .sum::<f64>();
+                    score.0 += noise.draw(sizes + volume(self.c, &score.2));
                 }
-                let cost = 2.0 * volume(c, &vars);
-                if (size, cost) < (pick.2, pick.3) {
-                    pick = (i, j, size, cost);
+                self.scores.insert(key, score);
+            }
+        }
+    }
+
+    /// What contracting parts `i` and `j` adds, costs and keeps.
+    fn score(&self, i: usize, j: usize) -> Score {
+        let (a, b) = (self.vars(i), self.vars(j));
+        let mut both = a.to_vec();
+        both.extend(b.iter().filter(|v| !a.contains(v)));
+        let cost = 2.0 * volume(self.c, &both);
+        // A variable stays where the output or a third part still needs it.
+        let mut kept_vars: Vec<VarId> = both
+            .iter()
+            .copied()
+            .filter(|v| {
+                let here = usize::from(a.contains(v)) + usize::from(b.contains(v));
+                self.c.keep.contains(v) || self.holders[*v].len() > here
+            })
+            .collect();
+        kept_vars.sort_unstable();
+        // opt_einsum's "memory removed": the result's size less its operands'.
+        let grown = volume(self.c, &kept_vars) - volume(self.c, a) - volume(self.c, b);
+        (grown, cost, kept_vars)
+    }
+
+    /// The best scored pair.
+    fn cheapest(&self) -> Option<(usize, usize)> {
+        let mut best: Option<(&(usize, usize), &Score)> = None;
+        for (key, s) in &self.scores {
+            if best.is_none_or(|(_, b)| (s.0, s.1) < (b.0, b.1)) {
+                best = Some((key, s));
+            }
+        }
+        best.map(|(&key, _)| key)
+    }
+
+    /// The best pair of all live parts, where none share a variable.
+    fn cheapest_of_all(&mut self) -> Option<(usize, usize)> {
+        let live: Vec<usize> = (0..self.parts.len())
+            .filter(|&k| self.parts[k].is_some())
+            .collect();
+        let mut best: Option<((usize, usize), (f64, f64))> = None;
+        for (x, &i) in live.iter().enumerate() {
+            for &j in &live[x + 1..] {
+                let (grown, cost, _) = self.score(i, j);
+                if best.is_none_or(|(_, b)| (grown, cost) < b) {
+                    best = Some(((i, j), (grown, cost)));
                 }
             }
         }
-        let (i, j, _, cost) = pick;
-        flops += cost;
-        let (mj, pj) = parts.remove(j);
-        let (mi, pi) = parts.remove(i);
-        parts.insert(i, (mi | mj, Path::Pair(Box::new(pi), Box::new(pj))));
+        let (key, _) = best?;
+        let score = self.score(key.0, key.1);
+        self.scores.insert(key, score);
+        Some(key)
     }
-    let path = parts.pop().map(|(_, p)| p).unwrap_or(Path::Leaf(0));
-    (path, flops)
+
+    /// Contracts parts `i` and `j` into a new part; returns its FLOPs.
+    fn merge(&mut self, i: usize, j: usize) -> f64 {
+        let Some((_, cost, kept_vars)) = self.scores.remove(&(i, j)) else {
+            return 0.0;
+        };
+        let (Some(a), Some(b)) = (self.parts[i].take(), self.parts[j].take()) else {
+            return cost;
+        };
+        let new = self.parts.len();
+        let touched: Vec<VarId> = a.vars.iter().chain(&b.vars).copied().collect();
+        for &v in &touched {
+            self.holders[v].retain(|&h| h != i && h != j);
+        }
+        for &v in &kept_vars {
+            self.holders[v].push(new);
+        }
+        self.parts.push(Some(Part {
+            vars: kept_vars,
+            path: Path::Pair(Box::new(a.path), Box::new(b.path)),
+        }));
+        // Who holds a touched variable changed: every pair of such holders scores anew.
+        let mut stale: BTreeSet<usize> = touched
+            .iter()
+            .flat_map(|&v| self.holders[v].iter().copied())
+            .collect();
+        stale.insert(new);
+        self.scores.retain(|&(x, y), _| {
+            x != i && x != j && y != i && y != j && !stale.contains(&x) && !stale.contains(&y)
+        });
+        self.stale = stale;
+        cost
+    }
 }
 
 #[cfg(test)]
@@ -1452,14 +1705,69 @@ mod tests {
     }
 
     #[test]
-    fn recursion_two_relations_divided_reads_and_unfilled_concats_are_not() {
-        // One summed term of 33 factors is more than a u32 set of factors holds: it runs as
-        // an elementwise product of 33 one-factor terms, then the sum.
-        let many = format!("X : real[3]\nY = {}\n", vec!["X[j]"; 33].join(" "));
-        for d in plans(&many).into_iter().flatten().flatten() {
-            assert!(d.terms.iter().all(|c| c.factors.len() <= MAX_FACTORS));
-            assert_eq!(d.summed.len(), 1);
+    fn a_term_of_a_hundred_factors_gets_a_path() {
+        // A term of any number of factors is one contraction with a path (a tensor network
+        // of a hundred is never a loop nest over every point).
+        let chain: Vec<String> = (0..100).map(|k| format!("A[i{k}, i{}]", k + 1)).collect();
+        let many = format!("A : real[2, 2]\nY[i0, i100] = {}\n", chain.join(" "));
+        let d = plans(&many).into_iter().flatten().flatten().next().unwrap();
+        assert_eq!(d.terms.len(), 1);
+        assert_eq!(d.terms[0].factors.len(), 100);
+        assert!(
+            d.terms[0].path.as_ref().unwrap().factors() == FactorSet(vec![u64::MAX, (1 << 36) - 1])
+        );
+    }
+
+    /// An L×L lattice of tensors with bonds of extent `d`, summed to a scalar: one term.
+    fn lattice(l: usize, d: usize) -> Contraction {
+        let mut src = format!("D : {d}\n");
+        let mut factors = Vec::new();
+        for r in 0..l {
+            for c in 0..l {
+                let mut bonds = Vec::new();
+                if c + 1 < l {
+                    bonds.push(format!("h{r}x{c}"));
+                }
+                if c > 0 {
+                    bonds.push(format!("h{r}x{}", c - 1));
+                }
+                if r + 1 < l {
+                    bonds.push(format!("v{r}x{c}"));
+                }
+                if r > 0 {
+                    bonds.push(format!("v{}x{c}", r - 1));
+                }
+                let shape = vec!["D"; bonds.len()].join(", ");
+                src.push_str(&format!("T{r}x{c} : real[{shape}]\n"));
+                factors.push(format!("T{r}x{c}[{}]", bonds.join(", ")));
+            }
         }
+        src.push_str(&format!("S = {}\n", factors.join(" ")));
+        let mut d = plans(&src).into_iter().flatten().flatten();
+        d.next().unwrap().terms.remove(0)
+    }
+
+    #[test]
+    fn a_costly_greedy_path_is_searched_further_and_never_made_worse() {
+        let c = lattice(5, 8);
+        let greedy = greedy_path(&c, None);
+        assert!(greedy.1 > SEARCH_ABOVE_FLOPS, "{}", greedy.1);
+        let searched = sampled_greedy_path(&c);
+        assert!(searched.1 < greedy.1, "{} vs {}", searched.1, greedy.1);
+        assert_eq!(
+            c.path.as_ref(),
+            Some(&searched.0),
+            "the plan holds the searched path"
+        );
+        assert_eq!(
+            sampled_greedy_path(&c),
+            searched,
+            "the same term gets the same path"
+        );
+    }
+
+    #[test]
+    fn recursion_two_relations_divided_reads_and_unfilled_concats_are_not() {
         // A `concat` whose parts fill the variable they make runs over them.
         let filled = plans("S : real[3, 4]\nP[k] = concat(S[i, j])\n");
         let grid = filled[0]

@@ -169,8 +169,8 @@ pub(super) fn node<'a, T: Num>(
     match path {
         Path::Leaf(k) => leaf(*k),
         Path::Pair(a, b) => {
-            let keep = kept(c, path.factors());
-            let (in_a, in_b) = (kept(c, a.factors()), kept(c, b.factors()));
+            let keep = kept(c, &path.factors());
+            let (in_a, in_b) = (kept(c, &a.factors()), kept(c, &b.factors()));
             let summed: Vec<VarId> = in_a
                 .iter()
                 .filter(|v| in_b.contains(v) && !keep.contains(v))

@@ -1,0 +1,112 @@
+"""Tensor networks from the `einsum-benchmark` package's generators, each one Tensor Logic
+equation, against opt_einsum's greedy path (NumPy backend) in the same run.
+
+    python3 bench/einsum/run.py            # needs numpy, opt_einsum, einsum_benchmark[generators]
+
+For each instance: writes its tensors as .npy and the equation as a .tl program, runs
+`tl run --threads 1 --precision f64` (best of 3, whole process) and the same program with
+`S = 1` in place of the equation (process start, reading the files, checking: the
+baseline), times `opt_einsum.contract(..., optimize='greedy')` (best of 3, in process, path
+search included), checks the two answers agree (relative 1e-6), and prints the FLOPs of
+both paths (tl's from `tl explain`: it counts every pairwise contraction as twice its
+points, opt_einsum only those that sum a variable, so tl's count is never the smaller for
+the same path). "tl s" is the whole process less the baseline.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import opt_einsum
+from einsum_benchmark.generators import random as rnd, structured
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TL = os.path.join(ROOT, "target", "release", "tl")
+
+INSTANCES = [
+    ("random 3-regular, 40 tensors", lambda: rnd.regular(40, 3, seed=0)),
+    ("random 3-regular, 100 tensors", lambda: rnd.regular(100, 3, seed=0)),
+    ("tree, 30 tensors", lambda: structured.tree(30, seed=1)),
+    ("tree, 60 tensors", lambda: structured.tree(60, seed=1)),
+    ("lattice 6x6", lambda: structured.lattice((6, 6), seed=0)),
+    ("lattice 10x10", lambda: structured.lattice((10, 10), seed=0)),
+    ("matrix chain, 20", lambda: structured.matrix_chain(20, 10, 200, seed=0)),
+]
+
+
+def program(eq, shapes, folder):
+    """The equation as a Tensor Logic program over .npy files; returns its text."""
+    ins, out = eq.split("->")
+    names = {}
+
+    def var(ch):
+        names.setdefault(ch, f"i{len(names)}")
+        return names[ch]
+
+    rng = np.random.default_rng(0)
+    arrays = []
+    lines = []
+    factors = []
+    for k, (term, shape) in enumerate(zip(ins.split(","), shapes)):
+        a = rng.uniform(0.5, 1.0, size=shape).astype(np.float32)
+        arrays.append(a)
+        if len(term) == 0:
+            lines.append(f"T{k} = {float(a)}")
+            factors.append(f"T{k}")
+            continue
+        np.save(os.path.join(folder, f"t{k}.npy"), a)
+        lines.append(f'T{k} = "t{k}.npy"')
+        factors.append(f"T{k}[{', '.join(var(c) for c in term)}]")
+    head = f"S[{', '.join(var(c) for c in out)}]" if out else "S"
+    lines.append(f"{head} = {' '.join(factors)}")
+    lines.append("S?")
+    return "\n".join(lines) + "\n", arrays
+
+
+def best(f, n=3):
+    times = []
+    out = None
+    for _ in range(n):
+        t = time.perf_counter()
+        out = f()
+        times.append(time.perf_counter() - t)
+    return min(times), out
+
+
+def main():
+    print("| instance | tensors | tl s (process) | tl s (less start and load) | opt_einsum greedy s | ratio | tl FLOPs / greedy FLOPs | agree |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, make in INSTANCES:
+        eq, shapes = make()
+        with tempfile.TemporaryDirectory() as d:
+            text, arrays = program(eq, shapes, d)
+            path = os.path.join(d, "net.tl")
+            open(path, "w").write(text)
+            base = re.sub(r"^S(\[.*\])? = .*$", "S = 1", text, flags=re.M)
+            open(os.path.join(d, "base.tl"), "w").write(base)
+            run = lambda f: subprocess.run([TL, "run", "--threads", "1", "--precision", "f64", f], cwd=d, capture_output=True, text=True, timeout=600)
+            t_tl, out = best(lambda: run("net.tl"))
+            t_base, _ = best(lambda: run("base.tl"))
+            if out.returncode != 0:
+                print(f"| {name} | {len(shapes)} | failed: {out.stderr.strip()[:120]} | | | | | |")
+                continue
+            explain = subprocess.run([TL, "explain", "net.tl"], cwd=d, capture_output=True, text=True).stdout
+            flops = re.search(r"([0-9.e+]+) FLOPs", explain)
+            ops = [a.astype(np.float64) for a in arrays]
+            t_np, want = best(lambda: opt_einsum.contract(eq, *ops, optimize="greedy"))
+            _, info = opt_einsum.contract_path(eq, *ops, optimize="greedy")
+            got = [float(x.split("=")[-1]) for x in out.stdout.strip().splitlines()]
+            want = np.ravel(want)
+            agree = len(got) == want.size and np.allclose(got, want, rtol=1e-6)
+            ratio = f"{float(flops.group(1)) / float(info.opt_cost):.2f}" if flops else "?"
+            net = max(t_tl - t_base, 1e-4)
+            print(f"| {name} | {len(shapes)} | {t_tl:.3f} | {net:.3f} | {t_np:.3f} | {net / t_np:.2f} | {ratio} | {'yes' if agree else 'NO'} |")
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
