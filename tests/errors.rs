@@ -380,3 +380,13 @@ fn a_countdown_in_a_column_a_dense_tensor_indexes_needs_a_guard() {
     has(&err, "E0402", "4:1");
     assert!(err.contains("`Score` indexes this column"), "{err}");
 }
+
+#[test]
+fn an_endless_value_recursion_on_joins_ends_at_max_iters() {
+    // A fuzz finding: only the memory budget ended it, minutes in. A join over values takes
+    // a thousand rounds per --max-iters iteration.
+    let src = "Down(0).\nDown(x - 1) :- Down(x).\n";
+    let err = fails(src, &[], &["--max-iters", "5"]);
+    has(&err, "E0401", "2:1");
+    assert!(err.contains("after 5000 iterations"), "{err}");
+}

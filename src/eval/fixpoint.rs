@@ -26,22 +26,35 @@ pub(crate) fn iteration_cap(p: &Checked, st: &Stratum, max_iters: usize) -> usiz
     // A relation with an open column (§8) has no number of cells that bounds its rounds, and
     // a round that visits every value it holds (loop nests, the reference) costs more each
     // time: `--max-iters` ends a recursion that never does within seconds.
-    let open = st.tensors.iter().any(|&t| {
-        let info = &p.tensors[t];
-        info.domains.iter().any(|&d| p.domains[d].is_open())
-    });
-    if open {
+    if holds_values(p, st) {
         return max_iters;
     }
     join_round_cap(p, st, max_iters)
 }
 
+/// Rounds a semi-naive join over open columns may take for each `--max-iters` iteration.
+/// Such a round costs what it derives (a million rounds of one tuple each take about half a
+/// second), so the default's ten million rounds run any value recursion a program means
+/// (a loop of a million steps) and end one that never stops within seconds, where the
+/// memory budget alone would take minutes.
+pub(crate) const VALUE_ROUNDS_PER_ITERATION: usize = 1000;
+
+/// Whether a relation of the component has an open column (§8).
+pub(crate) fn holds_values(p: &Checked, st: &Stratum) -> bool {
+    st.tensors.iter().any(|&t| {
+        let info = &p.tensors[t];
+        info.domains.iter().any(|&d| p.domains[d].is_open())
+    })
+}
+
 /// The rounds a semi-naive join fixpoint may run: as [`iteration_cap`], but for relations
-/// with open columns without a bound of their own. A round there costs what it derives (a
-/// million rounds of one tuple each take half a second), so value recursions of any
-/// length run; one that never ends meets the memory budget (§15), which counts the tuples
-/// as they are derived.
+/// with open columns [`VALUE_ROUNDS_PER_ITERATION`] per iteration; one that derives ever
+/// more tuples per round meets the memory budget (§15) first, which counts the tuples as
+/// they are derived.
 pub(crate) fn join_round_cap(p: &Checked, st: &Stratum, max_iters: usize) -> usize {
+    if holds_values(p, st) {
+        return max_iters.saturating_mul(VALUE_ROUNDS_PER_ITERATION);
+    }
     if !st.tensors.iter().all(|&t| p.tensors[t].kind == Kind::Bool) {
         return max_iters;
     }

@@ -501,7 +501,13 @@ fn halted(p: &Checked, st: &Stratum, o: &EvalOptions, halt: Halt) -> Diagnostics
             st,
             super::fixpoint::join_round_cap(p, st, o.max_iters),
         )
-        .with_note("raise --max-iters: each iteration derives facts one step longer")
+        .with_note(match super::fixpoint::holds_values(p, st) {
+            false => "raise --max-iters: each iteration derives facts one step longer".to_string(),
+            true => format!(
+                "it kept computing new values; raise --max-iters if it is meant to (a join over values takes {} rounds per iteration)",
+                super::fixpoint::VALUE_ROUNDS_PER_ITERATION
+            ),
+        })
         .into(),
         Halt::Stopped => {
             let span = st.equations.first().map(|&e| p.equations[e].span);
