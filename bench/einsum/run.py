@@ -4,7 +4,7 @@ equation, against opt_einsum's greedy path (NumPy backend) in the same run.
     python3 bench/einsum/run.py            # needs numpy, opt_einsum, einsum_benchmark[generators]
 
 For each instance: writes its tensors as .npy and the equation as a .tl program, runs
-`tl run --threads 1 --precision f64` (best of 3, whole process) and the same program with
+`tl run --threads 1 --precision f64` (best of 3, whole process, writing the answer to `s.npy`) and the same program with
 `S = 1` in place of the equation (process start, reading the files, checking: the
 baseline), times `opt_einsum.contract(..., optimize='greedy')` (best of 3, in process, path
 search included), checks the two answers agree (relative 1e-6), and prints the FLOPs of
@@ -63,7 +63,7 @@ def program(eq, shapes, folder):
         factors.append(f"T{k}[{', '.join(var(c) for c in term)}]")
     head = f"S[{', '.join(var(c) for c in out)}]" if out else "S"
     lines.append(f"{head} = {' '.join(factors)}")
-    lines.append("S?")
+    lines.append('"s.npy" = S')
     return "\n".join(lines) + "\n", arrays
 
 
@@ -86,7 +86,7 @@ def main():
             text, arrays = program(eq, shapes, d)
             path = os.path.join(d, "net.tl")
             open(path, "w").write(text)
-            base = re.sub(r"^S(\[.*\])? = .*$", "S = 1", text, flags=re.M)
+            base = re.sub(r"^S(\[.*\])? = .*$", "S = 1", text, flags=re.M).replace('"s.npy" = S', "")
             open(os.path.join(d, "base.tl"), "w").write(base)
             run = lambda f: subprocess.run([TL, "run", "--threads", "1", "--precision", "f64", f], cwd=d, capture_output=True, text=True, timeout=600)
             t_tl, out = best(lambda: run("net.tl"))
@@ -99,7 +99,7 @@ def main():
             ops = [a.astype(np.float64) for a in arrays]
             t_np, want = best(lambda: opt_einsum.contract(eq, *ops, optimize="greedy"))
             _, info = opt_einsum.contract_path(eq, *ops, optimize="greedy")
-            got = [float(x.split("=")[-1]) for x in out.stdout.strip().splitlines()]
+            got = np.ravel(np.load(os.path.join(d, "s.npy")))
             want = np.ravel(want)
             agree = len(got) == want.size and np.allclose(got, want, rtol=1e-6)
             ratio = f"{float(flops.group(1)) / float(info.opt_cost):.2f}" if flops else "?"
