@@ -8,9 +8,7 @@ For each instance: writes its tensors as .npy and the equation as a .tl program,
 `S = 1` in place of the equation (process start, reading the files, checking: the
 baseline), times `opt_einsum.contract(..., optimize='greedy')` (best of 3, in process, path
 search included), checks the two answers agree (relative 1e-6), and prints the FLOPs of
-both paths (tl's from `tl explain`: it counts every pairwise contraction as twice its
-points, opt_einsum only those that sum a variable, so tl's count is never the smaller for
-the same path). "tl s" is the whole process less the baseline.
+both paths as opt_einsum counts them (tl's tree read from `tl explain`). "tl s" is the whole process less the baseline.
 """
 import json
 import os
@@ -67,6 +65,46 @@ def program(eq, shapes, folder):
     return "\n".join(lines) + "\n", arrays
 
 
+def tl_path(explain):
+    """tl's contraction trees from `tl explain` ("term 1: ((T0 · T1) · T2) [...]"; a sum over
+    groups of factors that share no summed variable is one term per group, multiplied last)
+    as an opt_einsum path (pairs of positions in the shrinking operand list), so that
+    opt_einsum counts its FLOPs the way it counts its own."""
+    trees = []
+    for line in explain.splitlines():
+        if not re.match(r"\s*term \d+:", line):
+            continue
+        tokens = re.findall(r"\(|\)|T\d+", line.split(":", 1)[1].rsplit("[", 1)[0])
+        pos = 0
+
+        def tree():
+            nonlocal pos
+            tok = tokens[pos]
+            pos += 1
+            if tok == "(":
+                a, b = tree(), tree()
+                pos += 1  # ")"
+                return (a, b)
+            return int(tok[1:])
+
+        trees.append(tree())
+    root = trees[0]
+    for t in trees[1:]:
+        root = (root, t)
+    ssa = []
+    n = len(re.findall(r"\d+", str(root)))
+
+    def walk(t):
+        if isinstance(t, int):
+            return t
+        a, b = walk(t[0]), walk(t[1])
+        ssa.append((a, b))
+        return n + len(ssa) - 1
+
+    walk(root)
+    return opt_einsum.paths.ssa_to_linear(ssa)
+
+
 def best(f, n=3):
     times = []
     out = None
@@ -95,14 +133,14 @@ def main():
                 print(f"| {name} | {len(shapes)} | failed: {out.stderr.strip()[:120]} | | | | | |")
                 continue
             explain = subprocess.run([TL, "explain", "net.tl"], cwd=d, capture_output=True, text=True).stdout
-            flops = re.search(r"([0-9.e+]+) FLOPs", explain)
             ops = [a.astype(np.float64) for a in arrays]
             t_np, want = best(lambda: opt_einsum.contract(eq, *ops, optimize="greedy"))
             _, info = opt_einsum.contract_path(eq, *ops, optimize="greedy")
             got = np.ravel(np.load(os.path.join(d, "s.npy")))
             want = np.ravel(want)
             agree = len(got) == want.size and np.allclose(got, want, rtol=1e-6)
-            ratio = f"{float(flops.group(1)) / float(info.opt_cost):.2f}" if flops else "?"
+            _, ours = opt_einsum.contract_path(eq, *ops, optimize=tl_path(explain))
+            ratio = f"{float(ours.opt_cost) / float(info.opt_cost):.2f}"
             net = max(t_tl - t_base, 1e-4)
             print(f"| {name} | {len(shapes)} | {t_tl:.3f} | {net:.3f} | {t_np:.3f} | {net / t_np:.2f} | {ratio} | {'yes' if agree else 'NO'} |")
             sys.stdout.flush()
