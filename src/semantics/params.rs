@@ -2,7 +2,7 @@
 //! values drawn from `--seed`, so that `tl run` on an untrained model is reproducible.
 
 use super::{Ctx, Kind, TensorInfo};
-use crate::diagnostics::{codes, Diagnostic};
+use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::syntax::ast::{Access, Brackets, Expr, StmtKind};
 use crate::tensor::Tensor;
 use rand::SeedableRng;
@@ -141,51 +141,60 @@ impl Ctx<'_> {
                 }
                 None => ("zeros".to_string(), Vec::new(), info.span),
             };
-            if !self.fits_dense(info) {
-                continue;
+            if let Some(tensor) = self.drawn(info, (&dist, &args, span)) {
+                data[t] = Some(tensor);
             }
-            let mut rng =
-                rand_chacha::ChaCha8Rng::seed_from_u64(self.input.settings.seed ^ fnv(&info.name));
-            let (elem, shape) = (info.elem, info.shape.clone());
-            let n: usize = shape.iter().product();
-            // Drawn straight into the tensor's own buffer, in its element type.
-            let tensor = match (dist.as_str(), args.as_slice()) {
-                ("zeros", []) => Tensor::try_zeros(elem, shape),
-                ("ones", []) => Tensor::generated(elem, shape, std::iter::repeat_n(1.0, n)),
-                ("normal", [m, s]) if *s >= 0.0 && s.is_finite() => match Normal::new(*m, *s) {
-                    Ok(nd) => Tensor::generated(elem, shape, (0..n).map(|_| nd.sample(&mut rng))),
-                    Err(_) => Tensor::generated(elem, shape, std::iter::repeat_n(*m, n)),
-                },
-                ("uniform", [a, b]) if a < b => {
-                    let u = Uniform::new(*a, *b);
-                    Tensor::generated(elem, shape, (0..n).map(|_| u.sample(&mut rng)))
-                }
-                _ => {
-                    self.diags.push(
-                        Diagnostic::error(
-                            codes::FORM,
-                            span,
-                            format!(
-                                "unknown initialisation `{dist}` with {} argument(s)",
-                                args.len()
-                            ),
-                        )
-                        .with_note("use normal(mean, std), uniform(low, high), zeros or ones"),
-                    );
-                    continue;
-                }
-            };
-            let tensor = match tensor {
-                Ok(tensor) => tensor,
-                Err(e) => {
-                    let budget = self.input.settings.max_memory;
-                    self.diags.push(super::budget::not_given(info, e, budget));
-                    continue;
-                }
-            };
-            data[t] = Some(tensor);
         }
         params
+    }
+
+    /// Parameter `info` drawn from `dist(args)` straight into its own buffer, in its element
+    /// type (no f64 copy of the whole); `None` with an error where the distribution is
+    /// unknown or the memory is not given.
+    fn drawn(
+        &mut self,
+        info: &TensorInfo,
+        (dist, args, span): (&str, &[f64], Span),
+    ) -> Option<Tensor> {
+        if !self.fits_dense(info) {
+            return None;
+        }
+        let mut rng =
+            rand_chacha::ChaCha8Rng::seed_from_u64(self.input.settings.seed ^ fnv(&info.name));
+        let (elem, shape) = (info.elem, info.shape.clone());
+        let n: usize = shape.iter().product();
+        let tensor = match (dist, args) {
+            ("zeros", []) => Tensor::try_zeros(elem, shape),
+            ("ones", []) => Tensor::generated(elem, shape, std::iter::repeat_n(1.0, n)),
+            ("normal", [m, s]) if *s >= 0.0 && s.is_finite() => match Normal::new(*m, *s) {
+                Ok(nd) => Tensor::generated(elem, shape, (0..n).map(|_| nd.sample(&mut rng))),
+                Err(_) => Tensor::generated(elem, shape, std::iter::repeat_n(*m, n)),
+            },
+            ("uniform", [a, b]) if a < b => {
+                let u = Uniform::new(*a, *b);
+                Tensor::generated(elem, shape, (0..n).map(|_| u.sample(&mut rng)))
+            }
+            _ => {
+                self.diags.push(
+                    Diagnostic::error(
+                        codes::FORM,
+                        span,
+                        format!(
+                            "unknown initialisation `{dist}` with {} argument(s)",
+                            args.len()
+                        ),
+                    )
+                    .with_note("use normal(mean, std), uniform(low, high), zeros or ones"),
+                );
+                return None;
+            }
+        };
+        tensor
+            .map_err(|e| {
+                let budget = self.input.settings.max_memory;
+                self.diags.push(super::budget::not_given(info, e, budget))
+            })
+            .ok()
     }
 }
 
