@@ -336,6 +336,10 @@ impl Session {
             if crate::string_rounds::fill(&checked, &eval, &mut tables).map_err(located)? == 0 {
                 break checked;
             }
+            let budget = options.settings.max_memory;
+            if let Some(d) = crate::string_rounds::over_budget(&checked, &tables, budget) {
+                return Err(located(d));
+            }
             round += 1;
             if round >= options.settings.max_iters {
                 return Err(located(crate::string_rounds::unsettled(&checked, round)));

@@ -145,6 +145,40 @@ impl Evaluated<'_> {
     }
 }
 
+/// How many times its tables' bytes a program that makes strings holds: each value sits
+/// in the tables, its symbol domain, the relations that hold it and the program checked
+/// with it.
+const HELD_PER_TABLE_BYTE: u64 = 4;
+
+/// E0601 when the values string calls made so far, as the program holds them, pass the
+/// memory budget (§15): a recursion whose strings multiply each round (three rules, each
+/// appending to every string) is refused before it fills the machine.
+pub(crate) fn over_budget(
+    checked: &Checked,
+    tables: &StringTables,
+    budget: u64,
+) -> Option<Diagnostics> {
+    let held = tables.bytes().saturating_mul(HELD_PER_TABLE_BYTE);
+    if held <= budget {
+        return None;
+    }
+    let span = checked.strings.last().map(|s| s.span).unwrap_or_default();
+    Some(
+        Diagnostic::error(
+            codes::MEMORY,
+            span,
+            format!(
+                "string calls made {} of values, over the memory budget of {}",
+                crate::semantics::budget::bytes(u128::from(held)),
+                crate::semantics::budget::bytes(u128::from(budget))
+            ),
+        )
+        .with_label("a call of the recursion that keeps making values")
+        .with_note("bound the recursion with a guard (`strlen(s) < 20`), or raise `--max-memory`")
+        .into(),
+    )
+}
+
 /// The error when the rounds do not settle within `rounds`.
 pub(crate) fn unsettled(checked: &Checked, rounds: usize) -> Diagnostics {
     let span = checked.strings.last().map(|s| s.span).unwrap_or_default();

@@ -390,3 +390,13 @@ fn an_endless_value_recursion_on_joins_ends_at_max_iters() {
     has(&err, "E0401", "2:1");
     assert!(err.contains("after 5000 iterations"), "{err}");
 }
+
+#[test]
+fn strings_that_multiply_each_round_meet_the_memory_budget() {
+    // A fuzz finding: three rules appending to every string tripled the strings each round,
+    // and only --max-iters rounds (minutes, gigabytes) ended them.
+    let src = "G(\"\").\nG(cat(x, \"a\")) :- G(x).\nG(cat(x, \"b\")) :- G(x).\nG(cat(x, \"c\")) :- G(x).\n";
+    let err = fails(src, &[], &["--max-memory", "20M"]);
+    has(&err, "E0601", "4:3");
+    assert!(err.contains("string calls made"), "{err}");
+}

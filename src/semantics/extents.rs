@@ -530,6 +530,23 @@ fn ranges_within(
             .saturating_mul(scale)
             .saturating_add(64)
             .min(SCAN_LIMIT);
+        // Reads that shift `v` alone (`Temp(-x)`, `Obs(t + 1, o)`) keep it in an interval,
+        // known at once: the scan below would walk to it one value at a time.
+        let shifts: Option<Vec<(i64, i64, i64)>> = constraints
+            .iter()
+            .map(|(t, ax, f)| {
+                let ext = tensors[*t].shape.get(*ax).copied().unwrap_or(0) as i64;
+                single_shift(f, v).map(|(k, c)| (k, c, ext))
+            })
+            .collect();
+        if let Some(shifts) = shifts {
+            range[v] = match valid_interval(&shifts, limit) {
+                Valid::Empty => Some(0),
+                Valid::Below(end) => Some(end as usize),
+                Valid::ToTheLimit => continue,
+            };
+            continue;
+        }
         let mut first_valid = None;
         let mut end = 0;
         let mut bounded = false;
@@ -555,6 +572,49 @@ fn ranges_within(
         range[v] = Some(end as usize);
     }
     range
+}
+
+/// Where the values `0..limit` of a variable keep every read `k·v + c` inside its extent.
+#[derive(Debug)]
+enum Valid {
+    /// Nowhere.
+    Empty,
+    /// Up to this end, which is below the limit.
+    Below(i64),
+    /// Up to the limit: nothing bounds it so.
+    ToTheLimit,
+}
+
+/// [`Valid`] for reads `(k, c, extent)`: each keeps `0 ≤ k·v + c < extent`, an interval of
+/// `v`; so does their intersection with `0..limit`. The same answer as a scan of every value.
+fn valid_interval(shifts: &[(i64, i64, i64)], limit: i64) -> Valid {
+    let (mut lo, mut hi) = (0i64, limit - 1);
+    for &(k, c, ext) in shifts {
+        let top = ext - 1 - c;
+        let (from, to) = match k {
+            0 if (0..ext).contains(&c) => continue,
+            0 => return Valid::Empty,
+            // k·v ≥ -c and k·v ≤ ext - 1 - c.
+            k if k > 0 => (
+                (-c).div_euclid(k) + i64::from((-c).rem_euclid(k) != 0),
+                top.div_euclid(k),
+            ),
+            k => {
+                let m = -k;
+                (
+                    (-top).div_euclid(m) + i64::from((-top).rem_euclid(m) != 0),
+                    c.div_euclid(m),
+                )
+            }
+        };
+        lo = lo.max(from);
+        hi = hi.min(to);
+    }
+    match (lo > hi, hi >= limit - 1) {
+        (true, _) => Valid::Empty,
+        (false, true) => Valid::ToTheLimit,
+        (false, false) => Valid::Below(hi + 1),
+    }
 }
 
 /// One more than the largest value of `v` at which every read shifting it alone stays
@@ -942,6 +1002,34 @@ mod tests {
         let t = c.tensor_id(target).unwrap();
         let eq = c.equations.iter().find(|e| e.target == t).unwrap();
         eq.vars.iter().find(|v| v.name == var).unwrap().range
+    }
+
+    #[test]
+    fn the_valid_interval_of_shifted_reads_is_what_a_scan_finds() {
+        use super::{valid_interval, Valid};
+        // Every (k, c, extent) pair of reads in a small box, against a scan of 0..limit.
+        let limit = 40;
+        let reads: Vec<(i64, i64, i64)> = (-3..=3)
+            .flat_map(|k| (-8..=8).flat_map(move |c| [0, 1, 5, 30].map(|e| (k, c, e))))
+            .collect();
+        for (a, b) in reads.iter().zip(reads.iter().rev()) {
+            let shifts = [*a, *b];
+            let valid: Vec<i64> = (0..limit)
+                .filter(|&x| {
+                    shifts
+                        .iter()
+                        .all(|&(k, c, e)| (0..e).contains(&(k * x + c)))
+                })
+                .collect();
+            let want = match (valid.first(), valid.last()) {
+                (None, _) => Valid::Empty,
+                (Some(_), Some(&l)) if l == limit - 1 => Valid::ToTheLimit,
+                (Some(_), Some(&l)) => Valid::Below(l + 1),
+                _ => unreachable!(),
+            };
+            let got = valid_interval(&shifts, limit);
+            assert_eq!(format!("{got:?}"), format!("{want:?}"), "{shifts:?}");
+        }
     }
 
     #[test]

@@ -27,6 +27,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 #[derive(Clone, Debug, Default)]
 pub struct StringTables {
     entries: Vec<BTreeMap<Vec<Value>, Option<Value>>>,
+    /// Bytes of the values held, with each entry's overhead.
+    bytes: u64,
 }
 
 impl StringTables {
@@ -40,7 +42,18 @@ impl StringTables {
         if self.entries.len() <= site {
             self.entries.resize_with(site + 1, BTreeMap::new);
         }
+        let weight = |v: &Value| match v {
+            Value::Int(_) => 8,
+            Value::Sym(t) | Value::Real(t) => 24 + t.len() as u64,
+        };
+        self.bytes += 64 + args.iter().chain(&result).map(weight).sum::<u64>();
         self.entries[site].insert(args, result);
+    }
+
+    /// Bytes the tables hold: each value is held again by its domain, its relations and
+    /// the next check's program, so a program holds a few times this.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 }
 
