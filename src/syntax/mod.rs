@@ -1,6 +1,7 @@
 //! Syntax: lexer, parser and the AST with spans.
 
 pub mod ast;
+pub mod format;
 pub mod lexer;
 pub mod parser;
 

@@ -3,6 +3,8 @@
 //! Exit codes: 0 success, 1 an error in the program or its data, 2 wrong usage.
 
 mod alloc;
+mod fmt;
+mod lsp;
 mod repl;
 mod train;
 mod watch;
@@ -88,6 +90,20 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Lay programs out in the one canonical style, in place (`-`: standard input to
+    /// standard output). Comments and blank-line groups are kept; the meaning never changes.
+    Fmt {
+        /// Program files, or `-`.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Change nothing; exit 1 if a file would be reformatted (for CI).
+        #[arg(long)]
+        check: bool,
+    },
+    /// A Language Server Protocol server on standard input and output, for editors:
+    /// diagnostics as you type, hover, go to definition, references, symbols, completion,
+    /// signature help and formatting.
+    Lsp,
     /// Type statements and queries line by line, each query answered at once.
     Repl {
         /// A program file to load first.
@@ -594,6 +610,8 @@ fn run(command: Command) -> Result<(), String> {
                 .serve_incremental(&options, &cluster)
                 .map_err(|d| render(&session, &d))
         }
+        Command::Fmt { files, check } => fmt::fmt(&files, check),
+        Command::Lsp => lsp::serve(),
         Command::Repl { file, common } => repl::repl(
             file,
             RunOptions {
