@@ -219,4 +219,86 @@ mod tests {
         let errors = format("A = [1, 2\n").unwrap_err();
         assert_eq!(errors[0].code, codes::SYNTAX);
     }
+
+    /// Statements as tokens, each valid on its own line.
+    const STATEMENTS: &[&[&str]] = &[
+        &[
+            "Parent", "(", "Ann", ",", "-", "2", ")", ".", "Parent", "(", "Bob", ",", "3", ")", ".",
+        ],
+        &[
+            "H", "(", "x", ",", "y", ")", ":-", "B", "(", "x", ",", "z", ")", ",", "not", "C", "(",
+            "z", ",", "y", ")", ",", "x", "!=", "y", ".",
+        ],
+        &[
+            "Y", "[", "i", "]", "=", "A", "[", "i", ",", "j", "]", "*", "B", "[", "j", "]", "+",
+            "sig", "(", "X", "[", "i", "]", ")", "^", "2", "-", "-", "1",
+        ],
+        &["W", ":", "real", "[", "N", ",", "4", "]"],
+        &["H", "(", "Ann", ",", "x", ")", "?"],
+        &["# a comment"],
+        &[
+            "S", "[", "t", "]", "max=", "X", "[", "*", "t", "+", "1", "]", "/", "(", "2", "+", "N",
+            ")",
+        ],
+        &[
+            "M", "=", "[", "[", "1", ",", "2.5", "]", ",", "\n", "[", "3", ",", "4e-1", "]", "]",
+        ],
+        &[
+            "C", "[", "p", ",", "q", ".", "]", "=", "softmax", "(", "Q", "[", "p", "]", "K", "[",
+            "q", "]", ")",
+        ],
+        &[
+            "N", "=", "3", ";", "L", "(", "x", ")", "<-", "E", "(", "x", ",", "\"a b\"", ")", ",",
+            "x", "<", "-", "1", ".",
+        ],
+    ];
+
+    /// Statement lines joined with the spacing choices given (none, a space, two, a tab),
+    /// except where no space would glue two tokens into others.
+    fn spaced_out(which: &[usize], spacing: &[usize]) -> String {
+        let mut out = String::new();
+        let mut k = 0;
+        for &w in which {
+            let toks = STATEMENTS[w % STATEMENTS.len()];
+            for (i, t) in toks.iter().enumerate() {
+                if *t == "\\n" {
+                    out.push('\n');
+                    continue;
+                }
+                if i > 0 {
+                    let gap = ["", " ", "  ", "\t"][spacing[k % spacing.len()] % 4];
+                    k += 1;
+                    let glued = format!("{}{gap}{t}", toks[i - 1]);
+                    let apart = format!("{} {t}", toks[i - 1]);
+                    out.push_str(match significant(&glued) == significant(&apart) {
+                        true => gap,
+                        false => " ",
+                    });
+                }
+                out.push_str(t);
+            }
+            out.push('\n');
+            // Blank lines are layout that is kept (a run of them as one).
+            if w % 3 == 0 {
+                out.push_str("\n \n");
+            }
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_layout_depends_on_the_tokens_alone(
+            which in proptest::collection::vec(0usize..10, 1..8),
+            spacing in proptest::collection::vec(0usize..4, 1..64),
+        ) {
+            let loose = spaced_out(&which, &spacing);
+            let tidy = spaced_out(&which, &[1]);
+            let a = format(&loose).map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{loose}: {e:?}")))?;
+            let b = format(&tidy).map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{tidy}: {e:?}")))?;
+            proptest::prop_assert_eq!(&a, &b);
+            proptest::prop_assert_eq!(format(&a).ok(), Some(a.clone()));
+            proptest::prop_assert_eq!(significant(&a), significant(&loose));
+        }
+    }
 }
