@@ -292,3 +292,9 @@ def _show_in_notebooks() -> None:
 
 
 _show_in_notebooks()
+
+
+def load_ipython_extension(ipython) -> None:
+    """`%load_ext tensorlogic`: the `%%tl` cell magic and `%tl` (see `tensorlogic.magic`)."""
+    from .magic import load_ipython_extension as load
+    load(ipython)

@@ -19,7 +19,7 @@ use tensor_logic::ide::{Analysis, LineIndex};
 use transport::Incoming;
 
 /// How long the server waits after an edit for the next one before checking.
-const DEBOUNCE: Duration = Duration::from_millis(20);
+const DEBOUNCE: Duration = Duration::from_millis(10);
 
 /// JSON-RPC's and the protocol's error codes.
 mod code {
