@@ -174,6 +174,12 @@ fn an_editor_session_from_initialize_to_exit() {
         Value::Null
     );
 
+    // An edit of a document that is not open is ignored; the server still answers.
+    c.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": "file:///nowhere.tl", "version": 3},
+               "contentChanges": [{"text": "X = 1"}]}),
+    );
     let symbols = c.request(
         9,
         "textDocument/documentSymbol",

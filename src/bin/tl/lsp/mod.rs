@@ -26,6 +26,7 @@ mod code {
     pub const INVALID_REQUEST: i32 = -32600;
     pub const METHOD_NOT_FOUND: i32 = -32601;
     pub const INVALID_PARAMS: i32 = -32602;
+    pub const INTERNAL_ERROR: i32 = -32603;
     pub const SERVER_NOT_INITIALIZED: i32 = -32002;
 }
 
@@ -70,7 +71,12 @@ pub fn serve() -> Result<(), String> {
             }
             Ok(Incoming::Message(Message::Notification(n))) => server.notification(n),
             Ok(Incoming::Message(Message::Request(r))) => {
-                let response = server.request(r);
+                let id = r.id.clone();
+                let answered =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| server.request(r)));
+                let response = answered.unwrap_or_else(|_| {
+                    error(id, code::INTERNAL_ERROR, "internal error (a bug in tl)")
+                });
                 transport::send(&Message::Response(response))
             }
             Ok(Incoming::Message(Message::Response(_))) => Ok(()),
@@ -111,10 +117,15 @@ impl Server {
             return;
         }
         let base = convert::base_dir(uri);
-        doc.analysis = Some(match doc.analysis.take() {
-            Some(previous) => Analysis::update(previous, &doc.text, &base),
-            None => Analysis::new(&doc.text, &base),
-        });
+        let previous = doc.analysis.take();
+        let text = doc.text.as_str();
+        // A bug in checking must cost one analysis, not the server: the document is then
+        // analysed afresh, without what the last version knew.
+        let analysed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match previous {
+            Some(previous) => Analysis::update(previous, text, &base),
+            None => Analysis::new(text, &base),
+        }));
+        doc.analysis = analysed.ok();
         doc.dirty = false;
     }
 
