@@ -38,6 +38,7 @@ pub(crate) mod string_rounds;
 pub(crate) mod syntax;
 pub mod tensor;
 pub mod verify;
+pub mod why;
 
 pub use diagnostics::{Diagnostic, Diagnostics, Location, Severity};
 pub use functions::{Builtin, Structural, UserFunction};

@@ -609,6 +609,29 @@ impl Session {
         ))
     }
 
+    /// Why a fact holds or an element has its value, after a run (`tl why`): the fact's
+    /// derivation of minimal height, or the element's largest terms (§ docs/guide.md, "Why").
+    /// Diagnostics point into `text`.
+    pub fn why(
+        &self,
+        text: &str,
+        options: &crate::why::WhyOptions,
+    ) -> Result<crate::why::WhyNode, Diagnostics> {
+        let access = self
+            .parse_query(text)
+            .map_err(|d| d.located("<why>", text))?;
+        let (checked, values) = self.ran()?;
+        let q = semantics::resolve_query(checked, &access)
+            .map_err(|d| Diagnostics::from(d.located("<why>", text)))?;
+        let source = (
+            self.file_name.as_str(),
+            self.source.as_str(),
+            self.base_dir.as_path(),
+        );
+        crate::why::why(checked, values, &self.program, source, &q, options)
+            .map_err(|d| Diagnostics::from(d.located("<why>", text)))
+    }
+
     fn ran(&self) -> Result<(&Checked, &[Tensor]), Diagnostics> {
         match (&self.checked, &self.values) {
             (Some(c), Some(v)) => Ok((c, v)),

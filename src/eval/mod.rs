@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 pub(crate) use awake::keep_awake;
 pub use dense::{KeptTerms, StepTerms};
 pub use differential::{parse_hosts, Cluster, Delta, Differential, Incremental, Processes};
+pub(crate) use open::axis_table;
 pub(crate) use reference::{assignments, points, Cx};
 pub use reference::{Record, Reference};
 pub(crate) use standard::thread_pool;

@@ -332,24 +332,59 @@ impl<'a> Cx<'a> {
         let Some(v) = value else {
             return Ok(());
         };
+        // A point that writes 0 (a false body: only relations have open axes) numbers no
+        // value and cannot overflow: it derives nothing.
+        match self.lhs_at(env, v != 0.0) {
+            Ok(Some(idx)) => acc.combine(&idx, v),
+            Ok(None) => {}
+            Err(()) => {
+                let name = &self.p.tensors[self.eq.target].name;
+                return Err(super::open::overflow(self.eq.span, name).into());
+            }
+        }
+        Ok(())
+    }
+
+    /// The element the left-hand side names at `env`: `None` where it names none, an
+    /// error where a value it computes leaves the i64 range (with `number`: where the point
+    /// writes a value that an open axis must number).
+    pub(crate) fn lhs_at(&self, env: &[i64], number: bool) -> Result<Option<Vec<usize>>, ()> {
         let mut numbers = Vec::new();
         self.open.numbers(env, &mut numbers);
         let mut idx = Vec::with_capacity(self.eq.lhs.len());
         for (ax, f) in self.eq.lhs.iter().enumerate() {
             let table = axis_table(self.p, self.eq.target, ax);
-            // A point that writes 0 (a false body: only relations have open axes) numbers
-            // no value and cannot overflow: it derives nothing.
-            match index_at(f, env, &numbers, table, v != 0.0) {
+            match index_at(f, env, &numbers, table, number) {
                 At::Pos(i) if i >= 0 => idx.push(i as usize),
-                At::Overflow if v != 0.0 => {
-                    let name = &self.p.tensors[self.eq.target].name;
-                    return Err(super::open::overflow(self.eq.span, name).into());
-                }
-                _ => return Ok(()),
+                At::Overflow if number => return Err(()),
+                _ => return Ok(None),
             }
         }
-        acc.combine(&idx, v);
-        Ok(())
+        Ok(Some(idx))
+    }
+
+    /// The element a read names at `env` (positions, handles on open axes), or `None`
+    /// where it names none (out of range, or a value an open axis does not hold).
+    pub(crate) fn read_at(
+        &self,
+        tensor: usize,
+        index: &[crate::semantics::IndexFn],
+        env: &[i64],
+    ) -> Option<Vec<u32>> {
+        let mut numbers = Vec::new();
+        self.open.numbers(env, &mut numbers);
+        let shape = &self.values[tensor].shape;
+        let mut key = Vec::with_capacity(index.len());
+        for (ax, (f, &n)) in index.iter().zip(shape).enumerate() {
+            let table = axis_table(self.p, tensor, ax);
+            match index_at(f, env, &numbers, table, false) {
+                At::Pos(i) if i >= 0 && (table.is_some() || (i as u64) < n as u64) => {
+                    key.push(i as u32)
+                }
+                _ => return None,
+            }
+        }
+        Some(key)
     }
 
     /// Counts a point; whether the evaluation must stop (asked every `stop::EVERY` points).

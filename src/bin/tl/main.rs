@@ -90,6 +90,35 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Explain a fact or a value after evaluating: a fact's derivation of minimal height
+    /// (rules with their variables bound, down to given facts), why a fact does not hold
+    /// (`--not`), or an element's largest terms with their factors, e.g.
+    /// `tl why family.tl 'Ancestor(Alice, Dana)'`.
+    Why {
+        /// Program file.
+        file: PathBuf,
+        /// The fact or element, e.g. `Ancestor(Alice, Dana)`, `Dist[A, C]`, `Y[3]`.
+        atom: String,
+        /// Explain why the fact does not hold: each rule's closest instance and the atom
+        /// that fails there.
+        #[arg(long)]
+        not: bool,
+        /// Terms shown per value.
+        #[arg(long, default_value_t = 5)]
+        top: usize,
+        /// Levels of derived factors explained below a value (and of failing atoms below a
+        /// fact that does not hold).
+        #[arg(long, default_value_t = 2)]
+        depth: usize,
+        /// `text` (a tree) or `json`.
+        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+        format: String,
+        /// Override a scalar constant, e.g. `--set N=3`.
+        #[arg(long = "set", value_name = "NAME=VALUE", value_parser = parse_set)]
+        set: Vec<(String, f64)>,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Lay programs out in the one canonical style, in place (`-`: standard input to
     /// standard output). Comments and blank-line groups are kept; the meaning never changes.
     Fmt {
@@ -611,6 +640,40 @@ fn run(command: Command) -> Result<(), String> {
                 .map_err(|d| render(&session, &d))
         }
         Command::Fmt { files, check } => fmt::fmt(&files, check),
+        Command::Why {
+            file,
+            atom,
+            not,
+            top,
+            depth,
+            format,
+            set,
+            common,
+        } => {
+            let mut session = load(&file)?;
+            let opts = RunOptions {
+                settings: common.settings(&set),
+                tol: Some(common.tol),
+                write_files: false,
+                threads: common.threads(),
+                timeout: common.timeout.map(std::time::Duration::from_secs_f64),
+                interrupt: Some(interrupt()),
+            };
+            session
+                .run_with(&Standard, &opts)
+                .map_err(|d| render(&session, &d))?;
+            warn(&session);
+            let options = tensor_logic::why::WhyOptions { top, depth, not };
+            let atom = atom.trim().trim_end_matches('?').to_string();
+            let tree = session
+                .why(&atom, &options)
+                .map_err(|d| d.render("<why>", &atom))?;
+            match format.as_str() {
+                "json" => println!("{}", tree.json()),
+                _ => print!("{}", tree.text()),
+            }
+            Ok(())
+        }
         Command::Lsp => lsp::serve(),
         Command::Repl { file, common } => repl::repl(
             file,
