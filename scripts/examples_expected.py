@@ -227,8 +227,25 @@ def text():
     write("text", lines)
 
 
+def roads():
+    road = {("Ayr", "Bude"): 4, ("Bude", "Cork"): 3, ("Ayr", "Cork"): 9, ("Cork", "Deal"): 1,
+            ("Bude", "Deal"): 7, ("Deal", "Ely"): 2}
+    towns = ["Ayr", "Bude", "Cork", "Deal", "Ely"]
+    dist = {"Ayr": 0}
+    while True:  # Bellman-Ford relaxation
+        new = dict(dist)
+        for (a, b), w in road.items():
+            if a in new and new[a] + w < new.get(b, float("inf")):
+                new[b] = new[a] + w
+        if new == dist:
+            break
+        dist = new
+    write("roads", ["Dist[Ayr, %s] = %s" % (t, fmt(dist[t])) for t in towns if t in dist])
+
+
 if __name__ == "__main__":
     os.makedirs(DATA, exist_ok=True)
     os.makedirs(EXPECTED, exist_ok=True)
-    for f in [family, perceptron, mlp, rnn, cnn, gnn, transformer, kernels, bayes, embeddings, text]:
+    for f in [family, perceptron, mlp, rnn, cnn, gnn, transformer, kernels, bayes, embeddings, text,
+              roads]:
         f()

@@ -122,3 +122,8 @@ fn no_stratum_runs_on_the_reference_loops() {
         }
     }
 }
+
+#[test]
+fn roads_shortest_distances() {
+    check("roads");
+}

@@ -397,6 +397,28 @@ impl Program {
         answers.map_err(|d| error(py, &d.located(QUERY, text), QUERY, text))
     }
 
+    /// Why a fact holds or an element has its value, after a run: the tree as text and as
+    /// JSON (`{"label", "detail", "children"}`).
+    #[pyo3(signature = (text, top, depth, not_))]
+    fn why(
+        &self,
+        py: Python<'_>,
+        text: &str,
+        top: usize,
+        depth: usize,
+        not_: bool,
+    ) -> PyResult<(String, String)> {
+        let options = tensor_logic::why::WhyOptions {
+            top,
+            depth,
+            not: not_,
+        };
+        match self.session.why(text, &options) {
+            Ok(tree) => Ok((tree.text(), tree.json())),
+            Err(d) => Err(error(py, &d, QUERY, text)),
+        }
+    }
+
     /// The plan `tl explain` prints, checking the program first if it has not run.
     fn explain(&mut self, py: Python<'_>) -> PyResult<String> {
         if self.session.explain().is_none() {

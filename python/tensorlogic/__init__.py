@@ -33,7 +33,7 @@ from ._native import (
 )
 
 __all__ = [
-    "Program", "function", "TensorLogicError", "ParseError", "NameError", "DomainError",
+    "Program", "Why", "function", "TensorLogicError", "ParseError", "NameError", "DomainError",
     "StratificationError", "EvaluationError", "DataError", "MemoryLimitError", "QueryError",
     "TrainingError",
 ]
@@ -210,6 +210,15 @@ class Program:
         """The answers to `text` as the CLI prints them (`Ancestor(Alice, Bob)`)."""
         return self._native.query_lines(text)
 
+    def why(self, atom: str, top: int = 5, depth: int = 2, not_: bool = False) -> "Why":
+        """Why a fact holds (`"Ancestor(Alice, Dana)"`: its derivation of minimal height) or
+        an element has its value (`"Dist[A, D]"`, `"Y[3]"`: its `top` largest terms, derived
+        factors explained to `depth` levels), after `run`; `not_=True` explains why a fact
+        does not hold. The tree prints as text and shows as HTML in a notebook."""
+        text, tree = self._native.why(atom, top, depth, not_)
+        import json
+        return Why(json.loads(tree), text)
+
     def explain(self) -> str:
         """The plan the engine runs, as `tl explain` prints it."""
         return self._native.explain()
@@ -257,6 +266,46 @@ class Program:
     def _repr_html_(self) -> str:
         import html
         return "<pre>" + html.escape(self.explain()) + "</pre>"
+
+
+class Why:
+    """An explanation (`Program.why`): `label` (the fact, or the element and its value),
+    `detail` (the rule with its variables bound, where a fact was given, a term's share),
+    and `children`, each a `Why`."""
+
+    def __init__(self, tree: dict, text: Optional[str] = None) -> None:
+        self.label: str = tree["label"]
+        self.detail: str = tree["detail"]
+        self.children: List["Why"] = [Why(c) for c in tree["children"]]
+        self._text = text
+
+    def to_dict(self) -> dict:
+        return {"label": self.label, "detail": self.detail,
+                "children": [c.to_dict() for c in self.children]}
+
+    def __str__(self) -> str:
+        if self._text is not None:
+            return self._text
+        return "\n".join(self._lines("", "")) + "\n"
+
+    def _lines(self, first: str, rest: str) -> List[str]:
+        out = [first + self.label + (f"  ({self.detail})" if self.detail else "")]
+        for i, c in enumerate(self.children):
+            last = i + 1 == len(self.children)
+            out += c._lines(rest + ("└─ " if last else "├─ "), rest + ("   " if last else "│  "))
+        return out
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        import html
+        head = f"<code>{html.escape(self.label)}</code>"
+        if self.detail:
+            head += f" <span style='color:#666'>({html.escape(self.detail)})</span>"
+        if not self.children:
+            return f"<div style='margin-left:1.2em'>{head}</div>"
+        inner = "".join(c._repr_html_() for c in self.children)
+        return f"<details open style='margin-left:1.2em'><summary>{head}</summary>{inner}</details>"
 
 
 def _diagnostics_html(err: TensorLogicError) -> str:

@@ -9,8 +9,8 @@
 Each cell adds its statements to a program the notebook keeps (`--program NAME` for
 another), runs it, and shows the answers to the cell's own queries as tables. `--bind X=x`
 binds tensor `X` to the Python variable `x`. A cell with an error adds nothing, and its
-diagnostics show as HTML. `%tl explain`, `%tl source` and `%tl reset` look at or clear a
-program.
+diagnostics show as HTML. `%tl explain`, `%tl why ATOM`, `%tl source` and `%tl reset` look
+at, explain or clear a program.
 """
 
 from __future__ import annotations
@@ -144,8 +144,8 @@ class TensorLogicMagics(Magics):
 
     @line_magic("tl")
     def tl_line(self, line: str):
-        """`%tl explain`, `%tl source` or `%tl reset`, each with an optional
-        `--program NAME`."""
+        """`%tl explain`, `%tl why ATOM` (`%tl why not ATOM`), `%tl source` or `%tl reset`,
+        each with an optional `--program NAME`."""
         name, _, rest = self._options(line)
         command = rest[0] if rest else ""
         if command == "reset":
@@ -161,8 +161,15 @@ class TensorLogicMagics(Magics):
             print(self.programs[name].explain())
             return None
         if command == "why":
-            raise UsageError("%tl why is not available yet: derivations are not built")
-        raise UsageError("%tl takes explain, source or reset (and --program NAME)")
+            if name not in self.programs:
+                raise UsageError(f"no program {name!r} has run yet: run a %%tl cell first")
+            words = rest[1:]
+            not_ = bool(words) and words[0] == "not"
+            atom = " ".join(words[1:] if not_ else words)
+            if not atom:
+                raise UsageError("%tl why ATOM, or %tl why not ATOM")
+            return self.programs[name].why(atom.rstrip("?"), not_=not_)
+        raise UsageError("%tl takes explain, why, source or reset (and --program NAME)")
 
 
 def load_ipython_extension(ipython) -> None:

@@ -37,6 +37,7 @@ def test_tl_cells_keep_a_program_bind_python_values_and_show_tables(tmp_path):
         ("%%tl\nBad(x) :- Missing(x).", ["raises-exception"]),
         ("%%tl\nAncestor(Bob, x)?", None),
         ("%tl explain --program dense", None),
+        ("%tl why Ancestor(Alice, Carol)", None),
     ])
     nbclient.NotebookClient(
         nb, timeout=300, kernel_name="python3",
@@ -51,3 +52,5 @@ def test_tl_cells_keep_a_program_bind_python_values_and_show_tables(tmp_path):
     later = _html(c[6])
     assert "<td>Carol</td>" in later and "(1 answer)" in later, later
     assert "stratum" in _text(c[7]), c[7]
+    why = _html(c[8])
+    assert "<details" in why and "Parent(Bob, Carol)" in why, c[8]

@@ -464,3 +464,27 @@ def test_incremental_insert_remove_and_commit_report_the_changes():
     assert (1, 6) in changes["Path"]["added"]
     with pytest.raises(tl.TensorLogicError):
         prog.insert("Edge", [(1, 2, 3)])
+
+
+def test_why_explains_a_fact_a_value_and_a_fact_that_does_not_hold():
+    import tensorlogic as tl
+    prog = tl.Program(
+        "Parent(Alice, Bob). Parent(Bob, Carol).\n"
+        "Ancestor(x, y) :- Parent(x, y).\n"
+        "Ancestor(x, z) :- Ancestor(x, y), Parent(y, z).\n"
+        "Kids[x] = Parent(x, y)\n")
+    prog.run()
+    w = prog.why("Ancestor(Alice, Carol)")
+    assert w.label == "Ancestor(Alice, Carol)"
+    assert "height 2" in w.detail
+    assert [c.label for c in w.children] == ["Ancestor(Alice, Bob)", "Parent(Bob, Carol)"]
+    assert "└─ Parent(Bob, Carol)" in str(w)
+    assert "<details" in w._repr_html_()
+    assert prog.why("Kids[Alice]").label == "Kids[Alice] = 1"
+    assert "fails at" in str(prog.why("Ancestor(Carol, Alice)", not_=True))
+    try:
+        prog.why("Ancestor(Carol, Alice)")
+    except tl.TensorLogicError as e:
+        assert "does not hold" in str(e)
+    else:
+        raise AssertionError("a fact that does not hold is an error without not_")

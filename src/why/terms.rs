@@ -88,7 +88,7 @@ fn element(
                     };
                     (what, vec![terms.swap_remove(w)])
                 }
-                None => (format!("given data, at {}", data_where(ctx, t)), Vec::new()),
+                None => (data_where(ctx, t), Vec::new()),
             }
         }
         _ => {

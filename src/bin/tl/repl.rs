@@ -12,6 +12,7 @@ const HELP: &str = "\
 Type statements (`Parent(Alice, Bob).`, `Ancestor(x, y) :- Parent(x, y).`, `H[i] = W[i, j] X[j]`)
 and queries (`Ancestor(Alice, x)?`). A statement is kept when the program still checks.
   :explain      print the plan of the program so far
+  :why ATOM     why a fact holds or an element has its value (`:why not ATOM`: why it fails)
   :load FILE    add a file's statements (its folder resolves the files it names)
   :reset        forget every statement
   :help         this text
@@ -58,6 +59,28 @@ impl Repl {
     }
 
     fn answer(&mut self, query: &str) -> Result<Vec<String>, String> {
+        let s = self.ran()?;
+        s.query(query).map_err(|d| d.render("<query>", query))
+    }
+
+    /// `:why ATOM` and `:why not ATOM`, on the program so far.
+    fn why(&mut self, rest: &str) -> Result<String, String> {
+        let (not, atom) = match rest.trim().strip_prefix("not ") {
+            Some(atom) => (true, atom.trim()),
+            None => (false, rest.trim()),
+        };
+        let atom = atom.trim_end_matches('?');
+        let options = tensor_logic::why::WhyOptions {
+            not,
+            ..Default::default()
+        };
+        let s = self.ran()?;
+        let tree = s.why(atom, &options).map_err(|d| d.render("<why>", atom))?;
+        Ok(tree.text())
+    }
+
+    /// The session that ran the program so far, running it if it has changed.
+    fn ran(&mut self) -> Result<&Session, String> {
         if self.ran.is_none() {
             let mut s = self.checked(&self.source)?;
             if let Err(d) = s.run(&self.options) {
@@ -66,8 +89,9 @@ impl Repl {
             }
             self.ran = Some(s);
         }
-        let s = self.ran.as_ref().ok_or("the program did not run")?;
-        s.query(query).map_err(|d| d.render("<query>", query))
+        self.ran
+            .as_ref()
+            .ok_or_else(|| "the program did not run".to_string())
     }
 
     fn line(&mut self, line: &str) -> Result<Step, String> {
@@ -85,6 +109,7 @@ impl Repl {
                 let s = self.checked(&self.source)?;
                 print!("{}", s.explain().unwrap_or_default());
             }
+            ":why" => print!("{}", self.why(rest)?),
             ":load" => {
                 let path = Path::new(rest.trim());
                 let text = std::fs::read_to_string(path)
