@@ -397,8 +397,8 @@ impl Program {
         answers.map_err(|d| error(py, &d.located(QUERY, text), QUERY, text))
     }
 
-    /// Why a fact holds or an element has its value, after a run: the tree as text and as
-    /// JSON (`{"label", "detail", "children"}`).
+    /// Why a fact holds or an element has its value, after a run: the tree as text, and its
+    /// nodes in pre-order as (label, detail, parent's place).
     #[pyo3(signature = (text, top, depth, not_))]
     fn why(
         &self,
@@ -407,14 +407,14 @@ impl Program {
         top: usize,
         depth: usize,
         not_: bool,
-    ) -> PyResult<(String, String)> {
+    ) -> PyResult<(String, Vec<(String, String, Option<usize>)>)> {
         let options = tensor_logic::why::WhyOptions {
             top,
             depth,
             not: not_,
         };
         match self.session.why(text, &options) {
-            Ok(tree) => Ok((tree.text(), tree.json())),
+            Ok(tree) => Ok((tree.text(), tree.flatten())),
             Err(d) => Err(error(py, &d, QUERY, text)),
         }
     }

@@ -215,9 +215,8 @@ class Program:
         an element has its value (`"Dist[A, D]"`, `"Y[3]"`: its `top` largest terms, derived
         factors explained to `depth` levels), after `run`; `not_=True` explains why a fact
         does not hold. The tree prints as text and shows as HTML in a notebook."""
-        text, tree = self._native.why(atom, top, depth, not_)
-        import json
-        return Why(json.loads(tree), text)
+        text, nodes = self._native.why(atom, top, depth, not_)
+        return Why._from_nodes(nodes, text)
 
     def explain(self) -> str:
         """The plan the engine runs, as `tl explain` prints it."""
@@ -271,41 +270,75 @@ class Program:
 class Why:
     """An explanation (`Program.why`): `label` (the fact, or the element and its value),
     `detail` (the rule with its variables bound, where a fact was given, a term's share),
-    and `children`, each a `Why`."""
+    and `children`, each a `Why`. A derivation may be thousands of levels deep, so nothing
+    here recurses."""
 
-    def __init__(self, tree: dict, text: Optional[str] = None) -> None:
-        self.label: str = tree["label"]
-        self.detail: str = tree["detail"]
-        self.children: List["Why"] = [Why(c) for c in tree["children"]]
+    def __init__(self, label: str, detail: str, text: Optional[str] = None) -> None:
+        self.label, self.detail = label, detail
+        self.children: List["Why"] = []
         self._text = text
 
+    @classmethod
+    def _from_nodes(cls, nodes, text: str) -> "Why":
+        made: List["Why"] = []
+        for label, detail, parent in nodes:
+            node = cls(label, detail)
+            if parent is not None:
+                made[parent].children.append(node)
+            made.append(node)
+        made[0]._text = text
+        return made[0]
+
+    def _walk(self):
+        """(node, depth, prefix of its line, prefix of its children's lines), in pre-order."""
+        stack = [(self, 0, "", "")]
+        while stack:
+            node, depth, first, rest = stack.pop()
+            yield node, depth, first, rest
+            n = len(node.children)
+            for i in reversed(range(n)):
+                last = i + 1 == n
+                stack.append((node.children[i], depth + 1, rest + ("└─ " if last else "├─ "),
+                              rest + ("   " if last else "│  ")))
+
     def to_dict(self) -> dict:
-        return {"label": self.label, "detail": self.detail,
-                "children": [c.to_dict() for c in self.children]}
+        root: dict = {}
+        dicts = {}
+        for node, _, _, _ in self._walk():
+            dicts[id(node)] = {"label": node.label, "detail": node.detail, "children": []}
+        for node, _, _, _ in self._walk():
+            dicts[id(node)]["children"] = [dicts[id(c)] for c in node.children]
+        root = dicts[id(self)]
+        return root
 
     def __str__(self) -> str:
         if self._text is not None:
             return self._text
-        return "\n".join(self._lines("", "")) + "\n"
-
-    def _lines(self, first: str, rest: str) -> List[str]:
-        out = [first + self.label + (f"  ({self.detail})" if self.detail else "")]
-        for i, c in enumerate(self.children):
-            last = i + 1 == len(self.children)
-            out += c._lines(rest + ("└─ " if last else "├─ "), rest + ("   " if last else "│  "))
-        return out
+        return "".join(f"{first}{n.label}" + (f"  ({n.detail})" if n.detail else "") + "\n"
+                       for n, _, first, _ in self._walk())
 
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
+        """Nested, collapsible lists; levels below 100 are left out."""
         import html
-        head = f"<code>{html.escape(self.label)}</code>"
-        if self.detail:
-            head += f" <span style='color:#666'>({html.escape(self.detail)})</span>"
-        if not self.children:
-            return f"<div style='margin-left:1.2em'>{head}</div>"
-        inner = "".join(c._repr_html_() for c in self.children)
-        return f"<details open style='margin-left:1.2em'><summary>{head}</summary>{inner}</details>"
+        out, open_at = [], []
+        for node, depth, _, _ in self._walk():
+            while open_at and open_at[-1] >= depth:
+                out.append("</details>")
+                open_at.pop()
+            if depth > 100:
+                continue
+            head = f"<code>{html.escape(node.label)}</code>"
+            if node.detail:
+                head += f" <span style='color:#666'>({html.escape(node.detail)})</span>"
+            if node.children and depth < 100:
+                out.append(f"<details open style='margin-left:1.2em'><summary>{head}</summary>")
+                open_at.append(depth)
+            else:
+                out.append(f"<div style='margin-left:1.2em'>{head}</div>")
+        out.extend("</details>" for _ in open_at)
+        return "".join(out)
 
 
 def _diagnostics_html(err: TensorLogicError) -> str:

@@ -346,7 +346,7 @@ fn given_where(ctx: &Ctx, f: &Fact) -> String {
                 return format!("fact at {}", ctx.at(a.span));
             }
             StmtKind::FileRead { name: n, path } if &n.text == name => {
-                if let Some(line) = row_of(&ctx.base_dir.join(path), &labels) {
+                if let Some(line) = ctx.row_of(&ctx.base_dir.join(path), &labels) {
                     return format!("row of {path}:{line}");
                 }
             }
@@ -366,17 +366,6 @@ fn same_fact(indices: &[Index], labels: &[String]) -> bool {
             Index::Real(v, _) => v.to_string() == *l || l.parse::<f64>().ok() == Some(*v),
             _ => false,
         })
-}
-
-/// The line (from 1) of the first row of a `.tsv`/`.csv` file whose fields are `labels`.
-fn row_of(path: &std::path::Path, labels: &[String]) -> Option<usize> {
-    let text = std::fs::read_to_string(path).ok()?;
-    text.lines()
-        .position(|line| {
-            let fields: Vec<&str> = line.split(['\t', ',']).map(str::trim).collect();
-            fields.len() >= labels.len() && fields.iter().zip(labels).all(|(a, b)| a == b)
-        })
-        .map(|i| i + 1)
 }
 
 /// A statement's text with its variables replaced by what they are bound to (those of

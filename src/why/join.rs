@@ -44,6 +44,26 @@ impl Indexes {
     }
 }
 
+/// The indices of the tuples of `r` that begin with `key`.
+fn prefix_range(r: &crate::tensor::Relation, key: &[u32]) -> std::ops::Range<usize> {
+    let k = key.len();
+    let first = |strict: bool| {
+        let (mut lo, mut hi) = (0, r.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let head = &r.tuple(mid)[..k];
+            let before = if strict { head <= key } else { head < key };
+            if before {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    };
+    first(false)..first(true)
+}
+
 /// The variables and body of an equation's outermost summation point.
 pub(crate) fn root(eq: &Equation) -> (&[usize], &Node) {
     match &eq.rhs {
@@ -125,9 +145,10 @@ impl Walk<'_, '_> {
     /// Joins the unused driver with the most bound axes next; `None` once `f` stopped the
     /// walk or the budget ran out.
     fn join(&mut self, env: &mut [i64], used: &mut [bool]) -> Option<()> {
+        // The most bound axes first, then the smallest relation.
         let next = (0..self.drivers.len())
             .filter(|&d| !used[d])
-            .max_by_key(|&d| self.key_axes(d).len());
+            .max_by_key(|&d| (self.key_axes(d).len(), std::cmp::Reverse(self.size(d))));
         let Some(d) = next else {
             let rest: Vec<usize> = self
                 .free
@@ -144,11 +165,21 @@ impl Walk<'_, '_> {
             .iter()
             .map(|&a| self.key_value(&index[a], env))
             .collect();
-        let ix = self.ctx.indexes.get(self.ctx, tensor, &axes);
-        let Storage::Relation(r) = &self.ctx.values[tensor].storage else {
+        let ctx = self.ctx;
+        let Storage::Relation(r) = &ctx.values[tensor].storage else {
             used[d] = false;
             return Some(());
         };
+        // Tuples are sorted, so a key on leading axes is a range found by binary search;
+        // any other key goes through a hash index of the relation.
+        let held;
+        let matching: Box<dyn Iterator<Item = usize>> =
+            if axes.iter().enumerate().all(|(i, &a)| i == a) {
+                Box::new(prefix_range(r, &key))
+            } else {
+                held = ctx.indexes.get(ctx, tensor, &axes);
+                Box::new(held.get(&key).into_iter().flatten().map(|&i| i as usize))
+            };
         let binds: Vec<(usize, usize)> = index
             .iter()
             .enumerate()
@@ -158,8 +189,8 @@ impl Walk<'_, '_> {
             })
             .collect();
         let mut outcome = Some(());
-        for &i in ix.get(&key).map(Vec::as_slice).unwrap_or(&[]) {
-            let t = r.tuple(i as usize);
+        for i in matching {
+            let t = r.tuple(i);
             let mut newly = Vec::new();
             let mut fits = true;
             for &(a, v) in &binds {
@@ -183,6 +214,13 @@ impl Walk<'_, '_> {
         }
         used[d] = false;
         outcome
+    }
+
+    fn size(&self, d: usize) -> usize {
+        match &self.ctx.values[self.drivers[d].0].storage {
+            Storage::Relation(r) => r.len(),
+            _ => usize::MAX,
+        }
     }
 
     /// The axes of driver `d` whose positions are known: bound variables, and constants

@@ -109,6 +109,20 @@ impl WhyNode {
         out.push_str("]}");
     }
 
+    /// The nodes in pre-order, each as its label, detail and parent's place in the list:
+    /// a tree a host language can rebuild without recursion (a derivation may be thousands
+    /// of levels deep).
+    pub fn flatten(&self) -> Vec<(String, String, Option<usize>)> {
+        let mut out = Vec::new();
+        let mut stack: Vec<(&WhyNode, Option<usize>)> = vec![(self, None)];
+        while let Some((n, parent)) = stack.pop() {
+            let at = out.len();
+            out.push((n.label.clone(), n.detail.clone(), parent));
+            stack.extend(n.children.iter().rev().map(|c| (c, Some(at))));
+        }
+        out
+    }
+
     /// How many levels deep the tree goes (a leaf is 0).
     pub fn height(&self) -> usize {
         self.children
@@ -149,7 +163,12 @@ pub(crate) struct Ctx<'a> {
     pub options: &'a WhyOptions,
     eval: EvalOptions,
     indexes: join::Indexes,
+    /// Input files read so far: each row's fields (tab-joined) to its first line.
+    rows: std::cell::RefCell<rustc_hash::FxHashMap<std::path::PathBuf, std::rc::Rc<Rows>>>,
 }
+
+/// A file's rows: fields joined by tabs, to the line (from 1) of the first such row.
+type Rows = rustc_hash::FxHashMap<String, usize>;
 
 impl<'a> Ctx<'a> {
     /// The reference evaluator's view of one equation over the evaluated values.
@@ -184,6 +203,29 @@ impl<'a> Ctx<'a> {
             Kind::Bool => format!("{}({})", info.name, labels.join(", ")),
             _ => format!("{}[{}]", info.name, labels.join(", ")),
         }
+    }
+
+    /// The line (from 1) of the first row of a `.tsv`/`.csv` file whose fields are
+    /// `labels` (each file read once per explanation).
+    fn row_of(&self, path: &std::path::Path, labels: &[String]) -> Option<usize> {
+        let rows = self.rows.borrow().get(path).cloned();
+        let rows = match rows {
+            Some(r) => r,
+            None => {
+                let text = std::fs::read_to_string(path).unwrap_or_default();
+                let mut map = Rows::default();
+                for (i, line) in text.lines().enumerate() {
+                    let fields: Vec<&str> = line.split(['\t', ',']).map(str::trim).collect();
+                    map.entry(fields.join("\t")).or_insert(i + 1);
+                }
+                let map = std::rc::Rc::new(map);
+                self.rows
+                    .borrow_mut()
+                    .insert(path.to_path_buf(), map.clone());
+                map
+            }
+        };
+        rows.get(&labels.join("\t")).copied()
     }
 
     /// The stratum (from 1, as `tl explain` numbers them) that computes tensor `t`.
@@ -230,6 +272,7 @@ pub(crate) fn why(
         options,
         eval: EvalOptions::default(),
         indexes: join::Indexes::default(),
+        rows: Default::default(),
     };
     match p.tensors[query.tensor].kind {
         Kind::Bool => facts::explain(&ctx, query.tensor, &pos, query.span),
