@@ -196,3 +196,33 @@ fn tl_why_prints_the_tree_and_json() {
     let out = common::tl(dir, &["why", "examples/family.tl", "Ancestor(Dana, Alice)"]);
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn why_explains_the_facts_as_they_are_after_a_commit() {
+    let mut s = Session::new();
+    let src = closure(&[(1, 2), (2, 3)]);
+    s.load_source("p.tl", &src, std::path::Path::new("."))
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    s.run_incremental(&tensor_logic::RunOptions::default(), 1)
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let row = |a: &str, b: &str| vec![a.to_string(), b.to_string()];
+    s.insert("Edge", &[row("N3", "N1")])
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    s.remove("Edge", &[row("N1", "N2")])
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    s.commit().unwrap_or_else(|e| panic!("{e:?}"));
+    let o = WhyOptions::default();
+    let tree = s
+        .why("Path(N2, N1)", &o)
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let text = tree.text();
+    assert!(
+        text.contains("Edge(N3, N1)  (given: bound from outside, or inserted by a commit)"),
+        "{text}"
+    );
+    assert_eq!(tree.height(), 2, "{text}");
+    assert!(
+        s.why("Path(N1, N2)", &o).is_err(),
+        "a removed edge no longer derives it"
+    );
+}

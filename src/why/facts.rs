@@ -72,12 +72,16 @@ pub(super) fn explain(ctx: &Ctx, t: usize, pos: &[u32], span: Span) -> Result<Wh
     Ok(s.tree(&goal, &mut budget))
 }
 
-/// Whether a fact is among the data the program was given (facts, file rows, bindings).
+/// Whether a fact is given rather than derived: it holds, and it is among the data the
+/// program was given (facts, file rows, bindings) or its relation has no rules (so it was
+/// given, or inserted by an incremental commit).
 fn given(ctx: &Ctx, f: &Fact) -> bool {
-    ctx.p.data[f.0]
+    let holds = ctx.values[f.0].get_at(&f.1).is_some_and(|v| v > 0.0);
+    let in_data = ctx.p.data[f.0]
         .as_ref()
         .and_then(|d| d.get_at(&f.1))
-        .is_some_and(|v| v > 0.0)
+        .is_some_and(|v| v > 0.0);
+    holds && (in_data || !ctx.p.equations.iter().any(|e| e.target == f.0))
 }
 
 /// The variables an instance ranges over beyond the head: loop and outer-sum variables.
@@ -353,7 +357,7 @@ fn given_where(ctx: &Ctx, f: &Fact) -> String {
             _ => {}
         }
     }
-    "given".into()
+    "given: bound from outside, or inserted by a commit".into()
 }
 
 /// Whether a fact statement's constants spell these labels.
