@@ -189,13 +189,25 @@ impl Search<'_> {
             return Ok(());
         }
         let stratum = self.ctx.stratum_of(goal.0);
-        // The backward closure within the stratum, with every instance of each fact.
+        // The backward closure within the stratum, breadth first, with every instance of
+        // each fact and each fact's distance from the goal.
         let mut ids: FxHashMap<Fact, usize> = FxHashMap::default();
         let mut facts: Vec<Fact> = vec![goal.clone()];
+        let mut dist: Vec<usize> = vec![0];
         let mut insts: Vec<Vec<Instance>> = Vec::new();
         ids.insert(goal.clone(), 0);
         let mut k = 0;
+        let mut next_try = 1;
         while k < facts.len() {
+            // Every fact within distance d of the goal is expanded: a derivation found of
+            // height at most d + 1 is minimal, so the rest of the closure is not needed.
+            let d = dist[k].saturating_sub(1);
+            if dist[k] > 0 && d + 1 >= next_try && k == insts.len() {
+                if self.settle_within(goal, &facts, &ids, &dist, &insts, d + 1) {
+                    return Ok(());
+                }
+                next_try = 2 * (d + 1);
+            }
             let f = facts[k].clone();
             let found = match given(self.ctx, &f) || self.settled.contains_key(&f) {
                 true => Vec::new(),
@@ -207,6 +219,7 @@ impl Search<'_> {
                     if same && !self.settled.contains_key(b) && !ids.contains_key(b) {
                         ids.insert(b.clone(), facts.len());
                         facts.push(b.clone());
+                        dist.push(dist[k] + 1);
                     } else if !same {
                         self.settle(b)?;
                     }
@@ -226,6 +239,39 @@ impl Search<'_> {
                 ),
             )),
         }
+    }
+
+    /// Settles what is explored of a closure (the facts past `insts` not yet expanded) and
+    /// keeps the result if the goal's height is at most `bound`, with only the facts whose
+    /// height plus distance from the goal is within it (those are minimal too); otherwise
+    /// forgets every height it settled.
+    fn settle_within(
+        &mut self,
+        goal: &Fact,
+        facts: &[Fact],
+        ids: &FxHashMap<Fact, usize>,
+        dist: &[usize],
+        insts: &[Vec<Instance>],
+        bound: usize,
+    ) -> bool {
+        let mut partial = insts.to_vec();
+        partial.resize(facts.len(), Vec::new());
+        let before: rustc_hash::FxHashSet<&Fact> = facts
+            .iter()
+            .filter(|f| self.settled.contains_key(*f))
+            .collect();
+        self.knuth(facts, ids, partial);
+        let accepted = self.settled.get(goal).is_some_and(|(h, _)| *h <= bound);
+        for (f, &d) in facts.iter().zip(dist) {
+            if before.contains(f) {
+                continue;
+            }
+            let keep = accepted && self.settled.get(f).is_some_and(|(h, _)| h + d <= bound);
+            if !keep {
+                self.settled.remove(f);
+            }
+        }
+        accepted
     }
 
     /// Settles the closure's facts, smallest height first.
