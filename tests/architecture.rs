@@ -53,3 +53,43 @@ fn the_reference_evaluator_imports_nothing_from_the_engine() {
         }
     }
 }
+
+/// The `.rs` files of a source folder.
+fn files_in(dir: &str) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out: Vec<String> = std::fs::read_dir(root.join(dir))
+        .unwrap()
+        .map(|e| format!("{dir}/{}", e.unwrap().file_name().to_string_lossy()))
+        .filter(|f| f.ends_with(".rs"))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn the_language_service_never_evaluates() {
+    // An editor's keystroke must not start unbounded work: `ide` checks, never runs.
+    let files = files_in("src/ide");
+    assert!(files.len() >= 6);
+    for file in files {
+        for p in paths(&file) {
+            assert!(
+                !p.starts_with("crate::eval") && !p.contains("string_rounds"),
+                "{file} reaches evaluation through `{p}`"
+            );
+        }
+    }
+}
+
+#[test]
+fn why_reads_values_through_the_reference_evaluator_only() {
+    // Explanations evaluate with the oracle's expression code over the values they explain,
+    // never with an engine's kernels.
+    for file in files_in("src/why") {
+        for p in paths(&file) {
+            for m in ENGINE {
+                assert!(!p.contains(m), "{file} depends on the engine through `{p}`");
+            }
+        }
+    }
+}
