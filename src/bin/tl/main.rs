@@ -288,6 +288,19 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
 }
 
 impl Common {
+    /// The options of a run with these flags, `set` overriding scalar constants; Ctrl-C
+    /// ends it with E0403.
+    fn run_options(&self, set: &[(String, f64)], write_files: bool) -> RunOptions {
+        RunOptions {
+            settings: self.settings(set),
+            tol: Some(self.tol),
+            write_files,
+            threads: self.threads(),
+            timeout: self.timeout.map(std::time::Duration::from_secs_f64),
+            interrupt: Some(interrupt()),
+        }
+    }
+
     /// `--threads`, or every core this process may use (§14).
     fn threads(&self) -> usize {
         self.threads
@@ -429,14 +442,7 @@ fn run(command: Command) -> Result<(), String> {
                     .load_parameters(&ckpt)
                     .map_err(|d| render(&session, &d))?;
             }
-            let opts = RunOptions {
-                settings: common.settings(&set),
-                tol: Some(common.tol),
-                write_files: common.gathers(),
-                threads: common.threads(),
-                timeout: common.timeout.map(std::time::Duration::from_secs_f64),
-                interrupt: Some(interrupt()),
-            };
+            let opts = common.run_options(&set, common.gathers());
             let engine = common.engine();
             // `--verify` compares every tensor, so it needs them all.
             let result = match verify {
@@ -489,14 +495,7 @@ fn run(command: Command) -> Result<(), String> {
             common,
         } => {
             let mut session = load(&file)?;
-            let opts = RunOptions {
-                settings: common.settings(&set),
-                tol: Some(common.tol),
-                write_files: false,
-                threads: common.threads(),
-                timeout: common.timeout.map(std::time::Duration::from_secs_f64),
-                interrupt: Some(interrupt()),
-            };
+            let opts = common.run_options(&set, false);
             let mut times = session
                 .time_evaluation(common.engine().as_ref(), &opts, repeat as usize)
                 .map_err(|d| render(&session, &d))?;
@@ -529,14 +528,7 @@ fn run(command: Command) -> Result<(), String> {
                 ),
                 None => None,
             };
-            let opts = RunOptions {
-                settings: common.settings(&set),
-                tol: Some(common.tol),
-                write_files: true,
-                threads: common.threads(),
-                timeout: common.timeout.map(std::time::Duration::from_secs_f64),
-                interrupt: Some(interrupt()),
-            };
+            let opts = common.run_options(&set, true);
             if args.check_grad() {
                 let (loss, freeze) = args.loss_and_freeze();
                 let checks = session
@@ -651,14 +643,7 @@ fn run(command: Command) -> Result<(), String> {
             common,
         } => {
             let mut session = load(&file)?;
-            let opts = RunOptions {
-                settings: common.settings(&set),
-                tol: Some(common.tol),
-                write_files: false,
-                threads: common.threads(),
-                timeout: common.timeout.map(std::time::Duration::from_secs_f64),
-                interrupt: Some(interrupt()),
-            };
+            let opts = common.run_options(&set, false);
             session
                 .run_with(&Standard, &opts)
                 .map_err(|d| render(&session, &d))?;
@@ -692,14 +677,7 @@ fn run(command: Command) -> Result<(), String> {
             set,
             common,
         } => {
-            let opts = RunOptions {
-                settings: common.settings(&set),
-                tol: Some(common.tol),
-                write_files: false,
-                threads: common.threads(),
-                timeout: common.timeout.map(std::time::Duration::from_secs_f64),
-                interrupt: Some(interrupt()),
-            };
+            let opts = common.run_options(&set, false);
             let mut session = load(&file)?;
             if let Err(d) = session.check(&opts.settings) {
                 return Err(render(&session, &d));
