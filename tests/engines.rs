@@ -120,6 +120,25 @@ fn program_of(facts: &[(String, Vec<String>)], rules: &[GenRule]) -> String {
     src
 }
 
+/// Starts incremental mode: kept by the standard engine for 0, by a dataflow of `keeper`
+/// workers otherwise.
+fn start_incremental(
+    s: &mut Session,
+    opts: &RunOptions,
+    keeper: usize,
+) -> Result<Vec<String>, tensor_logic::Diagnostics> {
+    match keeper {
+        0 => s.run_incremental(opts),
+        workers => s.run_incremental_on(
+            opts,
+            &Cluster {
+                workers,
+                processes: None,
+            },
+        ),
+    }
+}
+
 fn run(src: &str, engine: &dyn Engine) -> Result<Session, String> {
     common::run_source(src, engine)
 }
@@ -292,12 +311,12 @@ proptest! {
         facts in proptest::collection::vec((0usize..3, 0usize..4, 0usize..4, 0usize..4), 1..14),
         rules in proptest::collection::vec(rule_strategy(), 1..6),
         commits in commits_strategy(),
-        workers in 1usize..3,
+        keeper in 0usize..3,
     ) {
         let src = program(&facts, &rules);
         let mut inc = Session::new();
         inc.load_source("p.tl", &src, Path::new(".")).unwrap();
-        inc.run_incremental(&RunOptions::default(), workers).unwrap_or_else(|e| panic!("{src}\n{e:?}"));
+        start_incremental(&mut inc, &RunOptions::default(), keeper).unwrap_or_else(|e| panic!("{src}\n{e:?}"));
         commits_agree(&mut inc, &facts, &rules, &commits)?;
     }
 }
@@ -786,10 +805,10 @@ fn a_commit_that_keeps_a_minimum_improving_fails_and_the_next_one_recovers() {
         ..RunOptions::default()
     };
     let fields = |a: &str, b: &str| vec![vec![a.to_string(), b.to_string()]];
-    for workers in [1, 2] {
+    for keeper in [0, 1, 2] {
         let mut s = Session::new();
         s.load_source("p.tl", src, Path::new(".")).unwrap();
-        s.run_incremental(&opts, workers).unwrap();
+        start_incremental(&mut s, &opts, keeper).unwrap();
         let settled = s.tensor("Dist").cloned();
         s.insert("Step", &fields("C", "A")).unwrap();
         let failed = s.commit().unwrap_err();
@@ -913,13 +932,13 @@ proptest! {
             proptest::collection::vec((any::<bool>(), (0usize..7, 0usize..7), 1i32..9), 1..4),
             1..5,
         ),
-        workers in 1usize..3,
+        keeper in 0usize..3,
     ) {
         let mut w: std::collections::BTreeMap<(usize, usize), i32> = edges.into_iter().collect();
         let src = weighted_program(&w);
         let mut inc = Session::new();
         inc.load_source("w.tl", &src, Path::new(".")).unwrap();
-        inc.run_incremental(&RunOptions::default(), workers).unwrap_or_else(|e| panic!("{src}\n{e:?}"));
+        start_incremental(&mut inc, &RunOptions::default(), keeper).unwrap_or_else(|e| panic!("{src}\n{e:?}"));
         let mut before = run(&src, &Standard).unwrap();
         for batch in &commits {
             stage_weights(&mut inc, &mut w, batch);
@@ -968,7 +987,7 @@ proptest! {
         let src = open_weighted_program(&w);
         let mut inc = Session::new();
         inc.load_source("w.tl", &src, Path::new(".")).unwrap();
-        inc.run_incremental(&RunOptions::default(), 1).unwrap_or_else(|e| panic!("{src}\n{e:?}"));
+        start_incremental(&mut inc, &RunOptions::default(), 0).unwrap_or_else(|e| panic!("{src}\n{e:?}"));
         let key = |r: &tensor_logic::Row| format!("{r:?}");
         let sorted = |mut rows: Vec<tensor_logic::Row>| {
             rows.sort_by_key(key);

@@ -203,7 +203,7 @@ fn why_explains_the_facts_as_they_are_after_a_commit() {
     let src = closure(&[(1, 2), (2, 3)]);
     s.load_source("p.tl", &src, std::path::Path::new("."))
         .unwrap_or_else(|e| panic!("{e:?}"));
-    s.run_incremental(&tensor_logic::RunOptions::default(), 1)
+    s.run_incremental(&tensor_logic::RunOptions::default())
         .unwrap_or_else(|e| panic!("{e:?}"));
     let row = |a: &str, b: &str| vec![a.to_string(), b.to_string()];
     s.insert("Edge", &[row("N3", "N1")])

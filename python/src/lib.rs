@@ -282,15 +282,17 @@ impl Program {
         result.map_err(|d| self.fail(py, &d))
     }
 
-    /// Evaluates with the differential engine on `workers` threads (without the GIL) and
-    /// keeps its dataflow alive for `insert`, `remove` and `commit`; returns the answers of
+    /// Evaluates (without the GIL) and keeps the values up to date for `insert`, `remove`
+    /// and `commit`: on the standard engine with `workers` threads, or with
+    /// `engine="differential"` in a dataflow of `workers` workers. Returns the answers of
     /// the program's own queries.
-    #[pyo3(signature = (workers = None, write_files = true))]
+    #[pyo3(signature = (workers = None, write_files = true, engine = "standard"))]
     fn run_incremental(
         &mut self,
         py: Python<'_>,
         workers: Option<usize>,
         write_files: bool,
+        engine: &str,
     ) -> PyResult<Vec<String>> {
         let workers = thread_count(workers, "workers")?;
         let options = RunOptions {
@@ -298,8 +300,23 @@ impl Program {
             write_files,
             ..RunOptions::default()
         };
+        let cluster = match engine {
+            "standard" => None,
+            "differential" => Some(tensor_logic::eval::Cluster {
+                workers,
+                processes: None,
+            }),
+            other => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "engine must be \"standard\" or \"differential\", not {other:?}"
+                )))
+            }
+        };
         let session = &mut self.session;
-        let result = py.detach(|| session.run_incremental(&options, workers));
+        let result = py.detach(|| match &cluster {
+            Some(cluster) => session.run_incremental_on(&options, cluster),
+            None => session.run_incremental(&options),
+        });
         result.map_err(|d| self.fail(py, &d))
     }
 

@@ -148,12 +148,14 @@ class Program:
         `TensorLogicError`; Ctrl-C raises `KeyboardInterrupt` once the engine stops."""
         return self._native.run(threads, write_files, timeout)
 
-    def run_incremental(self, workers: Optional[int] = None, write_files: bool = True) -> List[str]:
-        """Evaluates with the differential engine on `workers` threads and keeps its
-        dataflow alive, so that `insert`/`remove` then `commit` update every derived
-        relation without evaluating from scratch. Returns the answers of the program's
-        own queries."""
-        return self._native.run_incremental(workers, write_files)
+    def run_incremental(self, workers: Optional[int] = None, write_files: bool = True,
+                        engine: str = "standard") -> List[str]:
+        """Evaluates and keeps the values up to date, so that `insert`/`remove` then
+        `commit` update every derived relation without evaluating from scratch: on the
+        standard engine with `workers` threads (the default), or with
+        `engine="differential"` in a differential dataflow of `workers` workers. Returns
+        the answers of the program's own queries."""
+        return self._native.run_incremental(workers, write_files, engine)
 
     def insert(self, name: str, rows) -> None:
         """Stages facts of relation `name` (tuples of Python values, or a DataFrame) to

@@ -441,14 +441,15 @@ def test_errors_render_as_html_for_notebooks():
     assert "E0101" in page and "n.tl:1:" in page and "<pre>" in page
 
 
-def test_incremental_insert_remove_and_commit_report_the_changes():
+@pytest.mark.parametrize("engine", ["standard", "differential"])
+def test_incremental_insert_remove_and_commit_report_the_changes(engine):
     prog = tl.Program("""
     Edge(1, 2). Edge(2, 3). Edge(3, 4). Edge(4, 5).
     Path(x, y) :- Edge(x, y).
     Path(x, z) :- Path(x, y), Edge(y, z).
     Out[x] = Path(x, y)
     """)
-    prog.run_incremental(workers=2)
+    prog.run_incremental(workers=2, engine=engine)
     assert len(prog.rows("Path")) == 10
     prog.remove("Edge", [(2, 3)])
     changes = prog.commit()
@@ -464,6 +465,9 @@ def test_incremental_insert_remove_and_commit_report_the_changes():
     assert (1, 6) in changes["Path"]["added"]
     with pytest.raises(tl.TensorLogicError):
         prog.insert("Edge", [(1, 2, 3)])
+    # The session stays usable after bad input.
+    prog.remove("Edge", [(5, 6)])
+    assert (1, 6) in prog.commit()["Path"]["removed"]
 
 
 def test_why_explains_a_fact_a_value_and_a_fact_that_does_not_hold():

@@ -4,11 +4,13 @@
 
 mod accumulate;
 mod awake;
+mod delta;
 pub(crate) mod dense;
 mod differential;
 mod extreme;
 mod fixpoint;
 mod initial;
+mod maintained;
 mod nest;
 mod open;
 mod reference;
@@ -25,8 +27,10 @@ use crate::tensor::Tensor;
 use std::collections::BTreeMap;
 
 pub(crate) use awake::keep_awake;
+pub use delta::Delta;
 pub use dense::{KeptTerms, StepTerms};
-pub use differential::{parse_hosts, Cluster, Delta, Differential, Incremental, Processes};
+pub use differential::{parse_hosts, Cluster, Differential, Incremental, Processes};
+pub use maintained::{Change, Maintained};
 pub(crate) use open::axis_table;
 pub(crate) use reference::{assignments, points, Cx};
 pub use reference::{Record, Reference};
@@ -94,6 +98,9 @@ pub enum Ran {
     Reference,
     /// In the differential dataflow.
     Differential,
+    /// Kept up to date by a commit: the changes carried through its kept relations
+    /// (continued semi-naive for insertions, delete and re-derive for removals).
+    Maintained,
     /// Not evaluated (not needed for the query or the loss).
     Skipped,
 }

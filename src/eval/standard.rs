@@ -155,6 +155,61 @@ pub fn evaluate_recorded(
     Ok((state.finish().values, records))
 }
 
+/// Evaluates stratum `i` again over `values`, whose other tensors are current: its own
+/// tensors start from their data, as in a first evaluation. What incremental maintenance
+/// does with a stratum it cannot carry a change through. `values` are left as they were
+/// when it fails.
+pub(super) fn evaluate_again(
+    p: &Checked,
+    plan: &Plan,
+    o: &EvalOptions,
+    i: usize,
+    values: &mut Vec<Tensor>,
+) -> Result<Decision, Diagnostics> {
+    let st = &p.strata[i];
+    let mut fresh = Vec::with_capacity(st.tensors.len());
+    for &t in &st.tensors {
+        fresh.push(match &p.data[t] {
+            Some(d) => d.clone(),
+            None if plan.sparse[t] => Tensor {
+                elem: p.tensors[t].elem,
+                shape: p.tensors[t].shape.clone(),
+                storage: Storage::Sparse(Sparse::new(p.tensors[t].shape.len()).with_zeros()),
+            },
+            None => initial::empty(&p.tensors[t], o)?,
+        });
+    }
+    let mut state = State {
+        p,
+        plan,
+        o,
+        values: std::mem::take(values),
+        pending: vec![false; p.tensors.len()],
+        pool: thread_pool(o),
+        log: Vec::with_capacity(1),
+    };
+    let old: Vec<Tensor> = st
+        .tensors
+        .iter()
+        .zip(fresh)
+        .map(|(&t, v)| std::mem::replace(&mut state.values[t], v))
+        .collect();
+    let done = state.stratum(i, st);
+    *values = state.values;
+    if let Err(d) = done {
+        for (&t, v) in st.tensors.iter().zip(old) {
+            values[t] = v;
+        }
+        return Err(d);
+    }
+    let mut log = state.log;
+    Ok(log.pop().unwrap_or(Decision {
+        stratum: i,
+        ran: Ran::Skipped,
+        reason: None,
+    }))
+}
+
 /// The values as evaluation proceeds, and the log (also driven stratum by stratum by the
 /// differential engine, for the strata outside its dataflow).
 pub(super) struct State<'a> {

@@ -1,17 +1,18 @@
 //! Incremental mode (`tl watch`, `prog.insert`/`remove`/`commit`): the program evaluated
-//! once with its Datalog strata in a dataflow that stays alive; inserting and removing
-//! facts of its input relations, then committing, updates every derived tensor and returns
-//! what changed.
+//! once and kept up to date as facts of its input relations are inserted and removed, each
+//! commit returning what changed.
 //!
-//! A commit whose facts use only values the domains already hold, on relations the
-//! dataflow reads directly ([`Incremental::updatable`]), runs as one round of the
-//! dataflow. Any other commit (a new symbol, a relation a dense stratum reads) binds the
-//! relation's new rows and evaluates again from scratch; its changes are the same.
+//! By default the standard engine keeps it ([`Maintained`]: continued semi-naive for
+//! insertions, delete and re-derive for removals, other strata evaluated again only where
+//! they read what changed). [`Session::run_incremental_on`] keeps it in a differential
+//! dataflow instead, over several processes if asked. Either way, a commit whose facts use a
+//! value the domains do not hold yet (a new symbol) binds the relation's new rows and
+//! evaluates again from scratch; its changes are the same.
 
 use super::overlay::Overlay;
 use super::{cell, eval_options, rows_matching, Row, RunOptions, Session};
 use crate::diagnostics::{codes, Diagnostic, Diagnostics};
-use crate::eval::{Cluster, Delta, Incremental};
+use crate::eval::{Cluster, Delta, Incremental, Maintained};
 use crate::output;
 use crate::semantics::{number_text, Checked, Kind, Output, TensorId};
 use crate::tensor::{Storage, Tensor};
@@ -28,34 +29,47 @@ pub struct Changes {
     pub removed: Vec<Row>,
 }
 
+/// Which engine keeps the values up to date.
+enum Keeper {
+    /// The standard engine, in this process.
+    Standard(Maintained),
+    /// A differential dataflow on a cluster.
+    Dataflow(Box<Incremental>, Cluster),
+}
+
 /// The incremental state a session keeps between commits.
 pub(super) struct Live {
-    inc: Incremental,
+    keeper: Keeper,
     options: RunOptions,
-    cluster: Cluster,
 }
 
 /// Facts waiting for the next commit: relation, fields, +1 or −1.
 pub(super) type Staged = Vec<(String, Vec<String>, isize)>;
 
 impl Session {
-    /// Runs the program with the differential engine on `workers` threads and keeps its
-    /// dataflow alive for [`Session::insert`], [`Session::remove`] and [`Session::commit`].
-    /// Returns the query answers, as [`Session::run`] does (and writes the program's files).
-    pub fn run_incremental(
-        &mut self,
-        options: &RunOptions,
-        workers: usize,
-    ) -> Result<Vec<String>, Diagnostics> {
-        let cluster = Cluster {
-            workers,
-            processes: None,
-        };
-        self.run_incremental_on(options, &cluster)
+    /// Runs the program on the standard engine and keeps it up to date for
+    /// [`Session::insert`], [`Session::remove`] and [`Session::commit`]. Returns the query
+    /// answers, as [`Session::run`] does (and writes the program's files).
+    pub fn run_incremental(&mut self, options: &RunOptions) -> Result<Vec<String>, Diagnostics> {
+        self.live = None;
+        self.check_for(options)?;
+        self.apply_overlay();
+        let checked = self.checked.as_ref().ok_or_else(super::not_checked)?;
+        let plan = self.plan.as_ref().ok_or_else(super::not_checked)?;
+        let o = eval_options(options, &self.functions);
+        let (kept, values) = Maintained::start(checked, plan, &o)
+            .map_err(|d| d.located(&self.file_name, &self.source))?;
+        self.log = kept.log().to_vec();
+        let lines = self.publish(values, options)?;
+        self.live = Some(Live {
+            keeper: Keeper::Standard(kept),
+            options: options.clone(),
+        });
+        Ok(lines)
     }
 
-    /// [`Session::run_incremental`] with the dataflow spread over the processes of
-    /// `cluster`, this session being process 0: it alone takes commits and gathers their
+    /// [`Session::run_incremental`] with a differential dataflow on `cluster` keeping the
+    /// values, this session being process 0: it alone takes commits and gathers their
     /// changes, while every other process runs [`Session::serve_incremental`] on the same
     /// program and files.
     pub fn run_incremental_on(
@@ -74,9 +88,8 @@ impl Session {
         self.log = inc.log().to_vec();
         let lines = self.publish(inc.values().to_vec(), options)?;
         self.live = Some(Live {
-            inc,
+            keeper: Keeper::Dataflow(Box::new(inc), cluster.clone()),
             options: options.clone(),
-            cluster: cluster.clone(),
         });
         Ok(lines)
     }
@@ -273,7 +286,11 @@ impl Session {
             .iter()
             .map(|(name, fields, sign)| {
                 let t = checked.tensor_id(name)?;
-                if !live.inc.updatable(checked, t) {
+                let updatable = match &live.keeper {
+                    Keeper::Standard(m) => m.updatable(checked, t),
+                    Keeper::Dataflow(inc, _) => inc.updatable(checked, t),
+                };
+                if !updatable {
                     return None;
                 }
                 let info = &checked.tensors[t];
@@ -294,7 +311,7 @@ impl Session {
             .collect()
     }
 
-    /// One round of the live dataflow.
+    /// Carries the commit's changes through the live run.
     fn commit_round(
         &mut self,
         changes: &[(TensorId, Vec<u32>, isize)],
@@ -304,8 +321,28 @@ impl Session {
             return Err(super::not_checked().into());
         };
         let o = eval_options(&live.options, &self.functions);
-        let update = live.inc.update(checked, plan, &o, changes);
-        let current = live.inc.values();
+        let (inc, _) = match &mut live.keeper {
+            Keeper::Dataflow(inc, cluster) => (inc, cluster),
+            Keeper::Standard(kept) => {
+                let Some(values) = self.values.as_mut() else {
+                    return Err(super::not_checked().into());
+                };
+                return match kept.update((checked, plan), &o, values, changes) {
+                    Ok(deltas) => {
+                        self.log = kept.log().to_vec();
+                        Ok(deltas
+                            .iter()
+                            .map(|(&t, d)| changes_of(checked, t, d))
+                            .collect())
+                    }
+                    // The commit's facts stay; what rules derive from the failed stratum
+                    // on keeps its last values until a commit succeeds.
+                    Err(d) => Err(d.located(&self.file_name, &self.source)),
+                };
+            }
+        };
+        let update = inc.update(checked, plan, &o, changes);
+        let current = inc.values();
         let deltas = match update {
             Ok(deltas) => deltas,
             Err(d) => {
@@ -345,8 +382,12 @@ impl Session {
     fn commit_again(&mut self, before: Overlay) -> Result<Vec<Changes>, Diagnostics> {
         let old_rows = self.derived_rows()?;
         let (options, cluster) = match &self.live {
-            Some(l) => (l.options.clone(), l.cluster.clone()),
-            None => (RunOptions::default(), Cluster::default()),
+            Some(Live {
+                keeper: Keeper::Dataflow(_, cluster),
+                options,
+            }) => (options.clone(), Some(cluster.clone())),
+            Some(l) => (l.options.clone(), None),
+            None => (RunOptions::default(), None),
         };
         let tables = self.overlay.tables();
         let kept = Kept::take(self, &tables, before);
@@ -358,18 +399,23 @@ impl Session {
             return Err(d);
         }
         let mut kept = kept;
-        if cluster.processes.is_some() {
+        if cluster.as_ref().is_some_and(|c| c.processes.is_some()) {
             // The others start again from what this run announces; this one's dataflow ends
             // when its live state is dropped, freeing the run's ports.
             if let (Some(live), Some(checked)) = (kept.live.as_mut(), kept.checked.as_ref()) {
-                let o = eval_options(&live.options, &self.functions);
-                live.inc
-                    .announce(checked, &o, self.overlay.encode())
-                    .map_err(|d| d.located(&self.file_name, &self.source))?;
+                if let Keeper::Dataflow(inc, _) = &mut live.keeper {
+                    let o = eval_options(&live.options, &self.functions);
+                    inc.announce(checked, &o, self.overlay.encode())
+                        .map_err(|d| d.located(&self.file_name, &self.source))?;
+                }
             }
             kept.live = None;
         }
-        if let Err(d) = self.run_incremental_on(&options, &cluster) {
+        let again = match &cluster {
+            Some(cluster) => self.run_incremental_on(&options, cluster),
+            None => self.run_incremental(&options),
+        };
+        if let Err(d) = again {
             kept.restore(self);
             return Err(d);
         }

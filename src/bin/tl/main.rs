@@ -140,9 +140,10 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
-    /// Evaluate with the differential engine, then keep the answers up to date as facts
-    /// change: `+Edge(1, 2)` / `-Edge(1, 2)` lines on standard input, or edits of the
-    /// program's input files; prints the answers that appear (`+`) and go (`-`).
+    /// Evaluate, then keep the answers up to date as facts change: `+Edge(1, 2)` /
+    /// `-Edge(1, 2)` lines on standard input, or edits of the program's input files; prints
+    /// the answers that appear (`+`) and go (`-`). The standard engine maintains them;
+    /// `--engine differential` (or `--processes`) keeps them in a dataflow.
     Watch {
         /// Program file.
         file: PathBuf,
@@ -606,8 +607,15 @@ fn run(command: Command) -> Result<(), String> {
             Ok(())
         }
         Command::Watch { file, mut common } => {
-            // `tl watch` always runs the differential engine.
-            common.engine = "differential".into();
+            // The standard engine keeps the values, unless the dataflow is asked for by
+            // name or by spreading it over processes.
+            if common.processes > 1 || common.hosts.is_some() || common.workers.is_some() {
+                common.engine = "differential".into();
+            }
+            if common.engine == "reference" {
+                return Err("`tl watch` keeps values on the standard engine or, with `--engine differential`, a dataflow; the reference evaluator cannot\n".into());
+            }
+            let dataflow = common.engine == "differential";
             let cluster = common.cluster()?;
             let mut session = load(&file)?;
             let options = RunOptions {
@@ -619,7 +627,8 @@ fn run(command: Command) -> Result<(), String> {
                 interrupt: None,
             };
             if cluster.gathers() {
-                return watch::watch(session, options, &cluster, common.quiet);
+                let cluster = dataflow.then_some(&cluster);
+                return watch::watch(session, options, cluster, common.quiet);
             }
             if !common.quiet {
                 eprintln!(

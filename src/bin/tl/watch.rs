@@ -1,5 +1,5 @@
-//! `tl watch FILE`: evaluates once with the differential engine, then keeps the program up
-//! to date. A line `+Edge(1, 2)` or `-Edge(1, 2)` on standard input inserts or removes a
+//! `tl watch FILE`: evaluates once, then keeps the program up to date: on the standard
+//! engine, or in a differential dataflow when a cluster is given. A line `+Edge(1, 2)` or `-Edge(1, 2)` on standard input inserts or removes a
 //! fact; a change to one of the program's input files inserts and removes the rows that
 //! changed. After each change it prints the query answers that appeared (`+`) and went
 //! (`-`). End of input (Ctrl-D) ends it. Over several processes, process 0 does all this;
@@ -27,16 +27,18 @@ struct Watched {
 pub fn watch(
     mut session: Session,
     options: RunOptions,
-    cluster: &Cluster,
+    cluster: Option<&Cluster>,
     quiet: bool,
 ) -> Result<(), String> {
     let render = |s: &Session, d: &tensor_logic::Diagnostics| {
         let (name, src) = s.source();
         d.render(name, src)
     };
-    let lines = session
-        .run_incremental_on(&options, cluster)
-        .map_err(|d| render(&session, &d))?;
+    let lines = match cluster {
+        Some(cluster) => session.run_incremental_on(&options, cluster),
+        None => session.run_incremental(&options),
+    }
+    .map_err(|d| render(&session, &d))?;
     for l in &lines {
         println!("{l}");
     }

@@ -6,47 +6,14 @@
 use super::live::{self, Failure, InputChanges, Live};
 use super::{snapshot, tensor_of, trouble, Cluster, Job, Row, Values};
 use crate::diagnostics::Diagnostics;
+use crate::eval::delta::{difference, patched, revalued, with_value, Delta};
 use crate::eval::standard::State;
 use crate::eval::{Decision, EvalOptions, Ran, Stop};
 use crate::plan::dataflow::{plan_dataflow, DataflowPlan, Heads, Placement};
 use crate::plan::Plan;
 use crate::semantics::{Checked, Kind, TensorId};
-use crate::tensor::{Relation, Storage, Tensor};
+use crate::tensor::{Storage, Tensor};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// The changes of one derived tensor in a commit, as tuples of positions; for a tensor with
-/// values (a count, a dense result), an element's positions followed by the 64 bits of its
-/// value as two words, high first ([`Delta::value`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Delta {
-    /// Tuples (or head and count) that hold now and did not before.
-    pub added: Vec<Vec<u32>>,
-    /// Tuples (or head and count) that held before and do not now.
-    pub removed: Vec<Vec<u32>>,
-}
-
-impl Delta {
-    /// An element's positions and value, from a row of a tensor with values.
-    pub fn value(row: &[u32]) -> (&[u32], f64) {
-        let k = row.len().saturating_sub(2);
-        let word = |i: usize| u64::from(row.get(k + i).copied().unwrap_or(0));
-        let bits = (word(0) << 32) | word(1);
-        (&row[..k], f64::from_bits(bits))
-    }
-
-    /// The two words a value ends a row with: the inverse of [`Delta::value`].
-    pub fn words(v: f64) -> [u32; 2] {
-        let bits = v.to_bits();
-        [(bits >> 32) as u32, bits as u32]
-    }
-}
-
-/// An element's positions followed by its value's bits.
-fn with_value(idx: &[u32], v: f64) -> Vec<u32> {
-    let mut row = idx.to_vec();
-    row.extend(Delta::words(v));
-    row
-}
 
 /// A program evaluated once and kept up to date by [`Incremental::update`].
 pub struct Incremental {
@@ -542,104 +509,6 @@ fn failure(p: &Checked, flow: &DataflowPlan, o: &EvalOptions, f: Failure) -> Dia
     }
 }
 
-/// A relation with `delta` applied, by one merge of sorted tuples.
-fn patched(t: &Tensor, delta: &Delta) -> Tensor {
-    let Storage::Relation(r) = &t.storage else {
-        // A relation without facts may be held as zeros: patch its tuples.
-        let mut flat = Vec::new();
-        let mut count = 0;
-        for row in super::rows(t, false) {
-            flat.extend_from_slice(&row);
-            count += 1;
-        }
-        let relation = Tensor {
-            elem: t.elem,
-            shape: t.shape.clone(),
-            storage: Storage::Relation(Relation::from_flat(t.shape.len(), flat, count)),
-        };
-        return patched(&relation, delta);
-    };
-    let arity = r.arity();
-    let rel = match arity {
-        0 => {
-            let holds = (!r.is_empty() || !delta.added.is_empty()) && delta.removed.is_empty();
-            Relation::from_flat(0, Vec::new(), usize::from(holds))
-        }
-        _ => Relation::from_sorted(arity, merged(r, delta)),
-    };
-    Tensor {
-        elem: t.elem,
-        shape: t.shape.clone(),
-        storage: Storage::Relation(rel),
-    }
-}
-
-/// The flat tuples of `r` with `delta` applied: the runs between changed tuples are found
-/// by galloping search and copied whole, so a small change to a large relation costs little
-/// more than one copy of it, and a large one about a merge.
-fn merged(r: &Relation, delta: &Delta) -> Vec<u32> {
-    let (arity, rows, all) = (r.arity(), r.len(), r.flat());
-    let mut changes: Vec<(&[u32], bool)> = delta
-        .removed
-        .iter()
-        .map(|x| (x.as_slice(), false))
-        .chain(delta.added.iter().map(|x| (x.as_slice(), true)))
-        .collect();
-    changes.sort_unstable();
-    changes.dedup();
-    let mut flat = Vec::with_capacity(all.len() + arity * delta.added.len());
-    let mut from = 0usize;
-    for (row, add) in changes {
-        // Gallop from the last change, then bisect: changes close together cost little.
-        let (mut lo, mut step) = (from, 1);
-        while lo + step <= rows && r.tuple(lo + step - 1) < row {
-            lo += step;
-            step *= 2;
-        }
-        let mut hi = (lo + step - 1).min(rows);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            match r.tuple(mid) < row {
-                true => lo = mid + 1,
-                false => hi = mid,
-            }
-        }
-        flat.extend_from_slice(&all[from * arity..lo * arity]);
-        from = lo;
-        let present = lo < rows && r.tuple(lo) == row;
-        match (add, present) {
-            (true, false) => flat.extend_from_slice(row),
-            (false, true) => from = lo + 1,
-            _ => {}
-        }
-    }
-    flat.extend_from_slice(&all[from * arity..]);
-    flat
-}
-
-/// A `min=`/`max=` tensor (or one of element facts) with `delta` applied: its removed
-/// elements (positions and old value) taken out, then its added ones (positions and new
-/// value) set, by one walk along its sorted elements.
-fn revalued(t: &Tensor, delta: &Delta) -> Tensor {
-    let mut changes: BTreeMap<&[u32], Option<f64>> = BTreeMap::new();
-    for r in &delta.removed {
-        changes.insert(Delta::value(r).0, None);
-    }
-    for r in &delta.added {
-        let (idx, v) = Delta::value(r);
-        changes.insert(idx, Some(v));
-    }
-    let sparse = match &t.storage {
-        Storage::Sparse(m) => m.changed(changes),
-        _ => crate::tensor::Sparse::new(t.shape.len()).changed(changes),
-    };
-    Tensor {
-        elem: t.elem,
-        shape: t.shape.clone(),
-        storage: Storage::Sparse(sparse),
-    }
-}
-
 /// A counting tensor with its heads' counts changed (the dataflow's rows: a head, then its
 /// count's high and low words): a removed count returns the element to its facts' value, an
 /// added one sets it to the facts' value plus the count. Also the change, as each touched
@@ -681,31 +550,6 @@ fn recounted(p: &Checked, t: &Tensor, id: TensorId, delta: &Delta) -> (Tensor, D
     (t, changed)
 }
 
-/// The tuples (or elements, as positions then value bits) of `new` not in `old`, and the
-/// reverse.
-fn difference(old: &Tensor, new: &Tensor) -> Delta {
-    let tuples = |t: &Tensor| -> Vec<Vec<u32>> {
-        match &t.storage {
-            Storage::Relation(r) => r.iter().map(<[u32]>::to_vec).collect(),
-            _ => t
-                .entries()
-                .into_iter()
-                .map(|(idx, v)| {
-                    let idx: Vec<u32> = idx.into_iter().map(|i| i as u32).collect();
-                    with_value(&idx, v)
-                })
-                .collect(),
-        }
-    };
-    let (a, b) = (tuples(old), tuples(new));
-    let sa: std::collections::BTreeSet<&Vec<u32>> = a.iter().collect();
-    let sb: std::collections::BTreeSet<&Vec<u32>> = b.iter().collect();
-    Delta {
-        added: b.iter().filter(|r| !sa.contains(r)).cloned().collect(),
-        removed: a.iter().filter(|r| !sb.contains(r)).cloned().collect(),
-    }
-}
-
 /// Whether stratum `s` reads any of `tensors`.
 fn reads_any(p: &Checked, s: &crate::semantics::Stratum, tensors: &[TensorId]) -> bool {
     s.equations.iter().any(|&e| {
@@ -725,86 +569,4 @@ fn row_changes(old: &Tensor, new: &Tensor, valued: bool) -> (Vec<Row>, Vec<Row>)
         b.difference(&a).cloned().collect(),
         a.difference(&b).cloned().collect(),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pairs(t: &Tensor) -> Vec<Vec<u32>> {
-        match &t.storage {
-            Storage::Relation(r) => r.iter().map(<[u32]>::to_vec).collect(),
-            _ => Vec::new(),
-        }
-    }
-
-    #[test]
-    fn revaluing_sets_and_removes_elements_in_order_at_any_arity() {
-        use crate::tensor::{ElemType, Sparse};
-        let sparse = |arity: usize, keys: Vec<u32>, values: Vec<f64>| Tensor {
-            elem: ElemType::F64,
-            shape: vec![4; arity],
-            storage: Storage::Sparse(Sparse::from_entries(arity, keys, values)),
-        };
-        let t = sparse(2, vec![0, 1, 2, 2, 3, 0], vec![5.0, 7.0, 1.0]);
-        // (2, 2) changes value, (0, 1) goes, (1, 3) and (3, 3) come.
-        let delta = Delta {
-            removed: vec![with_value(&[2, 2], 7.0), with_value(&[0, 1], 5.0)],
-            added: vec![
-                with_value(&[2, 2], 4.0),
-                with_value(&[3, 3], 2.0),
-                with_value(&[1, 3], 9.0),
-            ],
-        };
-        let want = sparse(2, vec![1, 3, 2, 2, 3, 0, 3, 3], vec![9.0, 4.0, 1.0, 2.0]);
-        assert_eq!(revalued(&t, &delta), want);
-        let scalar = sparse(0, Vec::new(), vec![3.0]);
-        let delta = Delta {
-            removed: vec![with_value(&[], 3.0)],
-            added: vec![with_value(&[], 2.0)],
-        };
-        assert_eq!(revalued(&scalar, &delta), sparse(0, Vec::new(), vec![2.0]));
-    }
-
-    #[test]
-    fn patching_adds_and_removes_tuples_anywhere_and_ignores_no_ops() {
-        let rows: Vec<Vec<u32>> = (0..50).map(|i| vec![i / 7, i % 7]).collect();
-        let t = Tensor::relation(vec![8, 7], rows.clone());
-        let delta = Delta {
-            added: vec![vec![0, 0], vec![9, 9], vec![3, 9], vec![0, 8]],
-            removed: vec![vec![0, 1], vec![7, 0], vec![5, 5], vec![6, 9]],
-        };
-        let mut want: BTreeSet<Vec<u32>> = rows.into_iter().collect();
-        for r in &delta.removed {
-            want.remove(r);
-        }
-        want.extend(delta.added.iter().cloned());
-        let got = pairs(&patched(&t, &delta));
-        assert_eq!(got, want.into_iter().collect::<Vec<_>>());
-        // Many changes, close together and far apart.
-        let rows: Vec<Vec<u32>> = (0..1000).map(|i| vec![i / 40, i % 40]).collect();
-        let t = Tensor::relation(vec![30, 40], rows.clone());
-        let delta = Delta {
-            added: (0..300).map(|i| vec![i % 30, 40 + i / 30]).collect(),
-            removed: (0..1000)
-                .filter(|i| i % 3 == 0 || (400..700).contains(i))
-                .map(|i| vec![i / 40, i % 40])
-                .collect(),
-        };
-        let mut want: BTreeSet<Vec<u32>> = rows.into_iter().collect();
-        for r in &delta.removed {
-            want.remove(r);
-        }
-        want.extend(delta.added.iter().cloned());
-        assert_eq!(
-            pairs(&patched(&t, &delta)),
-            want.into_iter().collect::<Vec<_>>()
-        );
-        let empty = Tensor::relation(vec![8, 7], Vec::<Vec<u32>>::new());
-        assert_eq!(pairs(&patched(&empty, &delta)), {
-            let mut a = delta.added.clone();
-            a.sort();
-            a
-        });
-    }
 }

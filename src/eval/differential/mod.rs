@@ -12,8 +12,9 @@ mod quiet;
 mod render;
 
 pub use hosts::parse_hosts;
-pub use incremental::{Delta, Incremental};
+pub use incremental::Incremental;
 
+use super::delta::Delta;
 use super::standard::State;
 use super::{Engine, EvalOptions, Evaluation, Ran};
 use crate::diagnostics::{codes, Diagnostic, Diagnostics, Span};
@@ -355,7 +356,7 @@ fn failed(message: &str) -> Diagnostics {
 
 /// The rows of a tensor as the dataflow holds it: a relation's tuples, or (`valued`) every
 /// defined element's positions and value (1 for a relation's tuple) as two more words.
-fn rows(t: &Tensor, valued: bool) -> Box<dyn Iterator<Item = Row> + '_> {
+pub(super) fn rows(t: &Tensor, valued: bool) -> Box<dyn Iterator<Item = Row> + '_> {
     if valued {
         let elements: Box<dyn Iterator<Item = (Row, f64)> + '_> = match &t.storage {
             Storage::Relation(r) => Box::new(r.iter().map(|k| (Row::from_slice(k), 1.0))),

@@ -22,6 +22,7 @@ mod bitset;
 mod extremum;
 mod index;
 mod join;
+mod kept;
 mod members;
 mod product;
 mod store;
@@ -30,6 +31,7 @@ mod wcoj;
 pub(super) use extremum::evaluate_extremum;
 pub(super) use join::{bind_lets, passes, Lets};
 use join::{prepare, value, Earlier, Join};
+pub(super) use kept::{Kept, Update};
 use store::Store;
 
 /// The rules whose independent groups of atoms (`plan::datalog::Rule::exists`) each have
@@ -264,6 +266,9 @@ pub(super) fn evaluate_demand(
 /// the workers.
 type Run<'a> = (Checker<'a>, Option<&'a rayon::ThreadPool>);
 
+/// Whether a fixpoint should stop after a round for its caller to go on another way.
+type Switch<'a> = &'a dyn Fn(&HashMap<TensorId, Store>) -> bool;
+
 /// Where [`fixpoint`] stopped early: the last round's new tuples, and the rounds run.
 type Stopped = (HashMap<TensorId, Store>, usize);
 
@@ -290,11 +295,23 @@ fn fixpoint(
     switch: &dyn Fn(&HashMap<TensorId, Store>) -> bool,
     run: Run,
 ) -> Result<Option<Stopped>, Halt> {
-    let mut delta: HashMap<TensorId, Store> = HashMap::default();
     let mut new: HashMap<TensorId, Derived> = HashMap::default();
     for r in rules {
-        run_rule(r, None, (full, &mut delta), &mut new, run)?;
+        run_rule(r, None, (full, &mut HashMap::default()), &mut new, run)?;
     }
+    settle(rules, full, new, (max_rounds, switch), run)
+}
+
+/// Goes on from a round that derived `new`: adds its tuples to `full`, then runs each rule
+/// once per atom with new tuples until a round adds nothing (as [`fixpoint`] describes).
+fn settle(
+    rules: &[Rule],
+    full: &mut HashMap<TensorId, Store>,
+    mut new: HashMap<TensorId, Derived>,
+    (max_rounds, switch): (Option<usize>, Switch),
+    run: Run,
+) -> Result<Option<Stopped>, Halt> {
+    let mut delta: HashMap<TensorId, Store> = HashMap::default();
     let mut rounds = 1;
     loop {
         delta.clear();
@@ -546,6 +563,17 @@ fn over_budget(p: &Checked, st: &Stratum, o: &EvalOptions) -> Diagnostic {
 fn run_rule(
     r: &Rule,
     delta_at: Option<usize>,
+    stores: (&mut HashMap<TensorId, Store>, &mut HashMap<TensorId, Store>),
+    out: &mut HashMap<TensorId, Derived>,
+    run: Run,
+) -> Result<(), Halt> {
+    run_rule_reading(r, (delta_at, Earlier::Old), stores, out, run)
+}
+
+/// [`run_rule`], the atoms before `delta_at` read as `earlier` says.
+fn run_rule_reading(
+    r: &Rule,
+    (delta_at, earlier): (Option<usize>, Earlier),
     (full, delta): (&mut HashMap<TensorId, Store>, &mut HashMap<TensorId, Store>),
     out: &mut HashMap<TensorId, Derived>,
     (checker, pool): Run,
@@ -558,7 +586,7 @@ fn run_rule(
     }
     let stop = &checker.o.stop;
     let limit = checker.o.max_memory;
-    let steps = prepare(r, (delta_at, Earlier::Old), (full, delta), checker.values);
+    let steps = prepare(r, (delta_at, earlier), (full, delta), checker.values);
     let cx = Join::new(r, &steps, (full, delta), checker);
     let derived = out.entry(r.head).or_default();
     let known = full.get(&r.head);

@@ -129,6 +129,28 @@ impl Store {
         }
     }
 
+    /// The store without the tuples `gone` picks, with indexes on the same columns: how
+    /// maintenance removes tuples (rows are never removed in place, so joins need not skip
+    /// dead rows). Only for relations (rows without values).
+    pub(super) fn retained(&self, gone: impl Fn(&[u32]) -> bool) -> Store {
+        let mut s = Store::new(self.arity);
+        for ix in &self.indexes {
+            s.indexes.push(Index::new(&ix.cols, self.arity));
+        }
+        for r in 0..self.count {
+            let t = row(&self.data, self.arity, r);
+            if !gone(t) {
+                s.push(t);
+            }
+        }
+        s
+    }
+
+    /// The tuples from row `from` on (those added since the store held `from` rows).
+    pub(super) fn rows_from(&self, from: u32) -> impl Iterator<Item = &[u32]> + '_ {
+        (from..self.count).map(move |r| row(&self.data, self.arity, r))
+    }
+
     /// The index on `cols`, built now if there is none; `None` for no columns (a scan).
     pub(super) fn ensure_index(&mut self, cols: &[usize]) -> Option<IndexId> {
         if cols.is_empty() {
