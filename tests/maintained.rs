@@ -98,7 +98,7 @@ proptest! {
                 let joins = inc.checked().is_some_and(|c| {
                     c.strata[d.stratum].tensors.iter().all(|&t| c.tensors[t].kind == tensor_logic::semantics::Kind::Bool)
                 });
-                let negation = d.reason.as_deref().is_some_and(|r| r.contains("`not`") || r.contains("half"));
+                let negation = d.reason.as_deref().is_some_and(|r| r.contains("`not`") || r.contains("quarter"));
                 prop_assert!(!joins || d.ran == Ran::Maintained || negation, "{:?} in\n{}", d, src);
             }
             let scratch = common::run_source(&program(&current, &rules), &Standard).unwrap();

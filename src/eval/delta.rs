@@ -89,6 +89,14 @@ pub(crate) fn patched(t: &Tensor, delta: &Delta) -> Tensor {
     }
 }
 
+/// [`patched`] in place, where `t` holds its tuples as a relation.
+pub(crate) fn patch(t: &mut Tensor, delta: &Delta) {
+    match &mut t.storage {
+        Storage::Relation(r) => r.patch(&delta.added, &delta.removed),
+        _ => *t = patched(t, delta),
+    }
+}
+
 /// The flat tuples of `r` with `delta` applied: the runs between changed tuples are found
 /// by galloping search and copied whole, so a small change to a large relation costs little
 /// more than one copy of it, and a large one about a merge.

@@ -10,7 +10,7 @@
 //! step computes its strata's fixpoint on current inputs (the maintenance property tests
 //! check it against the standard engine's own runs).
 
-use super::delta::{difference, patched, revalued, Delta};
+use super::delta::{difference, patch, revalued, Delta};
 use super::relational::{Kept, Update};
 use super::standard::{evaluate_again, thread_pool, Standard};
 use super::{Decision, Engine, EvalOptions, Ran};
@@ -165,7 +165,7 @@ impl Maintained {
         match carried {
             Update::Done(deltas) => {
                 for (&t, d) in &deltas {
-                    values[t] = patched(&values[t], d);
+                    patch(&mut values[t], d);
                 }
                 self.log.push(Decision {
                     stratum: i,
@@ -244,10 +244,10 @@ fn apply_inputs(
         if delta.added.is_empty() && delta.removed.is_empty() {
             continue;
         }
-        values[t] = match valued {
-            true => revalued(&values[t], &delta),
-            false => patched(&values[t], &delta),
-        };
+        match valued {
+            true => values[t] = revalued(&values[t], &delta),
+            false => patch(&mut values[t], &delta),
+        }
         out.insert(t, delta);
     }
     out

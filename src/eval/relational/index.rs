@@ -139,6 +139,79 @@ impl Index {
         }
     }
 
+    /// The group of the key that row `r` of `data` holds, found through `groups`; the
+    /// closure gets the group found, if any, and may say to drop it.
+    fn group_of<T>(
+        &mut self,
+        (data, arity): (&[u32], usize),
+        r: u32,
+        f: impl FnOnce(&mut Group, &mut [u32], usize) -> (T, bool),
+    ) -> Option<T> {
+        let this = row(data, arity, r);
+        let word = self.word(self.cols.iter().map(|&c| this[c]));
+        let packed = self.packed();
+        let stride = self.stride();
+        let Index {
+            cols,
+            groups,
+            arena,
+            garbage,
+            ..
+        } = self;
+        let same = |g: &Group| {
+            g.key == word
+                && (packed || {
+                    let first = row(data, arity, arena[g.start]);
+                    cols.iter().all(|&c| first[c] == this[c])
+                })
+        };
+        let entry = groups.find_entry(mix(word), same).ok()?;
+        let mut group = *entry.get();
+        let (out, drop) = f(&mut group, arena, stride);
+        match drop {
+            true => {
+                *garbage += group.cap as usize * stride;
+                entry.remove();
+            }
+            false => *entry.into_mut() = group,
+        }
+        Some(out)
+    }
+
+    /// Takes row `r`'s entry out of its group, keeping the others in row order.
+    pub(super) fn remove(&mut self, data: &[u32], arity: usize, r: u32) {
+        self.group_of((data, arity), r, |g, arena, stride| {
+            let entries = &mut arena[g.start..g.start + g.len as usize * stride];
+            if let Some(k) = entries.chunks_exact(stride).position(|e| e[0] == r) {
+                entries.copy_within((k + 1) * stride.., k * stride);
+                g.len -= 1;
+            }
+            ((), g.len == 0)
+        });
+    }
+
+    /// Renames the entry of row `from` as row `to`, which now holds the same tuple, keeping
+    /// its group in row order.
+    pub(super) fn renumber(&mut self, data: &[u32], arity: usize, from: u32, to: u32) {
+        self.group_of((data, arity), to, |g, arena, stride| {
+            let entries = &mut arena[g.start..g.start + g.len as usize * stride];
+            let Some(k) = entries.chunks_exact(stride).position(|e| e[0] == from) else {
+                return ((), false);
+            };
+            let mut entry = entries[k * stride..(k + 1) * stride].to_vec();
+            entry[0] = to;
+            entries.copy_within((k + 1) * stride.., k * stride);
+            let n = g.len as usize - 1;
+            let at = entries[..n * stride]
+                .chunks_exact(stride)
+                .position(|e| e[0] > to)
+                .unwrap_or(n);
+            entries.copy_within(at * stride..n * stride, (at + 1) * stride);
+            entries[at * stride..(at + 1) * stride].copy_from_slice(&entry);
+            ((), false)
+        });
+    }
+
     /// Moves every group to a fresh arena, each with room for exactly its entries.
     fn compact(&mut self) {
         let stride = self.stride();

@@ -13,8 +13,9 @@
 //! The stratum declines (its caller evaluates it again from scratch) where this would be
 //! wrong or not worth it: a relation it reads under `not` or in a value check changed, a
 //! removal meets a rule that computes its head positions, or over-deletion reaches more than
-//! half of the stratum's tuples.
+//! a quarter of the stratum's tuples.
 
+use super::join::prepare;
 use super::{
     halted, load_atoms, run_rule, run_rule_reading, settle, Derived, Earlier, Halt, Run, Store,
 };
@@ -108,6 +109,7 @@ impl Kept {
             .filter(|t| !negative.contains(t))
             .collect();
         let rederivable = rules.iter().all(|r| r.lets.is_empty());
+        warm(rules, &mut full, values, p.tensors.len());
         let rounds = st
             .recursive
             .then(|| crate::eval::fixpoint::join_round_cap(p, st, max_iters));
@@ -165,7 +167,7 @@ impl Kept {
                 Some(d) => d,
                 None => {
                     return Ok(Update::Declined(
-                        "the removal reaches more than half of the stratum's tuples",
+                        "the removal reaches more than a quarter of the stratum's tuples",
                     ))
                 }
             },
@@ -191,7 +193,7 @@ impl Kept {
     }
 
     /// The member tuples with a derivation through a removed tuple, not given as facts;
-    /// `None` past half of the members' tuples.
+    /// `None` past a quarter of the members' tuples.
     fn over_delete(
         &mut self,
         p: &Checked,
@@ -253,7 +255,7 @@ impl Kept {
                     delta.insert(h, next);
                 }
             }
-            if found * 2 > total && found > OVER_DELETION_FLOOR {
+            if found * 4 > total && found > OVER_DELETION_FLOOR {
                 return Ok(None);
             }
         }
@@ -263,15 +265,20 @@ impl Kept {
     /// Takes the removed tuples of lower relations and the deleted member tuples out of
     /// the stores.
     fn remove(&mut self, changes: &BTreeMap<TensorId, Delta>, deleted: &HashMap<TensorId, Tuples>) {
-        for (t, d) in changes.iter().filter(|(_, d)| !d.removed.is_empty()) {
-            let gone: HashSet<&[u32]> = d.removed.iter().map(Vec::as_slice).collect();
-            if let Some(s) = self.full.get_mut(t) {
+        let take = |s: &mut Store, list: &[Vec<u32>]| {
+            if !s.remove_in_place(list) {
+                let gone: HashSet<&[u32]> = list.iter().map(Vec::as_slice).collect();
                 *s = s.retained(|x| gone.contains(x));
+            }
+        };
+        for (t, d) in changes.iter().filter(|(_, d)| !d.removed.is_empty()) {
+            if let Some(s) = self.full.get_mut(t) {
+                take(s, &d.removed);
             }
         }
         for (t, d) in deleted.iter().filter(|(_, d)| !d.list.is_empty()) {
             if let Some(s) = self.full.get_mut(t) {
-                *s = s.retained(|x| d.set.contains(x));
+                take(s, &d.list);
             }
         }
     }
@@ -294,15 +301,7 @@ impl Kept {
             if deleted.get(&r.head).is_none_or(|d| d.list.is_empty()) {
                 continue;
             }
-            let mut bound = r.clone();
-            bound.atoms.insert(
-                0,
-                Atom {
-                    tensor: base + r.head,
-                    terms: r.head_terms.clone(),
-                },
-            );
-            let bound = bound.planned();
+            let bound = bound_rule(r, base);
             run_rule(
                 &bound,
                 None,
@@ -379,6 +378,47 @@ impl Kept {
             }
         }
         out
+    }
+}
+
+/// Rule `r` with an atom in front over its head's deleted tuples (relation `base + head`),
+/// binding the head. It runs as a binary join from those few tuples: a worst-case-optimal
+/// join would index the other relations on orders no other run uses.
+fn bound_rule(r: &Rule, base: usize) -> Rule {
+    let mut bound = r.clone();
+    bound.atoms.insert(
+        0,
+        Atom {
+            tensor: base + r.head,
+            terms: r.head_terms.clone(),
+        },
+    );
+    bound.cyclic = false;
+    bound
+}
+
+/// Builds the indexes each run of a commit looks up (each rule with each atom reading a
+/// few changed tuples, and each rule bound to deleted tuples), so that the first commit
+/// does not build them over whole relations.
+fn warm(rules: &[Rule], full: &mut HashMap<TensorId, Store>, values: &[Tensor], base: usize) {
+    let mut delta: HashMap<TensorId, Store> = HashMap::default();
+    for r in rules {
+        for (i, a) in r.atoms.iter().enumerate() {
+            let arity = a.terms.len();
+            delta.insert(a.tensor, Store::new(arity));
+            prepare(r, (Some(i), Earlier::Old), (full, &mut delta), values);
+        }
+        if !r.lets.is_empty() {
+            continue;
+        }
+        full.insert(base + r.head, Store::new(r.head_terms.len()));
+        prepare(
+            &bound_rule(r, base),
+            (None, Earlier::Old),
+            (full, &mut delta),
+            values,
+        );
+        full.remove(&(base + r.head));
     }
 }
 

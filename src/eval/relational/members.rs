@@ -222,6 +222,21 @@ impl Members {
         self.holds(self.slot(t, p, data), p)
     }
 
+    /// Whether [`Members::remove`] can take tuples out: the bits layout, which keeps no rows.
+    pub(super) fn removable(&self) -> bool {
+        matches!(self.table, Table::Bits(_))
+    }
+
+    /// Takes `t` out (its bit cleared; the slot stays, so probes still pass it). Only for a
+    /// [`Members::removable`] set.
+    pub(super) fn remove(&mut self, t: &[u32], data: &[u32]) {
+        let p = self.probe(t);
+        let (i, hit) = self.slot(t, p, data);
+        if let (Table::Bits(s), true) = (&mut self.table, hit) {
+            s[i][1] &= !p.bit;
+        }
+    }
+
     /// Records that row `r` of `data` holds `t`, unless some row does already: `false` then.
     pub(super) fn insert(&mut self, t: &[u32], r: u32, data: &[u32]) -> bool {
         if (self.len + 1) * 10 > self.size() * 7 {

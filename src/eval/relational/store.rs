@@ -146,6 +146,45 @@ impl Store {
         s
     }
 
+    /// Takes the tuples `gone` out in place, each row's place taken by the last row, with
+    /// work proportional to them and their index groups; `false`, changing nothing, where
+    /// the store cannot (its membership table keeps rows, its rows have values, or no index
+    /// finds their rows), for the caller to use [`Store::retained`].
+    pub(super) fn remove_in_place(&mut self, gone: &[Vec<u32>]) -> bool {
+        let arity = self.arity;
+        if arity == 0 || !self.members.removable() || !self.values.is_empty() {
+            return false;
+        }
+        let Some(first) = self.indexes.first() else {
+            return false;
+        };
+        let key_cols = first.cols.clone();
+        for t in gone {
+            let key: Vec<u32> = key_cols.iter().map(|&c| t[c]).collect();
+            let Some(r) = self
+                .lookup(&key_cols, &key)
+                .find(|&r| row(&self.data, arity, r) == t.as_slice())
+            else {
+                continue;
+            };
+            self.members.remove(t, &self.data);
+            for ix in self.indexes.iter_mut() {
+                ix.remove(&self.data, arity, r);
+            }
+            let last = self.count - 1;
+            if r != last {
+                let (head, tail) = self.data.split_at_mut(last as usize * arity);
+                head[r as usize * arity..(r as usize + 1) * arity].copy_from_slice(&tail[..arity]);
+                for ix in self.indexes.iter_mut() {
+                    ix.renumber(&self.data, arity, last, r);
+                }
+            }
+            self.count = last;
+            self.data.truncate(last as usize * arity);
+        }
+        true
+    }
+
     /// The tuples from row `from` on (those added since the store held `from` rows).
     pub(super) fn rows_from(&self, from: u32) -> impl Iterator<Item = &[u32]> + '_ {
         (from..self.count).map(move |r| row(&self.data, self.arity, r))
