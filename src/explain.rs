@@ -77,6 +77,7 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
                 for r in rules {
                     rule_plan(&mut out, p, st, r, source);
                 }
+                let _ = writeln!(out, "  incremental: {}", sp.maintenance.text());
             }
             Kernel::Extremum(rules) => {
                 let family = if p.tensors[st.tensors[0]].family == Family::Min {

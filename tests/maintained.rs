@@ -140,3 +140,46 @@ fn paths_with_a_detour_outlive_a_removed_edge() {
         [Ran::Maintained]
     );
 }
+
+/// `tl watch` keeps a closure on the standard engine: insertions and removals from standard
+/// input print what appears and goes, and `tl explain` says how the stratum is kept.
+#[test]
+fn watch_keeps_a_closure_on_the_standard_engine() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let src = "Edge(1, 2). Edge(2, 3).\nPath(x, y) :- Edge(x, y).\nPath(x, z) :- Path(x, y), Edge(y, z).\nPath(1, x)?\n";
+    common::write(dir.path(), "c.tl", src);
+    let explain = common::stdout(&common::tl(dir.path(), &["explain", "c.tl"]));
+    assert!(
+        explain.contains(
+            "incremental: kept: insertions continue semi-naive, removals delete and re-derive"
+        ),
+        "{explain}"
+    );
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tl"))
+        .args(["watch", "c.tl", "--quiet"])
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "+Edge(3, 1)\n-Edge(2, 3)\n-Edge(9, 9)").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    // First the answers, then +Path(1, 1) from the new edge, then what the removal takes.
+    assert_eq!(
+        lines,
+        [
+            "Path(1, 2)",
+            "Path(1, 3)",
+            "+Path(1, 1)",
+            "-Path(1, 1)",
+            "-Path(1, 3)"
+        ],
+        "{text}"
+    );
+}

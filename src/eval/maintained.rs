@@ -15,6 +15,7 @@ use super::relational::{Kept, Update};
 use super::standard::{evaluate_again, thread_pool, Standard};
 use super::{Decision, Engine, EvalOptions, Ran};
 use crate::diagnostics::Diagnostics;
+use crate::plan::maintenance::Maintenance;
 use crate::plan::{Kernel, Plan};
 use crate::semantics::{Checked, Kind, TensorId};
 use crate::tensor::Tensor;
@@ -50,7 +51,7 @@ impl Maintained {
         let evaluation = Standard.run(p, plan, o)?;
         let values = evaluation.values;
         let kept = (0..p.strata.len())
-            .map(|i| keep(p, plan, i, &values, o).ok())
+            .map(|i| keep(p, plan, i, &values, o))
             .collect();
         let reads = p
             .strata
@@ -160,7 +161,10 @@ impl Maintained {
                 kept.inspect_err(|_| self.kept[i] = None)?
             }
             Some(_) => Update::Declined("a tensor with values that it reads changed"),
-            None => Update::Declined("its relations are not kept"),
+            None => match plan.strata[i].maintenance {
+                Maintenance::Again(why) => Update::Declined(why),
+                _ => Update::Declined("its relations are not kept"),
+            },
         };
         match carried {
             Update::Done(deltas) => {
@@ -179,7 +183,7 @@ impl Maintained {
                 let mut decision = evaluate_again(p, plan, o, i, values)?;
                 decision.reason = Some(format!("evaluated again: {why}"));
                 self.log.push(decision);
-                self.kept[i] = keep(p, plan, i, values, o).ok();
+                self.kept[i] = keep(p, plan, i, values, o);
                 Ok(st
                     .tensors
                     .iter()
@@ -192,21 +196,15 @@ impl Maintained {
     }
 }
 
-/// The kept stores of stratum `i`, where its plan runs it as semi-naive joins over all of
-/// a relation (not on demand).
-fn keep(
-    p: &Checked,
-    plan: &Plan,
-    i: usize,
-    values: &[Tensor],
-    o: &EvalOptions,
-) -> Result<Kept, &'static str> {
+/// The kept stores of stratum `i`, where its plan says to keep them.
+fn keep(p: &Checked, plan: &Plan, i: usize, values: &[Tensor], o: &EvalOptions) -> Option<Kept> {
     let sp = &plan.strata[i];
-    match &sp.kernel {
-        Kernel::Datalog(rules, _) if sp.demand.is_none() && !p.strata[i].equations.is_empty() => {
-            Kept::new(p, &p.strata[i], rules, values, o.max_iters)
+    match (&sp.kernel, sp.maintenance) {
+        (Kernel::Datalog(rules, _), Maintenance::Kept { rederive }) => {
+            let st = &p.strata[i];
+            Some(Kept::new(p, st, (rules, rederive), values, o.max_iters))
         }
-        _ => Err("not a Datalog stratum"),
+        _ => None,
     }
 }
 

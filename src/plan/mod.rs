@@ -25,6 +25,7 @@ pub mod datalog;
 pub mod demand;
 pub mod einsum;
 pub mod extreme;
+pub mod maintenance;
 pub mod nest;
 pub mod rows;
 pub mod steps;
@@ -70,6 +71,8 @@ pub struct StratumPlan {
     /// Loop nests of every equation: the kernel when it is [`Kernel::Nest`], otherwise what
     /// runs if the kernel declines at run time.
     pub nests: Vec<nest::NestEquation>,
+    /// How incremental mode keeps it up to date after a commit.
+    pub maintenance: maintenance::Maintenance,
 }
 
 /// The plan of every stratum, in `Checked::strata` order: built once, evaluated any number of
@@ -106,6 +109,7 @@ impl Plan {
                 kernel: Kernel::Reference,
                 demand: None,
                 nests: Vec::new(),
+                maintenance: maintenance::Maintenance::Again("the reference plan"),
             })
             .collect();
         Plan {
@@ -229,9 +233,12 @@ fn plan_stratum(p: &Checked, st: &Stratum, sparse: &[bool]) -> StratumPlan {
             .filter(|(_, d)| !st.tensors.iter().any(|t| d.full.contains(t))),
         _ => None,
     };
-    StratumPlan {
+    let mut sp = StratumPlan {
         kernel,
         demand,
         nests,
-    }
+        maintenance: maintenance::Maintenance::Data,
+    };
+    sp.maintenance = maintenance::plan_maintenance(st, &sp);
+    sp
 }

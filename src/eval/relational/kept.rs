@@ -79,20 +79,15 @@ impl Tuples {
 }
 
 impl Kept {
-    /// The stratum's stores built from its evaluated `values`; `Err` says why it cannot be
-    /// kept.
+    /// The stratum's stores built from its evaluated `values`, for its `rules` (planned
+    /// `Maintenance::Kept`, with `rederive` as planned).
     pub(crate) fn new(
         p: &Checked,
         st: &Stratum,
-        rules: &[Rule],
+        (rules, rederivable): (&[Rule], bool),
         values: &[Tensor],
         max_iters: usize,
-    ) -> Result<Kept, &'static str> {
-        if rules.iter().any(|r| !r.exists.is_empty()) {
-            return Err(
-                "a rule has a group of atoms independent of the rest, asked once per evaluation",
-            );
-        }
+    ) -> Kept {
         let mut full: HashMap<TensorId, Store> = HashMap::default();
         for &t in &st.tensors {
             full.insert(t, Store::from_tensor(&values[t]));
@@ -108,19 +103,18 @@ impl Kept {
             .flat_map(|r| r.atoms.iter().map(|a| a.tensor))
             .filter(|t| !negative.contains(t))
             .collect();
-        let rederivable = rules.iter().all(|r| r.lets.is_empty());
         warm(rules, &mut full, values, p.tensors.len());
         let rounds = st
             .recursive
             .then(|| crate::eval::fixpoint::join_round_cap(p, st, max_iters));
-        Ok(Kept {
+        Kept {
             rules: rules.to_vec(),
             full,
             members: st.tensors.clone(),
             positive,
             rederivable,
             rounds,
-        })
+        }
     }
 
     /// Carries `changes` (of relations of lower strata, each tuple once, removals present
