@@ -7,6 +7,10 @@
 //! for more workers and `--processes 2` to run it as two processes over localhost TCP (the
 //! second served from a thread of this one); `--quick` stops after the chain's end.
 //!
+//! `--andersen` measures the Andersen-style points-to analysis of `bench/datalog/run.py`
+//! (100,000 facts, 1.1M derived tuples; run that script once to write them): one assignment
+//! removed and inserted again, and one new assignment inserted and removed.
+//!
 //! `--sssp` measures single-source shortest paths (`min=`) instead, over a random graph of
 //! 100,000 nodes and 400,000 edges with weights 1–99 (written to a temporary file): one
 //! shortcut from the source set and removed, one random weight set and removed, then 100
@@ -23,6 +27,7 @@ fn main() {
     let mut quick = false;
     let mut processes = 1usize;
     let mut sssp = false;
+    let mut andersen = false;
     let mut dataflow = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -30,15 +35,23 @@ fn main() {
             "--workers" => workers = args.next().and_then(|w| w.parse().ok()).unwrap_or(1),
             "--quick" => quick = true,
             "--sssp" => sssp = true,
+            "--andersen" => andersen = true,
             "--engine" => dataflow = args.next().as_deref() == Some("differential"),
             "--processes" => processes = args.next().and_then(|w| w.parse().ok()).unwrap_or(1),
             _ => {}
         }
     }
     let dataflow = dataflow || processes > 1;
-    let (src, base) = match sssp {
-        true => sssp_source(),
-        false => (chain_source(), std::path::PathBuf::from(".")),
+    let andersen_dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/datalog/data/andersen-100k");
+    let (src, base) = match (sssp, andersen) {
+        (true, _) => sssp_source(),
+        (_, true) => (
+            std::fs::read_to_string(andersen_dir.join("and.tl"))
+                .expect("bench/datalog/run.py has written the Andersen workload"),
+            andersen_dir,
+        ),
+        _ => (chain_source(), std::path::PathBuf::from(".")),
     };
     let load = || {
         let mut s = Session::new();
@@ -93,7 +106,11 @@ fn main() {
         );
     }
     let edge = |a: usize, b: usize| vec![a.to_string(), b.to_string()];
-    let relation = if sssp { "W" } else { "Edge" };
+    let relation = match (sssp, andersen) {
+        (true, _) => "W",
+        (_, true) => "Assign",
+        _ => "Edge",
+    };
     let mut commit = |label: &str, insert: bool, rows: Vec<Vec<String>>| {
         match insert {
             true => inc.insert(relation, &rows),
@@ -112,6 +129,15 @@ fn main() {
             ms / (from_scratch * 1e3) * 100.0
         );
     };
+    if andersen {
+        // The first assignment of the file, removed and inserted again; then one between
+        // two variables that no assignment links, inserted and removed.
+        commit("remove Assign(0, 1)", false, vec![edge(0, 1)]);
+        commit("insert Assign(0, 1)", true, vec![edge(0, 1)]);
+        commit("insert Assign(7, 5)", true, vec![edge(7, 5)]);
+        commit("remove Assign(7, 5)", false, vec![edge(7, 5)]);
+        return;
+    }
     if sssp {
         commit("set W(0, 99) = 1", true, vec![weighted(0, 99, 1)]);
         commit("remove W(0, 99)", false, vec![edge(0, 99)]);

@@ -182,7 +182,8 @@ impl Index {
     pub(super) fn remove(&mut self, data: &[u32], arity: usize, r: u32) {
         self.group_of((data, arity), r, |g, arena, stride| {
             let entries = &mut arena[g.start..g.start + g.len as usize * stride];
-            if let Some(k) = entries.chunks_exact(stride).position(|e| e[0] == r) {
+            // Recent rows, the likeliest to go, are at the end.
+            if let Some(k) = entries.chunks_exact(stride).rposition(|e| e[0] == r) {
                 entries.copy_within((k + 1) * stride.., k * stride);
                 g.len -= 1;
             }
@@ -195,7 +196,7 @@ impl Index {
     pub(super) fn renumber(&mut self, data: &[u32], arity: usize, from: u32, to: u32) {
         self.group_of((data, arity), to, |g, arena, stride| {
             let entries = &mut arena[g.start..g.start + g.len as usize * stride];
-            let Some(k) = entries.chunks_exact(stride).position(|e| e[0] == from) else {
+            let Some(k) = entries.chunks_exact(stride).rposition(|e| e[0] == from) else {
                 return ((), false);
             };
             let mut entry = entries[k * stride..(k + 1) * stride].to_vec();
@@ -204,8 +205,8 @@ impl Index {
             let n = g.len as usize - 1;
             let at = entries[..n * stride]
                 .chunks_exact(stride)
-                .position(|e| e[0] > to)
-                .unwrap_or(n);
+                .rposition(|e| e[0] < to)
+                .map_or(0, |k| k + 1);
             entries.copy_within(at * stride..n * stride, (at + 1) * stride);
             entries[at * stride..(at + 1) * stride].copy_from_slice(&entry);
             ((), false)
@@ -250,6 +251,46 @@ impl Index {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Removing rows the way a store does (the last row moved into the hole) keeps every
+    /// group's entries those of its rows, in row order.
+    #[test]
+    fn removed_and_renumbered_rows_keep_groups_in_row_order() {
+        for cols in [vec![0], vec![0, 1], vec![2, 0, 1]] {
+            let arity = 3;
+            let mut data = Vec::new();
+            let mut ix = Index::new(&cols, arity);
+            for r in 0..400u32 {
+                data.extend_from_slice(&[r % 7, r % 3, r]);
+                ix.add(&data, arity, r);
+            }
+            let mut count = 400u32;
+            for r in [399u32, 5, 17, 200, 0, 150, 3] {
+                ix.remove(&data, arity, r);
+                let last = count - 1;
+                if r != last {
+                    let moved: Vec<u32> = row(&data, arity, last).to_vec();
+                    data[r as usize * arity..(r as usize + 1) * arity].copy_from_slice(&moved);
+                    ix.renumber(&data, arity, last, r);
+                }
+                count = last;
+                data.truncate(count as usize * arity);
+            }
+            for r in 0..count {
+                let t = row(&data, arity, r);
+                let key: Vec<u32> = cols.iter().map(|&c| t[c]).collect();
+                let found: Vec<u32> = ix
+                    .entries(&data, arity, &key)
+                    .chunks_exact(ix.stride())
+                    .map(|e| e[0])
+                    .collect();
+                let want: Vec<u32> = (0..count)
+                    .filter(|&s| cols.iter().all(|&c| row(&data, arity, s)[c] == t[c]))
+                    .collect();
+                assert_eq!(found, want, "cols {cols:?}, row {r}");
+            }
+        }
+    }
 
     #[test]
     fn every_row_is_found_under_its_key_with_its_other_columns() {

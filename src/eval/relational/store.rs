@@ -155,19 +155,30 @@ impl Store {
         if arity == 0 || !self.members.removable() || !self.values.is_empty() {
             return false;
         }
-        let Some(first) = self.indexes.first() else {
+        // The index on the most columns finds a row among the fewest others.
+        let Some(id) = (0..self.indexes.len()).max_by_key(|&i| self.indexes[i].cols.len()) else {
             return false;
         };
-        let key_cols = first.cols.clone();
-        for t in gone {
-            let key: Vec<u32> = key_cols.iter().map(|&c| t[c]).collect();
-            let Some(r) = self
-                .lookup(&key_cols, &key)
-                .find(|&r| row(&self.data, arity, r) == t.as_slice())
-            else {
-                continue;
-            };
-            self.members.remove(t, &self.data);
+        let (cols, stride) = (self.indexes[id].cols.clone(), self.indexes[id].stride());
+        let mut rows: Vec<u32> = gone
+            .iter()
+            .filter_map(|t| {
+                let key: Vec<u32> = cols.iter().map(|&c| t[c]).collect();
+                let entries = self.entries(IndexId(id), &key);
+                // Recent rows, the likeliest to go, are at the end of their group.
+                let k = entries
+                    .chunks_exact(stride)
+                    .rposition(|e| row(&self.data, arity, e[0]) == t.as_slice())?;
+                Some(entries[k * stride])
+            })
+            .collect();
+        // Last rows first: a removed row that is the last one moves nothing, and the rows
+        // still to remove keep their ids (only rows above the one removed move).
+        rows.sort_unstable_by(|a, b| b.cmp(a));
+        rows.dedup();
+        for r in rows {
+            let t = row(&self.data, arity, r).to_vec();
+            self.members.remove(&t, &self.data);
             for ix in self.indexes.iter_mut() {
                 ix.remove(&self.data, arity, r);
             }
