@@ -11,7 +11,7 @@
 //! check it against the standard engine's own runs).
 
 use super::delta::{difference, patch, revalued, Delta};
-use super::relational::{Kept, Update};
+use super::relational::{Kept, KeptExtremum, Update};
 use super::standard::{evaluate_again, thread_pool, Standard};
 use super::{Decision, Engine, EvalOptions, Ran};
 use crate::diagnostics::Diagnostics;
@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// values: the caller keeps them and hands them to each update.
 pub struct Maintained {
     /// Per stratum, its kept stores where it is a Datalog stratum that can keep them.
-    kept: Vec<Option<Kept>>,
+    kept: Vec<Option<Keeping>>,
     /// Per stratum, the tensors its equations read.
     reads: Vec<BTreeSet<TensorId>>,
     log: Vec<Decision>,
@@ -153,15 +153,21 @@ impl Maintained {
             return Ok(BTreeMap::new());
         }
         let pool = thread_pool(o);
-        let carried = match &mut self.kept[i] {
+        // A failure leaves the stores part-way: they are built again when next kept.
+        let carried = match (&mut self.kept[i], &plan.strata[i].kernel) {
             _ if stale => Update::Declined("an earlier commit failed at or before it"),
-            Some(k) if reads.keys().all(|&t| p.tensors[t].kind == Kind::Bool) => {
-                // A failure leaves the stores part-way: they are built again when next kept.
+            (Some(Keeping::Joins(k)), _)
+                if reads.keys().all(|&t| p.tensors[t].kind == Kind::Bool) =>
+            {
                 let kept = k.update((p, st), &reads, values, (o, pool.as_deref()));
                 kept.inspect_err(|_| self.kept[i] = None)?
             }
-            Some(_) => Update::Declined("a tensor with values that it reads changed"),
-            None => match plan.strata[i].maintenance {
+            (Some(Keeping::Extremum(k)), Kernel::Extremum(rules)) => {
+                let kept = k.update((p, st, rules), &reads, values, o);
+                kept.inspect_err(|_| self.kept[i] = None)?
+            }
+            (Some(_), _) => Update::Declined("a tensor with values that it reads changed"),
+            (None, _) => match plan.strata[i].maintenance {
                 Maintenance::Again(why) => Update::Declined(why),
                 _ => Update::Declined("its relations are not kept"),
             },
@@ -169,7 +175,10 @@ impl Maintained {
         match carried {
             Update::Done(deltas) => {
                 for (&t, d) in &deltas {
-                    patch(&mut values[t], d);
+                    match p.tensors[t].kind {
+                        Kind::Bool => patch(&mut values[t], d),
+                        _ => values[t] = revalued(&values[t], d),
+                    }
                 }
                 self.log.push(Decision {
                     stratum: i,
@@ -196,13 +205,30 @@ impl Maintained {
     }
 }
 
+/// A stratum's kept stores.
+enum Keeping {
+    /// Of a Datalog stratum.
+    Joins(Kept),
+    /// Of a `min=`/`max=` stratum.
+    Extremum(KeptExtremum),
+}
+
 /// The kept stores of stratum `i`, where its plan says to keep them.
-fn keep(p: &Checked, plan: &Plan, i: usize, values: &[Tensor], o: &EvalOptions) -> Option<Kept> {
-    let sp = &plan.strata[i];
+fn keep(p: &Checked, plan: &Plan, i: usize, values: &[Tensor], o: &EvalOptions) -> Option<Keeping> {
+    let (sp, st) = (&plan.strata[i], &p.strata[i]);
     match (&sp.kernel, sp.maintenance) {
-        (Kernel::Datalog(rules, _), Maintenance::Kept { rederive }) => {
-            let st = &p.strata[i];
-            Some(Kept::new(p, st, (rules, rederive), values, o.max_iters))
+        (Kernel::Datalog(rules, _), Maintenance::Kept { rederive }) => Some(Keeping::Joins(
+            Kept::new(p, st, (rules, rederive), values, o.max_iters),
+        )),
+        // Elements held as a dense array came from the loop nests (the kernel declined):
+        // their stores would not hold them.
+        (Kernel::Extremum(rules), Maintenance::Improved)
+            if st
+                .tensors
+                .iter()
+                .all(|&t| !matches!(values[t].storage, crate::tensor::Storage::Dense(_))) =>
+        {
+            Some(Keeping::Extremum(KeptExtremum::new(st, rules, values)))
         }
         _ => None,
     }

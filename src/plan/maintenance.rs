@@ -18,6 +18,10 @@ pub enum Maintenance {
         /// Whether removals can be re-derived.
         rederive: bool,
     },
+    /// A `min=`/`max=` stratum whose elements' stores are kept: a commit that only adds
+    /// elements or tuples to what it reads improves its elements from them; any other
+    /// evaluates it again.
+    Improved,
     /// Evaluated again on its kernel whenever something it reads changes; why.
     Again(&'static str),
 }
@@ -37,7 +41,7 @@ pub fn plan_maintenance(st: &Stratum, sp: &StratumPlan) -> Maintenance {
             rederive: rules.iter().all(|r| r.lets.is_empty()),
         },
         Kernel::Counts(_) => Maintenance::Again("counts are not kept yet"),
-        Kernel::Extremum(_) => Maintenance::Again("`min=`/`max=` elements are not kept yet"),
+        Kernel::Extremum(_) => Maintenance::Improved,
         _ => Maintenance::Again("not a Datalog stratum"),
     }
 }
@@ -52,6 +56,9 @@ impl Maintenance {
             }
             Maintenance::Kept { rederive: false } => "kept: insertions continue semi-naive, \
                  removals evaluate it again (a rule computes its head's positions)"
+                .into(),
+            Maintenance::Improved => "kept: insertions improve its elements from the new ones, \
+                 removals and changed values evaluate it again"
                 .into(),
             Maintenance::Again(why) => {
                 format!("evaluated again when what it reads changes ({why})")

@@ -36,11 +36,6 @@ pub(in crate::eval) fn evaluate_extremum(
     values: &mut [Tensor],
     o: &EvalOptions,
 ) -> Result<bool, Diagnostics> {
-    let family = p.tensors[st.tensors[0]].family;
-    let better = |new: f64, old: f64| match family {
-        Family::Min => new < old || (old.is_nan() && !new.is_nan()),
-        _ => new > old || (old.is_nan() && !new.is_nan()),
-    };
     let mut full: HashMap<TensorId, Store> = HashMap::default();
     for &t in &st.tensors {
         full.insert(t, Store::from_valued(&values[t]));
@@ -49,90 +44,21 @@ pub(in crate::eval) fn evaluate_extremum(
         full.entry(a.tensor)
             .or_insert_with(|| Store::from_valued(&values[a.tensor]));
     }
-    let mut delta: HashMap<TensorId, Store> = HashMap::default();
     let open = crate::eval::open::Open::of(p);
     let checker = Checker {
         values,
         o,
         open: open.as_ref(),
     };
-    let mut rounds = 0;
-    loop {
-        rounds += 1;
-        let mut candidates: HashMap<TensorId, Candidates> = HashMap::default();
-        for vr in rules {
-            let atoms = vr.rule.atoms.iter().enumerate();
-            let delta_ats: Vec<Option<usize>> = if rounds == 1 {
-                vec![None]
-            } else {
-                atoms
-                    .filter(|(_, a)| delta.contains_key(&a.tensor))
-                    .map(|(i, _)| Some(i))
-                    .collect()
-            };
-            for at in delta_ats {
-                let sides = (&mut full, &mut delta);
-                if run(vr, at, sides, &mut candidates, checker).is_err() {
-                    return Err(halted(p, st, o, Halt::Stopped));
-                }
-            }
-        }
-        delta.clear();
-        let mut converged = true;
-        for &t in &st.tensors {
-            let Some(found) = candidates.remove(&t) else {
-                continue;
-            };
-            let Some(store) = full.get_mut(&t) else {
-                continue;
-            };
-            let info = &p.tensors[t];
-            let tol = if info.kind == Kind::Real { o.tol } else { 0.0 };
-            let arity = store.arity;
-            let mut improved: Vec<u32> = Vec::new();
-            for (k, &v) in found.values.iter().enumerate() {
-                let v = info.elem.round(v);
-                if !v.is_finite() {
-                    return Ok(false);
-                }
-                let tuple = &found.tuples.values[k * arity..(k + 1) * arity];
-                match store.position(tuple) {
-                    Some(r) => {
-                        let old = store.values[r as usize];
-                        if better(v, old) {
-                            converged &= (v - old).abs() <= tol;
-                            store.values[r as usize] = v;
-                            improved.push(r);
-                        }
-                    }
-                    None => {
-                        converged = false;
-                        improved.push(store.count);
-                        store.insert(tuple);
-                        store.values.push(v);
-                    }
-                }
-            }
-            improved.sort_unstable();
-            improved.dedup();
-            if !improved.is_empty() {
-                let mut fresh = Store::new(arity);
-                for r in improved {
-                    fresh.push(super::store::row(&store.data, arity, r));
-                    fresh.values.push(store.values[r as usize]);
-                }
-                delta.insert(t, fresh);
-            }
-        }
-        if converged || delta.is_empty() || !st.recursive {
-            break;
-        }
-        if rounds >= o.max_iters {
-            return Ok(false);
-        }
-        if o.stop.requested() {
-            return Err(halted(p, st, o, Halt::Stopped));
-        }
+    let improving = Improving {
+        p,
+        st,
+        rules,
+        max_rounds: o.max_iters,
+    };
+    match improving.rounds((&mut full, HashMap::default()), checker, &mut |_, _, _| {})? {
+        true => {}
+        false => return Ok(false),
     }
     for &t in &st.tensors {
         let Some(store) = full.remove(&t) else {
@@ -149,6 +75,121 @@ pub(in crate::eval) fn evaluate_extremum(
         };
     }
     Ok(true)
+}
+
+/// A stratum's rules improving its elements round by round.
+pub(super) struct Improving<'a> {
+    pub(super) p: &'a Checked,
+    pub(super) st: &'a Stratum,
+    pub(super) rules: &'a [ValuedRule],
+    /// Past this many rounds the caller decides (the reference, or evaluating again).
+    pub(super) max_rounds: usize,
+}
+
+/// Called with each improved element: its tensor, its row, and its value before (`None`
+/// for a new element).
+pub(super) type OnImproved<'a> = dyn FnMut(TensorId, u32, Option<f64>) + 'a;
+
+impl Improving<'_> {
+    /// Runs rounds until nothing improves, over `full`. With an empty `delta` the first round
+    /// runs every rule whole; otherwise `delta` holds changed elements of the tensors the
+    /// rules read (their last rows in `full`), and every round runs each rule once per atom
+    /// with changes. `false` when the caller must decide (a value not finite, too many
+    /// rounds).
+    pub(super) fn rounds(
+        &self,
+        (full, mut delta): (&mut HashMap<TensorId, Store>, HashMap<TensorId, Store>),
+        checker: Checker,
+        improved_at: &mut OnImproved,
+    ) -> Result<bool, Diagnostics> {
+        let (p, st, o) = (self.p, self.st, checker.o);
+        let family = p.tensors[st.tensors[0]].family;
+        let better = |new: f64, old: f64| match family {
+            Family::Min => new < old || (old.is_nan() && !new.is_nan()),
+            _ => new > old || (old.is_nan() && !new.is_nan()),
+        };
+        let mut rounds = 0;
+        let whole_first = delta.is_empty();
+        loop {
+            rounds += 1;
+            let mut candidates: HashMap<TensorId, Candidates> = HashMap::default();
+            for vr in self.rules {
+                let atoms = vr.rule.atoms.iter().enumerate();
+                let delta_ats: Vec<Option<usize>> = if rounds == 1 && whole_first {
+                    vec![None]
+                } else {
+                    atoms
+                        .filter(|(_, a)| delta.contains_key(&a.tensor))
+                        .map(|(i, _)| Some(i))
+                        .collect()
+                };
+                for at in delta_ats {
+                    let sides = (&mut *full, &mut delta);
+                    if run(vr, at, sides, &mut candidates, checker).is_err() {
+                        return Err(halted(p, st, o, Halt::Stopped));
+                    }
+                }
+            }
+            delta.clear();
+            let mut converged = true;
+            for &t in &st.tensors {
+                let Some(found) = candidates.remove(&t) else {
+                    continue;
+                };
+                let Some(store) = full.get_mut(&t) else {
+                    continue;
+                };
+                let info = &p.tensors[t];
+                let tol = if info.kind == Kind::Real { o.tol } else { 0.0 };
+                let arity = store.arity;
+                let mut improved: Vec<u32> = Vec::new();
+                for (k, &v) in found.values.iter().enumerate() {
+                    let v = info.elem.round(v);
+                    if !v.is_finite() {
+                        return Ok(false);
+                    }
+                    let tuple = &found.tuples.values[k * arity..(k + 1) * arity];
+                    match store.position(tuple) {
+                        Some(r) => {
+                            let old = store.values[r as usize];
+                            if better(v, old) {
+                                converged &= (v - old).abs() <= tol;
+                                improved_at(t, r, Some(old));
+                                store.values[r as usize] = v;
+                                improved.push(r);
+                            }
+                        }
+                        None => {
+                            converged = false;
+                            improved_at(t, store.count, None);
+                            improved.push(store.count);
+                            store.insert(tuple);
+                            store.values.push(v);
+                        }
+                    }
+                }
+                improved.sort_unstable();
+                improved.dedup();
+                if !improved.is_empty() {
+                    let mut fresh = Store::new(arity);
+                    for r in improved {
+                        fresh.push(super::store::row(&store.data, arity, r));
+                        fresh.values.push(store.values[r as usize]);
+                    }
+                    delta.insert(t, fresh);
+                }
+            }
+            if converged || delta.is_empty() || !st.recursive {
+                return Ok(true);
+            }
+            if rounds >= self.max_rounds {
+                return Ok(false);
+            }
+            if o.stop.requested() {
+                return Err(halted(p, st, o, Halt::Stopped));
+            }
+        }
+    }
 }
 
 /// Runs one rule, with atom `delta_at` reading the last round's improvements, and collects
