@@ -93,6 +93,7 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
                 for vr in rules {
                     rule_plan(&mut out, p, st, &vr.rule, source);
                 }
+                let _ = writeln!(out, "  incremental: {}", sp.maintenance.text());
             }
             Kernel::Counts(rules) => {
                 let _ = writeln!(
