@@ -65,11 +65,12 @@ impl Analysis {
 
     /// "defined at lines 3, 4" for the statements that define the name.
     fn lines_defining(&self, o: &Occurrence) -> String {
+        let index = super::LineIndex::new(&self.source);
         let lines: Vec<String> = self
             .names
             .of(&o.name, o.kind)
             .filter(|x| x.defines)
-            .map(|x| (line_of(&self.source, x.span.start) + 1).to_string())
+            .map(|x| (index.position(&self.source, x.span.start).0 + 1).to_string())
             .collect();
         match lines.len() {
             0 => "not defined in this program (bound from outside, or a parameter)".into(),
@@ -153,13 +154,6 @@ fn listed(names: &[&str]) -> String {
         true => format!("{shown}, … ({} in all)", names.len()),
         false => shown,
     }
-}
-
-fn line_of(source: &str, offset: usize) -> usize {
-    source.as_bytes()[..offset.min(source.len())]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
 }
 
 /// The identifier around `offset`, if there is one.
