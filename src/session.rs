@@ -81,6 +81,8 @@ pub struct Session {
     /// Incremental mode: the live dataflow, and facts staged for the next commit.
     live: Option<incremental::Live>,
     staged: incremental::Staged,
+    /// The last commit's facts that changed nothing ([`Session::no_ops`]).
+    no_ops: Vec<String>,
     overlay: overlay::Overlay,
 }
 

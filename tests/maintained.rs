@@ -157,14 +157,15 @@ fn watch_keeps_a_closure_on_the_standard_engine() {
         "{explain}"
     );
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tl"))
-        .args(["watch", "c.tl", "--quiet"])
+        .args(["watch", "c.tl"])
         .current_dir(dir.path())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    writeln!(stdin, "+Edge(3, 1)\n-Edge(2, 3)\n-Edge(9, 9)").unwrap();
+    writeln!(stdin, "+Edge(3, 1)\n-Edge(2, 3)\n-Edge(9, 9)\n+Edge(1, 2)").unwrap();
     drop(stdin);
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
@@ -181,5 +182,15 @@ fn watch_keeps_a_closure_on_the_standard_engine() {
             "-Path(1, 3)"
         ],
         "{text}"
+    );
+    // Facts that change nothing are noted, not silently dropped.
+    let notes = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        notes.contains("`-Edge(9, 9)` changed nothing: it did not hold"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("`+Edge(1, 2)` changed nothing: it held already"),
+        "{notes}"
     );
 }

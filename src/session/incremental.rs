@@ -207,6 +207,7 @@ impl Session {
             )
             .into());
         }
+        self.no_ops = self.no_ops_of(&staged);
         let changes = self.positions(&staged);
         let before = self.overlay.clone();
         for (name, fields, sign) in &staged {
@@ -220,6 +221,49 @@ impl Session {
             Some(changes) => self.commit_round(&changes),
             None => self.commit_again(before),
         }
+    }
+
+    /// The facts of the last commit that changed nothing: `+R(a, b)` for a relation's tuple
+    /// inserted while it held, `-R(a, b)` for one removed while it did not (each judged
+    /// after the commit's earlier facts). A commit's result reports what changed; this says
+    /// what was asked for in vain, as `tl watch` notes.
+    pub fn no_ops(&self) -> &[String] {
+        &self.no_ops
+    }
+
+    fn no_ops_of(&self, staged: &Staged) -> Vec<String> {
+        let (Some(checked), Some(values)) = (self.checked.as_ref(), self.values.as_ref()) else {
+            return Vec::new();
+        };
+        let mut now: BTreeMap<(TensorId, Vec<u32>), bool> = BTreeMap::new();
+        let mut out = Vec::new();
+        for (name, fields, sign) in staged {
+            let Some(t) = checked.tensor_id(name) else {
+                continue;
+            };
+            if checked.tensors[t].kind != Kind::Bool {
+                continue;
+            }
+            let pos: Option<Vec<u32>> = fields
+                .iter()
+                .enumerate()
+                .map(|(ax, f)| position(checked, t, ax, f))
+                .collect();
+            let holds = match &pos {
+                Some(pos) => *now
+                    .entry((t, pos.clone()))
+                    .or_insert_with(|| values[t].get_at(pos).is_some_and(|v| v != 0.0)),
+                None => false,
+            };
+            if holds == (*sign > 0) {
+                let mark = if *sign > 0 { '+' } else { '-' };
+                out.push(format!("{mark}{name}({})", fields.join(", ")));
+            }
+            if let Some(pos) = pos {
+                now.insert((t, pos), *sign > 0);
+            }
+        }
+        out
     }
 
     /// Takes the facts commits removed out of the checked program's facts, and sets (or

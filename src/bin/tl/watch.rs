@@ -87,7 +87,7 @@ pub fn watch(
                             false => session.remove(&change.relation, &rows),
                         };
                         match staged {
-                            Ok(()) => commit(&mut session, &mut shown)?,
+                            Ok(()) => commit(&mut session, &mut shown, quiet)?,
                             Err(d) => eprint!("{}", render(&session, &d)),
                         }
                     }
@@ -125,7 +125,7 @@ pub fn watch(
                     changed = true;
                 }
                 if changed {
-                    commit(&mut session, &mut shown)?;
+                    commit(&mut session, &mut shown, quiet)?;
                 }
             }
             Err(RecvTimeoutError::Disconnected) => return Ok(()),
@@ -134,7 +134,7 @@ pub fn watch(
 }
 
 /// Commits the staged facts and prints the answers that appeared and went.
-fn commit(session: &mut Session, shown: &mut BTreeSet<String>) -> Result<(), String> {
+fn commit(session: &mut Session, shown: &mut BTreeSet<String>, quiet: bool) -> Result<(), String> {
     let render = |s: &Session, d: &tensor_logic::Diagnostics| {
         let (name, src) = s.source();
         d.render(name, src)
@@ -149,6 +149,13 @@ fn commit(session: &mut Session, shown: &mut BTreeSet<String>) -> Result<(), Str
         }
         eprint!("{}", render(session, &d));
         return Ok(());
+    }
+    for fact in session.no_ops().iter().filter(|_| !quiet) {
+        let was = match fact.starts_with('+') {
+            true => "it held already",
+            false => "it did not hold",
+        };
+        eprintln!("note: `{fact}` changed nothing: {was}");
     }
     let now: BTreeSet<String> = session
         .answers()
