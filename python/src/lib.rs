@@ -16,6 +16,9 @@ use std::sync::Arc;
 use tensor_logic::tensor::{Buf, Dense, Storage};
 use tensor_logic::{Cell, Diagnostics, ElemType, RunOptions, Session, Severity, Tensor};
 
+/// A node of a why tree in pre-order: its label, its detail, and its parent's index.
+type WhyRow = (String, String, Option<usize>);
+
 create_exception!(
     _native,
     TensorLogicError,
@@ -320,6 +323,12 @@ impl Program {
         result.map_err(|d| self.fail(py, &d))
     }
 
+    /// The last commit's facts that changed nothing (`-Edge(9, 9)` removed while it did not
+    /// hold, `+Edge(1, 2)` inserted while it held).
+    fn no_ops(&self) -> Vec<String> {
+        self.session.no_ops().to_vec()
+    }
+
     /// Stages facts of relation `name` (rows of fields as text) to insert at the next
     /// commit.
     fn insert(&mut self, py: Python<'_>, name: &str, rows: Vec<Vec<String>>) -> PyResult<()> {
@@ -424,7 +433,7 @@ impl Program {
         top: usize,
         depth: usize,
         not_: bool,
-    ) -> PyResult<(String, Vec<(String, String, Option<usize>)>)> {
+    ) -> PyResult<(String, Vec<WhyRow>)> {
         let options = tensor_logic::why::WhyOptions {
             top,
             depth,

@@ -157,6 +157,11 @@ class Program:
         the answers of the program's own queries."""
         return self._native.run_incremental(workers, write_files, engine)
 
+    def no_ops(self) -> List[str]:
+        """The last commit's facts that changed nothing: `-Edge(9, 9)` for a fact removed
+        while it did not hold, `+Edge(1, 2)` for one inserted while it held."""
+        return self._native.no_ops()
+
     def insert(self, name: str, rows) -> None:
         """Stages facts of relation `name` (tuples of Python values, or a DataFrame) to
         insert at the next `commit`."""

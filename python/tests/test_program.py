@@ -468,6 +468,10 @@ def test_incremental_insert_remove_and_commit_report_the_changes(engine):
     # The session stays usable after bad input.
     prog.remove("Edge", [(5, 6)])
     assert (1, 6) in prog.commit()["Path"]["removed"]
+    assert prog.no_ops() == []
+    prog.remove("Edge", [(1, 5)])
+    assert prog.commit() == {}
+    assert prog.no_ops() == ["-Edge(1, 5)"]
 
 
 def test_why_explains_a_fact_a_value_and_a_fact_that_does_not_hold():
