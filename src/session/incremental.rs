@@ -51,21 +51,11 @@ impl Session {
     /// [`Session::insert`], [`Session::remove`] and [`Session::commit`]. Returns the query
     /// answers, as [`Session::run`] does (and writes the program's files).
     pub fn run_incremental(&mut self, options: &RunOptions) -> Result<Vec<String>, Diagnostics> {
-        self.live = None;
-        self.check_for(options)?;
-        self.apply_overlay();
-        let checked = self.checked.as_ref().ok_or_else(super::not_checked)?;
-        let plan = self.plan.as_ref().ok_or_else(super::not_checked)?;
-        let o = eval_options(options, &self.functions);
-        let (kept, values) = Maintained::start(checked, plan, &o)
-            .map_err(|d| d.located(&self.file_name, &self.source))?;
-        self.log = kept.log().to_vec();
-        let lines = self.publish(values, options)?;
-        self.live = Some(Live {
-            keeper: Keeper::Standard(kept),
-            options: options.clone(),
-        });
-        Ok(lines)
+        self.start_live(options, |checked, plan, o| {
+            let (kept, values) = Maintained::start(checked, plan, o)?;
+            let log = kept.log().to_vec();
+            Ok((Keeper::Standard(kept), values, log))
+        })
     }
 
     /// [`Session::run_incremental`] with a differential dataflow on `cluster` keeping the
@@ -77,18 +67,41 @@ impl Session {
         options: &RunOptions,
         cluster: &Cluster,
     ) -> Result<Vec<String>, Diagnostics> {
+        self.start_live(options, |checked, plan, o| {
+            let inc = Incremental::start(checked, plan, o, cluster)?;
+            let (values, log) = (inc.values().to_vec(), inc.log().to_vec());
+            Ok((
+                Keeper::Dataflow(Box::new(inc), cluster.clone()),
+                values,
+                log,
+            ))
+        })
+    }
+
+    /// Checks the program (with the facts of earlier commits), evaluates it with the keeper
+    /// `start` makes, publishes the answers, and keeps the keeper for commits.
+    fn start_live(
+        &mut self,
+        options: &RunOptions,
+        start: impl FnOnce(
+            &Checked,
+            &crate::plan::Plan,
+            &crate::eval::EvalOptions,
+        )
+            -> Result<(Keeper, Vec<Tensor>, Vec<crate::eval::Decision>), Diagnostics>,
+    ) -> Result<Vec<String>, Diagnostics> {
         self.live = None;
         self.check_for(options)?;
         self.apply_overlay();
         let checked = self.checked.as_ref().ok_or_else(super::not_checked)?;
         let plan = self.plan.as_ref().ok_or_else(super::not_checked)?;
         let o = eval_options(options, &self.functions);
-        let inc = Incremental::start(checked, plan, &o, cluster)
-            .map_err(|d| d.located(&self.file_name, &self.source))?;
-        self.log = inc.log().to_vec();
-        let lines = self.publish(inc.values().to_vec(), options)?;
+        let (keeper, values, log) =
+            start(checked, plan, &o).map_err(|d| d.located(&self.file_name, &self.source))?;
+        self.log = log;
+        let lines = self.publish(values, options)?;
         self.live = Some(Live {
-            keeper: Keeper::Dataflow(Box::new(inc), cluster.clone()),
+            keeper,
             options: options.clone(),
         });
         Ok(lines)

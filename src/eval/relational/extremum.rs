@@ -36,29 +36,11 @@ pub(in crate::eval) fn evaluate_extremum(
     values: &mut [Tensor],
     o: &EvalOptions,
 ) -> Result<bool, Diagnostics> {
-    let mut full: HashMap<TensorId, Store> = HashMap::default();
-    for &t in &st.tensors {
-        full.insert(t, Store::from_valued(&values[t]));
-    }
-    for a in rules.iter().flat_map(|vr| &vr.rule.atoms) {
-        full.entry(a.tensor)
-            .or_insert_with(|| Store::from_valued(&values[a.tensor]));
-    }
-    let open = crate::eval::open::Open::of(p);
-    let checker = Checker {
-        values,
-        o,
-        open: open.as_ref(),
-    };
-    let improving = Improving {
-        p,
-        st,
-        rules,
-        max_rounds: o.max_iters,
-    };
-    match improving.rounds((&mut full, HashMap::default()), checker, &mut |_, _, _| {})? {
-        true => {}
-        false => return Ok(false),
+    let mut full = stores(st, rules, values);
+    let improving = Improving { p, st, rules };
+    let none = &mut |_, _, _| {};
+    if !improving.rounds((&mut full, HashMap::default()), (values, o), none)? {
+        return Ok(false);
     }
     for &t in &st.tensors {
         let Some(store) = full.remove(&t) else {
@@ -77,13 +59,28 @@ pub(in crate::eval) fn evaluate_extremum(
     Ok(true)
 }
 
+/// The stores of stratum `st`'s elements and of what its rules read, from `values`.
+pub(super) fn stores(
+    st: &Stratum,
+    rules: &[ValuedRule],
+    values: &[Tensor],
+) -> HashMap<TensorId, Store> {
+    let mut full: HashMap<TensorId, Store> = HashMap::default();
+    for &t in &st.tensors {
+        full.insert(t, Store::from_valued(&values[t]));
+    }
+    for a in rules.iter().flat_map(|vr| &vr.rule.atoms) {
+        full.entry(a.tensor)
+            .or_insert_with(|| Store::from_valued(&values[a.tensor]));
+    }
+    full
+}
+
 /// A stratum's rules improving its elements round by round.
 pub(super) struct Improving<'a> {
     pub(super) p: &'a Checked,
     pub(super) st: &'a Stratum,
     pub(super) rules: &'a [ValuedRule],
-    /// Past this many rounds the caller decides (the reference, or evaluating again).
-    pub(super) max_rounds: usize,
 }
 
 /// Called with each improved element: its tensor, its row, and its value before (`None`
@@ -94,15 +91,21 @@ impl Improving<'_> {
     /// Runs rounds until nothing improves, over `full`. With an empty `delta` the first round
     /// runs every rule whole; otherwise `delta` holds changed elements of the tensors the
     /// rules read (their last rows in `full`), and every round runs each rule once per atom
-    /// with changes. `false` when the caller must decide (a value not finite, too many
-    /// rounds).
+    /// with changes. `false` when the caller must decide (a value not finite, more rounds
+    /// than `--max-iters`).
     pub(super) fn rounds(
         &self,
         (full, mut delta): (&mut HashMap<TensorId, Store>, HashMap<TensorId, Store>),
-        checker: Checker,
+        (values, o): (&[Tensor], &EvalOptions),
         improved_at: &mut OnImproved,
     ) -> Result<bool, Diagnostics> {
-        let (p, st, o) = (self.p, self.st, checker.o);
+        let (p, st) = (self.p, self.st);
+        let open = crate::eval::open::Open::of(p);
+        let checker = Checker {
+            values,
+            o,
+            open: open.as_ref(),
+        };
         let family = p.tensors[st.tensors[0]].family;
         let better = |new: f64, old: f64| match family {
             Family::Min => new < old || (old.is_nan() && !new.is_nan()),
@@ -182,7 +185,7 @@ impl Improving<'_> {
             if converged || delta.is_empty() || !st.recursive {
                 return Ok(true);
             }
-            if rounds >= self.max_rounds {
+            if rounds >= o.max_iters {
                 return Ok(false);
             }
             if o.stop.requested() {

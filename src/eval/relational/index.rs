@@ -44,6 +44,23 @@ fn mix(x: u64) -> u64 {
     x ^ (x >> 29)
 }
 
+/// Whether `g` is the group of row `this`, whose key word is `word`: keys of more than two
+/// columns (not `packed` in the word) are compared on columns `cols` through the group's
+/// first row, found in `arena` among `data`'s rows of `arity` columns.
+#[inline]
+fn is_group_of(
+    g: &Group,
+    (word, packed): (u64, bool),
+    (cols, this): (&[usize], &[u32]),
+    (arena, data, arity): (&[u32], &[u32], usize),
+) -> bool {
+    g.key == word
+        && (packed || {
+            let first = row(data, arity, arena[g.start]);
+            cols.iter().all(|&c| first[c] == this[c])
+        })
+}
+
 impl Index {
     /// An empty index on `cols` of a relation with `arity` columns.
     pub(super) fn new(cols: &[usize], arity: usize) -> Index {
@@ -97,13 +114,7 @@ impl Index {
             arena,
             garbage,
         } = self;
-        let same = |g: &Group| {
-            g.key == word
-                && (packed || {
-                    let first = row(data, arity, arena[g.start]);
-                    cols.iter().all(|&c| first[c] == this[c])
-                })
-        };
+        let same = |g: &Group| is_group_of(g, (word, packed), (cols, this), (arena, data, arity));
         let group = match groups.find_mut(h, same) {
             Some(g) => g,
             None => {
@@ -158,13 +169,7 @@ impl Index {
             garbage,
             ..
         } = self;
-        let same = |g: &Group| {
-            g.key == word
-                && (packed || {
-                    let first = row(data, arity, arena[g.start]);
-                    cols.iter().all(|&c| first[c] == this[c])
-                })
-        };
+        let same = |g: &Group| is_group_of(g, (word, packed), (cols, this), (arena, data, arity));
         let entry = groups.find_entry(mix(word), same).ok()?;
         let mut group = *entry.get();
         let (out, drop) = f(&mut group, arena, stride);

@@ -4,13 +4,12 @@
 //! maximum, and every old candidate keeps its value). A removal or a changed value can make
 //! an element worse, which this cannot undo: the stratum is then evaluated again.
 
-use super::extremum::Improving;
+use super::extremum::{stores, Improving};
 use super::kept::Update;
 use super::store::row;
 use super::Store;
 use crate::diagnostics::Diagnostics;
 use crate::eval::delta::with_value;
-use crate::eval::nest::Checker;
 use crate::eval::{Delta, EvalOptions};
 use crate::plan::datalog::ValuedRule;
 use crate::semantics::{Checked, Kind, Stratum, TensorId};
@@ -26,15 +25,9 @@ pub(crate) struct KeptExtremum {
 impl KeptExtremum {
     /// The stores of the stratum's elements and of what its rules read, from `values`.
     pub(crate) fn new(st: &Stratum, rules: &[ValuedRule], values: &[Tensor]) -> KeptExtremum {
-        let mut full: HashMap<TensorId, Store> = HashMap::default();
-        for &t in &st.tensors {
-            full.insert(t, Store::from_valued(&values[t]));
+        KeptExtremum {
+            full: stores(st, rules, values),
         }
-        for a in rules.iter().flat_map(|vr| &vr.rule.atoms) {
-            full.entry(a.tensor)
-                .or_insert_with(|| Store::from_valued(&values[a.tensor]));
-        }
-        KeptExtremum { full }
     }
 
     /// Improves the stratum's elements from `changes` to what its rules read; declines
@@ -81,23 +74,12 @@ impl KeptExtremum {
             }
             delta.insert(t, fresh);
         }
-        let open = crate::eval::open::Open::of(p);
-        let checker = Checker {
-            values,
-            o,
-            open: open.as_ref(),
-        };
-        let improving = Improving {
-            p,
-            st,
-            rules,
-            max_rounds: o.max_iters,
-        };
+        let improving = Improving { p, st, rules };
         let mut before: BTreeMap<(TensorId, u32), Option<f64>> = BTreeMap::new();
         let mut record = |t: TensorId, r: u32, old: Option<f64>| {
             before.entry((t, r)).or_insert(old);
         };
-        if !improving.rounds((&mut self.full, delta), checker, &mut record)? {
+        if !improving.rounds((&mut self.full, delta), (values, o), &mut record)? {
             return Ok(Update::Declined("its rounds did not settle"));
         }
         let mut out: BTreeMap<TensorId, Delta> = BTreeMap::new();
