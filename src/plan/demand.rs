@@ -318,12 +318,17 @@ pub fn plan_demand(p: &Checked, q: &Query) -> Option<DemandPlan> {
         })
         .collect();
     let demanded = |t: &TensorId| by_demand.iter().any(|q| q.tensor == *t);
+    // Independent groups of atoms (`Rule::exists`) are asked once, of lower strata read
+    // as they are: they too are needed whole.
     let negated = rules_of
         .values()
         .flatten()
         .flat_map(|r| {
             let negated = r.negated.iter().map(|a| a.tensor);
-            negated.chain(r.absent.iter().map(|a| a.tensor))
+            let exists = r.exists.iter().flatten().map(|a| a.tensor);
+            negated
+                .chain(r.absent.iter().map(|a| a.tensor))
+                .chain(exists)
         })
         .filter(|t| !demanded(t))
         .chain(checked);
@@ -406,8 +411,10 @@ fn negated_patterns(
                 *entry = None;
             }
         }
-        for a in &r.absent {
-            asked.insert(a.tensor, None);
+        // Absent atoms and independent groups read their relations whole.
+        let absent = r.absent.iter().map(|a| a.tensor);
+        for t in absent.chain(r.exists.iter().flatten().map(|a| a.tensor)) {
+            asked.insert(t, None);
         }
     }
     // Positive reads are of adorned copies, which start from whatever the relation holds;
@@ -611,6 +618,17 @@ mod tests {
         assert!(
             d.full.contains(&path),
             "Path is read under `not` with no constant, so it is evaluated in full"
+        );
+    }
+
+    #[test]
+    fn an_independent_group_is_read_whole() {
+        let src = "B(1). E(0, 2). E(3, 3).\nD(x) :- B(x).\nP(x, y) :- D(w), E(x, y).\n";
+        let d = plan(src, "P(x, 2)").unwrap();
+        let dd = checked(src).tensor_id("D").unwrap();
+        assert!(
+            d.full.contains(&dd),
+            "D(w) is asked once, of D evaluated in full"
         );
     }
 
