@@ -9,7 +9,7 @@
 
 use crate::diagnostics::{codes, Diagnostic, Diagnostics};
 use crate::eval::{Engine, EvalOptions, Standard};
-use crate::functions::computed::Reads;
+use crate::functions::computed::{Overflow, Reads};
 use crate::functions::strings::Value;
 use crate::semantics::{number_text, Checked, SiteFn, StringTables};
 use crate::tensor::{ElemType, Tensor};
@@ -59,19 +59,20 @@ pub(crate) fn fill(
             }
             let result = match (site.arguments(&row), &site.func) {
                 (None, _) => Ok(None),
-                (Some(args), SiteFn::String(f)) => f.apply(&args),
-                (Some(args), SiteFn::Value(f)) => {
-                    Ok(f.eval(&args, &evaluated).and_then(Value::of_number))
-                }
+                (Some(args), SiteFn::String(f)) => f.apply(&args).map_err(|m| (codes::TYPE, m)),
+                (Some(args), SiteFn::Value(f)) => match f.eval(&args, &evaluated) {
+                    Ok(v) => Ok(v.and_then(Value::of_num)),
+                    Err(Overflow) => Err((codes::VALUE_OVERFLOW, overflow(&row))),
+                },
             };
             match result {
                 Ok(result) => {
                     tables.insert(k, row, result);
                     added += 1;
                 }
-                Err(msg) => {
+                Err((code, msg)) => {
                     errors.push(
-                        Diagnostic::error(codes::TYPE, site.span, msg)
+                        Diagnostic::error(code, site.span, msg)
                             .with_label(format!("`{}` called here", site.func.name())),
                     );
                     break;
@@ -83,6 +84,21 @@ pub(crate) fn fill(
         return Err(Diagnostics(errors));
     }
     Ok(added)
+}
+
+/// The message of a value site whose integer result leaves i64 on `row`.
+fn overflow(row: &[Value]) -> String {
+    let args: Vec<String> = row
+        .iter()
+        .map(|v| match v {
+            Value::Int(v) => v.to_string(),
+            Value::Sym(s) | Value::Real(s) => s.clone(),
+        })
+        .collect();
+    format!(
+        "the value computed here at ({}) leaves the i64 range: integers are exact, so an overflow is an error, never a wrap (§8)",
+        args.join(", ")
+    )
 }
 
 /// What a value site reads: the program as this round evaluated it.

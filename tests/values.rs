@@ -110,6 +110,32 @@ fn answers_print_values_and_negation_reads_past_the_end_as_false() {
     }
 }
 
+#[test]
+fn integers_past_two_to_the_53_stay_exact_in_columns() {
+    // `N` reads `Id` as a count, so its column is numbered values rather than open: `x + 2`
+    // and `y = x * 3 - 1` are then computed by value sites, which keep integers in i64.
+    let src = "Id(9007199254740993).\nN[k] = Id(k)\nJ(x + 2) :- Id(x).\nK(y) :- Id(x), y = x * 3 - 1.\nM(y) :- Id(x), y = max(x, 5) - bshr(x, 60).\nJ?\nK?\nM?\n";
+    for engine in [&Reference as &dyn Engine, &Standard] {
+        let s = run(src, engine).unwrap();
+        assert_eq!(s.query("J(x)").unwrap(), vec!["J(9007199254740995)"]);
+        assert_eq!(s.query("K(x)").unwrap(), vec!["K(27021597764222978)"]);
+        assert_eq!(s.query("M(x)").unwrap(), vec!["M(9007199254740993)"]);
+    }
+    // Comparisons with constants are exact past 2⁵³, negative ones too.
+    let compared = "E(9007199254740993, 1).\nE(9007199254740992, 2).\nE(-9007199254740993, 3).\nG(y) :- E(x, y), x = 9007199254740993.\nH(y) :- E(x, y), x < -9007199254740992.\n";
+    for engine in [&Reference as &dyn Engine, &Standard] {
+        let s = run(compared, engine).unwrap();
+        assert_eq!(s.query("G(y)").unwrap(), vec!["G(1)"]);
+        assert_eq!(s.query("H(y)").unwrap(), vec!["H(3)"]);
+    }
+    // A computed value that leaves i64 is an error, never a wrap.
+    let over = "Id(9007199254740993).\nN[k] = Id(k)\nK(y) :- Id(x), y = x * 2048.\nK?\n";
+    for engine in [&Reference as &dyn Engine, &Standard] {
+        let e = run(over, engine).err().unwrap();
+        assert!(e.contains("E0406"), "{e}");
+    }
+}
+
 /// A rule over the real column of `P(k, v)`, for [`both_engines_agree_on_real_columns`].
 #[derive(Clone, Debug)]
 enum RealRule {

@@ -425,7 +425,7 @@ impl<'a> Cx<'a> {
     /// read, or an undefined element under relational semantics).
     pub(crate) fn eval(&self, n: &Node, env: &mut [i64], total: bool) -> Option<f64> {
         match n {
-            Node::Const(c) => Some(*c),
+            Node::Const(c) => Some(c.value()),
             Node::Var(v) => Some(self.open.number(*v, env[*v]) as f64),
             Node::Read {
                 tensor,
@@ -543,7 +543,7 @@ impl<'a> Cx<'a> {
     fn leaf(&self, n: &Node, env: &[i64]) -> Option<Num> {
         match n.inside_empty_sums() {
             Node::Var(v) => Some(Num::Int(self.open.number(*v, env[*v]))),
-            Node::Const(c) => Some(Num::of(*c)),
+            Node::Const(c) => Some(*c),
             _ => None,
         }
     }

@@ -44,6 +44,15 @@ impl Value {
         Some(Value::Real(crate::semantics::real_text(v)))
     }
 
+    /// The value a computation gives, as a column holds it; `None` for an infinity or
+    /// NaN, which no column holds.
+    pub fn of_num(v: crate::syntax::ast::Num) -> Option<Value> {
+        match v {
+            crate::syntax::ast::Num::Int(v) => Some(Value::Int(v)),
+            crate::syntax::ast::Num::Real(x) => Value::of_number(x),
+        }
+    }
+
     /// The integer a count or position argument reads; a symbol is one only when it is
     /// written as one.
     fn int(&self) -> Option<i64> {

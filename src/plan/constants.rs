@@ -27,7 +27,7 @@ pub fn scalar(p: &Checked, t: TensorId) -> Option<f64> {
 /// other node (and for registered functions, which are only known at evaluation).
 pub fn value(p: &Checked, n: &Node) -> Option<f64> {
     Some(match n {
-        Node::Const(k) => *k,
+        Node::Const(k) => k.value(),
         Node::Read {
             tensor,
             index,

@@ -5,7 +5,7 @@
 
 use super::nest::{self, Value};
 use crate::semantics::{Checked, Equation, Family, IndexFn, Kind, Node, Stratum, TensorId, VarId};
-use crate::syntax::ast::{BinOp, CmpOp};
+use crate::syntax::ast::{BinOp, CmpOp, Num};
 
 /// One position of an atom or head: a variable, or a fixed position.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,8 +53,8 @@ pub struct Filter {
 pub enum Operand {
     /// A variable's position.
     Var(VarId),
-    /// A number (a symbol's position or an integer).
-    Const(f64),
+    /// A number (a symbol's position, an integer exactly, or a real).
+    Const(Num),
 }
 
 /// A rule ready for joins.
@@ -204,7 +204,7 @@ fn head_bounds(p: &Checked, eq: &Equation, rule: &Rule) -> Vec<Filter> {
             out.push(Filter {
                 op: CmpOp::Lt,
                 left: Operand::Var(*v),
-                right: Operand::Const(n as f64),
+                right: Operand::Const(Num::Int(n as i64)),
             });
         }
     }
@@ -718,7 +718,7 @@ fn value_expr(
         // A nested `min`/`max` commutes with the additions around it, but not with being
         // subtracted: `a - min(b)` is `max(a - b)`.
         Node::Sum { vars, body } if adds || vars.is_empty() => value_expr(p, st, body, adds, atoms),
-        Node::Const(c) => Some(ValueExpr::Const(*c)),
+        Node::Const(c) => Some(ValueExpr::Const(c.value())),
         Node::Read {
             tensor,
             index,
@@ -1000,7 +1000,7 @@ fn binding(
     let shifted = |n: &Node| match n.inside_empty_sums() {
         Node::Var(v) => Some((*v, 0)),
         Node::Binary(BinOp::Add, x, k) => match (x.inside_empty_sums(), k.inside_empty_sums()) {
-            (Node::Var(v), Node::Const(k)) if k.fract() == 0.0 => Some((*v, *k as i64)),
+            (Node::Var(v), Node::Const(k)) => Some((*v, k.as_int()?)),
             _ => None,
         },
         _ => None,

@@ -879,7 +879,7 @@ fn expr(
             terms.push(c);
             Expr::Term(terms.len() - 1)
         }
-        Node::Const(k) => Expr::Const(*k),
+        Node::Const(k) => Expr::Const(k.value()),
         Node::Var(v) if out.contains(v) => Expr::Var(*v),
         Node::Neg(x) => Expr::Neg(Box::new(sub(x)?)),
         Node::Not(x) => Expr::Not(Box::new(sub(x)?)),

@@ -650,7 +650,7 @@ impl Compiler<'_> {
         }
         let sub = |c: &mut Self, x: &Node| c.value(x, total);
         match n {
-            Node::Const(k) => Value::Const(*k),
+            Node::Const(k) => Value::Const(k.value()),
             Node::Var(v) => Value::Var(*v),
             Node::Read {
                 index, slice: true, ..

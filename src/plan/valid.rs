@@ -7,7 +7,7 @@
 //! `X[i' + 1, j] = sig(W[i' + 1, j, k] X[i', k])`.
 
 use crate::semantics::{Checked, Equation, IndexFn, Node, VarId};
-use crate::syntax::ast::{ArithOp, BinOp};
+use crate::syntax::ast::{ArithOp, BinOp, Num};
 use std::borrow::Cow;
 
 /// The equation over the valid interval of each variable that reads shift; the equation
@@ -114,7 +114,7 @@ pub(super) fn shift_node(n: &Node, v: VarId, lo: i64) -> Node {
         Node::Var(x) if *x == v => Node::Binary(
             BinOp::Add,
             Box::new(Node::Var(v)),
-            Box::new(Node::Const(lo as f64)),
+            Box::new(Node::Const(Num::Int(lo))),
         ),
         Node::Var(_) => n.clone(),
         Node::Read {

@@ -131,10 +131,10 @@ fn whole(value: Expr, span: crate::diagnostics::Span) -> Expr {
         Box::new(Expr::Binary(
             BinOp::Rem,
             Box::new(value),
-            Box::new(Expr::Number(1.0, span)),
+            Box::new(Expr::Number(Num::Int(1), span)),
             span,
         )),
-        Box::new(Expr::Number(0.0, span)),
+        Box::new(Expr::Number(Num::Int(0), span)),
         span,
     )
 }
@@ -221,10 +221,11 @@ pub(super) fn variable(e: &Expr, constants: &HashSet<String>) -> Option<String> 
 /// `e` as index arithmetic, if it is written with names, integers, strings and `+ - * / %`.
 pub(super) fn as_index(e: &Expr) -> Option<Index> {
     Some(match peel(e) {
-        Expr::Number(v, span) if v.fract() == 0.0 && v.abs() < 9.0e15 => {
+        Expr::Number(Num::Int(v), span) => Index::Int(*v, *span),
+        Expr::Number(Num::Real(v), span) if v.fract() == 0.0 && v.abs() < 9.0e15 => {
             Index::Int(*v as i64, *span)
         }
-        Expr::Number(v, span) if v.is_finite() => Index::Real(*v, *span),
+        Expr::Number(Num::Real(v), span) if v.is_finite() => Index::Real(*v, *span),
         Expr::Str(s, span) => Index::Str(s.clone(), *span),
         Expr::Access(a) if a.brackets == Brackets::None && a.indices.is_empty() => {
             Index::Name(a.name.clone())
@@ -303,8 +304,8 @@ fn replace_in_access(a: &mut Access, var: &str, value: &Index) {
 /// `i` as a value expression (the variable used as a value, §5.2).
 pub(super) fn index_as_expr(i: &Index) -> Expr {
     match i {
-        Index::Int(v, span) => Expr::Number(*v as f64, *span),
-        Index::Real(v, span) => Expr::Number(*v, *span),
+        Index::Int(v, span) => Expr::Number(Num::Int(*v), *span),
+        Index::Real(v, span) => Expr::Number(Num::Real(*v), *span),
         Index::Str(s, span) => Expr::Str(s.clone(), *span),
         Index::Arith(a, op, b, span) => {
             let (a, b) = (index_as_expr(a), index_as_expr(b));

@@ -737,9 +737,9 @@ fn guard_limits(n: &Node, v: VarId, limit: &mut dyn FnMut(Side, i64)) {
         Node::Compare(op, a, b) => {
             // Written as `k·v + d op c` (or the other way round), solved for `v`.
             let (op, (k, d), c) = match (linear(a, v), op, b.inside_empty_sums()) {
-                (Some(kd), op, Node::Const(c)) => (*op, kd, *c),
+                (Some(kd), op, Node::Const(c)) => (*op, kd, c.value()),
                 _ => match (a.inside_empty_sums(), linear(b, v)) {
-                    (Node::Const(c), Some(kd)) => (op.flipped(), kd, *c),
+                    (Node::Const(c), Some(kd)) => (op.flipped(), kd, c.value()),
                     _ => return,
                 },
             };
@@ -772,7 +772,7 @@ fn guard_limits(n: &Node, v: VarId, limit: &mut dyn FnMut(Side, i64)) {
 fn linear(n: &Node, v: VarId) -> Option<(f64, f64)> {
     match n.inside_empty_sums() {
         Node::Var(x) if *x == v => Some((1.0, 0.0)),
-        Node::Const(c) => Some((0.0, *c)),
+        Node::Const(c) => Some((0.0, c.value())),
         Node::Neg(a) => linear(a, v).map(|(k, d)| (-k, -d)),
         Node::Binary(op @ (BinOp::Add | BinOp::Sub), a, b) => {
             let ((ka, da), (kb, db)) = (linear(a, v)?, linear(b, v)?);

@@ -5,7 +5,7 @@
 
 use crate::diagnostics::Span;
 use crate::functions::{Builtin, Structural};
-use crate::syntax::ast::{ArithOp, BinOp, CmpOp};
+use crate::syntax::ast::{ArithOp, BinOp, CmpOp, Num};
 use crate::tensor::{ElemType, Tensor};
 
 /// Index of a tensor in [`Checked::tensors`].
@@ -332,8 +332,8 @@ pub enum Func {
 /// Right-hand-side node.
 #[derive(Clone, Debug)]
 pub enum Node {
-    /// A number.
-    Const(f64),
+    /// A number: an integer constant exactly (§8: comparisons with any i64 are exact).
+    Const(Num),
     /// An index variable used as a value.
     Var(VarId),
     /// A tensor read; `slice` marks a read of the current virtual slice.

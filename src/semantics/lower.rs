@@ -436,10 +436,10 @@ impl Builder<'_, '_> {
 
     fn read(&mut self, a: &Access, negated: bool) -> Node {
         let Some(&t) = self.ctx.by_name.get(&a.name.text) else {
-            return Node::Const(0.0);
+            return Node::Const(Num::Int(0));
         };
         if super::names::axes(&a.indices) != self.ctx.tensors[t].rank() {
-            return Node::Const(0.0);
+            return Node::Const(Num::Int(0));
         }
         let mut index = Vec::with_capacity(a.indices.len());
         let mut slice = false;
@@ -475,8 +475,33 @@ impl Builder<'_, '_> {
         }
     }
 
+    /// A comparison's operand: a number there is compared exactly, whatever its size.
+    fn operand(&mut self, e: &Expr, negated: bool) -> Node {
+        match super::bindings::peel(e) {
+            Expr::Number(v, _) => Node::Const(*v),
+            Expr::Neg(x, _) if matches!(super::bindings::peel(x), Expr::Number(..)) => {
+                match self.operand(x, negated) {
+                    Node::Const(v) => Node::Const(v.neg()),
+                    other => Node::Neg(Box::new(other)),
+                }
+            }
+            _ => self.expr(e, negated),
+        }
+    }
+
     fn expr(&mut self, e: &Expr, negated: bool) -> Node {
         match e {
+            Expr::Number(Num::Int(v), span) if (*v as f64) as i128 != i128::from(*v) => {
+                self.error(
+                    Diagnostic::error(
+                        codes::INEXACT_INTEGER,
+                        *span,
+                        format!("{v} cannot be held exactly here: numbers in expressions are f64, exact only within ±2⁵³"),
+                    )
+                    .with_note("atom arguments and comparisons take any i64 exactly (`E(9007199254740993, y)`, `x > 9007199254740993`)"),
+                );
+                Node::Const(Num::Int(*v))
+            }
             Expr::Number(v, _) => Node::Const(*v),
             Expr::Str(s, span) => {
                 self.error(Diagnostic::error(
@@ -484,20 +509,20 @@ impl Builder<'_, '_> {
                     *span,
                     format!("the symbol \"{s}\" can only be compared with an index variable"),
                 ));
-                Node::Const(0.0)
+                Node::Const(Num::Int(0))
             }
             Expr::Access(a) => {
                 if a.brackets == Brackets::None && !self.ctx.by_name.contains_key(&a.name.text) {
                     return match self.ctx.index_name(&a.name.text) {
                         IndexName::Var => Node::Var(self.var(&a.name.text, a.name.span)),
-                        IndexName::Const(c) => Node::Const(c as f64),
+                        IndexName::Const(c) => Node::Const(Num::Int(c)),
                         IndexName::Symbol => {
                             self.error(Diagnostic::error(
                                 codes::UNKNOWN_TENSOR,
                                 a.name.span,
                                 format!("unknown tensor `{}`", a.name.text),
                             ));
-                            Node::Const(0.0)
+                            Node::Const(Num::Int(0))
                         }
                     };
                 }
@@ -506,7 +531,7 @@ impl Builder<'_, '_> {
             Expr::Call { func, args, span } => self.call(func, args, *span, negated),
             // `-3` is the constant -3, so that guards such as `x > -3` bound ranges.
             Expr::Neg(x, _) => match self.expr(x, negated) {
-                Node::Const(c) => Node::Const(-c),
+                Node::Const(c) => Node::Const(c.neg()),
                 inner => Node::Neg(Box::new(inner)),
             },
             Expr::Not(x, _) => {
@@ -585,18 +610,18 @@ impl Builder<'_, '_> {
             let name = s.ctx.symbol_constant(e)?;
             let d = s.ctx.var_domain(s.stmt, var);
             let p = s.ctx.symbol_index(d, &name)?;
-            Some(Node::Const(p as f64))
+            Some(Node::Const(Num::Int(p as i64)))
         };
         let (left, right) = match (&va, &vb) {
             (Some(x), None) if self.ctx.symbol_constant(b).is_some() => {
-                let node = sym(self, x, b).unwrap_or(Node::Const(-1.0));
+                let node = sym(self, x, b).unwrap_or(Node::Const(Num::Int(-1)));
                 (self.expr(a, negated), node)
             }
             (None, Some(y)) if self.ctx.symbol_constant(a).is_some() => {
-                let node = sym(self, y, a).unwrap_or(Node::Const(-1.0));
+                let node = sym(self, y, a).unwrap_or(Node::Const(Num::Int(-1)));
                 (node, self.expr(b, negated))
             }
-            _ => (self.expr(a, negated), self.expr(b, negated)),
+            _ => (self.operand(a, negated), self.operand(b, negated)),
         };
         let on_symbols = va.as_deref().and_then(|v| symbolic(self, v)).is_some()
             || vb.as_deref().and_then(|v| symbolic(self, v)).is_some();
@@ -637,7 +662,7 @@ impl Builder<'_, '_> {
                     span,
                     format!("`{}` takes one argument", func.text),
                 ));
-                return Node::Const(0.0);
+                return Node::Const(Num::Int(0));
             }
             let body = arg(self, &args[0]);
             return match kind {
@@ -654,7 +679,7 @@ impl Builder<'_, '_> {
                                     func.text
                                 ),
                             ));
-                            Node::Const(0.0)
+                            Node::Const(Num::Int(0))
                         }
                     }
                 }
@@ -713,7 +738,7 @@ impl Builder<'_, '_> {
                 Diagnostic::error(codes::FORM, span, "`concat` needs exactly one left-hand-side index that is absent from its argument")
                     .with_note("e.g. `Merge[b, p, dm] = concat(Attn[b, h, p, dv])` flattens h and dv into dm"),
             );
-            return Node::Const(0.0);
+            return Node::Const(Num::Int(0));
         }
         Node::Concat {
             out: absent[0],

@@ -462,7 +462,7 @@ impl Ctx<'_> {
 /// The value of an element fact's right-hand side (`Edge[A, B] = 2.5`), if it is a number.
 pub(super) fn element_value(rhs: &Expr) -> Option<f64> {
     match rhs {
-        Expr::Number(v, _) => Some(*v),
+        Expr::Number(v, _) => Some(v.value()),
         Expr::Neg(x, _) => element_value(x).map(|v| -v),
         Expr::Term(fs, _) if fs.len() == 1 => element_value(&fs[0].1),
         _ => None,

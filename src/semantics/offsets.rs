@@ -18,7 +18,7 @@ use super::lower::Lowered;
 use super::{Ctx, IndexFn, Kind, Node, TensorId, TensorInfo};
 use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::io::RawData;
-use crate::syntax::ast::{ArithOp, BinOp, StmtKind};
+use crate::syntax::ast::{ArithOp, BinOp, Num, StmtKind};
 use std::collections::HashMap;
 
 /// How far below its data each integer domain's offset was lowered, by the domain's root
@@ -379,7 +379,7 @@ fn shift_node(n: &mut Node, vars: &[i64], ctx: &Ctx) {
                 *n = Node::Binary(
                     BinOp::Add,
                     Box::new(Node::Var(*v)),
-                    Box::new(Node::Const(o as f64)),
+                    Box::new(Node::Const(Num::Int(o))),
                 );
             }
         }
@@ -389,7 +389,7 @@ fn shift_node(n: &mut Node, vars: &[i64], ctx: &Ctx) {
             // `p + o < c` is `p < c - o`, a guard the joins run as a filter.
             let moved = |x: &Node, c: &Node| match (x.inside_empty_sums(), c.inside_empty_sums()) {
                 (Node::Binary(BinOp::Add, v, k), Node::Const(c)) => match (&**v, &**k) {
-                    (Node::Var(v), Node::Const(k)) => Some((*v, c - k)),
+                    (Node::Var(v), Node::Const(k)) => Some((*v, c.minus(*k))),
                     _ => None,
                 },
                 _ => None,

@@ -220,7 +220,7 @@ fn constant(e: &Expr, scalars: &HashMap<String, f64>) -> Result<f64, Diagnostic>
         )
     };
     Ok(match e {
-        Expr::Number(k, _) => *k,
+        Expr::Number(k, _) => k.value(),
         Expr::Access(Access {
             name,
             brackets: Brackets::None,

@@ -202,7 +202,7 @@ impl Ctx<'_> {
     /// real tensor, or holds a number with a fraction.
     fn real_valued(&mut self, stmt: usize, e: &Expr, kinds: &[Kind]) -> bool {
         match e {
-            Expr::Number(v, _) => v.fract() != 0.0,
+            Expr::Number(v, _) => v.value().fract() != 0.0,
             Expr::Access(a) if a.brackets == Brackets::None && a.indices.is_empty() => {
                 match self.by_name.get(&a.name.text) {
                     Some(&t) => kinds.get(t) == Some(&Kind::Real),

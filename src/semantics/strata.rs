@@ -284,7 +284,7 @@ impl Ctx<'_> {
 /// Whether a right-hand side keeps integer values exact (§4).
 fn integral(n: &Node, kinds: &[Kind]) -> bool {
     match n {
-        Node::Const(c) => c.fract() == 0.0,
+        Node::Const(c) => c.as_int().is_some(),
         Node::Var(_) => true,
         Node::Read { tensor, .. } => kinds[*tensor] != Kind::Real,
         Node::Sum { body, .. } | Node::Neg(body) | Node::Not(body) => integral(body, kinds),

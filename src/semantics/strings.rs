@@ -427,7 +427,7 @@ impl RuleRewrite<'_> {
                         Diagnostic::error(codes::FORM, span, "`contains` is a condition, not a value")
                             .with_note("write it as a literal of the body: `contains(a, b)` or `not contains(a, b)`"),
                     );
-                    *e = Expr::Number(0.0, span);
+                    *e = Expr::Number(Num::Int(0), span);
                     return;
                 }
                 let out = self.fresh_var("#str");
@@ -436,7 +436,7 @@ impl RuleRewrite<'_> {
                     Call::Folded(Some(v)) => value_expr(&v, span),
                     Call::Folded(None) => {
                         self.dead = true;
-                        Expr::Number(0.0, span)
+                        Expr::Number(Num::Int(0), span)
                     }
                     Call::Atom(a) => {
                         self.body.push(a);
@@ -473,14 +473,22 @@ impl RuleRewrite<'_> {
         };
         if cols.is_empty() {
             if let Some(v) = f.constant() {
-                match Value::of_number(v) {
-                    Some(v) => self.body.push(Expr::Compare(
+                match v.map(|v| v.and_then(Value::of_num)) {
+                    Ok(Some(v)) => self.body.push(Expr::Compare(
                         CmpOp::Eq,
                         Box::new(var_expr(&out, span)),
                         Box::new(value_expr(&v, value.span())),
                         span,
                     )),
-                    None => self.dead = true,
+                    Ok(None) => self.dead = true,
+                    Err(_) => {
+                        self.diags.push(Diagnostic::error(
+                            codes::VALUE_OVERFLOW,
+                            value.span(),
+                            "this value leaves the i64 range: integers are exact, so an overflow is an error, never a wrap (§8)",
+                        ));
+                        self.dead = true;
+                    }
                 }
                 return;
             }
@@ -619,7 +627,8 @@ impl RuleRewrite<'_> {
         self.replace(&mut e);
         match peel(&e) {
             Expr::Str(s, _) => return Arg::Const(Value::Sym(s.clone())),
-            Expr::Number(v, _) if v.fract() == 0.0 && v.abs() < 9.0e15 => {
+            Expr::Number(Num::Int(v), _) => return Arg::Const(Value::Int(*v)),
+            Expr::Number(Num::Real(v), _) if v.fract() == 0.0 && v.abs() < 9.0e15 => {
                 return Arg::Const(Value::Int(*v as i64))
             }
             Expr::Access(a) if a.brackets == Brackets::None && a.indices.is_empty() => {
@@ -849,7 +858,7 @@ fn refuse_calls(e: &mut Expr, diags: &mut Vec<Diagnostic>) {
                 )
                 .with_note("compute it in a rule (`L(s, n) :- Word(s), n = strlen(s).`) and read that relation here"),
             );
-            *e = Expr::Number(0.0, *span);
+            *e = Expr::Number(Num::Int(0), *span);
         }
         Expr::Call { args, .. } => args.iter_mut().for_each(|a| refuse_calls(a, diags)),
         Expr::Neg(x, _) | Expr::Not(x, _) => refuse_calls(x, diags),
@@ -1111,8 +1120,8 @@ fn var_expr(v: &str, span: Span) -> Expr {
 
 fn value_expr(v: &Value, span: Span) -> Expr {
     match v {
-        Value::Int(n) => Expr::Number(*n as f64, span),
-        Value::Real(s) => Expr::Number(s.parse().unwrap_or(f64::NAN), span),
+        Value::Int(n) => Expr::Number(Num::Int(*n), span),
+        Value::Real(s) => Expr::Number(Num::Real(s.parse().unwrap_or(f64::NAN)), span),
         Value::Sym(s) => Expr::Str(s.clone(), span),
     }
 }
@@ -1133,8 +1142,8 @@ fn atom(name: &str, indices: Vec<Index>, span: Span) -> Access {
 fn never(span: Span) -> Expr {
     Expr::Compare(
         CmpOp::Eq,
-        Box::new(Expr::Number(0.0, span)),
-        Box::new(Expr::Number(1.0, span)),
+        Box::new(Expr::Number(Num::Int(0), span)),
+        Box::new(Expr::Number(Num::Int(1), span)),
         span,
     )
 }

@@ -25,7 +25,7 @@ pub(crate) fn node_bounds(
         (lo.is_finite() && hi.is_finite()).then_some((lo, hi))
     };
     match n {
-        Node::Const(c) => Some((*c, *c)),
+        Node::Const(c) => Some((c.value(), c.value())),
         Node::Var(v) => range(*v),
         Node::Read { tensor: t, .. } => tensor(*t),
         Node::Sum { vars, body } => {
@@ -241,9 +241,10 @@ fn equalities<'n>(n: &'n Node, v: VarId, f: &mut dyn FnMut(i64, &'n Node)) {
                     Node::Var(x) if *x == v => 0,
                     Node::Binary(BinOp::Add, x, k) => {
                         match (x.inside_empty_sums(), k.inside_empty_sums()) {
-                            (Node::Var(x), Node::Const(k)) if *x == v && k.fract() == 0.0 => {
-                                *k as i64
-                            }
+                            (Node::Var(x), Node::Const(k)) if *x == v => match k.as_int() {
+                                Some(k) => k,
+                                None => continue,
+                            },
                             _ => continue,
                         }
                     }

@@ -300,6 +300,43 @@ pub enum Num {
 const PAST_I64: f64 = -(i64::MIN as f64);
 
 impl Num {
+    /// Its integer value, if it is one (a real with no fraction in the i64 range is one).
+    pub fn as_int(self) -> Option<i64> {
+        match self {
+            Num::Int(v) => Some(v),
+            Num::Real(x) => match Num::of(x) {
+                Num::Int(v) => Some(v),
+                Num::Real(_) => None,
+            },
+        }
+    }
+
+    /// `-self`, exact for integers but i64::MIN.
+    pub fn neg(self) -> Num {
+        match self {
+            Num::Int(v) => v.checked_neg().map_or(Num::Real(-(v as f64)), Num::Int),
+            Num::Real(x) => Num::Real(-x),
+        }
+    }
+
+    /// `self - other`, exact for integers where it stays in i64.
+    pub fn minus(self, other: Num) -> Num {
+        match (self, other) {
+            (Num::Int(a), Num::Int(b)) => a
+                .checked_sub(b)
+                .map_or(Num::Real(a as f64 - b as f64), Num::Int),
+            (a, b) => Num::Real(a.value() - b.value()),
+        }
+    }
+
+    /// The number as f64 (rounded past 2⁵³, where arithmetic is real anyway).
+    pub fn value(self) -> f64 {
+        match self {
+            Num::Int(v) => v as f64,
+            Num::Real(x) => x,
+        }
+    }
+
     /// A number written as an f64: an integer where it is a whole number in the i64 range.
     pub fn of(x: f64) -> Num {
         if x.fract() == 0.0 && (-PAST_I64..PAST_I64).contains(&x) {
@@ -379,8 +416,9 @@ impl CmpOp {
 /// Right-hand-side expressions (§6.1).
 #[derive(Clone, Debug)]
 pub enum Expr {
-    /// A numeric literal.
-    Number(f64, Span),
+    /// A numeric literal: an integer written as one is held exactly (§8: the whole i64
+    /// range), any other as f64.
+    Number(Num, Span),
     /// A string: a symbol constant.
     Str(String, Span),
     /// A tensor access, a bare name, or an index variable used as a value.

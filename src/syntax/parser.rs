@@ -893,7 +893,9 @@ impl<'a> Parser<'a> {
         match self.peek().cloned() {
             Some(Tok::Number(n)) => {
                 self.pos += 1;
-                Ok(Expr::Number(n.value, self.prev_span()))
+                let exact = n.int.and_then(|v| i64::try_from(v).ok());
+                let num = exact.map_or(Num::Real(n.value), Num::Int);
+                Ok(Expr::Number(num, self.prev_span()))
             }
             Some(Tok::Str(s)) => {
                 self.pos += 1;

@@ -590,6 +590,35 @@ impl Tensor {
         }
     }
 
+    /// The first element (in index order) of magnitude 2⁵³ or more, past which f64 storage
+    /// no longer holds every integer: where an integer tensor's value may have been rounded.
+    pub fn beyond_exact_integers(&self) -> Option<(Vec<usize>, f64)> {
+        const EXACT: f64 = 9_007_199_254_740_992.0;
+        let big = |x: f64| x.abs() >= EXACT;
+        match &self.storage {
+            Storage::Dense(v) => {
+                let k = v.values().position(big)?;
+                Some((self.index_of(k), v.values().nth(k)?))
+            }
+            Storage::Sparse(m) => m
+                .iter()
+                .find(|(_, x)| big(*x))
+                .map(|(k, x)| (k.iter().map(|&i| i as usize).collect(), x)),
+            Storage::Relation(_) => None,
+        }
+    }
+
+    /// The index of row-major offset `k`.
+    fn index_of(&self, mut k: usize) -> Vec<usize> {
+        let mut idx = vec![0; self.shape.len()];
+        for ax in (0..idx.len()).rev() {
+            let n = self.shape[ax].max(1);
+            idx[ax] = k % n;
+            k /= n;
+        }
+        idx
+    }
+
     /// All elements as a dense row-major vector (undefined ones as 0).
     pub fn to_dense_values(&self) -> Vec<f64> {
         match &self.storage {

@@ -682,7 +682,7 @@ pub(in crate::eval) fn passes(f: &Filter, env: &[u32], tables: &[Option<&ValueTa
             Some(t) => t.value(env[*v]),
             None => i64::from(env[*v]),
         }),
-        Operand::Const(c) => Num::of(*c),
+        Operand::Const(c) => *c,
     };
     f.op.holds_num(get(&f.left), get(&f.right))
 }
