@@ -343,7 +343,7 @@ impl Session {
                 return Err(located(d));
             }
             round += 1;
-            if round >= options.settings.max_iters {
+            if round >= options.settings.string_rounds() {
                 return Err(located(crate::string_rounds::unsettled(&checked, round)));
             }
         };

@@ -204,6 +204,6 @@ pub(crate) fn unsettled(checked: &Checked, rounds: usize) -> Diagnostics {
         format!("string calls still make new values after {rounds} rounds"),
     )
     .with_label("a call of the recursion that keeps making values")
-    .with_note("bound the recursion with a guard (`strlen(s) < 20`), or raise `--max-iters`")
+    .with_note("bound the recursion with a guard (`strlen(s) < 20`), or raise `--max-iters` (string rounds stop at a tenth of it)")
     .into()
 }

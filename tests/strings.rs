@@ -151,6 +151,8 @@ fn a_recursion_that_keeps_making_symbols_ends_with_a_located_error() {
     options.settings.max_iters = 20;
     let err = run_error(src, &options);
     assert!(err.contains("E0402") && err.contains("2:3"), "{err}");
+    // Each round evaluates the program again: they stop at a tenth of `--max-iters`.
+    assert!(err.contains("after 2 rounds"), "{err}");
 }
 
 #[test]

@@ -62,6 +62,17 @@ impl Default for Settings {
     }
 }
 
+impl Settings {
+    /// Rounds of string and value calls (§8) before a recursion through them is E0402: a
+    /// tenth of `--max-iters` (1,000 by default). A round evaluates the whole program, whose
+    /// chain of created values is one longer each round, so `n` rounds cost about n³; a
+    /// tenth recognises a recursion that never ends in under a second, and a program that
+    /// really needs more levels raises `--max-iters`.
+    pub fn string_rounds(&self) -> usize {
+        self.max_iters.div_ceil(10).max(1)
+    }
+}
+
 /// The memory budget of an evaluation when none is given (§15): the smaller of 80% of the
 /// memory available now (`MemAvailable`, or `MemTotal` where the kernel gives no estimate),
 /// the cgroup's limit less what the cgroup already uses, and the address-space limit
