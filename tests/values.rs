@@ -122,11 +122,14 @@ fn integers_past_two_to_the_53_stay_exact_in_columns() {
         assert_eq!(s.query("M(x)").unwrap(), vec!["M(9007199254740993)"]);
     }
     // Comparisons with constants are exact past 2⁵³, negative ones too.
-    let compared = "E(9007199254740993, 1).\nE(9007199254740992, 2).\nE(-9007199254740993, 3).\nG(y) :- E(x, y), x = 9007199254740993.\nH(y) :- E(x, y), x < -9007199254740992.\n";
+    let compared = "E(9007199254740993, 1).\nE(9007199254740992, 2).\nE(-9007199254740993, 3).\nG(y) :- E(x, y), x = 9007199254740993.\nH(y) :- E(x, y), x < -9007199254740992.\nK(y) :- E(x, y), x + 1 > 9007199254740993.\nL(y) :- E(x, y), 3 * x - 2 * x < -9007199254740992.\n";
     for engine in [&Reference as &dyn Engine, &Standard] {
         let s = run(compared, engine).unwrap();
         assert_eq!(s.query("G(y)").unwrap(), vec!["G(1)"]);
         assert_eq!(s.query("H(y)").unwrap(), vec!["H(3)"]);
+        // Arithmetic in a comparison is exact too (in i128: `3 * x` may pass i64).
+        assert_eq!(s.query("K(y)").unwrap(), vec!["K(1)"]);
+        assert_eq!(s.query("L(y)").unwrap(), vec!["L(3)"]);
     }
     // A computed value that leaves i64 is an error, never a wrap.
     let over = "Id(9007199254740993).\nN[k] = Id(k)\nK(y) :- Id(x), y = x * 2048.\nK?\n";

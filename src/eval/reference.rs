@@ -544,7 +544,10 @@ impl<'a> Cx<'a> {
         match n.inside_empty_sums() {
             Node::Var(v) => Some(Num::Int(self.open.number(*v, env[*v]))),
             Node::Const(c) => Some(*c),
-            _ => None,
+            other => {
+                let f = other.integer_arithmetic()?;
+                Some(f.exact(&|v| self.open.number(v, env[v])))
+            }
         }
     }
 

@@ -49,12 +49,28 @@ pub struct Filter {
 }
 
 /// An operand of a comparison.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Operand {
     /// A variable's position.
     Var(VarId),
     /// A number (a symbol's position, an integer exactly, or a real).
     Const(Num),
+    /// Integer arithmetic of variables' values (`x + 1`), compared exactly
+    /// ([`IndexFn::exact`]).
+    Arith(IndexFn),
+}
+
+impl Operand {
+    /// The variables it reads.
+    pub fn vars(&self) -> Vec<VarId> {
+        let mut out = Vec::new();
+        match self {
+            Operand::Var(v) => out.push(*v),
+            Operand::Const(_) => {}
+            Operand::Arith(f) => f.vars(&mut out),
+        }
+        out
+    }
 }
 
 /// A rule ready for joins.
@@ -880,7 +896,7 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
         positive[l.var] = true;
     }
     let bound = |t: &Term| !matches!(t, Term::Var(v) if !positive[*v]);
-    let operand_bound = |o: &Operand| !matches!(o, Operand::Var(v) if !positive[*v]);
+    let operand_bound = |o: &Operand| o.vars().iter().all(|&v| positive[v]);
     // A count counts every assignment, a group's too; a relation asks only for one.
     if !count {
         rule.exists = independent(&mut rule, own);
@@ -930,9 +946,7 @@ fn independent(rule: &mut Rule, own: &[TensorId]) -> Vec<Vec<Atom>> {
         .for_each(&mut mark);
     for f in &rule.filters {
         for o in [&f.left, &f.right] {
-            if let Operand::Var(v) = o {
-                mark(&Term::Var(*v));
-            }
+            o.vars().into_iter().for_each(|v| mark(&Term::Var(v)));
         }
     }
     for l in &rule.lets {
@@ -1096,7 +1110,7 @@ fn operand(n: &Node) -> Option<Operand> {
     match n {
         Node::Var(v) => Some(Operand::Var(*v)),
         Node::Const(c) => Some(Operand::Const(*c)),
-        _ => None,
+        other => other.integer_arithmetic().map(Operand::Arith),
     }
 }
 

@@ -203,9 +203,9 @@ pub fn narrow_by_readers(p: &Checked, strata: &mut [super::StratumPlan]) {
             };
             let mut here = Vec::new();
             for f in &rule.filters {
-                let (var, op, c) = match (f.left, f.right) {
-                    (Operand::Var(v), Operand::Const(c)) => (v, f.op, c),
-                    (Operand::Const(c), Operand::Var(v)) => (v, f.op.flipped(), c),
+                let (var, op, c) = match (&f.left, &f.right) {
+                    (Operand::Var(v), Operand::Const(c)) => (*v, f.op, *c),
+                    (Operand::Const(c), Operand::Var(v)) => (*v, f.op.flipped(), *c),
                     _ => continue,
                 };
                 let cols = (0..atom.terms.len()).filter(|&c| atom.terms[c] == Term::Var(var));

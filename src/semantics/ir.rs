@@ -279,6 +279,50 @@ pub enum NoValue {
 }
 
 impl IndexFn {
+    /// Its value under `var` (each variable's value) as a comparison takes it: exact in
+    /// i128 for `+ - *`, so that `x + 1 > 9007199254740993` compares the true sum (§8); a
+    /// value past i64 is a real (which still compares rightly with every i64), and one past
+    /// i128 is computed in f64. `/` and `%` by zero give NaN, which compares false.
+    pub fn exact(&self, var: &dyn Fn(VarId) -> i64) -> Num {
+        fn wide(f: &IndexFn, var: &dyn Fn(VarId) -> i64) -> Option<i128> {
+            match f {
+                IndexFn::Var(v) => Some(i128::from(var(*v))),
+                IndexFn::Const(c) => Some(i128::from(*c)),
+                IndexFn::Arith(a, op, b) => {
+                    let (a, b) = (wide(a, var)?, wide(b, var)?);
+                    match op {
+                        ArithOp::Add => a.checked_add(b),
+                        ArithOp::Sub => a.checked_sub(b),
+                        ArithOp::Mul => a.checked_mul(b),
+                        ArithOp::Div => a.checked_div(b),
+                        ArithOp::Rem => a.checked_rem(b),
+                    }
+                }
+            }
+        }
+        fn real(f: &IndexFn, var: &dyn Fn(VarId) -> i64) -> f64 {
+            match f {
+                IndexFn::Var(v) => var(*v) as f64,
+                IndexFn::Const(c) => *c as f64,
+                IndexFn::Arith(a, op, b) => {
+                    let (a, b) = (real(a, var), real(b, var));
+                    match op {
+                        ArithOp::Add => a + b,
+                        ArithOp::Sub => a - b,
+                        ArithOp::Mul => a * b,
+                        ArithOp::Div if b == 0.0 => f64::NAN,
+                        ArithOp::Div => (a / b).trunc(),
+                        ArithOp::Rem => a % b,
+                    }
+                }
+            }
+        }
+        match wide(self, var) {
+            Some(v) => i64::try_from(v).map_or(Num::Real(v as f64), Num::Int),
+            None => Num::Real(real(self, var)),
+        }
+    }
+
     /// Evaluates under an assignment of variables; `None` on division by zero or overflow.
     pub fn eval(&self, env: &[i64]) -> Option<i64> {
         self.checked(env).ok()
@@ -378,6 +422,31 @@ pub enum Node {
 }
 
 impl Node {
+    /// The node as integer arithmetic (`+`, `-`, products without division, negation) of
+    /// variables and integer constants, which comparisons evaluate exactly
+    /// ([`IndexFn::exact`]); `None` for any other node.
+    pub fn integer_arithmetic(&self) -> Option<IndexFn> {
+        let arith = |a, op, b| IndexFn::Arith(Box::new(a), op, Box::new(b));
+        Some(match self.inside_empty_sums() {
+            Node::Var(v) => IndexFn::Var(*v),
+            Node::Const(Num::Int(c)) => IndexFn::Const(*c),
+            Node::Neg(a) => arith(IndexFn::Const(0), ArithOp::Sub, a.integer_arithmetic()?),
+            Node::Binary(op @ (BinOp::Add | BinOp::Sub), a, b) => {
+                let op = match op {
+                    BinOp::Add => ArithOp::Add,
+                    _ => ArithOp::Sub,
+                };
+                arith(a.integer_arithmetic()?, op, b.integer_arithmetic()?)
+            }
+            Node::Product(fs) if !fs.is_empty() && fs.iter().all(|(div, _)| !div) => {
+                let mut factors = fs.iter().map(|(_, f)| f.integer_arithmetic());
+                let first = factors.next()??;
+                factors.try_fold(first, |acc, f| Some(arith(acc, ArithOp::Mul, f?)))?
+            }
+            _ => return None,
+        })
+    }
+
     /// The node inside summation points without variables (which sum nothing).
     pub fn inside_empty_sums(&self) -> &Node {
         match self {

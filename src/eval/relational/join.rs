@@ -477,7 +477,7 @@ fn early_filters(rule: &Rule, steps: &[Step]) -> Vec<Vec<usize>> {
             for &(_, v, _) in &s.binds {
                 bound[v] = true;
             }
-            let known = |o: &Operand| !matches!(o, Operand::Var(v) if !bound[*v]);
+            let known = |o: &Operand| o.vars().iter().all(|&v| bound[v]);
             (0..rule.filters.len())
                 .filter(|&f| {
                     let ready =
@@ -677,12 +677,14 @@ pub(super) fn fill<'a>(
 
 /// Whether a comparison holds under `env` (an open variable, `tables`, by its value).
 pub(in crate::eval) fn passes(f: &Filter, env: &[u32], tables: &[Option<&ValueTable>]) -> bool {
+    let value = |v: usize| match tables.get(v).copied().flatten() {
+        Some(t) => t.value(env[v]),
+        None => i64::from(env[v]),
+    };
     let get = |o: &Operand| match o {
-        Operand::Var(v) => Num::Int(match tables.get(*v).copied().flatten() {
-            Some(t) => t.value(env[*v]),
-            None => i64::from(env[*v]),
-        }),
+        Operand::Var(v) => Num::Int(value(*v)),
         Operand::Const(c) => *c,
+        Operand::Arith(f) => f.exact(&value),
     };
     f.op.holds_num(get(&f.left), get(&f.right))
 }
