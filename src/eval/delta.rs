@@ -2,6 +2,7 @@
 //! the dataflow (`differential`) and the standard engine's maintenance (`maintained`).
 
 use crate::tensor::{Relation, Storage, Tensor};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// The changes of one derived tensor in a commit, as tuples of positions; for a tensor with
@@ -27,7 +28,7 @@ impl Delta {
     /// This change followed by `later`, as one change: what `later` removes of what this
     /// added was never there, and what it adds back of what this removed never left.
     pub fn then(self, later: Delta) -> Delta {
-        use std::collections::HashSet;
+        use rustc_hash::FxHashSet as HashSet;
         let (a1, r1): (HashSet<&Vec<u32>>, HashSet<&Vec<u32>>) =
             (self.added.iter().collect(), self.removed.iter().collect());
         let (a2, r2): (HashSet<&Vec<u32>>, HashSet<&Vec<u32>>) =
@@ -166,25 +167,50 @@ pub(crate) fn revalued(t: &Tensor, delta: &Delta) -> Tensor {
 /// The tuples (or elements, as positions then value bits) of `new` not in `old`, and the
 /// reverse.
 pub(crate) fn difference(old: &Tensor, new: &Tensor) -> Delta {
-    let tuples = |t: &Tensor| -> Vec<Vec<u32>> {
-        match &t.storage {
-            Storage::Relation(r) => r.iter().map(<[u32]>::to_vec).collect(),
-            _ => t
-                .entries()
-                .into_iter()
-                .map(|(idx, v)| {
-                    let idx: Vec<u32> = idx.into_iter().map(|i| i as u32).collect();
-                    with_value(&idx, v)
-                })
-                .collect(),
+    use std::cmp::Ordering;
+    let row = |(k, bits): (Cow<'_, [u32]>, Option<u64>)| -> Vec<u32> {
+        match bits {
+            Some(b) => with_value(&k, f64::from_bits(b)),
+            None => k.into_owned(),
         }
     };
-    let (a, b) = (tuples(old), tuples(new));
-    let sa: std::collections::BTreeSet<&Vec<u32>> = a.iter().collect();
-    let sb: std::collections::BTreeSet<&Vec<u32>> = b.iter().collect();
-    Delta {
-        added: b.iter().filter(|r| !sa.contains(r)).cloned().collect(),
-        removed: a.iter().filter(|r| !sb.contains(r)).cloned().collect(),
+    // Both sides come in ascending order of their positions: one merge, allocating only for
+    // the rows that differ (a 2M-tuple relation compared with itself allocates nothing).
+    let (mut a, mut b) = (rows(old).peekable(), rows(new).peekable());
+    let mut delta = Delta::default();
+    loop {
+        let order = match (a.peek(), b.peek()) {
+            (None, None) => break,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some(x), Some(y)) => x.0.cmp(&y.0),
+        };
+        match (
+            order,
+            a.next_if(|_| order != Ordering::Greater),
+            b.next_if(|_| order != Ordering::Less),
+        ) {
+            (Ordering::Equal, Some(x), Some(y)) if x.1 != y.1 => {
+                delta.removed.push(row(x));
+                delta.added.push(row(y));
+            }
+            (Ordering::Less, Some(x), _) => delta.removed.push(row(x)),
+            (Ordering::Greater, _, Some(y)) => delta.added.push(row(y)),
+            _ => {}
+        }
+    }
+    delta
+}
+
+/// A tensor's rows in ascending order of their positions: a relation's tuples, or every
+/// defined element's positions with its value's bits.
+fn rows(t: &Tensor) -> Box<dyn Iterator<Item = (Cow<'_, [u32]>, Option<u64>)> + '_> {
+    match &t.storage {
+        Storage::Relation(r) => Box::new(r.iter().map(|k| (Cow::Borrowed(k), None))),
+        _ => Box::new(t.entries().into_iter().map(|(idx, v)| {
+            let k: Vec<u32> = idx.into_iter().map(|i| i as u32).collect();
+            (Cow::Owned(k), Some(v.to_bits()))
+        })),
     }
 }
 
