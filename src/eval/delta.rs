@@ -168,7 +168,7 @@ pub(crate) fn revalued(t: &Tensor, delta: &Delta) -> Tensor {
 /// reverse.
 pub(crate) fn difference(old: &Tensor, new: &Tensor) -> Delta {
     use std::cmp::Ordering;
-    let row = |(k, bits): (Cow<'_, [u32]>, Option<u64>)| -> Vec<u32> {
+    let row = |(k, bits): Row<'_>| -> Vec<u32> {
         match bits {
             Some(b) => with_value(&k, f64::from_bits(b)),
             None => k.into_owned(),
@@ -202,9 +202,12 @@ pub(crate) fn difference(old: &Tensor, new: &Tensor) -> Delta {
     delta
 }
 
+/// A row of [`rows`]: positions, and the value's bits where the tensor has values.
+type Row<'a> = (Cow<'a, [u32]>, Option<u64>);
+
 /// A tensor's rows in ascending order of their positions: a relation's tuples, or every
 /// defined element's positions with its value's bits.
-fn rows(t: &Tensor) -> Box<dyn Iterator<Item = (Cow<'_, [u32]>, Option<u64>)> + '_> {
+fn rows(t: &Tensor) -> Box<dyn Iterator<Item = Row<'_>> + '_> {
     match &t.storage {
         Storage::Relation(r) => Box::new(r.iter().map(|k| (Cow::Borrowed(k), None))),
         _ => Box::new(t.entries().into_iter().map(|(idx, v)| {
