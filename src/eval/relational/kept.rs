@@ -54,20 +54,34 @@ pub(crate) enum Update {
     Declined(&'static str),
 }
 
-/// Tuples of one relation, flat, with a set to ask membership.
+/// Tuples of one relation, in the order found, with a table of their numbers to ask
+/// membership (each tuple held once: a million deleted tuples are a million allocations,
+/// not two million).
 #[derive(Default)]
 struct Tuples {
     list: Vec<Vec<u32>>,
-    set: HashSet<Vec<u32>>,
+    set: hashbrown::HashTable<u32>,
+}
+
+fn hash(t: &[u32]) -> u64 {
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one(t)
 }
 
 impl Tuples {
+    fn contains(&self, t: &[u32]) -> bool {
+        let list = &self.list;
+        self.set.find(hash(t), |&i| list[i as usize] == t).is_some()
+    }
+
     fn add(&mut self, t: &[u32]) -> bool {
-        if self.set.contains(t) {
+        if self.contains(t) {
             return false;
         }
-        self.set.insert(t.to_vec());
-        self.list.push(t.to_vec());
+        let Tuples { list, set } = self;
+        list.push(t.to_vec());
+        let number = (list.len() - 1) as u32;
+        set.insert_unique(hash(t), number, |&i| hash(&list[i as usize]));
         true
     }
 
@@ -359,7 +373,7 @@ impl Kept {
             let from = counts.get(&t).copied().unwrap_or(store.count);
             let added: Vec<Vec<u32>> = store
                 .rows_from(from)
-                .filter(|x| !gone.set.contains(*x))
+                .filter(|x| !gone.contains(x))
                 .map(<[u32]>::to_vec)
                 .collect();
             let removed: Vec<Vec<u32>> = gone
