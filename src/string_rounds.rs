@@ -88,13 +88,7 @@ pub(crate) fn fill(
 
 /// The message of a value site whose integer result leaves i64 on `row`.
 fn overflow(row: &[Value]) -> String {
-    let args: Vec<String> = row
-        .iter()
-        .map(|v| match v {
-            Value::Int(v) => v.to_string(),
-            Value::Sym(s) | Value::Real(s) => s.clone(),
-        })
-        .collect();
+    let args: Vec<_> = row.iter().map(Value::text).collect();
     format!(
         "the value computed here at ({}) leaves the i64 range: integers are exact, so an overflow is an error, never a wrap (§8)",
         args.join(", ")

@@ -2,6 +2,8 @@
 //! `contains`), on the values a relation's columns hold. They are computed outside the
 //! engines: each call in a rule reads a table of their results (see `semantics::strings`).
 
+use crate::syntax::ast::Num;
+
 /// A value of a relation's column as string functions see it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Value {
@@ -16,7 +18,7 @@ pub enum Value {
 impl Value {
     /// The text a string function reads: a symbol's own, an integer's decimal digits (so
     /// that `cat(x, n)` needs no `to_string`).
-    fn text(&self) -> std::borrow::Cow<'_, str> {
+    pub(crate) fn text(&self) -> std::borrow::Cow<'_, str> {
         match self {
             Value::Int(v) => v.to_string().into(),
             Value::Sym(s) | Value::Real(s) => s.as_str().into(),
@@ -46,10 +48,10 @@ impl Value {
 
     /// The value a computation gives, as a column holds it; `None` for an infinity or
     /// NaN, which no column holds.
-    pub fn of_num(v: crate::syntax::ast::Num) -> Option<Value> {
+    pub fn of_num(v: Num) -> Option<Value> {
         match v {
-            crate::syntax::ast::Num::Int(v) => Some(Value::Int(v)),
-            crate::syntax::ast::Num::Real(x) => Value::of_number(x),
+            Num::Int(v) => Some(Value::Int(v)),
+            Num::Real(x) => Value::of_number(x),
         }
     }
 

@@ -479,12 +479,10 @@ impl Builder<'_, '_> {
     fn operand(&mut self, e: &Expr, negated: bool) -> Node {
         match super::bindings::peel(e) {
             Expr::Number(v, _) => Node::Const(*v),
-            Expr::Neg(x, _) if matches!(super::bindings::peel(x), Expr::Number(..)) => {
-                match self.operand(x, negated) {
-                    Node::Const(v) => Node::Const(v.neg()),
-                    other => Node::Neg(Box::new(other)),
-                }
-            }
+            Expr::Neg(x, _) => match super::bindings::peel(x) {
+                Expr::Number(v, _) => Node::Const(v.neg()),
+                _ => self.expr(e, negated),
+            },
             _ => self.expr(e, negated),
         }
     }
