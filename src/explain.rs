@@ -18,6 +18,46 @@ use crate::semantics::{Checked, Equation, Family, Stratum, TensorId, VarId};
 use crate::tensor::Storage;
 use std::fmt::Write;
 
+/// The decision log of an evaluation, one line per stratum evaluated: the kernel that ran
+/// it, the one planned where they differ, and why (`tl run --decisions`).
+pub fn decisions(p: &Checked, plan: &Plan, log: &[crate::eval::Decision]) -> String {
+    use crate::eval::Ran;
+    let mut out = String::new();
+    for d in log {
+        let Some(st) = p.strata.get(d.stratum) else {
+            continue;
+        };
+        let names: Vec<&str> = st
+            .tensors
+            .iter()
+            .map(|&t| p.tensors[t].name.as_str())
+            .collect();
+        let _ = write!(
+            out,
+            "stratum {}: {}: {}",
+            d.stratum + 1,
+            names.join(", "),
+            d.ran.describe()
+        );
+        let planned = plan
+            .strata
+            .get(d.stratum)
+            .map(|sp| Ran::planned(&sp.kernel));
+        match planned {
+            Some(r) if r == d.ran => out.push_str(", as planned"),
+            Some(r) => {
+                let _ = write!(out, ", planned {}", r.describe());
+            }
+            None => {}
+        }
+        if let Some(why) = &d.reason {
+            let _ = write!(out, " ({why})");
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// The plan of every stratum, in evaluation order: `plan` is the value evaluation executes.
 pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
     let mut out = String::new();
@@ -30,6 +70,15 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
         let names = names.join(", ");
         if st.equations.is_empty() {
             let _ = writeln!(out, "stratum {}: {names} (data)", k + 1);
+            for &t in st.tensors.iter().filter(|&&t| plan.sparse[t]) {
+                let _ = writeln!(
+                    out,
+                    "  {} stored as its {} non-zero elements (few for its shape {:?})",
+                    p.tensors[t].name,
+                    data_size(p, t),
+                    p.tensors[t].shape
+                );
+            }
             continue;
         }
         let kind = if st.recursive {

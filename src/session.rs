@@ -323,10 +323,12 @@ impl Session {
         let eval = eval_options(options, &self.functions);
         let mut tables = semantics::StringTables::default();
         let mut round = 0;
+        let files = crate::io::read_program_files(&self.program, &self.base_dir);
         let mut checked = loop {
             let input = CheckInput {
                 program: &self.program,
                 base_dir: self.base_dir.clone(),
+                files: &files,
                 bindings: &self.bindings,
                 user_functions: self.functions.keys().cloned().collect(),
                 settings: options.settings.clone(),
@@ -400,10 +402,16 @@ impl Session {
         ))
     }
 
-    /// How the last run evaluated each stratum: the kernel that ran, and why the reference
-    /// loops did where they did.
+    /// How the last run evaluated each stratum: the kernel that ran, and why where it was
+    /// not the planned one (a decline) or ran in a way worth saying.
     pub fn decisions(&self) -> &[crate::eval::Decision] {
         &self.log
+    }
+
+    /// The last run's decision log as `tl run --decisions` prints it.
+    pub fn decisions_text(&self) -> Option<String> {
+        let (checked, plan) = (self.checked.as_ref()?, self.plan.as_ref()?);
+        Some(crate::explain::decisions(checked, plan, &self.log))
     }
 
     /// Checks, evaluates with the standard engine, writes files and answers the program's

@@ -93,3 +93,78 @@ fn why_reads_values_through_the_reference_evaluator_only() {
         }
     }
 }
+
+/// The `.rs` files of a source folder and of the folders inside it.
+fn files_under(dir: &str) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out = files_in(dir);
+    for e in std::fs::read_dir(root.join(dir)).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            out.extend(files_under(&format!(
+                "{dir}/{}",
+                e.file_name().to_string_lossy()
+            )));
+        }
+    }
+    out
+}
+
+#[test]
+fn each_stage_imports_only_the_stages_before_it() {
+    // Data flows one way (docs/design.md): syntax, semantics, planning, execution, learning,
+    // with the library's session and tools above them all.
+    let later: [(&str, &[&str]); 4] = [
+        (
+            "src/syntax",
+            &["semantics", "plan", "eval", "learn", "session", "io"],
+        ),
+        ("src/semantics", &["plan", "eval", "learn", "session"]),
+        ("src/plan", &["eval", "learn", "session"]),
+        ("src/eval", &["learn", "session"]),
+    ];
+    for (dir, forbidden) in later {
+        let files = files_under(dir);
+        assert!(files.len() >= 5, "{dir}: {files:?}");
+        for file in files {
+            for p in paths(&file) {
+                for stage in forbidden {
+                    assert!(
+                        !p.starts_with(&format!("crate::{stage}")),
+                        "{file} reaches a later stage through `{p}`"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn syntax_and_semantics_do_no_io() {
+    // Files are read before checking (`io::read_program_files`), the memory budget by the
+    // caller (`io::default_max_memory`), parameters drawn by `tensor::Init`: the checker is
+    // a function of its input.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = files_under("src/syntax");
+    files.extend(files_under("src/semantics"));
+    for file in files {
+        let text = std::fs::read_to_string(root.join(&file)).unwrap();
+        let before_tests = text.split("#[cfg(test)]").next().unwrap_or("");
+        let code: String = before_tests
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect();
+        for io in [
+            "std::fs",
+            "std::io",
+            "std::env",
+            "/proc/",
+            "rand::",
+            "rand_chacha",
+            "read_file",
+            "read_program_files",
+        ] {
+            assert!(!code.contains(io), "{file} does I/O through `{io}`");
+        }
+    }
+}

@@ -352,3 +352,28 @@ Edge(7, 8).
         "a query typed without `?` gets a hint: {stderr}"
     );
 }
+
+/// `tl run --decisions` prints what ran each stratum: as planned, or the loop nests with the
+/// planned kernel and why it declined (`P[2 * x] max=` leaves its odd elements undefined, so
+/// `P` is not the dense array `Q`'s dense plan reads).
+#[test]
+fn decisions_show_what_ran_and_why_a_kernel_declined() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "d.tl",
+        "G = [1, 5, 3]\nP[2 * x] max= G[x]\nQ[x] = 2 P[x]\nQ[2]?\n",
+    );
+    let out = common::tl(dir.path(), &["run", "d.tl", "--decisions"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(common::stdout(&out), "Q[2] = 10\n");
+    let log = common::stderr(&out);
+    assert!(
+        log.contains("stratum 2: P: dense contractions, as planned"),
+        "{log}"
+    );
+    assert!(
+        log.contains("stratum 3: Q: loop nests, planned dense contractions (the planned kernel declined: `P` is not stored as planned)"),
+        "{log}"
+    );
+}

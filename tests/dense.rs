@@ -6,7 +6,7 @@
 
 use proptest::prelude::*;
 use std::path::Path;
-use tensor_logic::eval::{Engine, Reference, Standard};
+use tensor_logic::eval::{Engine, Ran, Reference, Standard};
 use tensor_logic::tensor::Storage;
 use tensor_logic::{RunOptions, Session};
 
@@ -451,7 +451,21 @@ fn valid_convolutions_take_the_dense_path() {
         let src = convolution((2, 3, 8, 3, 1), true, false, wide, 3);
         let plan = explained(&src);
         assert_eq!(plan.contains("In[window gathered]"), dense, "{plan}");
+        assert_eq!(y_ran_dense(&src), dense, "{src}");
     }
+}
+
+/// Whether the standard engine's decision log says `Y`'s stratum ran on dense contractions
+/// (what ran, not what the plan printed).
+fn y_ran_dense(src: &str) -> bool {
+    let mut s = Session::new();
+    s.load_source("d.tl", src, Path::new(".")).unwrap();
+    s.run_with(&Standard, &RunOptions::default()).unwrap();
+    let checked = s.checked().unwrap();
+    let y = checked.tensor_id("Y").unwrap();
+    s.decisions()
+        .iter()
+        .any(|d| checked.strata[d.stratum].tensors.contains(&y) && d.ran == Ran::Dense)
 }
 
 /// What `tl explain` prints for `src`.
@@ -591,6 +605,7 @@ fn max_and_min_pooling_match_the_reference() {
         }
         let plan = explained(&src);
         assert!(plan.contains("Y (not recursive), dense"), "{plan}");
+        assert!(y_ran_dense(&src), "{src}");
     }
 }
 
@@ -611,6 +626,7 @@ fn shifted_reads_take_the_dense_path_and_match_the_reference() {
         assert_engines_agree(&src);
         let plan = explained(&src);
         assert!(plan.contains("Y (not recursive), dense"), "{plan}");
+        assert!(y_ran_dense(&src), "{src}");
     }
 }
 
@@ -769,5 +785,62 @@ fn a_product_of_sixty_matrices_is_contracted_along_a_path() {
             tensor(&src, &Standard, threads, "Y"),
             vec![1.0, 60.0, 0.0, 1.0]
         );
+    }
+}
+
+/// A declared matrix given by a few weighted rows is stored as them (SPEC §4: storage follows
+/// the data, not the declaration): a 20,000² f32 matrix of 300 rows runs under a 100 MB budget
+/// that its 1.6 GB dense array is far over, `tl explain` says so, and its product matches the
+/// one over an undeclared copy. Rows at one position add with the element type's rounding
+/// after each addition, as a dense array's stores do: 2²⁴ + 1 + 1 stays 2²⁴ in f32 whichever
+/// way the matrix is stored.
+#[test]
+fn a_declared_matrix_of_few_rows_is_stored_as_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows: String = (0..300u64)
+        .map(|i| {
+            format!(
+                "{}\t{}\t{}\n",
+                (i * 7919) % 20_000,
+                (i * 104_729 + 11) % 20_000,
+                i % 7
+            )
+        })
+        .collect();
+    std::fs::write(dir.path().join("w.tsv"), rows).unwrap();
+    std::fs::write(
+        dir.path().join("twice.tsv"),
+        "5\t5\t16777216\n5\t5\t1\n5\t5\t1\n",
+    )
+    .unwrap();
+    let run = |src: &str, name: &str| {
+        let mut s = Session::new();
+        s.load_source("w.tl", src, dir.path()).unwrap();
+        let mut opts = RunOptions::default();
+        opts.settings.max_memory = 100 << 20;
+        s.run_with(&Standard, &opts)
+            .map_err(|d| d.render("w.tl", src))
+            .unwrap();
+        (
+            s.tensor(name).unwrap().to_dense_values(),
+            s.explain().unwrap(),
+        )
+    };
+    let body =
+        "Z : real[Node, D]\nZ[m, d] = m + d\nAgg[n, d] = W[n, m] Z[m, d]\nS[d] = Agg[n, d]\n";
+    let declared = run(
+        &format!("Node : 20000\nD : 4\nW : real[Node, Node]\nW = \"w.tsv\"\n{body}"),
+        "S",
+    );
+    let bare = run(&format!("Node : 20000\nD : 4\nW = \"w.tsv\"\n{body}"), "S");
+    assert_eq!(declared.0, bare.0);
+    assert!(
+        declared.1.contains("W stored as its 300 non-zero elements"),
+        "{}",
+        declared.1
+    );
+    for n in [8, 20_000] {
+        let src = format!("Node : {n}\nW : real[Node, Node]\nW = \"twice.tsv\"\nTop = W[5, 5]\n");
+        assert_eq!(run(&src, "Top").0, vec![16_777_216.0], "{n} nodes");
     }
 }

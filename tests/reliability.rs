@@ -123,6 +123,32 @@ fn f16_npy_files_are_read() {
     assert!(text.contains("H[2] = 0.125"), "{text}");
 }
 
+/// Two tensors reading one safetensors file each get their own entry (the file is not
+/// read once for the first and handed to the second).
+#[test]
+fn tensors_read_their_own_entries_of_one_safetensors_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = r#"{"A":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"B":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}}"#;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(header.as_bytes());
+    for v in [1.0f32, 2.0, 10.0, 20.0] {
+        bytes.extend(v.to_le_bytes());
+    }
+    std::fs::write(dir.path().join("two.safetensors"), bytes).unwrap();
+    write(
+        dir.path(),
+        "s.tl",
+        "A = \"two.safetensors\"\nB = \"two.safetensors\"\nA?\nB?\n",
+    );
+    let out = common::tl(dir.path(), &["run", "s.tl"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let text = common::stdout(&out);
+    assert!(
+        text.contains("A[1] = 2") && text.contains("B[1] = 20"),
+        "{text}"
+    );
+}
+
 #[cfg(unix)]
 #[test]
 fn written_files_get_the_usual_mode_and_stale_temporaries_go() {

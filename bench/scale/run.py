@@ -192,6 +192,14 @@ WORKLOADS = {
         "torch.tensor(e[:, 2], dtype=torch.float32), (20000, 20000)).coalesce().to_sparse_csr(); "
         "z = trnd((20000, 64))",
         "torch.sparse.mm(a, z)"),
+    "declared W : real[Nodes, Nodes], weighted sparse x dense, 100k entries x 64": (
+        "Nodes : 20000\nD : 64\nW : real[Nodes, Nodes]\nW = \"weighted_20k.tsv\"\nZ : real[Nodes, D]\n"
+        "Z ~ normal(0, 1)\nAgg[n, d] = W[n, m] Z[m, d]\n",
+        [lambda: edges("weighted_20k.tsv", 20000, 100000, 8, weighted=True)], "numpy",
+        "import scipy.sparse as sp; e = np.loadtxt(DATA + '/weighted_20k.tsv'); "
+        "a = sp.csr_matrix((e[:, 2].astype(np.float32), (e[:, 0].astype(np.int64), e[:, 1].astype(np.int64))), "
+        "shape=(20000, 20000)); z = rnd((20000, 64))",
+        "a @ z"),
     "count Two[n, k] = Edge(n, m) Edge(m, k), 20k nodes, 100k edges": (
         "Nodes : 20000\nEdge : bool[Nodes, Nodes]\nEdge = \"edges_20k.tsv\"\n"
         "Two[n, k] = Edge(n, m) Edge(m, k)\n",
@@ -231,12 +239,15 @@ print(min(times) * 1e3)
 '''
 
 
-def setup():
+def setup(torch):
+    """Builds tl and the peers' environment; PyTorch (a large download) only where a chosen
+    workload runs it."""
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
     py = os.path.join(VENV, "bin", "python")
     if not os.path.exists(py):
         subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
-    subprocess.run([py, "-m", "pip", "install", "--quiet", "numpy", "scipy", "torch"], check=True)
+    packages = ["numpy", "scipy"] + (["torch"] if torch else [])
+    subprocess.run([py, "-m", "pip", "install", "--quiet"] + packages, check=True)
     return py
 
 
@@ -252,15 +263,14 @@ def tl_time(path, threads, repeat):
 def main():
     threads = sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv else "1"
     only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
-    py = setup()
+    chosen = {n: w for n, w in WORKLOADS.items() if not only or only in n}
+    py = setup(any(w[2] == "torch" for w in chosen.values()))
     os.makedirs(DATA, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads,
                MKL_NUM_THREADS=threads)
     print("| workload | tl ms | peer | peer ms | tl / peer | tl peak MiB |")
     print("|---|---|---|---|---|---|")
-    for name, (program, writers, kind, init, op) in WORKLOADS.items():
-        if only and only not in name:
-            continue
+    for name, (program, writers, kind, init, op) in chosen.items():
         for w in writers:
             w()
         path = os.path.join(DATA, "".join(c if c.isascii() and c.isalnum() else "_" for c in name)[:60] + ".tl")

@@ -21,7 +21,7 @@ mod stop;
 
 use crate::diagnostics::{codes, Diagnostic, Diagnostics};
 use crate::functions::UserFunction;
-use crate::plan::Plan;
+use crate::plan::{Kernel, Plan};
 use crate::semantics::{Checked, Query};
 use crate::tensor::Tensor;
 use std::collections::BTreeMap;
@@ -68,7 +68,7 @@ impl Default for EvalOptions {
         EvalOptions {
             tol: 1e-6,
             max_iters: 10_000,
-            max_memory: crate::semantics::default_max_memory(),
+            max_memory: crate::io::default_max_memory(),
             functions: BTreeMap::new(),
             threads: default_threads(),
             stop: Stop::default(),
@@ -105,6 +105,84 @@ pub enum Ran {
     Skipped,
 }
 
+impl Ran {
+    /// The kernel's name as the decision log and `tl explain` print it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Ran::Data => "data",
+            Ran::Joins => "semi-naive joins",
+            Ran::Counts => "counting by joins",
+            Ran::Extremum => "semi-naive min=/max=",
+            Ran::Dense => "dense contractions",
+            Ran::Steps => "step by step along an index",
+            Ran::Nest => "loop nests",
+            Ran::Reference => "the reference loops",
+            Ran::Differential => "the differential dataflow",
+            Ran::Maintained => "maintained by a commit",
+            Ran::Skipped => "skipped (not needed)",
+        }
+    }
+
+    /// What a stratum planned on `kernel` runs on when nothing declines: the decision log
+    /// of a run that went as planned.
+    pub fn planned(kernel: &Kernel) -> Ran {
+        match kernel {
+            Kernel::Data => Ran::Data,
+            Kernel::Datalog(..) => Ran::Joins,
+            Kernel::Counts(_) => Ran::Counts,
+            Kernel::Extremum(_) => Ran::Extremum,
+            Kernel::Dense(_) => Ran::Dense,
+            Kernel::Steps(_) | Kernel::Virtual(_) => Ran::Steps,
+            Kernel::Nest => Ran::Nest,
+            Kernel::Reference => Ran::Reference,
+        }
+    }
+}
+
+/// Why a planned kernel handed its stratum to the loop nests at run time: the inputs it
+/// met are not the ones it was planned for, or what it would allocate is over the budget.
+/// Recorded in the decision log (`tl run --decisions`), never silent.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Declined {
+    /// This tensor is not stored as the plan expected (sparse where a dense array of the
+    /// planned shape was expected, or the reverse).
+    NotAsPlanned(usize),
+    /// The intermediates would need this many bytes, over `--max-memory`.
+    Memory(f64),
+    /// The expression calls a function that is not registered.
+    Unregistered,
+    /// A recursion is backpropagated through the reference's recorded iterates.
+    Recorded,
+    /// A dense recursion of several tensors, or one whose elements blew up or did not
+    /// settle within `--max-iters`: the loop nests evaluate it and report what they find.
+    NotSettled,
+    /// A `max=`/`min=` target that has data of its own.
+    ExtremeWithData,
+    /// The kernel's own checks (a virtual index, semi-naive `min=`/`max=`) found a case
+    /// whose outcome only the loop nests define.
+    Unsupported(&'static str),
+}
+
+impl Declined {
+    /// The reason as the decision log prints it, naming tensors.
+    pub fn describe(&self, p: &Checked) -> String {
+        let name = |t: usize| p.tensors.get(t).map_or("?", |i| i.name.as_str());
+        match self {
+            Declined::NotAsPlanned(t) => format!("`{}` is not stored as planned", name(*t)),
+            Declined::Memory(bytes) => {
+                format!("its intermediates need {bytes:.0} bytes, over --max-memory")
+            }
+            Declined::Unregistered => "it calls a function that is not registered".into(),
+            Declined::Recorded => "a recursion is backpropagated through recorded iterates".into(),
+            Declined::NotSettled => {
+                "a dense recursion of several tensors, or one that blew up or did not settle".into()
+            }
+            Declined::ExtremeWithData => "a `max=`/`min=` tensor with data of its own".into(),
+            Declined::Unsupported(why) => (*why).into(),
+        }
+    }
+}
+
 /// One entry of the decision log: which kernel ran a stratum, and why the reference loops
 /// did where they did.
 #[derive(Clone, Debug, PartialEq)]
@@ -113,7 +191,8 @@ pub struct Decision {
     pub stratum: usize,
     /// What ran.
     pub ran: Ran,
-    /// Why a faster kernel did not, where it did not.
+    /// Why the planned kernel did not run it (it declined, [`Declined`]), or why it ran as it
+    /// did where that is worth saying (on demand, on the reference loops).
     pub reason: Option<String>,
 }
 

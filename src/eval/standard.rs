@@ -7,7 +7,7 @@
 
 use super::dense::StepTerms;
 use super::{dense, initial, nest, reference, relational};
-use super::{Decision, Engine, EvalOptions, Evaluation, KeptTerms, Ran, Record};
+use super::{Decision, Declined, Engine, EvalOptions, Evaluation, KeptTerms, Ran, Record};
 use crate::diagnostics::Diagnostics;
 use crate::plan::{Kernel, Plan, StratumPlan};
 use crate::semantics::{Checked, Query, Stratum, TensorId};
@@ -123,21 +123,18 @@ pub fn evaluate_recorded(
         } else if let Kernel::Dense(plans) = &plan.strata[i].kernel {
             let mut terms = KeptTerms::new();
             let pool = state.pool.clone();
-            if dense::evaluate_dense(
-                p,
-                st,
-                plans,
-                &mut state.values,
-                o,
-                pool.as_deref(),
-                Some(&mut terms),
-            ) {
-                st.tensors.iter().for_each(|&t| state.pending[t] = false);
-                state.log(i, Ran::Dense, None);
-                records.push(Some(StratumRecord::Dense(terms)));
-            } else {
-                state.fallback(i, st)?;
-                records.push(None);
+            let values = &mut state.values;
+            let kept = Some(&mut terms);
+            match dense::evaluate_dense(p, st, plans, values, o, pool.as_deref(), kept) {
+                Ok(()) => {
+                    st.tensors.iter().for_each(|&t| state.pending[t] = false);
+                    state.log(i, Ran::Dense, None);
+                    records.push(Some(StratumRecord::Dense(terms)));
+                }
+                Err(why) => {
+                    state.fallback(i, st, Some(why))?;
+                    records.push(None);
+                }
             }
         } else if let Kernel::Steps(steps) = &plan.strata[i].kernel {
             state.fill_pending(&st.tensors);
@@ -344,12 +341,14 @@ impl<'a> State<'a> {
                 Ok(())
             }
             Kernel::Dense(plans) => {
-                if dense::evaluate_dense(p, st, plans, &mut self.values, o, pool, None) {
-                    st.tensors.iter().for_each(|&t| self.pending[t] = false);
-                    self.log(i, Ran::Dense, None);
-                    return Ok(());
+                match dense::evaluate_dense(p, st, plans, &mut self.values, o, pool, None) {
+                    Ok(()) => {
+                        st.tensors.iter().for_each(|&t| self.pending[t] = false);
+                        self.log(i, Ran::Dense, None);
+                        Ok(())
+                    }
+                    Err(why) => self.fallback(i, st, Some(why)),
                 }
-                self.fallback(i, st)
             }
             Kernel::Virtual(plan) => {
                 self.fill_pending(&st.tensors);
@@ -357,7 +356,8 @@ impl<'a> State<'a> {
                     self.log(i, Ran::Steps, None);
                     return Ok(());
                 }
-                self.fallback(i, st)
+                let why = "the virtual index met a case only the loop nests define";
+                self.fallback(i, st, Some(Declined::Unsupported(why)))
             }
             Kernel::Steps(plan) => {
                 self.fill_pending(&st.tensors);
@@ -399,15 +399,21 @@ impl<'a> State<'a> {
                     self.log(i, Ran::Extremum, None);
                     return Ok(());
                 }
-                self.fallback(i, st)
+                let why = "semi-naive `min=`/`max=` met a case only the loop nests define";
+                self.fallback(i, st, Some(Declined::Unsupported(why)))
             }
-            Kernel::Nest | Kernel::Reference => self.fallback(i, st),
+            Kernel::Nest | Kernel::Reference => self.fallback(i, st, None),
         }
     }
 
-    /// Evaluates stratum `i` by its loop nests; by the reference loops only under
-    /// [`Plan::reference`].
-    fn fallback(&mut self, i: usize, st: &Stratum) -> Result<(), Diagnostics> {
+    /// Evaluates stratum `i` by its loop nests (logging why its planned kernel declined,
+    /// where it did); by the reference loops only under [`Plan::reference`].
+    fn fallback(
+        &mut self,
+        i: usize,
+        st: &Stratum,
+        declined: Option<Declined>,
+    ) -> Result<(), Diagnostics> {
         self.fill_pending(&st.tensors);
         let sp: &StratumPlan = &self.plan.strata[i];
         if let Kernel::Reference = sp.kernel {
@@ -417,7 +423,9 @@ impl<'a> State<'a> {
         } else {
             let sparse = &self.plan.sparse;
             nest::evaluate_stratum(self.p, st, (&sp.nests, sparse), &mut self.values, self.o)?;
-            self.log(i, Ran::Nest, None);
+            let why =
+                declined.map(|d| format!("the planned kernel declined: {}", d.describe(self.p)));
+            self.log(i, Ran::Nest, why);
         }
         Ok(())
     }

@@ -153,9 +153,11 @@ fn check(program: &Program, base_dir: &Path) -> (Option<Checked>, Vec<Diagnostic
     };
     let (bindings, parameters) = (BTreeMap::new(), BTreeMap::new());
     let tables = StringTables::default();
+    let files = crate::io::read_program_files(program, base_dir);
     let input = CheckInput {
         program,
         base_dir: base_dir.to_path_buf(),
+        files: &files,
         bindings: &bindings,
         user_functions: Vec::new(),
         settings,

@@ -1,9 +1,12 @@
-//! Files of §11: reading raw contents before semantic analysis (which interns their symbols
-//! at the statement that reads them), and writing results atomically after evaluation.
+//! What the library reads from and writes to the machine: files of §11 (raw contents read
+//! before semantic analysis, which interns their symbols at the statement that reads them;
+//! results written atomically after evaluation) and the memory an evaluation may use.
 
+mod memory;
 mod read;
 mod write;
 
-pub use read::{read_file, RawData, Table};
+pub use memory::default_max_memory;
+pub use read::{read_file, read_program_files, ProgramFiles, RawData, Table};
 pub(crate) use write::atomic_write;
 pub use write::{write_files, WriteRequest};

@@ -1,7 +1,10 @@
 //! Readers for `.tsv`, `.csv`, `.npy`, `.safetensors` and `.txt`.
 
+use crate::syntax::ast::{Program, StmtKind};
 use crate::tensor::{Dense, ElemType};
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A file's contents before the checker gives them meaning.
 #[derive(Clone, Debug)]
@@ -135,6 +138,25 @@ impl<'a> Row<'a> {
     pub fn last(&self) -> Option<&'a str> {
         self.len().checked_sub(1).and_then(|i| self.field(i))
     }
+}
+
+/// What a program's files hold, by path (as the program's directory joins it) and the
+/// tensor that reads it (a safetensors file gives each tensor its own entry): read before
+/// checking, so that the checker does no I/O.
+pub type ProgramFiles = HashMap<(PathBuf, String), Result<Arc<RawData>, String>>;
+
+/// Reads every file `program` reads (`W = "w.tsv"`), relative to `base_dir`.
+pub fn read_program_files(program: &Program, base_dir: &Path) -> ProgramFiles {
+    let mut files = ProgramFiles::new();
+    for st in &program.statements {
+        if let StmtKind::FileRead { name, path } = &st.kind {
+            let full = base_dir.join(path);
+            files
+                .entry((full.clone(), name.text.clone()))
+                .or_insert_with(|| read_file(&full, &name.text).map(Arc::new));
+        }
+    }
+    files
 }
 
 /// Reads `path`; `entry` names the safetensors entry. Errors name the file (and line).

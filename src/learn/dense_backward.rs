@@ -260,7 +260,7 @@ pub(crate) fn covers(d: &DenseEquation, values: &[Tensor], o: &EvalOptions) -> b
                 crate::tensor::Storage::Relation(_)
             )
     });
-    if weighted || nested_normalize(&d.expr, false) || !fits(d, values, o.max_memory) {
+    if weighted || nested_normalize(&d.expr, false) || fits(d, values, o.max_memory).is_err() {
         return false;
     }
     let binds = |p: &RowProgram| Program::binds(p, o);

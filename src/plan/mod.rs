@@ -121,12 +121,19 @@ impl Plan {
 
 /// Plans every stratum of a checked program.
 pub fn plan(p: &Checked) -> Plan {
-    let mut sparse = vec![false; p.tensors.len()];
+    let mut sparse: Vec<bool> = (0..p.tensors.len())
+        .map(|t| data_stored_sparse(p, t))
+        .collect();
     let mut strata = Vec::with_capacity(p.strata.len());
+    let mut defined_only = vec![false; p.tensors.len()];
     for st in &p.strata {
-        let sp = plan_stratum(p, st, &sparse);
+        let mut sp = plan_stratum(p, st, &sparse);
+        if reads_defined_only(&sp.kernel, &defined_only) || !shaped_as_read(p, &sp.kernel) {
+            sp.kernel = Kernel::Nest;
+        }
         for &t in &st.tensors {
-            sparse[t] = stored_sparse(p, st, &sp, t);
+            sparse[t] |= stored_sparse(p, st, &sp, t);
+            defined_only[t] = defined_only_storage(p, &sp.kernel, t);
         }
         strata.push(sp);
     }
@@ -175,6 +182,69 @@ fn stored_sparse(p: &Checked, st: &Stratum, sp: &StratumPlan, t: usize) -> bool 
         _ => false,
     };
     candidate && driven
+}
+
+/// Whether a `max=`/`min=` tensor is stored as its defined elements: unless the dense
+/// kernel computes it (which stores it dense when every element is written), whoever
+/// computes it keeps only the elements written.
+fn defined_only_storage(p: &Checked, kernel: &Kernel, t: usize) -> bool {
+    use crate::semantics::{Family, Kind};
+    let info = &p.tensors[t];
+    let extreme = matches!(info.family, Family::Max | Family::Min) && info.kind != Kind::Bool;
+    extreme && (!matches!(kernel, Kernel::Dense(_)) || p.data[t].is_some())
+}
+
+/// Whether a dense plan multiplies a tensor stored as its defined elements: it would
+/// decline at run time every time, so the stratum is planned on its loop nests instead.
+fn reads_defined_only(kernel: &Kernel, defined_only: &[bool]) -> bool {
+    let Kernel::Dense(plans) = kernel else {
+        return false;
+    };
+    let mut factors = plans
+        .iter()
+        .flat_map(|d| d.terms.iter().flat_map(|c| &c.factors));
+    factors.any(|f| defined_only[f.tensor])
+}
+
+/// Whether every tensor a dense plan multiplies has the extents its variables range over
+/// (a window its window's shape; a relation read at a shift, any): the kernel checks this
+/// again at run time and declines where it does not hold, which shapes fixed by checking
+/// decide before anything runs. A tensor of element facts `W[1, 0] = 0` read as
+/// `W[x, y]` with `x` and `y` over 8 nodes is read through the loop nests.
+fn shaped_as_read(p: &Checked, kernel: &Kernel) -> bool {
+    let Kernel::Dense(plans) = kernel else {
+        return true;
+    };
+    plans.iter().all(|d| {
+        let fits = |f: &einsum::Factor| {
+            let shape = &p.tensors[f.tensor].shape;
+            let matches = || {
+                shape.len() == f.vars.len()
+                    && shape.iter().zip(&f.vars).all(|(&n, &x)| n == d.extents[x])
+            };
+            match &f.window {
+                Some(w) => *shape == w.shape,
+                None => matches(),
+            }
+        };
+        let relation = |f: &einsum::Factor| {
+            let shape = &p.tensors[f.tensor].shape;
+            shape.len() == f.vars.len()
+                && (!f.shift.is_empty()
+                    || shape.iter().zip(&f.vars).all(|(&n, &x)| n == d.extents[x]))
+        };
+        d.terms
+            .iter()
+            .all(|c| c.factors.iter().all(fits) && c.sparse.iter().all(relation))
+    })
+}
+
+/// Whether tensor `t` is data whose elements are all defined and that the checker stored
+/// as its non-zeros, as its data decided (a declared matrix read from a file of few
+/// weighted rows): its readers scatter its elements rather than read a dense array.
+fn data_stored_sparse(p: &Checked, t: usize) -> bool {
+    let stored = matches!(&p.data[t], Some(d) if matches!(&d.storage, crate::tensor::Storage::Sparse(s) if s.zeros()));
+    stored && crate::semantics::budget::is_dense(&p.tensors[t])
 }
 
 /// Whether a stratum's equations have a variable of an open domain (§8) or read or write

@@ -6,7 +6,7 @@ use super::{number_text, real_text, Ctx, IndexFn, Kind, TensorInfo};
 use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::io::RawData;
 use crate::syntax::ast::*;
-use crate::tensor::{ElemType, Sparse, Storage, Tensor};
+use crate::tensor::{worth_storing_sparsely, ElemType, Sparse, Storage, Tensor};
 use std::collections::HashMap;
 
 impl<'a> Ctx<'a> {
@@ -372,7 +372,11 @@ impl<'a> Ctx<'a> {
     }
 
     /// Builds the initial value of every tensor that has data, in its final shape.
-    pub(super) fn materialise_data(&mut self, infos: &[TensorInfo]) -> Vec<Option<Tensor>> {
+    pub(super) fn materialise_data(
+        &mut self,
+        infos: &[TensorInfo],
+        has_equations: &[bool],
+    ) -> Vec<Option<Tensor>> {
         let program = self.program;
         let mut out = Vec::with_capacity(infos.len());
         for (t, info) in infos.iter().enumerate() {
@@ -394,7 +398,8 @@ impl<'a> Ctx<'a> {
                 out.push(Some(whole));
                 continue;
             }
-            let tensor = if info.kind == Kind::Bool || info.sparse_values {
+            let by_data = !has_equations[t] && self.stored_by_data(t, info);
+            let tensor = if info.kind == Kind::Bool || info.sparse_values || by_data {
                 Tensor::sparse(info.elem, info.shape.clone())
             } else {
                 match self.dense_zeros(info) {
@@ -459,9 +464,59 @@ impl<'a> Ctx<'a> {
                     }
                 }
             }
-            out.push(Some(g.finish()));
+            out.push(match by_data {
+                true => self.store_by_data(info, g),
+                false => Some(g.finish()),
+            });
         }
         out
+    }
+
+    /// Whether tensor `t`, whose elements are all defined (0 where its data gives none), is
+    /// gathered element by element and then stored by what its data turned out to be: its
+    /// data are facts, element statements and rows of files, none of them a dense array.
+    fn stored_by_data(&self, t: usize, info: &TensorInfo) -> bool {
+        let program_arrays = self.tensors[t].sources.iter().any(|&s| {
+            matches!(
+                self.program.statements[s].kind,
+                StmtKind::Literal { .. } | StmtKind::Scalar { .. }
+            )
+        });
+        let file_arrays = self
+            .sources
+            .iter()
+            .any(|s| s.tensor == t && matches!(*s.raw, RawData::Dense { .. }));
+        info.kind != Kind::Bool && !info.sparse_values && !program_arrays && !file_arrays
+    }
+
+    /// The gathered elements of a tensor whose other elements are 0, as its non-zeros where
+    /// they are few ([`worth_storing_sparsely`]: a declared 20,000² matrix read from 100k
+    /// weighted rows), else as a dense array. Values at one position add in the order given,
+    /// rounded after each addition as a dense array's stores are, so either storage holds
+    /// the same elements.
+    fn store_by_data(&mut self, info: &TensorInfo, g: Gather) -> Option<Tensor> {
+        let rank = info.shape.len();
+        let elements: u128 = info.shape.iter().map(|&n| n as u128).product();
+        let elem = info.elem;
+        if worth_storing_sparsely(elements, g.values.len()) {
+            let add = |a: Option<f64>, v: f64| elem.round(a.unwrap_or(0.0) + v);
+            let s = Sparse::from_entries_by(rank, g.tuples, g.values, add).with_zeros();
+            return Some(Tensor {
+                elem,
+                shape: info.shape.clone(),
+                storage: Storage::Sparse(s),
+            });
+        }
+        let mut dense = self.dense_zeros(info)?;
+        let mut pos = vec![0; rank];
+        for (k, &v) in g.values.iter().enumerate() {
+            for (p, &x) in pos.iter_mut().zip(&g.tuples[k * rank..(k + 1) * rank]) {
+                *p = x as usize;
+            }
+            let old = dense.get(&pos).unwrap_or(0.0);
+            dense.set(&pos, old + v);
+        }
+        Some(dense)
     }
 
     /// The data of a tensor whose only source is one dense array of its exact shape and

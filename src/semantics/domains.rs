@@ -56,20 +56,21 @@ impl UnionFind {
 }
 
 impl Ctx<'_> {
-    /// Reads every file in statement order, then the bound data.
-    /// `files` keeps what was read for the program's next check (`offsets.rs`).
-    pub(super) fn load_files(&mut self, files: &mut super::Files) {
+    /// Takes every file the program reads, in statement order (read before checking,
+    /// [`crate::io::read_program_files`]), then the bound data.
+    pub(super) fn load_files(&mut self) {
         let program = self.program;
         for st in &program.statements {
             if let StmtKind::FileRead { name, path } = &st.kind {
                 let id = self.by_name[&name.text];
                 let full = self.input.base_dir.join(path);
-                let read = files
-                    .entry(full.clone())
-                    .or_insert_with(|| {
-                        crate::io::read_file(&full, &name.text).map(std::sync::Arc::new)
-                    })
-                    .clone();
+                let key = (full.clone(), name.text.clone());
+                let read = self
+                    .input
+                    .files
+                    .get(&key)
+                    .cloned()
+                    .unwrap_or_else(|| Err(format!("`{path}` was not read before checking")));
                 match read {
                     Ok(raw) => {
                         self.rank_from_file(id, &raw, st.span);

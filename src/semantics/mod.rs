@@ -57,7 +57,7 @@ impl Default for Settings {
             max_iters: 10_000,
             scalars: Vec::new(),
             seed: 0,
-            max_memory: default_max_memory(),
+            max_memory: crate::io::default_max_memory(),
         }
     }
 }
@@ -73,74 +73,15 @@ impl Settings {
     }
 }
 
-/// The memory budget of an evaluation when none is given (§15): the smaller of 80% of the
-/// memory available now (`MemAvailable`, or `MemTotal` where the kernel gives no estimate),
-/// the cgroup's limit less what the cgroup already uses, and the address-space limit
-/// (`ulimit -v`), so that a program too large for the machine is refused rather than met by
-/// the out-of-memory killer or a failed allocation. 8 GiB where none of these can be read.
-pub fn default_max_memory() -> u64 {
-    // Read once: settings are made for every run, and a tiny run costs microseconds.
-    static MAX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *MAX.get_or_init(read_max_memory)
-}
-
-fn read_max_memory() -> u64 {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let field = |name: &str| {
-        meminfo
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-            .map(|kib| kib.saturating_mul(1024))
-    };
-    let available = field("MemAvailable:").or_else(|| field("MemTotal:"));
-    let read = |path: &str| std::fs::read_to_string(path).ok();
-    let cgroup = read("/sys/fs/cgroup/memory.max")
-        .and_then(|max| max.trim().parse::<u64>().ok())
-        .map(|max| {
-            let used = read("/sys/fs/cgroup/memory.current")
-                .and_then(|u| u.trim().parse::<u64>().ok())
-                .unwrap_or(0);
-            max.saturating_sub(used)
-        });
-    let machine = [available, cgroup].into_iter().flatten().min();
-    let budget = machine.map_or(8 << 30, |m| m / 10 * 8);
-    match address_space_limit() {
-        Some(limit) => budget.min(limit),
-        None => budget,
-    }
-}
-
-/// `ulimit -v` of this process (its soft limit, "Max address space" in `/proc/self/limits`),
-/// when one is set. Address space is not memory: the program, its libraries and its
-/// threads' stacks take some before any tensor does, so what is left for tensors is counted
-/// as the limit less the address space in use now (`VmSize`).
-fn address_space_limit() -> Option<u64> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits
-        .lines()
-        .find(|l| l.starts_with("Max address space"))?;
-    let soft = line
-        .trim_start_matches("Max address space")
-        .split_whitespace()
-        .next()?
-        .parse::<u64>()
-        .ok()?;
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let used = status
-        .lines()
-        .find(|l| l.starts_with("VmSize:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |kib| kib.saturating_mul(1024));
-    Some(soft.saturating_sub(used))
-}
-
 /// Everything the checker reads.
 pub struct CheckInput<'a> {
     /// The parsed program.
     pub program: &'a Program,
     /// Directory that file paths are relative to.
     pub base_dir: PathBuf,
+    /// What the program's files hold, read before checking ([`crate::io::read_program_files`]):
+    /// the checker interns and sizes them but does no I/O itself.
+    pub files: &'a crate::io::ProgramFiles,
     /// Data bound from memory, by tensor name (interned after the program's own symbols).
     pub bindings: &'a BTreeMap<String, RawData>,
     /// Names of registered user functions.
@@ -169,9 +110,8 @@ pub fn check(input: &CheckInput) -> Result<Checked, Diagnostics> {
     // Values computed into columns (`reals.rs`) are found by checking: each pass rewrites
     // the ones found so far into value sites, and a pass finds only new ones.
     let mut computed = std::collections::HashSet::new();
-    let mut files = HashMap::new();
     for _ in 0..MAX_COMPUTING_PASSES {
-        match check_computing(input, &constants, &computed, &mut files) {
+        match check_computing(input, &constants, &computed) {
             Pass::Done(result) => return *result,
             Pass::Compute(spans) => computed.extend(spans),
         }
@@ -200,7 +140,6 @@ fn check_computing(
     input: &CheckInput,
     constants: &std::collections::HashSet<String>,
     computed: &std::collections::HashSet<Span>,
-    files: &mut Files,
 ) -> Pass {
     let mut strings = strings::rewrite(input.program, constants, input.strings, computed);
     let (sites, tables, early) =
@@ -219,6 +158,7 @@ fn check_computing(
     let rewritten = CheckInput {
         program,
         base_dir: input.base_dir.clone(),
+        files: input.files,
         bindings: input.bindings,
         user_functions: input.user_functions.clone(),
         settings: input.settings.clone(),
@@ -227,7 +167,7 @@ fn check_computing(
     };
     let mut found = offsets::Offsets::default();
     for _ in 0..MAX_OFFSET_CHECKS {
-        match check_once(&rewritten, &tables, &found, computed, files) {
+        match check_once(&rewritten, &tables, &found, computed) {
             Attempt::Done(result) => {
                 return Pass::Done(Box::new(match *result {
                     Ok(mut checked) if early.is_empty() => {
@@ -273,17 +213,13 @@ enum Attempt {
     Compute(Vec<Span>),
 }
 
-/// Files read by the first check, for the next ones.
-type Files = HashMap<PathBuf, Result<std::sync::Arc<RawData>, String>>;
-
 fn check_once(
     input: &CheckInput,
     tables: &[strings::Table],
     found: &offsets::Offsets,
     computed: &std::collections::HashSet<Span>,
-    files: &mut Files,
 ) -> Attempt {
-    match check_with(input, tables, found, computed, files) {
+    match check_with(input, tables, found, computed) {
         Ok(checked) => Attempt::Done(Box::new(Ok(checked))),
         Err(Retry::Lower(below)) => Attempt::Lower(below),
         Err(Retry::Compute(spans)) => Attempt::Compute(spans),
@@ -309,7 +245,6 @@ fn check_with<'a>(
     tables: &'a [strings::Table],
     found: &offsets::Offsets,
     computed: &std::collections::HashSet<Span>,
-    files: &mut Files,
 ) -> Result<Checked, Retry> {
     let mut ctx = Ctx::new(input);
     ctx.tables = tables;
@@ -317,7 +252,7 @@ fn check_with<'a>(
     ctx.collect_definitions();
     ctx.collect_reads();
     ctx.check_kinds();
-    ctx.load_files(files);
+    ctx.load_files();
     ctx.build_domains();
     ctx.intern();
     ctx.add_value_tensors();
@@ -350,11 +285,11 @@ fn check_with<'a>(
         ));
     }
     ctx.bail()?;
-    let mut data = ctx.materialise_data(&tensors);
     let mut has_equations = vec![false; tensors.len()];
     for e in &equations {
         has_equations[e.target] = true;
     }
+    let mut data = ctx.materialise_data(&tensors, &has_equations);
     ctx.check_implicit_domains(&tensors);
     let params = ctx.init_params(&tensors, &mut data, &has_equations);
     let outputs = ctx.outputs(&tensors);
@@ -570,6 +505,7 @@ pub(crate) mod tests {
         check(&CheckInput {
             program: &program,
             base_dir: PathBuf::from("."),
+            files: &crate::io::ProgramFiles::new(),
             bindings: &bindings,
             user_functions: Vec::new(),
             settings: Settings::default(),

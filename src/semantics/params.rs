@@ -4,9 +4,7 @@
 use super::{Ctx, Kind, TensorInfo};
 use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::syntax::ast::{Access, Brackets, Expr, StmtKind};
-use crate::tensor::Tensor;
-use rand::SeedableRng;
-use rand_distr::{Distribution, Normal, Uniform};
+use crate::tensor::{Init, Tensor};
 use std::collections::HashMap;
 
 impl Ctx<'_> {
@@ -159,36 +157,22 @@ impl Ctx<'_> {
         if !self.fits_dense(info) {
             return None;
         }
-        let mut rng =
-            rand_chacha::ChaCha8Rng::seed_from_u64(self.input.settings.seed ^ fnv(&info.name));
-        let (elem, shape) = (info.elem, info.shape.clone());
-        let n: usize = shape.iter().product();
-        let tensor = match (dist, args) {
-            ("zeros", []) => Tensor::try_zeros(elem, shape),
-            ("ones", []) => Tensor::generated(elem, shape, std::iter::repeat_n(1.0, n)),
-            ("normal", [m, s]) if *s >= 0.0 && s.is_finite() => match Normal::new(*m, *s) {
-                Ok(nd) => Tensor::generated(elem, shape, (0..n).map(|_| nd.sample(&mut rng))),
-                Err(_) => Tensor::generated(elem, shape, std::iter::repeat_n(*m, n)),
-            },
-            ("uniform", [a, b]) if a < b => {
-                let u = Uniform::new(*a, *b);
-                Tensor::generated(elem, shape, (0..n).map(|_| u.sample(&mut rng)))
-            }
-            _ => {
-                self.diags.push(
-                    Diagnostic::error(
-                        codes::FORM,
-                        span,
-                        format!(
-                            "unknown initialisation `{dist}` with {} argument(s)",
-                            args.len()
-                        ),
-                    )
-                    .with_note("use normal(mean, std), uniform(low, high), zeros or ones"),
-                );
-                return None;
-            }
+        let Some(init) = Init::parse(dist, args) else {
+            self.diags.push(
+                Diagnostic::error(
+                    codes::FORM,
+                    span,
+                    format!(
+                        "unknown initialisation `{dist}` with {} argument(s)",
+                        args.len()
+                    ),
+                )
+                .with_note("use normal(mean, std), uniform(low, high), zeros or ones"),
+            );
+            return None;
         };
+        let seed = self.input.settings.seed ^ fnv(&info.name);
+        let tensor = init.draw(info.elem, info.shape.clone(), seed);
         tensor
             .map_err(|e| {
                 let budget = self.input.settings.max_memory;

@@ -6,12 +6,14 @@
 
 mod dense;
 pub mod fallible;
+mod init;
 mod sparse;
 mod values;
 
 pub(crate) use dense::spans_mut;
 pub use dense::{fp8_decode, fp8_encode, Buf, Dense, Lent, Run};
-pub use sparse::Sparse;
+pub use init::Init;
+pub use sparse::{worth_storing_sparsely, Sparse, SPARSE_DATA_ELEMENTS};
 pub use values::ValueTable;
 
 /// Largest extent of an axis: positions are stored as `u32` in sparse tensors.

@@ -7,6 +7,19 @@
 
 use super::Relation;
 
+/// Elements a tensor needs at least before its data may be stored as its non-zeros: below
+/// it a dense array is small, and every kernel reads it directly.
+pub const SPARSE_DATA_ELEMENTS: u128 = 1 << 20;
+
+/// Whether a tensor of `elements` elements, `stored` of them given by its data (the others
+/// 0), is best held as those `stored`: a large tensor at most 1/32 full. A stored element
+/// costs 4 bytes per axis plus 8 against 1–8 dense bytes, and a product reads it by
+/// scatter, several times slower per element than a GEMM; 1/32 keeps both below the dense
+/// array's cost.
+pub fn worth_storing_sparsely(elements: u128, stored: usize) -> bool {
+    elements >= SPARSE_DATA_ELEMENTS && (stored as u128).saturating_mul(32) <= elements
+}
+
 /// Defined elements: sorted positions and their values.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Sparse {
@@ -29,9 +42,21 @@ impl Sparse {
     /// Elements given in any order (`keys` flat, `arity` positions each); values at the same
     /// position are added in the order given.
     pub fn from_entries(arity: usize, keys: Vec<u32>, values: Vec<f64>) -> Sparse {
+        Sparse::from_entries_by(arity, keys, values, |a, v| a.map_or(v, |a| a + v))
+    }
+
+    /// [`Sparse::from_entries`] with the values at one position combined by `add` in the
+    /// order given (`None` before the first): a dense tensor's data rounds after each
+    /// addition, and the same data stored sparsely must give the same elements.
+    pub fn from_entries_by(
+        arity: usize,
+        keys: Vec<u32>,
+        values: Vec<f64>,
+        add: impl Fn(Option<f64>, f64) -> f64,
+    ) -> Sparse {
         let count = values.len();
         if arity == 0 {
-            let total = values.iter().copied().reduce(|a, b| a + b);
+            let total = values.iter().fold(None, |a, &v| Some(add(a, v)));
             return Sparse {
                 positions: Relation::from_flat(0, Vec::new(), usize::from(total.is_some())),
                 values: total.into_iter().collect(),
@@ -49,12 +74,12 @@ impl Sparse {
             match last {
                 Some(l) if key(l) == key(i) => {
                     if let Some(v) = vals.last_mut() {
-                        *v += values[i];
+                        *v = add(Some(*v), values[i]);
                     }
                 }
                 _ => {
                     flat.extend_from_slice(key(i));
-                    vals.push(values[i]);
+                    vals.push(add(None, values[i]));
                 }
             }
             last = Some(i);

@@ -47,6 +47,10 @@ enum Command {
         /// per tensor; exit 1 when a tensor differs beyond 1e-4 of its largest magnitude.
         #[arg(long)]
         verify: bool,
+        /// Print, on stderr, the kernel that evaluated each stratum, the planned one where
+        /// they differ, and why a kernel declined.
+        #[arg(long)]
+        decisions: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -434,6 +438,7 @@ fn run(command: Command) -> Result<(), String> {
             set,
             load: ckpt,
             verify,
+            decisions,
             common,
         } => {
             common.cluster()?;
@@ -452,6 +457,9 @@ fn run(command: Command) -> Result<(), String> {
             };
             warn(&session);
             let lines = result.map_err(|d| render(&session, &d))?;
+            if let (true, Some(log)) = (decisions, session.decisions_text()) {
+                eprint!("decisions ({} engine):\n{log}", engine.name());
+            }
             if !common.gathers() {
                 return Ok(());
             }

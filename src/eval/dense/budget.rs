@@ -38,10 +38,10 @@ pub(super) fn work(d: &DenseEquation, values: &[Tensor]) -> f64 {
     d.flops + scatters
 }
 
-/// Whether every factor is a dense array whose extents are the variables' and the
-/// intermediates fit in `max_memory`.
-pub(crate) fn fits(d: &DenseEquation, values: &[Tensor], max_memory: u64) -> bool {
-    let shaped = d.terms.iter().flat_map(|c| &c.factors).all(|f| {
+/// That every factor is a dense array whose extents are the variables' and the
+/// intermediates fit in `max_memory`; else why not.
+pub(crate) fn fits(d: &DenseEquation, values: &[Tensor], max_memory: u64) -> Result<(), Declined> {
+    let shaped = |f: &Factor| {
         let v = &values[f.tensor];
         if let Some(w) = &f.window {
             return matches!(v.storage, Storage::Dense(_)) && v.shape == w.shape;
@@ -52,9 +52,12 @@ pub(crate) fn fits(d: &DenseEquation, values: &[Tensor], max_memory: u64) -> boo
                 .iter()
                 .zip(&f.vars)
                 .all(|(&n, &x)| n == d.extents[x])
-    });
+    };
+    if let Some(f) = d.terms.iter().flat_map(|c| &c.factors).find(|f| !shaped(f)) {
+        return Err(Declined::NotAsPlanned(f.tensor));
+    }
     // A shifted relation is seen through its tuples inside the variables' extents.
-    let relations = d.terms.iter().flat_map(|c| &c.sparse).all(|f| {
+    let relation = |f: &Factor| {
         let v = &values[f.tensor];
         tuples(&v.storage).is_some()
             && v.rank() == f.vars.len()
@@ -63,6 +66,17 @@ pub(crate) fn fits(d: &DenseEquation, values: &[Tensor], max_memory: u64) -> boo
                     .iter()
                     .zip(&f.vars)
                     .all(|(&n, &x)| n == d.extents[x]))
-    });
-    shaped && relations && 8.0 * d.scratch <= max_memory as f64
+    };
+    if let Some(f) = d
+        .terms
+        .iter()
+        .flat_map(|c| &c.sparse)
+        .find(|f| !relation(f))
+    {
+        return Err(Declined::NotAsPlanned(f.tensor));
+    }
+    match 8.0 * d.scratch <= max_memory as f64 {
+        true => Ok(()),
+        false => Err(Declined::Memory(8.0 * d.scratch)),
+    }
 }

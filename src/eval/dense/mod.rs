@@ -53,16 +53,16 @@ pub(crate) use self::{
     scatter::{sparse_operands, TupleWalk},
 };
 
-use super::EvalOptions;
+use super::{Declined, EvalOptions};
 use crate::functions::Structural;
 use crate::plan::einsum::{kept, Contraction, DenseEquation, Expr, Factor, Path};
 use crate::semantics::{Checked, Family, Stratum, VarId};
 use crate::tensor::{Dense, Storage, Tensor};
 use std::borrow::Cow;
 
-/// Evaluates the stratum's contractions in place; `false` (with `values` untouched) when its
+/// Evaluates the stratum's contractions in place; why not (with `values` untouched) when its
 /// inputs are not all dense arrays of the planned shapes, or its intermediates would not fit
-/// `--max-memory`, for the caller to use the reference loops. With `keep`, the terms it
+/// `--max-memory`, for the caller to log and run the loop nests. With `keep`, the terms it
 /// computed (not those it only read) are kept per equation for the backward pass.
 pub(super) fn evaluate_dense(
     p: &Checked,
@@ -72,11 +72,11 @@ pub(super) fn evaluate_dense(
     o: &EvalOptions,
     pool: Option<&rayon::ThreadPool>,
     keep: Option<&mut KeptTerms>,
-) -> bool {
+) -> Result<(), Declined> {
     match (st.recursive, keep) {
         (false, keep) => evaluate_once(p, st, plans, values, o, pool, keep),
         // Backpropagation through a recursion follows the reference's recorded iterates.
-        (true, Some(_)) => false,
+        (true, Some(_)) => Err(Declined::Recorded),
         (true, None) => fixpoint(p, st, plans, values, o, pool),
     }
 }
@@ -84,9 +84,9 @@ pub(super) fn evaluate_dense(
 /// A recursive stratum of one tensor (`X[i, j] = sig(W[i, j, k] X[i - 1, k])`,
 /// `R[i] = 0.15 + 0.85 M[i, j] R[j]`) iterated to its fixpoint as the reference does: each
 /// iteration computes the tensor afresh from the last one, until no element changes by more
-/// than `--tol` (exactly, for integers). `false`, with `values` as they were, when an
-/// iteration declines, an element blows up or `--max-iters` runs out: the reference loops
-/// then run and report what they find.
+/// than `--tol` (exactly, for integers). Declined, with `values` as they were, when an
+/// iteration declines, an element blows up or `--max-iters` runs out: the loop nests then
+/// run and report what they find.
 fn fixpoint(
     p: &Checked,
     st: &Stratum,
@@ -94,28 +94,31 @@ fn fixpoint(
     values: &mut [Tensor],
     o: &EvalOptions,
     pool: Option<&rayon::ThreadPool>,
-) -> bool {
+) -> Result<(), Declined> {
     let [t] = st.tensors[..] else {
-        return false;
+        return Err(Declined::NotSettled);
     };
     let initial = values[t].clone();
     let tol = match p.tensors[t].kind {
         crate::semantics::Kind::Real => o.tol,
         _ => 0.0,
     };
+    let mut why = Declined::NotSettled;
     for _ in 0..o.max_iters {
         let last = values[t].clone();
-        if !evaluate_once(p, st, plans, values, o, pool, None)
-            || super::fixpoint::blew_up(&last, &values[t]).is_some()
-        {
+        if let Err(declined) = evaluate_once(p, st, plans, values, o, pool, None) {
+            why = declined;
+            break;
+        }
+        if super::fixpoint::blew_up(&last, &values[t]).is_some() {
             break;
         }
         if super::fixpoint::change(&last, &values[t]).is_some_and(|c| c <= tol) {
-            return true;
+            return Ok(());
         }
     }
     values[t] = initial;
-    false
+    Err(why)
 }
 
 /// One evaluation of a stratum's dense equations from the current values.
@@ -127,27 +130,23 @@ fn evaluate_once(
     o: &EvalOptions,
     pool: Option<&rayon::ThreadPool>,
     mut keep: Option<&mut KeptTerms>,
-) -> bool {
-    if !plans.iter().all(|d| fits(d, values, o.max_memory)) {
-        return false;
+) -> Result<(), Declined> {
+    for d in plans {
+        fits(d, values, o.max_memory)?;
     }
     let threads = o.threads.max(1);
     for &t in &st.tensors {
         let info = &p.tensors[t];
         if matches!(info.family, Family::Max | Family::Min) {
             // Backpropagation through an extreme follows the reference's recorded points.
-            match keep
-                .is_none()
-                .then(|| extreme(p, t, plans, values, o))
-                .flatten()
-            {
-                Some(v) => values[t] = v,
-                None => return false,
+            match keep {
+                None => values[t] = extreme(p, t, plans, values, o)?,
+                Some(_) => return Err(Declined::Recorded),
             }
             continue;
         }
         let Storage::Dense(start) = &values[t].storage else {
-            return false;
+            return Err(Declined::NotAsPlanned(t));
         };
         if keep.is_none() {
             if let Some(direct) = stored_as_computed(p, t, plans, values, o, pool) {
@@ -176,7 +175,7 @@ fn evaluate_once(
                 _ => run(),
             };
             if !done {
-                return false;
+                return Err(Declined::Unregistered);
             }
             if let Some(k) = keep.as_deref_mut() {
                 k.insert(i, owned);
@@ -191,7 +190,7 @@ fn evaluate_once(
             )),
         };
     }
-    true
+    Ok(())
 }
 
 /// The values one dense equation adds to its target, each with its offset there (`None`
@@ -207,9 +206,7 @@ pub(super) fn contributions(
     (o, pool): (&EvalOptions, Option<&rayon::ThreadPool>),
     mut keep: Option<&mut Vec<Option<KeptTerm>>>,
 ) -> Option<(Grid, Placement)> {
-    if !fits(d, values, o.max_memory) {
-        return None;
-    }
+    fits(d, values, o.max_memory).ok()?;
     // Into a target without data of its own, an f32 grid is added as computed (it fills
     // `keep` only when it gives a grid).
     let f32_grid = match p.data[d.target] {
@@ -306,17 +303,17 @@ impl Grid {
 /// points (`Pool[x / 2, y / 2] max= F[x, y]`): each equation's expression over its grid,
 /// each element combined at its left-hand-side position, equations and grid elements in the
 /// reference's order. Stored dense when every element was written, otherwise as its defined
-/// elements. `None` when the tensor has data or a function is not registered.
+/// elements. Declined when the tensor has data or a function is not registered.
 fn extreme(
     p: &Checked,
     t: usize,
     plans: &[DenseEquation],
     values: &[Tensor],
     o: &EvalOptions,
-) -> Option<Tensor> {
+) -> Result<Tensor, Declined> {
     let info = &p.tensors[t];
     if p.data[t].is_some() {
-        return None;
+        return Err(Declined::ExtremeWithData);
     }
     let max = info.family == Family::Max;
     let n: usize = info.shape.iter().product();
@@ -324,7 +321,7 @@ fn extreme(
     let mut hit = vec![false; n];
     for d in plans.iter().filter(|d| d.target == t) {
         let mut terms: Vec<Operand> = d.terms.iter().map(|c| term(c, values, 1)).collect();
-        let grid = grid_values(d, &mut terms, o)?;
+        let grid = grid_values(d, &mut terms, o).ok_or(Declined::Unregistered)?;
         let at = match d.scatter {
             Some(_) => targets(d),
             None => (0..grid.len()).map(Some).collect(),
@@ -342,7 +339,7 @@ fn extreme(
         }
     }
     if hit.iter().all(|&h| h) {
-        return Some(Tensor {
+        return Ok(Tensor {
             elem: info.elem,
             shape: info.shape.clone(),
             storage: Storage::Dense(Dense::from_f64(info.elem, acc)),
@@ -358,7 +355,7 @@ fn extreme(
         }
         out.set(&idx, v);
     }
-    Some(out)
+    Ok(out)
 }
 
 /// A term a dense evaluation computed: its variables and values (f32 where an f32 product

@@ -749,7 +749,6 @@ pub(super) fn read_affine(
     }
 }
 
-/// The tuples of a sparse tensor, or `None` for a dense one (nothing to scan).
 /// A dense tensor as defined elements, every one of them.
 fn every_element(t: &Tensor) -> Tensor {
     let mut keys = Vec::new();
@@ -765,6 +764,7 @@ fn every_element(t: &Tensor) -> Tensor {
     }
 }
 
+/// The tuples of a sparse tensor, or `None` for a dense one (nothing to scan).
 fn tuples(t: &Tensor) -> Option<&Relation> {
     match &t.storage {
         Storage::Relation(r) => Some(r),
