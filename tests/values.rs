@@ -100,6 +100,24 @@ proptest! {
     }
 }
 
+/// A head that writes `x + 2` into an open column does not bound `x`: `x` ranges over
+/// `V`'s numbered column (603 positions, numbered because `Cnt` counts by it), not over the
+/// open column's 2³² — the reference once looped over 8.6·10⁹ points here.
+#[test]
+fn a_value_written_into_an_open_column_leaves_its_variable_ranged_by_the_body() {
+    let src =
+        "V(600, -14).\nV(-2, 21).\nV(10, 11).\nCnt[x] = V(x, y)\nT0(x + 2, y) :- V(x, y), x > 8.\n";
+    let started = std::time::Instant::now();
+    for engine in [&Reference as &dyn Engine, &Standard] {
+        let s = run(src, engine).unwrap();
+        assert_eq!(
+            s.query("T0(x, y)").unwrap(),
+            vec!["T0(12, 11)", "T0(602, -14)"]
+        );
+    }
+    assert!(started.elapsed().as_secs() < 30, "{:?}", started.elapsed());
+}
+
 #[test]
 fn answers_print_values_and_negation_reads_past_the_end_as_false() {
     let src = "U(-2). U(3). U(4).\nLast(x) :- U(x), not U(x + 1).\nNeg(x) :- U(x), x < 0.\nLast(x)?\nNeg(x)?\n";

@@ -389,11 +389,11 @@ fn ranges_within(
     for (ax, f) in eq.lhs.iter().enumerate() {
         if let IndexFn::Var(v) = f {
             let target = eq.target;
-            if tensors[target].declared.is_some()
-                || tensors[target]
-                    .domains
-                    .get(ax)
-                    .is_some_and(|&d| symbolic[d])
+            // An open column has no extent (§8): writing into it bounds nothing (the
+            // head `T0(x + 2, y)` writes values `x` ranges over elsewhere).
+            let domain = tensors[target].domains.get(ax).copied();
+            let open = domain.is_some_and(|d| scope.open.0[d]);
+            if !open && (tensors[target].declared.is_some() || domain.is_some_and(|d| symbolic[d]))
             {
                 bare.push(Bare {
                     var: *v,

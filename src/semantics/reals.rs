@@ -146,6 +146,7 @@ impl Ctx<'_> {
                     self.real_arith(si, i, &mut found);
                 }
             }
+            self.numbered_into_open(si, head, &mut found);
             for lit in body {
                 let Expr::Compare(CmpOp::Eq, l, r, _) = peel(lit) else {
                     continue;
@@ -186,6 +187,38 @@ impl Ctx<'_> {
             let mut names = HashSet::new();
             names_in_index(i, &mut names);
             if has_real(i) || names.iter().any(|n| self.holds_reals(stmt, n)) {
+                found.push(*span);
+            }
+        }
+    }
+
+    /// Adds the spans of the head's index arithmetic that writes into an open column (§8)
+    /// from a variable of numbered positions (`T0(x + 2) :- V(x, _)` where `V`'s column is
+    /// numbered because a count reads it): a position plus 2 is no handle of the open
+    /// column's table, so the value is computed and interned, as a value site.
+    fn numbered_into_open(
+        &mut self,
+        stmt: usize,
+        head: &crate::syntax::ast::Access,
+        found: &mut Vec<Span>,
+    ) {
+        let Some(&t) = self.by_name.get(&head.name.text) else {
+            return;
+        };
+        for (ax, i) in head.indices.iter().enumerate() {
+            let Index::Arith(_, _, _, span) = i else {
+                continue;
+            };
+            if !self.domains[self.axis_domain(t, ax)].is_open() {
+                continue;
+            }
+            let mut names = HashSet::new();
+            names_in_index(i, &mut names);
+            let numbered = names.iter().any(|n| {
+                let d = self.var_domain(stmt, n);
+                !self.domains[d].is_open() && !self.scalars.contains_key(n)
+            });
+            if numbered {
                 found.push(*span);
             }
         }
