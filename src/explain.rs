@@ -162,6 +162,14 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
                         );
                         continue;
                     }
+                    if crate::plan::datalog::run_lengths(r) {
+                        let _ = writeln!(
+                            out,
+                            "    run lengths: one pass over the sorted tuples of {}, no index",
+                            atom(p, &r.atoms[0], eq)
+                        );
+                        continue;
+                    }
                     let size = DataStats { p, rule: r };
                     let _ = writeln!(
                         out,

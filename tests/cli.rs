@@ -232,6 +232,11 @@ fn explain_shows_each_strata_plan() {
         text.contains("Children (not recursive), counting by joins"),
         "{text}"
     );
+    // `Children[x] = Parent(x, y)` counts runs of sorted tuples, and explain says so.
+    assert!(
+        text.contains("run lengths: one pass over the sorted tuples of Parent(x, y), no index"),
+        "{text}"
+    );
 }
 
 #[test]

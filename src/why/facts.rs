@@ -55,7 +55,7 @@ pub(super) fn explain(ctx: &Ctx, t: usize, pos: &[u32], span: Span) -> Result<Wh
                 .push("ask `why --not` to see which part of each rule fails".into());
             return Err(d);
         }
-        (false, true) => return why_not(ctx, t, pos, ctx.options.depth),
+        (false, true) => return super::absent::why_not(ctx, t, pos, ctx.options.depth),
         (true, true) => {
             let what = format!("{fact} holds: ask without `--not` for its derivation");
             return Err(Diagnostic::error(codes::QUERY, span, what));
@@ -75,7 +75,7 @@ pub(super) fn explain(ctx: &Ctx, t: usize, pos: &[u32], span: Span) -> Result<Wh
 /// Whether a fact is given rather than derived: it holds, and it is among the data the
 /// program was given (facts, file rows, bindings) or its relation has no rules (so it was
 /// given, or inserted by an incremental commit).
-fn given(ctx: &Ctx, f: &Fact) -> bool {
+pub(super) fn given(ctx: &Ctx, f: &Fact) -> bool {
     let holds = ctx.values[f.0].get_at(&f.1).is_some_and(|v| v > 0.0);
     let in_data = ctx.p.data[f.0]
         .as_ref()
@@ -487,35 +487,4 @@ fn collect_reads<'n>(n: &'n Node, out: &mut Vec<(usize, &'n [IndexFn])>) {
         Node::Call(_, args) => args.iter().for_each(|a| collect_reads(a, out)),
         Node::Const(_) | Node::Var(_) => {}
     }
-}
-
-/// Why fact `(t, pos)` does not hold: for each rule whose head names it, the instance that
-/// gets furthest through the body, and the first atom that fails there.
-fn why_not(ctx: &Ctx, t: usize, pos: &[u32], depth: usize) -> Result<WhyNode, Diagnostic> {
-    let label = ctx.element(t, pos);
-    let mut children = Vec::new();
-    for eq in ctx.p.equations.iter().filter(|e| e.target == t) {
-        let mut env = vec![0i64; eq.vars.len()];
-        let Some(bound) = bind_head(eq, pos, &mut env) else {
-            continue;
-        };
-        children.push(super::terms::closest_failure(
-            ctx, eq, &mut env, &bound, depth,
-        )?);
-    }
-    let detail = match (children.is_empty(), given(ctx, &(t, pos.to_vec()))) {
-        (true, _) => "no rule derives it and it is not given".to_string(),
-        _ => "no rule's body holds for it".to_string(),
-    };
-    Ok(WhyNode {
-        label: format!("{label} does not hold"),
-        detail,
-        children,
-    })
-}
-
-/// Explains why a fact does not hold, below a failing atom.
-pub(super) fn why_not_below(ctx: &Ctx, t: usize, pos: &[u32], depth: usize) -> Option<WhyNode> {
-    let derived = ctx.p.equations.iter().any(|e| e.target == t);
-    (depth > 1 && derived).then(|| why_not(ctx, t, pos, depth - 1).ok())?
 }

@@ -6,6 +6,7 @@
 //! Every value shown is computed by the reference evaluator's expression code (`Cx`) over
 //! those tensors, so an explanation is exactly as right as the values it reads.
 
+mod absent;
 mod facts;
 mod join;
 mod terms;
