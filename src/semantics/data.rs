@@ -476,17 +476,23 @@ impl<'a> Ctx<'a> {
     /// gathered element by element and then stored by what its data turned out to be: its
     /// data are facts, element statements and rows of files, none of them a dense array.
     fn stored_by_data(&self, t: usize, info: &TensorInfo) -> bool {
+        info.kind != Kind::Bool && !info.sparse_values && !self.given_arrays(t)
+    }
+
+    /// Whether tensor `t` is given a dense array: a literal or scalar statement of the
+    /// program, or a file of one (`.npy`, safetensors) rather than rows.
+    pub(super) fn given_arrays(&self, t: usize) -> bool {
         let program_arrays = self.tensors[t].sources.iter().any(|&s| {
             matches!(
                 self.program.statements[s].kind,
                 StmtKind::Literal { .. } | StmtKind::Scalar { .. }
             )
         });
-        let file_arrays = self
-            .sources
-            .iter()
-            .any(|s| s.tensor == t && matches!(*s.raw, RawData::Dense { .. }));
-        info.kind != Kind::Bool && !info.sparse_values && !program_arrays && !file_arrays
+        program_arrays
+            || self
+                .sources
+                .iter()
+                .any(|s| s.tensor == t && matches!(*s.raw, RawData::Dense { .. }))
     }
 
     /// The gathered elements of a tensor whose other elements are 0, as its non-zeros where

@@ -18,7 +18,7 @@ use super::lower::Lowered;
 use super::{Ctx, IndexFn, Kind, Node, TensorId, TensorInfo};
 use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::io::RawData;
-use crate::syntax::ast::{ArithOp, BinOp, Num, StmtKind};
+use crate::syntax::ast::{ArithOp, BinOp, Num};
 use std::collections::HashMap;
 
 /// How far below its data each integer domain's offset was lowered, by the domain's root
@@ -54,17 +54,7 @@ impl Ctx<'_> {
         if d.declared.is_some() {
             return false;
         }
-        let dense_statement = d.sources.iter().any(|&s| {
-            matches!(
-                self.program.statements[s].kind,
-                StmtKind::Literal { .. } | StmtKind::Scalar { .. }
-            )
-        });
-        let dense_file = self
-            .sources
-            .iter()
-            .any(|s| s.tensor == t && matches!(*s.raw, RawData::Dense { .. }));
-        !dense_statement && !dense_file
+        !self.given_arrays(t)
     }
 
     /// The value at position 0 of axis `ax` of tensor `t`.

@@ -13,8 +13,7 @@
 //! the handle itself; data and facts store handles; only engines add values to a table.
 
 use super::names::IndexName;
-use super::{Ctx, Source};
-use crate::io::RawData;
+use super::Ctx;
 use crate::syntax::ast::{Access, CmpOp, Expr, Index, StmtKind};
 use std::collections::{HashMap, HashSet};
 
@@ -143,17 +142,7 @@ impl Ctx<'_> {
     /// Boolean, undeclared, and given no dense data.
     pub(super) fn holds_tuples(&self, t: usize) -> bool {
         let d = &self.tensors[t];
-        let dense_statement = d.sources.iter().any(|&s| {
-            matches!(
-                self.program.statements[s].kind,
-                StmtKind::Literal { .. } | StmtKind::Scalar { .. }
-            )
-        });
-        let dense_data = self
-            .sources
-            .iter()
-            .any(|s: &Source| s.tensor == t && matches!(*s.raw, RawData::Dense { .. }));
-        d.is_bool() && d.declared.is_none() && d.elem.is_none() && !dense_statement && !dense_data
+        d.is_bool() && d.declared.is_none() && d.elem.is_none() && !self.given_arrays(t)
     }
 
     /// The index variables an index mentions.
