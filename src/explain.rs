@@ -20,7 +20,7 @@ use std::fmt::Write;
 
 /// The decision log of an evaluation, one line per stratum evaluated: the kernel that ran
 /// it, the one planned where they differ, and why (`tl run --decisions`).
-pub fn decisions(p: &Checked, plan: &Plan, log: &[crate::eval::Decision]) -> String {
+pub(crate) fn decisions(p: &Checked, plan: &Plan, log: &[crate::eval::Decision]) -> String {
     use crate::eval::Ran;
     let mut out = String::new();
     for d in log {
@@ -59,7 +59,7 @@ pub fn decisions(p: &Checked, plan: &Plan, log: &[crate::eval::Decision]) -> Str
 }
 
 /// The plan of every stratum, in evaluation order: `plan` is the value evaluation executes.
-pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
+pub(crate) fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
     let mut out = String::new();
     for (k, (st, sp)) in p.strata.iter().zip(&plan.strata).enumerate() {
         let names: Vec<&str> = st
@@ -361,7 +361,7 @@ pub fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
 }
 
 /// The size of an equation's iteration space, as the reference loops visit it.
-pub fn iteration_space(eq: &Equation) -> String {
+pub(crate) fn iteration_space(eq: &Equation) -> String {
     let dims: Vec<String> = eq
         .vars
         .iter()
@@ -732,7 +732,7 @@ fn steps(p: &Checked, r: &Rule, eq: &Equation, order: &[JoinStep]) -> String {
 }
 
 /// The dataflow as `tl explain --engine differential` prints it.
-pub fn explain_dataflow(p: &Checked, d: &DataflowPlan, source: &str) -> String {
+pub(crate) fn explain_dataflow(p: &Checked, d: &DataflowPlan, source: &str) -> String {
     let mut out = String::new();
     let names = |ts: &[TensorId]| {
         let n: Vec<&str> = ts.iter().map(|&t| p.tensors[t].name.as_str()).collect();

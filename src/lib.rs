@@ -20,6 +20,7 @@
 //! ```
 
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 // Diagnostics travel on the cold error path; boxing them would only add noise.
 #![allow(clippy::result_large_err)]
 

@@ -5,7 +5,7 @@ use crate::tensor::{format_number, Storage, Tensor};
 
 /// The label of position `pos` on axis `axis` of tensor `t`: a symbol or a number.
 /// `quoted` writes symbols as source would (§10); files hold them raw (§11).
-pub fn label(p: &Checked, t: usize, axis: usize, pos: usize, quoted: bool) -> String {
+pub(crate) fn label(p: &Checked, t: usize, axis: usize, pos: usize, quoted: bool) -> String {
     let dom = &p.domains[p.tensors[t].domains[axis]];
     if let Some(table) = &dom.table {
         return table.value(pos as u32).to_string();
@@ -32,7 +32,7 @@ fn is_bare_symbol(s: &str) -> bool {
 }
 
 /// The lines answering one query, in ascending order of their indices' values (§10).
-pub fn answer(p: &Checked, values: &[Tensor], q: &Query) -> Vec<String> {
+pub(crate) fn answer(p: &Checked, values: &[Tensor], q: &Query) -> Vec<String> {
     let mut lines = answer_lines(p, values, q);
     in_value_order(p, q.tensor, &mut lines, |(idx, _)| idx);
     lines.into_iter().map(|(_, l)| l).collect()

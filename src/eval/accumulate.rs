@@ -36,7 +36,7 @@ pub(super) enum Accumulator {
 
 impl Accumulator {
     /// An empty accumulator shaped for `info`.
-    pub fn new(info: &TensorInfo) -> Accumulator {
+    pub(super) fn new(info: &TensorInfo) -> Accumulator {
         if info.kind != Kind::Bool && info.family == Family::Sum && !info.sparse_values {
             Accumulator::Dense {
                 shape: info.shape.clone(),
@@ -52,7 +52,7 @@ impl Accumulator {
 
     /// An accumulator for a sum tensor stored as its non-zero elements (the plan's choice for
     /// a large result of sparse products, `plan::Plan::sparse`).
-    pub fn entries(info: &TensorInfo) -> Accumulator {
+    pub(super) fn entries(info: &TensorInfo) -> Accumulator {
         Accumulator::Entries {
             keys: Vec::new(),
             values: Vec::new(),
@@ -62,7 +62,7 @@ impl Accumulator {
     }
 
     /// Adds one value at `index` (out-of-bounds writes are dropped: extents were checked).
-    pub fn combine(&mut self, index: &[usize], v: f64) {
+    pub(super) fn combine(&mut self, index: &[usize], v: f64) {
         match self {
             Accumulator::Entries {
                 keys,
@@ -112,14 +112,14 @@ impl Accumulator {
     }
 
     /// Adds every defined element of a tensor (its data, or a finished virtual slice).
-    pub fn combine_tensor(&mut self, t: &Tensor) {
+    pub(super) fn combine_tensor(&mut self, t: &Tensor) {
         for (idx, v) in t.entries() {
             self.combine(&idx, v);
         }
     }
 
     /// The finished tensor: Boolean heads are stepped, `avg=` divided, values rounded.
-    pub fn finish(self, info: &TensorInfo) -> Tensor {
+    pub(super) fn finish(self, info: &TensorInfo) -> Tensor {
         match self {
             Accumulator::Entries {
                 keys,

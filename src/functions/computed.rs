@@ -64,7 +64,7 @@ impl Reads for Nothing {
 pub struct Overflow;
 
 /// A value: `Ok(None)` where it is undefined, which derives nothing.
-pub type Computed = Result<Option<Num>, Overflow>;
+pub(crate) type Computed = Result<Option<Num>, Overflow>;
 
 impl ValueFn {
     /// The value of a function of numbers alone, known before anything runs; `None` when

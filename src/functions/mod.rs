@@ -2,17 +2,17 @@
 
 use std::sync::Arc;
 
-pub mod computed;
+pub(crate) mod computed;
 pub(crate) mod fast_rows;
 pub(crate) mod lanes;
-pub mod normalize;
+pub(crate) mod normalize;
 pub(crate) mod strings;
 pub(crate) mod widest;
 
-pub use normalize::{normalize_row, RowStats};
+pub(crate) use normalize::{normalize_row, RowStats};
 
 /// The ε of `lnorm` (§6.4): `(x − mean) / sqrt(var + ε)`.
-pub const LNORM_EPSILON: f64 = 1e-5;
+pub(crate) const LNORM_EPSILON: f64 = 1e-5;
 
 /// Built-in scalar functions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,7 +69,7 @@ pub enum Structural {
 }
 
 /// Resolves a built-in scalar function and its accepted argument counts.
-pub fn builtin(name: &str) -> Option<(Builtin, &'static [usize])> {
+pub(crate) fn builtin(name: &str) -> Option<(Builtin, &'static [usize])> {
     Some(match name {
         "step" => (Builtin::Step, &[1]),
         "sig" | "sigmoid" => (Builtin::Sig, &[1, 2]),
@@ -95,7 +95,7 @@ pub fn builtin(name: &str) -> Option<(Builtin, &'static [usize])> {
 }
 
 /// Resolves a structural function.
-pub fn structural(name: &str) -> Option<Structural> {
+pub(crate) fn structural(name: &str) -> Option<Structural> {
     match name {
         "softmax" => Some(Structural::Softmax),
         "lnorm" => Some(Structural::Lnorm),
@@ -105,14 +105,14 @@ pub fn structural(name: &str) -> Option<Structural> {
 }
 
 /// Whether `name` is a built-in function of any kind.
-pub fn is_builtin(name: &str) -> bool {
+pub(crate) fn is_builtin(name: &str) -> bool {
     builtin(name).is_some()
         || structural(name).is_some()
         || strings::StringFn::named(name).is_some()
 }
 
 /// Heaviside step with `step(0) = 0`, NaN for NaN (as NumPy's `heaviside`).
-pub fn step(x: f64) -> f64 {
+pub(crate) fn step(x: f64) -> f64 {
     if x > 0.0 {
         1.0
     } else if x.is_nan() {
@@ -124,12 +124,12 @@ pub fn step(x: f64) -> f64 {
 
 /// `max(x, 0)`, NaN for NaN: `f64::max` would drop the NaN and give 0, where NumPy's
 /// `maximum` and PyTorch's `relu` keep it, so that a NaN upstream is seen downstream.
-pub fn relu(x: f64) -> f64 {
+pub(crate) fn relu(x: f64) -> f64 {
     nan_max(x, 0.0)
 }
 
 /// [`relu`] of an f32.
-pub fn relu32(x: f32) -> f32 {
+pub(crate) fn relu32(x: f32) -> f32 {
     if x.is_nan() {
         x
     } else {
@@ -200,7 +200,7 @@ fn integer(x: f64) -> Option<i64> {
 /// The bitwise functions on i64 (two's complement, as in Soufflé); a shift by a count
 /// outside `0..64` shifts every bit out (`bshr` of a negative number gives -1). `None`
 /// for a function that is not bitwise.
-pub fn bitwise(f: Builtin, a: i64, b: i64) -> Option<i64> {
+pub(crate) fn bitwise(f: Builtin, a: i64, b: i64) -> Option<i64> {
     let shift = u32::try_from(b).ok().filter(|&s| s < 64);
     Some(match f {
         Builtin::Band => a & b,

@@ -14,7 +14,7 @@ const LANES: usize = 8;
 /// by `sqrt(var + ε)`, the population variance. Sums run in eight interleaved lanes
 /// (`functions::lanes`), always in the same order.
 #[derive(Clone, Copy, Debug)]
-pub struct RowStats {
+pub(crate) struct RowStats {
     kind: Structural,
     shift: f64,
     scale: f64,
@@ -23,7 +23,7 @@ pub struct RowStats {
 impl RowStats {
     /// The statistics of a row's defined values (a point that contributes nothing is left
     /// out, §6.4 as implemented).
-    pub fn of(kind: Structural, row: &[f64]) -> RowStats {
+    pub(crate) fn of(kind: Structural, row: &[f64]) -> RowStats {
         let sum = |a: f64, b: f64| a + b;
         match kind {
             Structural::Softmax => {
@@ -51,7 +51,7 @@ impl RowStats {
 
     /// What [`RowStats::backward`] needs of a row's inputs: for softmax nothing (its
     /// Jacobian is in the outputs alone), for `lnorm` the divisor.
-    pub fn for_backward(kind: Structural, row: &[f64]) -> RowStats {
+    pub(crate) fn for_backward(kind: Structural, row: &[f64]) -> RowStats {
         match kind {
             Structural::Softmax => RowStats {
                 kind,
@@ -64,7 +64,7 @@ impl RowStats {
 
     /// `lnorm`'s statistics for its backward pass from the divisor alone (what
     /// [`RowStats::for_backward`] found, kept by the forward pass).
-    pub fn lnorm_dividing_by(divisor: f64) -> RowStats {
+    pub(crate) fn lnorm_dividing_by(divisor: f64) -> RowStats {
         RowStats {
             kind: Structural::Lnorm,
             shift: 0.0,
@@ -74,13 +74,13 @@ impl RowStats {
 
     /// The divisor `lnorm` applies (`sqrt(var + ε)`), all its backward pass needs of the
     /// row's inputs.
-    pub fn divisor(&self) -> f64 {
+    pub(crate) fn divisor(&self) -> f64 {
         self.scale
     }
 
     /// The normalised value of the row's element `x`.
     #[inline]
-    pub fn apply(&self, x: f64) -> f64 {
+    pub(crate) fn apply(&self, x: f64) -> f64 {
         match self.kind {
             Structural::Softmax => (x - self.shift).exp() / self.scale,
             _ => (x - self.shift) / self.scale,
@@ -90,7 +90,7 @@ impl RowStats {
     /// The gradient with respect to a row's inputs of `Σ g_q y_q`, where `y` is the
     /// normalised row these statistics made and `g` the adjoint of each of its elements:
     /// softmax's `y_p (g_p − Σ g y)`, `lnorm`'s `(g_p − mean g − y_p · mean g·y) / sd`.
-    pub fn backward(&self, y: &[f64], g: &[f64], out: &mut [f64]) {
+    pub(crate) fn backward(&self, y: &[f64], g: &[f64], out: &mut [f64]) {
         out.copy_from_slice(g);
         self.backward_in_place(y, out);
     }
@@ -98,7 +98,7 @@ impl RowStats {
     /// [`RowStats::backward`] with the row's adjoint `g` replaced by the result (each element
     /// reads only its own adjoint and sums taken before any is written), on the widest
     /// vectors the processor has.
-    pub fn backward_in_place(&self, y: &[f64], g: &mut [f64]) {
+    pub(crate) fn backward_in_place(&self, y: &[f64], g: &mut [f64]) {
         widest(Backward { stats: self, y, g });
     }
 }
@@ -138,7 +138,7 @@ impl Vectorised for Backward<'_> {
 }
 
 /// Softmax or layer normalisation of a whole row in place, as [`RowStats`] defines it.
-pub fn normalize_row(kind: Structural, row: &mut [f64]) {
+pub(crate) fn normalize_row(kind: Structural, row: &mut [f64]) {
     let stats = RowStats::of(kind, row);
     row.iter_mut().for_each(|x| *x = stats.apply(*x));
 }

@@ -7,7 +7,7 @@
 /// the cgroup's limit less what the cgroup already uses, and the address-space limit
 /// (`ulimit -v`), so that a program too large for the machine is refused rather than met by
 /// the out-of-memory killer or a failed allocation. 8 GiB where none of these can be read.
-pub fn default_max_memory() -> u64 {
+pub(crate) fn default_max_memory() -> u64 {
     // Read once: settings are made for every run, and a tiny run costs microseconds.
     static MAX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *MAX.get_or_init(read_max_memory)

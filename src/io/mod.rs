@@ -6,7 +6,7 @@ mod memory;
 mod read;
 mod write;
 
-pub use memory::default_max_memory;
-pub use read::{read_file, read_program_files, ProgramFiles, RawData, Table};
+pub(crate) use memory::default_max_memory;
+pub(crate) use read::{read_file, read_program_files, ProgramFiles, RawData, Table};
 pub(crate) use write::atomic_write;
-pub use write::{write_files, WriteRequest};
+pub(crate) use write::{write_files, WriteRequest};

@@ -143,10 +143,10 @@ impl<'a> Row<'a> {
 /// What a program's files hold, by path (as the program's directory joins it) and the
 /// tensor that reads it (a safetensors file gives each tensor its own entry): read before
 /// checking, so that the checker does no I/O.
-pub type ProgramFiles = HashMap<(PathBuf, String), Result<Arc<RawData>, String>>;
+pub(crate) type ProgramFiles = HashMap<(PathBuf, String), Result<Arc<RawData>, String>>;
 
 /// Reads every file `program` reads (`W = "w.tsv"`), relative to `base_dir`.
-pub fn read_program_files(program: &Program, base_dir: &Path) -> ProgramFiles {
+pub(crate) fn read_program_files(program: &Program, base_dir: &Path) -> ProgramFiles {
     let mut files = ProgramFiles::new();
     for st in &program.statements {
         if let StmtKind::FileRead { name, path } = &st.kind {
@@ -160,7 +160,7 @@ pub fn read_program_files(program: &Program, base_dir: &Path) -> ProgramFiles {
 }
 
 /// Reads `path`; `entry` names the safetensors entry. Errors name the file (and line).
-pub fn read_file(path: &Path, entry: &str) -> Result<RawData, String> {
+pub(crate) fn read_file(path: &Path, entry: &str) -> Result<RawData, String> {
     let shown = path.display();
     let ext = path
         .extension()

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 const MAX_DENSE_WRITE: usize = 1 << 31;
 
 /// One tensor to write, with its index labels resolved (symbols raw, integers as digits).
-pub struct WriteRequest<'a> {
+pub(crate) struct WriteRequest<'a> {
     /// Destination.
     pub path: PathBuf,
     /// Entry name (for safetensors).
@@ -23,7 +23,7 @@ pub struct WriteRequest<'a> {
 }
 
 /// Writes every request; requests for the same `.safetensors` path become one file.
-pub fn write_files(requests: &[WriteRequest]) -> Result<(), String> {
+pub(crate) fn write_files(requests: &[WriteRequest]) -> Result<(), String> {
     let mut done: Vec<&Path> = Vec::new();
     for (i, req) in requests.iter().enumerate() {
         if done.contains(&req.path.as_path()) {

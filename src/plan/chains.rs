@@ -35,7 +35,7 @@ pub struct Chain {
 }
 
 /// The chain form of every rule, if each has one.
-pub fn chains(rules: &[Rule]) -> Option<Vec<Chain>> {
+pub(crate) fn chains(rules: &[Rule]) -> Option<Vec<Chain>> {
     rules.iter().map(chain).collect()
 }
 

@@ -11,7 +11,7 @@ use crate::semantics::{Checked, Func, Node, TensorId};
 /// The value of a rank-0 tensor that is a scalar constant: defined by a scalar statement (or
 /// `--set`) and by nothing else, and not a parameter (§12), so no evaluation or training
 /// step changes it.
-pub fn scalar(p: &Checked, t: TensorId) -> Option<f64> {
+pub(crate) fn scalar(p: &Checked, t: TensorId) -> Option<f64> {
     let info = p.tensors.get(t)?;
     let constant = info.shape.is_empty()
         && p.scalars.contains_key(&info.name)
@@ -25,7 +25,7 @@ pub fn scalar(p: &Checked, t: TensorId) -> Option<f64> {
 
 /// The value of a node that has no variables and reads only scalar constants; `None` for any
 /// other node (and for registered functions, which are only known at evaluation).
-pub fn value(p: &Checked, n: &Node) -> Option<f64> {
+pub(crate) fn value(p: &Checked, n: &Node) -> Option<f64> {
     Some(match n {
         Node::Const(k) => k.value(),
         Node::Read {

@@ -18,7 +18,7 @@ use crate::tensor::ElemType;
 
 /// Where a stratum runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Placement {
+pub(crate) enum Placement {
     /// On the standard engine, before the dataflow starts: it reads nothing the dataflow
     /// computes.
     Before,
@@ -30,13 +30,13 @@ pub enum Placement {
 
 /// An arrangement's index among its stratum's ([`FlowStratum::arrangements`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ArrangementId(pub usize);
+pub(crate) struct ArrangementId(pub usize);
 
 /// The rows of a relation that match an atom's constants and repeated variables, indexed by
 /// some of their columns: what a join looks rows up in. Rules of a stratum that read the
 /// same relation the same way share one.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Arrangement {
+pub(crate) struct Arrangement {
     /// The relation.
     pub tensor: TensorId,
     /// Columns that must hold these positions.
@@ -54,7 +54,7 @@ pub struct Arrangement {
 
 /// One join of a rule: the assignments so far, keyed by `key`, meet an arrangement's rows.
 #[derive(Clone, Debug, PartialEq)]
-pub struct JoinStage {
+pub(crate) struct JoinStage {
     /// The arrangement joined.
     pub arrangement: ArrangementId,
     /// The bound variables making the key, in the arrangement's key order.
@@ -65,7 +65,7 @@ pub struct JoinStage {
 
 /// A negated atom: assignments whose key is in the arrangement are dropped.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Antijoin {
+pub(crate) struct Antijoin {
     /// The arrangement of the negated relation's keys.
     pub arrangement: ArrangementId,
     /// The key's terms (variables bound by then, or constants).
@@ -76,7 +76,7 @@ pub struct Antijoin {
 /// reads its row's last two words (the value's bits, high first) into two variables of
 /// their own, which no other atom shares, so they join nothing.
 #[derive(Clone, Debug, PartialEq)]
-pub struct RuleValue {
+pub(crate) struct RuleValue {
     /// The value at one assignment, over the atoms' values.
     pub expr: ValueExpr,
     /// Per atom of the rule, the variables holding its value's high and low words; `None`
@@ -90,7 +90,7 @@ pub struct RuleValue {
 /// A rule as a dataflow: the first atom's rows, joins, then the rule's comparisons,
 /// computed positions and value checks, then negation, then the head.
 #[derive(Clone, Debug, PartialEq)]
-pub struct FlowRule {
+pub(crate) struct FlowRule {
     /// The rule as the standard engine plans it (filters, checks and lets are read from it),
     /// with the value variables of a `min=`/`max=` rule added to its atoms.
     pub rule: Rule,
@@ -108,7 +108,7 @@ pub struct FlowRule {
 
 /// A stratum in the dataflow.
 #[derive(Clone, Debug, PartialEq)]
-pub struct FlowStratum {
+pub(crate) struct FlowStratum {
     /// Index into `Checked::strata`.
     pub stratum: usize,
     /// Whether it is a fixpoint (an `iterate` scope of its own).
@@ -125,7 +125,7 @@ pub struct FlowStratum {
 
 /// What a stratum in the dataflow makes of the head rows its rules derive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Heads {
+pub(crate) enum Heads {
     /// A relation: each distinct tuple.
     Distinct,
     /// A count: the number of rows per head tuple (one integer tensor).
@@ -136,7 +136,7 @@ pub enum Heads {
 
 /// The program as the differential engine runs it.
 #[derive(Clone, Debug)]
-pub struct DataflowPlan {
+pub(crate) struct DataflowPlan {
     /// Per stratum, where it runs.
     pub placement: Vec<Placement>,
     /// The relations the dataflow reads from outside it (facts, files, strata run before),
@@ -169,13 +169,13 @@ impl Arrangement {
 
 impl DataflowPlan {
     /// The tensors the dataflow defines.
-    pub fn outputs(&self) -> impl Iterator<Item = TensorId> + '_ {
+    pub(crate) fn outputs(&self) -> impl Iterator<Item = TensorId> + '_ {
         self.strata.iter().flat_map(|s| s.tensors.iter().copied())
     }
 }
 
 /// Lowers the strata of a planned program.
-pub fn plan_dataflow(p: &Checked, plan: &Plan) -> DataflowPlan {
+pub(crate) fn plan_dataflow(p: &Checked, plan: &Plan) -> DataflowPlan {
     let mut placement: Vec<Placement> = Vec::with_capacity(p.strata.len());
     let mut home: Vec<Option<usize>> = vec![None; p.tensors.len()];
     let mut strata = Vec::new();

@@ -168,7 +168,7 @@ impl Rule {
 /// One atom in join order: the columns looked up (bound by constants or earlier atoms) and
 /// the columns that bind variables (`true` marks a repeat within the atom, which is checked).
 #[derive(Clone, Debug, PartialEq)]
-pub struct JoinStep {
+pub(crate) struct JoinStep {
     /// Which body atom.
     pub atom: usize,
     /// Columns whose values are known when the atom is reached: an index is looked up on them.
@@ -182,7 +182,7 @@ pub struct JoinStep {
 /// What a join order is chosen by: how many rows each body atom reads (for the atom reading
 /// the last round's new tuples, how many are new), and about how many distinct values some
 /// of its columns hold together.
-pub trait JoinStats {
+pub(crate) trait JoinStats {
     /// Rows atom `atom` reads.
     fn rows(&self, atom: usize) -> usize;
     /// Distinct values of columns `cols` of atom `atom` (an estimate).
@@ -243,7 +243,7 @@ fn within_head(p: &Checked, eq: &Equation, var: VarId) -> usize {
 /// The distinct keys that `rows` rows can hold in columns of extents `extents`, for
 /// [`JoinStats::distinct`] where nothing better is known: the rows, capped by the product of
 /// the extents (a missing extent is taken as `rows`).
-pub fn keys_within(rows: usize, shape: Option<&[usize]>, cols: &[usize]) -> usize {
+pub(crate) fn keys_within(rows: usize, shape: Option<&[usize]>, cols: &[usize]) -> usize {
     cols.iter()
         .map(|&c| shape.and_then(|s| s.get(c)).copied().unwrap_or(rows))
         .fold(1usize, |n, e| n.saturating_mul(e))
@@ -261,7 +261,7 @@ const SEARCHED_ATOMS: usize = 6;
 /// and the cheapest replaces the greedy one when it costs under two thirds of it: when the
 /// new tuples are many, and another atom few, starting from the other atom and looking the
 /// new tuples up can do a fraction of the work. Re-planned every round, as sizes change.
-pub fn join_order(r: &Rule, first: Option<usize>, stats: &dyn JoinStats) -> Vec<JoinStep> {
+pub(crate) fn join_order(r: &Rule, first: Option<usize>, stats: &dyn JoinStats) -> Vec<JoinStep> {
     let greedy = greedy_order(r, first, stats);
     if r.atoms.len() < 2 || r.atoms.len() > SEARCHED_ATOMS {
         return steps_of(r, &greedy);
@@ -436,7 +436,7 @@ fn steps_of(r: &Rule, order: &[usize]) -> Vec<JoinStep> {
 /// has) leaves more than one atom. Joining such a body one atom at a time can build
 /// intermediate results far larger than its answer; a worst-case-optimal join, binding one
 /// variable at a time from the intersection of every atom that has it, cannot.
-pub fn cyclic(r: &Rule) -> bool {
+pub(crate) fn cyclic(r: &Rule) -> bool {
     let mut edges: Vec<Vec<VarId>> = r
         .atoms
         .iter()
@@ -486,7 +486,7 @@ pub fn cyclic(r: &Rule) -> bool {
 /// The order in which a worst-case-optimal join binds variables: the variables of atom
 /// `first` (the one reading new tuples) first, then repeatedly the variable in the most atoms
 /// with a variable already bound, ties broken by the most atoms overall, then by number.
-pub fn variable_order(r: &Rule, first: Option<usize>) -> Vec<VarId> {
+pub(crate) fn variable_order(r: &Rule, first: Option<usize>) -> Vec<VarId> {
     let has = |a: &Atom, v: VarId| a.terms.contains(&Term::Var(v));
     let used: Vec<VarId> = (0..r.vars)
         .filter(|&v| r.atoms.iter().any(|a| has(a, v)))
@@ -525,7 +525,7 @@ pub fn variable_order(r: &Rule, first: Option<usize>) -> Vec<VarId> {
 }
 
 /// The rules of a stratum when every one of its equations is Datalog-shaped.
-pub fn plan_stratum(p: &Checked, st: &Stratum) -> Option<Vec<Rule>> {
+pub(crate) fn plan_stratum(p: &Checked, st: &Stratum) -> Option<Vec<Rule>> {
     if st.tensors.iter().any(|&t| p.tensors[t].kind != Kind::Bool) {
         return None;
     }
@@ -538,7 +538,7 @@ pub fn plan_stratum(p: &Checked, st: &Stratum) -> Option<Vec<Rule>> {
 /// The rules of a stratum that counts over relations (`Kids[x] = Parent(x, y)`): one integer
 /// tensor, not recursive, whose equations have Datalog-shaped bodies. Its value is the number
 /// of satisfying assignments per head element, which joins can enumerate directly.
-pub fn plan_counts(p: &Checked, st: &Stratum) -> Option<Vec<Rule>> {
+pub(crate) fn plan_counts(p: &Checked, st: &Stratum) -> Option<Vec<Rule>> {
     let [t] = st.tensors[..] else {
         return None;
     };
@@ -565,7 +565,7 @@ pub struct Product {
 
 /// The product form of a counting rule, if it has one: two binary atoms over distinct
 /// variables a, b and b, c, no negation or comparison, and the head (a, c).
-pub fn product(r: &Rule) -> Option<Product> {
+pub(crate) fn product(r: &Rule) -> Option<Product> {
     let ([x, y], true, true) = (
         r.atoms.as_slice(),
         r.negated.is_empty() && r.absent.is_empty(),
@@ -596,7 +596,7 @@ pub fn product(r: &Rule) -> Option<Product> {
 /// (`Total = Path(x, y)`, `Deg[x] = Edge(x, y)`): one atom over distinct variables, no
 /// negation or comparison, the head its first variables in order. Its counts are then the
 /// lengths of the runs of sorted tuples sharing that prefix.
-pub fn run_lengths(r: &Rule) -> bool {
+pub(crate) fn run_lengths(r: &Rule) -> bool {
     let ([a], true, true) = (
         r.atoms.as_slice(),
         r.negated.is_empty() && r.absent.is_empty(),
@@ -665,7 +665,7 @@ impl ValueExpr {
 /// bodies add up reads of relations and of tensors with defined elements, and in which the
 /// stratum's own tensors are only ever added (never subtracted): then each iteration can only
 /// improve elements, and only joins through the last round's improvements can improve more.
-pub fn plan_extremum(p: &Checked, st: &Stratum) -> Option<Vec<ValuedRule>> {
+pub(crate) fn plan_extremum(p: &Checked, st: &Stratum) -> Option<Vec<ValuedRule>> {
     let family = p.tensors[*st.tensors.first()?].family;
     let ok = |t: &TensorId| {
         let info = &p.tensors[*t];

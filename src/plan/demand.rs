@@ -57,7 +57,10 @@ fn reads(p: &Checked) -> Vec<BTreeSet<TensorId>> {
 }
 
 /// Everything `roots` depend on, themselves included.
-pub fn closure(p: &Checked, roots: impl IntoIterator<Item = TensorId>) -> BTreeSet<TensorId> {
+pub(crate) fn closure(
+    p: &Checked,
+    roots: impl IntoIterator<Item = TensorId>,
+) -> BTreeSet<TensorId> {
     let deps = reads(p);
     let mut seen = BTreeSet::new();
     let mut stack: Vec<TensorId> = roots.into_iter().collect();
@@ -75,7 +78,7 @@ pub fn closure(p: &Checked, roots: impl IntoIterator<Item = TensorId>) -> BTreeS
 /// read of it elsewhere binds the same positions to the same constants
 /// (`Found() :- Sg(N16384, N32767)`). Evaluating it for that query's demand then gives
 /// every tuple any rule reads.
-pub fn asked_by_program(p: &Checked, st: &Stratum) -> Option<Vec<Query>> {
+pub(crate) fn asked_by_program(p: &Checked, st: &Stratum) -> Option<Vec<Query>> {
     let [t] = st.tensors[..] else {
         return None;
     };
@@ -157,7 +160,7 @@ pub fn asked_by_program(p: &Checked, st: &Stratum) -> Option<Vec<Query>> {
 /// x < 2`), and nothing else reads, prints or writes it, its own rules take that comparison
 /// on their head's term for the column, so `Pair(x, y) :- N(x), N(y)` derives 2 rows of
 /// pairs, not 10,001.
-pub fn narrow_by_readers(p: &Checked, strata: &mut [super::StratumPlan]) {
+pub(crate) fn narrow_by_readers(p: &Checked, strata: &mut [super::StratumPlan]) {
     use super::datalog::{Filter, Operand};
     use super::Kernel;
     for (i, st) in p.strata.iter().enumerate() {
@@ -246,7 +249,7 @@ pub fn narrow_by_readers(p: &Checked, strata: &mut [super::StratumPlan]) {
 /// The magic-sets rewrite of every query in `asked` (patterns of one relation binding the
 /// same positions), as one rewrite with a seed per query; `None` unless each query's
 /// rewrite is the same but for its seed.
-pub fn plan_program_demand(p: &Checked, asked: &[Query]) -> Option<DemandPlan> {
+pub(crate) fn plan_program_demand(p: &Checked, asked: &[Query]) -> Option<DemandPlan> {
     let mut plans = asked.iter().map(|q| plan_demand(p, q));
     let mut plan = plans.next()??;
     for other in plans {
@@ -269,7 +272,7 @@ pub fn plan_program_demand(p: &Checked, asked: &[Query]) -> Option<DemandPlan> {
 /// The magic-sets rewrite for `q`, when the queried relation is evaluated by joins and the
 /// query binds at least one position; `None` means evaluating what `q` reads in full is as
 /// good as it gets.
-pub fn plan_demand(p: &Checked, q: &Query) -> Option<DemandPlan> {
+pub(crate) fn plan_demand(p: &Checked, q: &Query) -> Option<DemandPlan> {
     let alpha: Vec<bool> = q
         .pattern
         .iter()

@@ -196,11 +196,11 @@ impl Contraction {
 }
 
 /// The most elements of a grid that is summed after its expression (512 MiB of f64).
-pub const SUMMED_GRID: usize = 1 << 26;
+pub(crate) const SUMMED_GRID: usize = 1 << 26;
 
 /// The most elements a gathered window may hold before its term is evaluated in blocks of
 /// rows (16 MiB of f32).
-pub const CHUNK_ELEMENTS: usize = 1 << 22;
+pub(crate) const CHUNK_ELEMENTS: usize = 1 << 22;
 
 /// Rows of `c.out[0]` per block when one of its windows would gather more than
 /// [`CHUNK_ELEMENTS`] and the first output variable divides it.
@@ -385,7 +385,7 @@ fn in_place(p: &Checked, d: &DenseEquation) -> Option<InPlace> {
 /// by equations without summation points.
 /// `sparse` marks the tensors stored as their non-zeros (`Plan::sparse`): a sum multiplies
 /// by their tuples.
-pub fn plan_dense(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Vec<DenseEquation>> {
+pub(crate) fn plan_dense(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Vec<DenseEquation>> {
     // A recursive stratum of one sum tensor iterates its dense equations to the fixpoint
     // (`eval::dense`); others keep the reference loops.
     if st.recursive && (st.tensors.len() != 1 || p.tensors[st.tensors[0]].family != Family::Sum) {
@@ -1211,7 +1211,7 @@ fn order_window(c: &mut Contraction, k: usize) {
 
 /// A position as integer coefficients of variables (each once) plus a constant; `None` for
 /// one that is not affine (a division, a product of variables).
-pub fn affine(f: &IndexFn) -> Option<(Vec<(VarId, i64)>, i64)> {
+pub(crate) fn affine(f: &IndexFn) -> Option<(Vec<(VarId, i64)>, i64)> {
     Some(match f {
         IndexFn::Var(v) => (vec![(*v, 1)], 0),
         IndexFn::Const(k) => (Vec::new(), *k),
@@ -1247,7 +1247,7 @@ pub fn affine(f: &IndexFn) -> Option<(Vec<(VarId, i64)>, i64)> {
 
 /// Variables of a set of factors (a bitmask) still needed after contracting them: those of
 /// the output, of the relation, and of the factors outside the set.
-pub fn kept(c: &Contraction, set: &FactorSet) -> Vec<VarId> {
+pub(crate) fn kept(c: &Contraction, set: &FactorSet) -> Vec<VarId> {
     let mut vs: Vec<VarId> = Vec::new();
     for (k, f) in c.factors.iter().enumerate() {
         if set.contains(k) {
@@ -1272,7 +1272,7 @@ pub fn kept(c: &Contraction, set: &FactorSet) -> Vec<VarId> {
 /// The einsum that gives the gradient of factor `j` of `c`: the term's adjoint (factor 0,
 /// over `adjoint`) times the other factors, onto factor `j`'s variables, with the contraction
 /// order of fewest FLOPs. Factor 0 names no tensor: the evaluator supplies it.
-pub fn gradient_term(c: &Contraction, j: usize, adjoint: &[VarId]) -> Contraction {
+pub(crate) fn gradient_term(c: &Contraction, j: usize, adjoint: &[VarId]) -> Contraction {
     let mut factors = vec![Factor {
         tensor: usize::MAX,
         vars: adjoint.to_vec(),

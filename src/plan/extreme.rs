@@ -50,7 +50,11 @@ pub enum Read {
 /// The max- or min-product plan of an equation as `eq` gives it, `bound` being the variable
 /// set outside (a step of an index recursion), if its right-hand side is a product of
 /// reads and constants over plain left-hand-side variables.
-pub fn plan_extreme(p: &Checked, eq: &Equation, bound: Option<VarId>) -> Option<ExtremeProduct> {
+pub(crate) fn plan_extreme(
+    p: &Checked,
+    eq: &Equation,
+    bound: Option<VarId>,
+) -> Option<ExtremeProduct> {
     if !matches!(eq.family, Family::Max | Family::Min) || eq.virtual_var.is_some() {
         return None;
     }

@@ -27,7 +27,7 @@ pub enum Maintenance {
 }
 
 /// The maintenance of stratum `st` planned as `sp` (its kernel and demand chosen).
-pub fn plan_maintenance(st: &Stratum, sp: &StratumPlan) -> Maintenance {
+pub(crate) fn plan_maintenance(st: &Stratum, sp: &StratumPlan) -> Maintenance {
     match &sp.kernel {
         Kernel::Data => Maintenance::Data,
         _ if st.equations.is_empty() => Maintenance::Data,

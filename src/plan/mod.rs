@@ -18,18 +18,18 @@
 //! Every equation has a loop nest, so no stratum is left to the reference evaluator's
 //! loops: they are the oracle (`--engine reference`, `--verify`, tests), not a fallback.
 
-pub mod chains;
-pub mod constants;
-pub mod dataflow;
-pub mod datalog;
-pub mod demand;
-pub mod einsum;
-pub mod extreme;
-pub mod maintenance;
-pub mod nest;
-pub mod rows;
-pub mod steps;
-pub mod valid;
+pub(crate) mod chains;
+pub(crate) mod constants;
+pub(crate) mod dataflow;
+pub(crate) mod datalog;
+pub(crate) mod demand;
+pub(crate) mod einsum;
+pub(crate) mod extreme;
+pub(crate) mod maintenance;
+pub(crate) mod nest;
+pub(crate) mod rows;
+pub(crate) mod steps;
+pub(crate) mod valid;
 
 use crate::semantics::{Checked, Stratum};
 
@@ -90,7 +90,7 @@ pub struct Plan {
 
 /// A sum of sparse products with at least this many elements as a dense array (128 MiB of
 /// f64) is stored as its non-zero elements.
-pub const SPARSE_RESULT_ELEMENTS: u128 = 1 << 24;
+pub(crate) const SPARSE_RESULT_ELEMENTS: u128 = 1 << 24;
 
 impl Plan {
     /// The plan of a checked program: what the standard engine and the learning
@@ -120,7 +120,7 @@ impl Plan {
 }
 
 /// Plans every stratum of a checked program.
-pub fn plan(p: &Checked) -> Plan {
+pub(crate) fn plan(p: &Checked) -> Plan {
     let mut sparse: Vec<bool> = (0..p.tensors.len())
         .map(|t| data_stored_sparse(p, t))
         .collect();

@@ -111,7 +111,7 @@ pub struct Scan {
 }
 
 /// A position `c + Σ k·v`: the coefficients of its variables and its constant.
-pub type Affine = (Vec<(VarId, i64)>, i64);
+pub(crate) type Affine = (Vec<(VarId, i64)>, i64);
 
 /// One position of a scan.
 #[derive(Clone, Debug, PartialEq)]
@@ -230,7 +230,7 @@ pub enum Value {
 
 /// Plans an equation as a loop nest (every equation has one). `sparse` marks the tensors
 /// stored as their non-zero elements ([`super::Plan::sparse`]), which a sum may scan.
-pub fn plan_nest(p: &Checked, e: usize, sparse: &[bool]) -> NestEquation {
+pub(crate) fn plan_nest(p: &Checked, e: usize, sparse: &[bool]) -> NestEquation {
     let original = &p.equations[e];
     // Over the valid intervals of shifted reads (§5.1), more reads are known to stay inside
     // their tensors, so more points may be skipped. A virtual index steps over its whole
@@ -307,7 +307,7 @@ pub(super) fn plan_bound(
 /// of a tensor in `own` (the stratum's, which change as the join runs). Its value is 1 or
 /// 0, or nothing where a read leaves its tensor (the assignment is then not counted, as a
 /// sum drops nothing-points).
-pub fn check(p: &Checked, e: usize, n: &Node, own: &[TensorId]) -> Option<Value> {
+pub(crate) fn check(p: &Checked, e: usize, n: &Node, own: &[TensorId]) -> Option<Value> {
     let compares = match n {
         Node::Compare(..) => true,
         Node::Not(x) => matches!(x.inside_empty_sums(), Node::Compare(..)),
@@ -319,7 +319,7 @@ pub fn check(p: &Checked, e: usize, n: &Node, own: &[TensorId]) -> Option<Value>
 /// A value of equation `e` computed from the variables of one assignment and tensors of
 /// lower strata (not `own`), as [`check`] compiles a comparison: a value binding's value
 /// (`n = Kids[x]`). `None` where it reads the stratum's own tensors.
-pub fn computed(p: &Checked, e: usize, n: &Node, own: &[TensorId]) -> Option<Value> {
+pub(crate) fn computed(p: &Checked, e: usize, n: &Node, own: &[TensorId]) -> Option<Value> {
     fn simple(n: &Node, own: &[TensorId]) -> bool {
         match n {
             Node::Read { tensor, slice, .. } => !slice && !own.contains(tensor),

@@ -156,7 +156,7 @@ pub struct Virtual {
 
 /// The dense plan of a stratum that is one equation with a virtual index, if the dense path
 /// takes it.
-pub fn plan_virtual(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Virtual> {
+pub(crate) fn plan_virtual(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Virtual> {
     let [e] = st.equations[..] else {
         return None;
     };
@@ -239,7 +239,7 @@ fn window_strides(d: &DenseEquation, v: VarId) -> Vec<Vec<i64>> {
 }
 
 /// The index-order plan of a recursive stratum, if it has one.
-pub fn plan_steps(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Steps> {
+pub(crate) fn plan_steps(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<Steps> {
     // Dense sums, or `max=`/`min=` tensors (their defined elements, kept sorted by the
     // step: their step axis must come first, checked below).
     let family = p.tensors[*st.tensors.first()?].family;

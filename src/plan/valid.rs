@@ -14,7 +14,7 @@ use std::borrow::Cow;
 /// itself when every variable's whole range is valid, or when a variable this would
 /// restrict is also normalised or concatenated over (a row would lose elements), or its
 /// interval is empty.
-pub fn restricted<'e>(p: &Checked, eq: &'e Equation) -> Option<Cow<'e, Equation>> {
+pub(crate) fn restricted<'e>(p: &Checked, eq: &'e Equation) -> Option<Cow<'e, Equation>> {
     let mut bounds: Vec<(i64, i64)> = eq.vars.iter().map(|v| (0, v.range as i64 - 1)).collect();
     reads(&eq.rhs, &mut |tensor, index| {
         for (f, &n) in index.iter().zip(&p.tensors[tensor].shape) {

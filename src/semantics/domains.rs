@@ -16,20 +16,20 @@ pub(crate) struct UnionFind {
 
 impl UnionFind {
     /// Adds a fresh node.
-    pub fn add(&mut self) -> usize {
+    pub(super) fn add(&mut self) -> usize {
         self.parent.push(self.parent.len());
         self.parent.len() - 1
     }
 
     /// Makes sure nodes `0..n` exist.
-    pub fn grow(&mut self, n: usize) {
+    pub(super) fn grow(&mut self, n: usize) {
         while self.parent.len() < n {
             self.add();
         }
     }
 
     /// Representative of `x`'s set.
-    pub fn find(&mut self, mut x: usize) -> usize {
+    pub(super) fn find(&mut self, mut x: usize) -> usize {
         while self.parent[x] != x {
             self.parent[x] = self.parent[self.parent[x]];
             x = self.parent[x];
@@ -38,7 +38,7 @@ impl UnionFind {
     }
 
     /// Representative of `x`'s set, without path compression (for shared borrows).
-    pub fn root(&self, mut x: usize) -> usize {
+    pub(super) fn root(&self, mut x: usize) -> usize {
         while self.parent[x] != x {
             x = self.parent[x];
         }
@@ -46,7 +46,7 @@ impl UnionFind {
     }
 
     /// Merges two sets; the smaller root wins so results do not depend on call order.
-    pub fn union(&mut self, a: usize, b: usize) {
+    pub(super) fn union(&mut self, a: usize, b: usize) {
         let (a, b) = (self.find(a), self.find(b));
         if a != b {
             let (lo, hi) = (a.min(b), a.max(b));

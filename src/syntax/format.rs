@@ -16,7 +16,7 @@ const CONTINUATION: &str = "    ";
 
 /// The program laid out canonically; the syntax errors that stop formatting otherwise (a
 /// program that does not parse has no layout to keep).
-pub fn format(source: &str) -> Result<String, Vec<Diagnostic>> {
+pub(crate) fn format(source: &str) -> Result<String, Vec<Diagnostic>> {
     let (_, errors) = super::parse(source, &crate::functions::is_builtin);
     if !errors.is_empty() {
         return Err(errors);

@@ -8,7 +8,7 @@ use logos::Logos;
 #[derive(Logos, Clone, Debug, PartialEq)]
 #[logos(skip r"[ \t\r\f]+")]
 #[logos(skip r"#[^\n]*")]
-pub enum Tok {
+pub(crate) enum Tok {
     /// Ends a statement outside brackets.
     #[token("\n")]
     Newline,
@@ -121,7 +121,7 @@ pub enum Tok {
 /// A token and where it is. Offsets are 4 bytes so that a token of a long literal costs 32
 /// bytes rather than 48 (source is limited to 4 GiB).
 #[derive(Clone, Debug)]
-pub struct Token {
+pub(crate) struct Token {
     /// What was read.
     pub tok: Tok,
     start: u32,
@@ -130,14 +130,14 @@ pub struct Token {
 
 impl Token {
     /// Its bytes in the source.
-    pub fn span(&self) -> Span {
+    pub(crate) fn span(&self) -> Span {
         Span::new(self.start as usize, self.end as usize)
     }
 }
 
 /// A numeric literal.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Number {
+pub(crate) struct Number {
     /// Its value.
     pub value: f64,
     /// True when written as a plain integer (usable as an index).
@@ -180,7 +180,7 @@ fn string(lex: &mut logos::Lexer<Tok>) -> Option<Box<str>> {
 }
 
 /// Splits source into tokens, reporting every invalid character or string.
-pub fn lex(source: &str) -> (Vec<Token>, Vec<Diagnostic>) {
+pub(crate) fn lex(source: &str) -> (Vec<Token>, Vec<Diagnostic>) {
     let mut tokens = Vec::new();
     let mut errors = Vec::new();
     if u32::try_from(source.len()).is_err() {

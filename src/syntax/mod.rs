@@ -1,8 +1,8 @@
 //! Syntax: lexer, parser and the AST with spans.
 
-pub mod ast;
-pub mod format;
-pub mod lexer;
-pub mod parser;
+pub(crate) mod ast;
+pub(crate) mod format;
+pub(crate) mod lexer;
+pub(crate) mod parser;
 
-pub use parser::{parse, parse_query};
+pub(crate) use parser::{parse, parse_query};

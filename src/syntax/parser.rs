@@ -8,7 +8,10 @@ use super::lexer::{lex, Number, Tok, Token};
 use crate::diagnostics::{codes, Diagnostic, Span};
 
 /// Parses a whole program. `is_function` tells a call `f(x)` from a Boolean access `R(x)`.
-pub fn parse(source: &str, is_function: &dyn Fn(&str) -> bool) -> (Program, Vec<Diagnostic>) {
+pub(crate) fn parse(
+    source: &str,
+    is_function: &dyn Fn(&str) -> bool,
+) -> (Program, Vec<Diagnostic>) {
     let (tokens, mut errors) = lex(source);
     let mut p = Parser::new(tokens, source, is_function);
     let mut program = Program::default();
@@ -30,7 +33,10 @@ pub fn parse(source: &str, is_function: &dyn Fn(&str) -> bool) -> (Program, Vec<
 }
 
 /// Parses the text of a query as given to `tl query` (with or without the trailing `?`).
-pub fn parse_query(text: &str, is_function: &dyn Fn(&str) -> bool) -> Result<Access, Diagnostic> {
+pub(crate) fn parse_query(
+    text: &str,
+    is_function: &dyn Fn(&str) -> bool,
+) -> Result<Access, Diagnostic> {
     let (tokens, errors) = lex(text);
     if let Some(e) = errors.into_iter().next() {
         return Err(e);

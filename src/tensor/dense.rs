@@ -103,7 +103,7 @@ fn lent<T>(l: Lent<T>) -> Arc<Buf<T>> {
 
 /// What [`Dense::add_each`] calls: it hands each (offset, value) pair to the function it
 /// is given.
-pub type Writes<'w> = dyn FnMut(&mut dyn FnMut(usize, f64)) + 'w;
+pub(super) type Writes<'w> = dyn FnMut(&mut dyn FnMut(usize, f64)) + 'w;
 
 /// Consecutive values to add from one offset on, in either width.
 #[derive(Clone, Copy)]

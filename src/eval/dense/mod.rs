@@ -360,7 +360,7 @@ fn extreme(
 
 /// A term a dense evaluation computed: its variables and values (f32 where an f32 product
 /// computed them and the backward pass reads them as they were).
-pub type KeptTerm = (Vec<VarId>, Grid);
+pub(crate) type KeptTerm = (Vec<VarId>, Grid);
 
 /// Terms a dense evaluation computed, by the index of their plan among the stratum's (an
 /// equation split into parts has one plan per part; `None` for a term that only read a
