@@ -59,7 +59,7 @@ impl Engine for Reference {
 /// Every tensor's value before evaluation: its data, or empty.
 pub(super) fn initial_values(p: &Checked, o: &EvalOptions) -> Result<Vec<Tensor>, Diagnostics> {
     super::functions_registered(p, o)?;
-    super::initial::fits_budget(p, &|_| true, o)?;
+    super::initial::fits_budget(p, &|_| true, 0, o)?;
     p.tensors
         .iter()
         .enumerate()

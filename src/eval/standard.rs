@@ -152,6 +152,20 @@ pub fn evaluate_recorded(
     Ok((state.finish().values, records))
 }
 
+/// Bytes the largest dense equation of the plan allocates while it runs (its intermediates
+/// and grid, `DenseEquation::scratch`, 8 bytes each): alive beside every tensor (§15).
+fn equation_scratch(plan: &Plan) -> u128 {
+    let elements = plan
+        .strata
+        .iter()
+        .filter_map(|sp| match &sp.kernel {
+            Kernel::Dense(ds) => Some(ds.iter().map(|d| d.scratch).fold(0.0, f64::max)),
+            _ => None,
+        })
+        .fold(0.0, f64::max);
+    (8.0 * elements) as u128
+}
+
 /// Evaluates stratum `i` again over `values`, whose other tensors are current: its own
 /// tensors start from their data, as in a first evaluation. What incremental maintenance
 /// does with a stratum it cannot carry a change through. `values` are left as they were
@@ -241,7 +255,8 @@ impl<'a> State<'a> {
                 d
             }
         };
-        initial::fits_budget(p, &|t| !plan.sparse.get(t).copied().unwrap_or(false), o)?;
+        let stored_dense = |t: usize| !plan.sparse.get(t).copied().unwrap_or(false);
+        initial::fits_budget(p, &stored_dense, equation_scratch(plan), o)?;
         for (t, info) in p.tensors.iter().enumerate() {
             values.push(match &p.data[t] {
                 Some(d) => d.clone(),

@@ -61,15 +61,21 @@ pub fn is_dense(t: &TensorInfo) -> bool {
 }
 
 /// E0601 when the program's dense tensors (those `dense` keeps: a plan may store some real
-/// tensors sparsely) and scratch need more than `budget` bytes. Evaluation asks this before
+/// tensors sparsely) and scratch (the larger of the largest tensor's f64 copy and
+/// `equation_scratch`, the bytes the largest dense equation allocates) need more than
+/// `budget` bytes. Evaluation asks this before
 /// it allocates anything, so training asks it of each batch's program, not of the whole
 /// data set's.
 pub fn check(
     tensors: &[TensorInfo],
     dense: &dyn Fn(usize) -> bool,
+    equation_scratch: u128,
     budget: u64,
 ) -> Option<Diagnostic> {
-    refuse(tensors, Need::of(tensors, dense, true), budget)
+    let mut need = Need::of(tensors, dense, true);
+    // A dense equation's own intermediates and grid are alive beside every tensor too.
+    need.scratch = need.scratch.max(equation_scratch);
+    refuse(tensors, need, budget)
 }
 
 /// E0601 when the dense tensors `alive` says are held at once (dense data, and parameters
