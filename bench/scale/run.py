@@ -146,6 +146,16 @@ TORCH_KG_OP = ("score = torch.einsum('rij,xi,yj->rxy', w, emb, emb); "
                "mrr = (1.0 / (1 + better.float())).mean()")
 
 # name: (tl program, data writers, peer kind, peer setup, peer operation)
+# The weighted rows' data and PyTorch peer, shared by the programs with and without `W`'s
+# declaration.
+WEIGHTED_PEER = (
+    [lambda: edges("weighted_20k.tsv", 20000, 100000, 8, weighted=True)], "torch",
+    "e = np.loadtxt(DATA + '/weighted_20k.tsv'); "
+    "a = torch.sparse_coo_tensor(torch.tensor(e[:, :2].T, dtype=torch.int64), "
+    "torch.tensor(e[:, 2], dtype=torch.float32), (20000, 20000)).coalesce().to_sparse_csr(); "
+    "z = trnd((20000, 64))",
+    "torch.sparse.mm(a, z)")
+
 WORKLOADS = {
     "GNN (Table 1), 20k nodes, 100k edges, d=64, L=2, matrix weights": (
         GNN_MATRIX, [lambda: edges("edges_20k.tsv", 20000, 100000, 7)], "torch", TORCH_GNN,
@@ -186,21 +196,11 @@ WORKLOADS = {
     "weighted sparse x dense, 100k entries x 64": (
         "Nodes : 20000\nD : 64\nW = \"weighted_20k.tsv\"\nZ : real[Nodes, D]\nZ ~ normal(0, 1)\n"
         "Agg[n, d] = W[n, m] Z[m, d]\n",
-        [lambda: edges("weighted_20k.tsv", 20000, 100000, 8, weighted=True)], "torch",
-        "e = np.loadtxt(DATA + '/weighted_20k.tsv'); "
-        "a = torch.sparse_coo_tensor(torch.tensor(e[:, :2].T, dtype=torch.int64), "
-        "torch.tensor(e[:, 2], dtype=torch.float32), (20000, 20000)).coalesce().to_sparse_csr(); "
-        "z = trnd((20000, 64))",
-        "torch.sparse.mm(a, z)"),
+        *WEIGHTED_PEER),
     "weighted sparse x dense, declared W : real[Nodes, Nodes], 100k entries x 64": (
         "Nodes : 20000\nD : 64\nW : real[Nodes, Nodes]\nW = \"weighted_20k.tsv\"\nZ : real[Nodes, D]\n"
         "Z ~ normal(0, 1)\nAgg[n, d] = W[n, m] Z[m, d]\n",
-        [lambda: edges("weighted_20k.tsv", 20000, 100000, 8, weighted=True)], "torch",
-        "e = np.loadtxt(DATA + '/weighted_20k.tsv'); "
-        "a = torch.sparse_coo_tensor(torch.tensor(e[:, :2].T, dtype=torch.int64), "
-        "torch.tensor(e[:, 2], dtype=torch.float32), (20000, 20000)).coalesce().to_sparse_csr(); "
-        "z = trnd((20000, 64))",
-        "torch.sparse.mm(a, z)"),
+        *WEIGHTED_PEER),
     "count Two[n, k] = Edge(n, m) Edge(m, k), 20k nodes, 100k edges": (
         "Nodes : 20000\nEdge : bool[Nodes, Nodes]\nEdge = \"edges_20k.tsv\"\n"
         "Two[n, k] = Edge(n, m) Edge(m, k)\n",
