@@ -22,10 +22,10 @@ pub(crate) fn empty(info: &TensorInfo, o: &EvalOptions) -> Result<Tensor, Diagno
 pub(crate) fn fits_budget(
     p: &crate::semantics::Checked,
     dense: &dyn Fn(usize) -> bool,
-    equation_scratch: u128,
+    beside: crate::semantics::budget::Beside,
     o: &EvalOptions,
 ) -> Result<(), Diagnostics> {
-    match crate::semantics::budget::check(&p.tensors, dense, equation_scratch, o.max_memory) {
+    match crate::semantics::budget::check(&p.tensors, dense, beside, o.max_memory) {
         Some(d) => Err(d.into()),
         None => Ok(()),
     }

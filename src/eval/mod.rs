@@ -34,7 +34,7 @@ pub use maintained::{Change, Maintained};
 pub(crate) use open::axis_table;
 pub(crate) use reference::{assignments, points, Cx};
 pub use reference::{Record, Reference};
-pub(crate) use standard::thread_pool;
+pub(crate) use standard::{fits_budget, thread_pool};
 pub use standard::{evaluate_recorded, Standard, StratumRecord};
 pub use stop::Stop;
 

@@ -59,7 +59,7 @@ impl Engine for Reference {
 /// Every tensor's value before evaluation: its data, or empty.
 pub(super) fn initial_values(p: &Checked, o: &EvalOptions) -> Result<Vec<Tensor>, Diagnostics> {
     super::functions_registered(p, o)?;
-    super::initial::fits_budget(p, &|_| true, 0, o)?;
+    super::initial::fits_budget(p, &|_| true, Default::default(), o)?;
     p.tensors
         .iter()
         .enumerate()
@@ -172,7 +172,7 @@ fn compute(
     mut rec: Option<(usize, &mut Record)>,
 ) -> Result<Tensor, Diagnostics> {
     let info = &p.tensors[t];
-    let mut acc = Accumulator::new(info);
+    let mut acc = Accumulator::new(info).within(values, o.max_memory);
     if let Some(d) = &p.data[t] {
         acc.combine_tensor(d);
     }
@@ -190,7 +190,10 @@ fn compute(
         };
         run_equation(p, eq, values, o, &mut acc, slices)?;
     }
-    Ok(acc.finish(info))
+    match acc.outgrew(info, o.max_memory) {
+        Some(d) => Err(d.into()),
+        None => Ok(acc.finish(info)),
+    }
 }
 
 /// Evaluates one equation at every left-hand-side point (sequentially along a virtual index).
@@ -220,9 +223,12 @@ fn run_equation(
             s.push(slice.clone());
         }
         env[tv] = step as i64;
-        let mut next = Accumulator::new(info);
+        let mut next = Accumulator::new(info).within(values, o.max_memory);
         let cx = Cx::new(p, eq, values, Some(&slice), o);
         points(eq, &mut env, &mut |env| cx.emit(env, &mut next))?;
+        if let Some(d) = next.outgrew(info, o.max_memory) {
+            return Err(d.into());
+        }
         slice = next.finish(info);
     }
     if let Some(s) = slices {

@@ -154,6 +154,22 @@ pub fn evaluate_recorded(
 
 /// Bytes the largest dense equation of the plan allocates while it runs (its intermediates
 /// and grid, `DenseEquation::scratch`, 8 bytes each): alive beside every tensor (§15).
+/// E0601 when the plan's dense tensors and scratch, with `training` bytes held beside them
+/// (a training step's gradients, adjoints and optimizer state), need more than the budget.
+pub(crate) fn fits_budget(
+    p: &Checked,
+    plan: &Plan,
+    training: u128,
+    o: &EvalOptions,
+) -> Result<(), Diagnostics> {
+    let stored_dense = |t: usize| !plan.sparse.get(t).copied().unwrap_or(false);
+    let beside = crate::semantics::budget::Beside {
+        equation_scratch: equation_scratch(plan),
+        training,
+    };
+    initial::fits_budget(p, &stored_dense, beside, o)
+}
+
 fn equation_scratch(plan: &Plan) -> u128 {
     let elements = plan
         .strata
@@ -255,8 +271,7 @@ impl<'a> State<'a> {
                 d
             }
         };
-        let stored_dense = |t: usize| !plan.sparse.get(t).copied().unwrap_or(false);
-        initial::fits_budget(p, &stored_dense, equation_scratch(plan), o)?;
+        fits_budget(p, plan, 0, o)?;
         for (t, info) in p.tensors.iter().enumerate() {
             values.push(match &p.data[t] {
                 Some(d) => d.clone(),

@@ -88,6 +88,28 @@ pub fn reference_gradients(
     differentiate(p, None, o, loss, trainable)
 }
 
+/// Bytes a training step holds beside the forward pass's tensors (§15), an upper estimate:
+/// per parameter element its f64 copy, gradient, two moments and the update's scratch; per
+/// element of a dense tensor on the gradient's route its f64 adjoint and the terms and masks
+/// the backward pass keeps for it. Measured peaks (`tests/budget.rs`) stay below it.
+fn step_bytes(p: &Checked, active: &[bool], trainable: &[TensorId]) -> u128 {
+    const PER_PARAMETER: u128 = 6 * 8;
+    const PER_ROUTED: u128 = 6 * 8;
+    p.tensors
+        .iter()
+        .enumerate()
+        .filter(|&(t, info)| active[t] && crate::semantics::budget::is_dense(info))
+        .map(|(t, info)| {
+            let n: u128 = info.shape.iter().map(|&d| d as u128).product();
+            let per = match trainable.contains(&t) {
+                true => PER_PARAMETER,
+                false => PER_ROUTED,
+            };
+            n.saturating_mul(per)
+        })
+        .fold(0u128, u128::saturating_add)
+}
+
 fn differentiate(
     p: &Checked,
     plan: Option<&Plan>,
@@ -99,6 +121,7 @@ fn differentiate(
     let needed = gradient::needed(p, loss);
     let (mut values, records) = match plan {
         Some(plan) => {
+            crate::eval::fits_budget(p, plan, step_bytes(p, &active, trainable), o)?;
             let mut skip = vec![false; p.strata.len()];
             let record = gradient::strata_to_record(p, plan, &active, &skip);
             let (values, records) = evaluate_recorded(p, plan, o, &needed, &record)?;

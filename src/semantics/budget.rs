@@ -14,6 +14,8 @@ struct Need {
     tensors: Vec<(usize, u128)>,
     /// Bytes of the f64 scratch of the largest.
     scratch: u128,
+    /// Bytes a training step holds beside them (gradients, adjoints, optimizer state).
+    training: u128,
 }
 
 impl Need {
@@ -41,6 +43,7 @@ impl Need {
         Need {
             tensors: sized.into_iter().map(|(k, b, _)| (k, b)).collect(),
             scratch,
+            training: 0,
         }
     }
 
@@ -50,7 +53,9 @@ impl Need {
             .tensors
             .iter()
             .fold(0u128, |a, t| a.saturating_add(t.1));
-        dense.saturating_add(self.scratch)
+        dense
+            .saturating_add(self.scratch)
+            .saturating_add(self.training)
     }
 }
 
@@ -60,21 +65,30 @@ pub fn is_dense(t: &TensorInfo) -> bool {
     t.kind != Kind::Bool && !t.sparse_values
 }
 
+/// What an evaluation holds beside its dense tensors.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Beside {
+    /// Bytes the largest dense equation allocates while it runs.
+    pub equation_scratch: u128,
+    /// Bytes a training step adds: gradients, adjoints, optimizer state (0 outside training).
+    pub training: u128,
+}
+
 /// E0601 when the program's dense tensors (those `dense` keeps: a plan may store some real
-/// tensors sparsely) and scratch (the larger of the largest tensor's f64 copy and
-/// `equation_scratch`, the bytes the largest dense equation allocates) need more than
-/// `budget` bytes. Evaluation asks this before
-/// it allocates anything, so training asks it of each batch's program, not of the whole
-/// data set's.
+/// tensors sparsely), scratch (the larger of the largest tensor's f64 copy and
+/// `beside.equation_scratch`) and a training step's own buffers need more than `budget`
+/// bytes. Evaluation asks this before it allocates anything, so training asks it of each
+/// batch's program, not of the whole data set's.
 pub fn check(
     tensors: &[TensorInfo],
     dense: &dyn Fn(usize) -> bool,
-    equation_scratch: u128,
+    beside: Beside,
     budget: u64,
 ) -> Option<Diagnostic> {
     let mut need = Need::of(tensors, dense, true);
     // A dense equation's own intermediates and grid are alive beside every tensor too.
-    need.scratch = need.scratch.max(equation_scratch);
+    need.scratch = need.scratch.max(beside.equation_scratch);
+    need.training = beside.training;
     refuse(tensors, need, budget)
 }
 
@@ -105,8 +119,7 @@ fn refuse(tensors: &[TensorInfo], need: Need, budget: u64) -> Option<Diagnostic>
             format!("`{}` {:?} {:?}: {}", t.name, t.shape, t.elem, bytes(b))
         })
         .collect();
-    Some(
-        Diagnostic::error(
+    let d = Diagnostic::error(
             codes::MEMORY,
             tensors[largest].span,
             format!(
@@ -128,8 +141,14 @@ fn refuse(tensors: &[TensorInfo], need: Need, budget: u64) -> Option<Diagnostic>
             "make it smaller (`--set` its sizes), use a sparse formulation (a relation, or \
              `max=`/`min=` over defined elements), train in batches (`tl train --batch \
              Domain:N`), or raise `--max-memory`",
-        ),
-    )
+        );
+    Some(match need.training {
+        0 => d,
+        b => d.with_note(format!(
+            "a training step holds {} beside them: gradients, adjoints and optimizer state",
+            bytes(b)
+        )),
+    })
 }
 
 /// E0601 for a dense buffer the system would not give, though the budget let it through

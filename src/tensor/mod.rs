@@ -545,50 +545,67 @@ impl Tensor {
     /// Defined elements in ascending index order (every element of a dense tensor or of a
     /// sparse one whose other elements are 0; the true elements of a relation).
     pub fn entries(&self) -> Vec<(Vec<usize>, f64)> {
+        let mut out = Vec::new();
+        self.each_entry(&mut |idx, v| out.push((idx.to_vec(), v)));
+        out
+    }
+
+    /// Bytes its elements take (a shared buffer counted in full): what the memory budget
+    /// sees of a value while others are computed.
+    pub fn held_bytes(&self) -> u64 {
+        let b = match &self.storage {
+            Storage::Dense(d) => (d.len() as u128) * self.elem.dense_bytes(),
+            Storage::Sparse(m) => (m.positions().flat().len() as u128) * 4 + (m.len() as u128) * 8,
+            Storage::Relation(r) => (r.flat().len() as u128) * 4,
+        };
+        u64::try_from(b).unwrap_or(u64::MAX)
+    }
+
+    /// Calls `f` with each element [`Tensor::entries`] lists, in the same order, without
+    /// gathering them first.
+    pub fn each_entry(&self, f: &mut dyn FnMut(&[usize], f64)) {
+        let mut idx = vec![0usize; self.shape.len()];
+        let set = |k: &[u32], idx: &mut Vec<usize>| {
+            for (slot, &i) in idx.iter_mut().zip(k) {
+                *slot = i as usize;
+            }
+        };
         match &self.storage {
             Storage::Dense(v) => {
-                let mut out = Vec::with_capacity(v.len());
-                let mut idx = vec![0usize; self.shape.len()];
-                for &x in v.to_f64().iter() {
-                    out.push((idx.clone(), x));
-                    for ax in (0..idx.len()).rev() {
-                        idx[ax] += 1;
-                        if idx[ax] < self.shape[ax] {
-                            break;
-                        }
-                        idx[ax] = 0;
-                    }
+                for x in v.values() {
+                    f(&idx, x);
+                    self.step(&mut idx);
                 }
-                out
             }
-            // Every element, the stored ones in their places.
             Storage::Sparse(m) if m.zeros() => {
-                let mut out = Vec::new();
                 let mut stored = m.iter().peekable();
                 let total: usize = self.shape.iter().product();
-                let mut idx = vec![0usize; self.shape.len()];
                 for _ in 0..total {
                     let here =
                         stored.next_if(|(k, _)| k.iter().zip(&idx).all(|(&a, &b)| a as usize == b));
-                    out.push((idx.clone(), here.map_or(0.0, |(_, v)| v)));
-                    for ax in (0..idx.len()).rev() {
-                        idx[ax] += 1;
-                        if idx[ax] < self.shape[ax] {
-                            break;
-                        }
-                        idx[ax] = 0;
-                    }
+                    f(&idx, here.map_or(0.0, |(_, v)| v));
+                    self.step(&mut idx);
                 }
-                out
             }
-            Storage::Sparse(m) => m
-                .iter()
-                .map(|(k, x)| (k.iter().map(|&i| i as usize).collect(), x))
-                .collect(),
-            Storage::Relation(r) => r
-                .iter()
-                .map(|t| (t.iter().map(|&i| i as usize).collect(), 1.0))
-                .collect(),
+            Storage::Sparse(m) => m.iter().for_each(|(k, x)| {
+                set(k, &mut idx);
+                f(&idx, x);
+            }),
+            Storage::Relation(r) => r.iter().for_each(|k| {
+                set(k, &mut idx);
+                f(&idx, 1.0);
+            }),
+        }
+    }
+
+    /// The next index in row-major order (wrapping to all zeros after the last).
+    fn step(&self, idx: &mut [usize]) {
+        for ax in (0..idx.len()).rev() {
+            idx[ax] += 1;
+            if idx[ax] < self.shape[ax] {
+                break;
+            }
+            idx[ax] = 0;
         }
     }
 

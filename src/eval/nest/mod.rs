@@ -82,16 +82,20 @@ fn compute(
     plans: &[NestEquation],
     values: &[Tensor],
     o: &EvalOptions,
-    mut acc: Accumulator,
+    acc: Accumulator,
 ) -> Result<Tensor, Diagnostics> {
     let info = &p.tensors[t];
+    let mut acc = acc.within(values, o.max_memory);
     if let Some(d) = &p.data[t] {
         acc.combine_tensor(d);
     }
     for n in plans.iter().filter(|n| n.target == t) {
         run_equation(p, n, values, o, &mut acc)?;
     }
-    Ok(acc.finish(info))
+    match acc.outgrew(info, o.max_memory) {
+        Some(d) => Err(d.into()),
+        None => Ok(acc.finish(info)),
+    }
 }
 
 /// Adds every point's value of one equation to `acc` at its left-hand-side position; with
@@ -159,7 +163,7 @@ fn run_equation(
     };
     for step in 0..steps {
         env[var] = step as i64;
-        let mut next = Accumulator::new(info);
+        let mut next = Accumulator::new(info).within(values, o.max_memory);
         let cx = Cx {
             values,
             o,
@@ -168,6 +172,9 @@ fn run_equation(
             open: open_nest,
         };
         cx.run(n, &mut env, &mut |idx, v| next.combine(idx, v));
+        if let Some(d) = next.outgrew(info, o.max_memory) {
+            return Err(d.into());
+        }
         slice = next.finish(info);
     }
     acc.combine_tensor(&slice);

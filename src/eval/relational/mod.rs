@@ -417,7 +417,8 @@ pub(super) fn evaluate_counts(
         Accumulator::entries(info)
     } else {
         Accumulator::new(info)
-    };
+    }
+    .within(values, o.max_memory);
     if let Some(d) = &p.data[t] {
         acc.combine_tensor(d);
     }
@@ -465,6 +466,9 @@ pub(super) fn evaluate_counts(
         if let Some(d) = open.as_ref().and_then(|o| o.overflow()) {
             return Err(d.into());
         }
+    }
+    if let Some(d) = acc.outgrew(info, o.max_memory) {
+        return Err(d.into());
     }
     values[t] = acc.finish(info);
     Ok(())
