@@ -1,8 +1,8 @@
 //! Combining values that land on one left-hand-side element (§7), and finishing a tensor.
 
+use crate::diagnostics::{codes, Diagnostic};
 use crate::semantics::{Family, Kind, TensorInfo};
 use crate::tensor::{Storage, Tensor};
-use crate::diagnostics::{codes, Diagnostic};
 
 /// Running values of one tensor while its equations are evaluated.
 pub(super) struct Accumulator {
@@ -229,7 +229,9 @@ impl Accumulator {
     /// The same accumulator, its written elements held to what the memory budget leaves
     /// beside `values` (a dense accumulator was counted before evaluation began).
     pub(super) fn within(self, values: &[Tensor], max_memory: u64) -> Accumulator {
-        let held = values.iter().fold(0u64, |a, t| a.saturating_add(t.held_bytes()));
+        let held = values
+            .iter()
+            .fold(0u64, |a, t| a.saturating_add(t.held_bytes()));
         Accumulator {
             room: max_memory.saturating_sub(held),
             ..self

@@ -34,8 +34,8 @@ pub use maintained::{Change, Maintained};
 pub(crate) use open::axis_table;
 pub(crate) use reference::{assignments, points, Cx};
 pub use reference::{Record, Reference};
-pub(crate) use standard::{fits_budget, thread_pool};
 pub use standard::{evaluate_recorded, Standard, StratumRecord};
+pub(crate) use standard::{fits_budget, thread_pool};
 pub use stop::Stop;
 
 /// Every core this process may use (its affinity mask and cgroup quota counted): the default

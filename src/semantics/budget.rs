@@ -120,28 +120,28 @@ fn refuse(tensors: &[TensorInfo], need: Need, budget: u64) -> Option<Diagnostic>
         })
         .collect();
     let d = Diagnostic::error(
-            codes::MEMORY,
-            tensors[largest].span,
-            format!(
-                "the program's dense tensors need {} together, over the memory budget of {}",
-                bytes(total),
-                bytes(budget as u128)
-            ),
-        )
-        .with_label("the largest")
-        .with_note(match need.scratch {
-            0 => format!("largest: {}", named.join(", ")),
-            scratch => format!(
-                "largest: {}; and {} of scratch while the largest is filled",
-                named.join(", "),
-                bytes(scratch)
-            ),
-        })
-        .with_note(
-            "make it smaller (`--set` its sizes), use a sparse formulation (a relation, or \
+        codes::MEMORY,
+        tensors[largest].span,
+        format!(
+            "the program's dense tensors need {} together, over the memory budget of {}",
+            bytes(total),
+            bytes(budget as u128)
+        ),
+    )
+    .with_label("the largest")
+    .with_note(match need.scratch {
+        0 => format!("largest: {}", named.join(", ")),
+        scratch => format!(
+            "largest: {}; and {} of scratch while the largest is filled",
+            named.join(", "),
+            bytes(scratch)
+        ),
+    })
+    .with_note(
+        "make it smaller (`--set` its sizes), use a sparse formulation (a relation, or \
              `max=`/`min=` over defined elements), train in batches (`tl train --batch \
              Domain:N`), or raise `--max-memory`",
-        );
+    );
     Some(match need.training {
         0 => d,
         b => d.with_note(format!(
