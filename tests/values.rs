@@ -302,7 +302,9 @@ fn a_read_in_a_computed_value_ranges_its_variable() {
 }
 
 /// A recursion that computes values (§8): counters bounded by another variable and by
-/// negation, an accumulating loop, and aggregates over wide and negative values.
+/// negation, an accumulating loop, and aggregates over wide and negative values; and
+/// counters up and down bounded by another variable whose columns a tensor indexes, so that
+/// their extents are inferred before evaluation.
 #[derive(Clone, Debug)]
 struct Recursion {
     start: i64,
@@ -348,7 +350,11 @@ impl Recursion {
         let mut src = format!(
             "Start({start}, {limit}).\nA(x, y) :- Start(x, y).\nA(x + {step}, y) :- A(x, y), x < y.\n\
              Lim({stop}).\nB({start}).\nB(x + {step}) :- B(x), not Lim(x), x < {start} + 200.\n\
-             C(0, 0).\nC(i + 1, s + i * {scale}) :- C(i, s), i < {rounds}.\n"
+             C(0, 0).\nC(i + 1, s + i * {scale}) :- C(i, s), i < {rounds}.\n\
+             D(x, y) :- Start(x, y).\nD(x + {step}, y) :- D(x, y), x < y.\nUp[x] = D(x, y)\n\
+             Ceil({floor}, {limit}).\nF(x, y) :- Ceil(x, y).\nF(x, y - 1) :- F(x, y), x < y.\n\
+             Down[y] = F(x, y)\n",
+            floor = start.max(&0)
         );
         for (k, v) in &self.wide {
             src.push_str(&format!("V(K{k}, {v}).\n"));
@@ -372,6 +378,13 @@ impl Recursion {
         while *a.last().unwrap() < limit {
             a.push(a.last().unwrap() + step);
         }
+        // Counting down by one to a bound of 0 or more.
+        let floor = start.max(0);
+        let mut f = vec![limit];
+        while *f.last().unwrap() > floor {
+            f.push(f.last().unwrap() - 1);
+        }
+        f.sort_unstable();
         let mut b = vec![start];
         let mut x = start;
         while x != stop && x < start + 200 {
@@ -405,6 +418,14 @@ impl Recursion {
             (
                 "A(x, y)",
                 a.iter().map(|x| format!("A({x}, {limit})")).collect(),
+            ),
+            (
+                "D(x, y)",
+                a.iter().map(|x| format!("D({x}, {limit})")).collect(),
+            ),
+            (
+                "F(x, y)",
+                f.iter().map(|y| format!("F({floor}, {y})")).collect(),
             ),
             ("B(x)", b.iter().map(|x| format!("B({x})")).collect()),
             (
@@ -443,6 +464,9 @@ proptest! {
             let (x, y) = (a.query(query).unwrap(), b.query(query).unwrap());
             prop_assert_eq!(&x, &y, "{} differs between engines in\n{}", query, src);
             prop_assert_eq!(&y, &want, "{} in\n{}", query, src);
+        }
+        for query in ["Up[x]", "Down[y]"] {
+            prop_assert_eq!(a.query(query).unwrap(), b.query(query).unwrap(), "{} in\n{}", query, src);
         }
     }
 }

@@ -99,6 +99,7 @@ impl Ctx<'_> {
                         below: &mut below,
                         current: &st.tensors,
                         lows: &mut lows,
+                        open: (&open, &open_values),
                     };
                     changed |= grow_lhs(eq, tensors, target, &ranges, &mut errors);
                 }
@@ -412,6 +413,23 @@ fn ranges_within(
             range[v] = Some(crate::tensor::MAX_EXTENT);
         }
     }
+    // The largest value the reads give each variable before guards: the bound a guard
+    // between two variables (`x < y`) takes from the other one. An open variable (§8) has
+    // the values its domain holds where no rule adds to them, if that is known.
+    let mut read = range.clone();
+    for b in bare.iter().filter(|b| !b.under_not) {
+        let ext = tensors[b.tensor].shape.get(b.axis).copied().unwrap_or(0);
+        read[b.var] = Some(read[b.var].map_or(ext, |r| r.min(ext)));
+    }
+    let largest = |w: VarId| -> Option<i64> {
+        match eq.vars[w].open {
+            Some(d) if scope.open.0[d] => {
+                let (_, hi) = scope.open.1.get(d).copied().flatten()?;
+                (hi.abs() < 1e15).then_some(hi.floor() as i64)
+            }
+            _ => Some(read.get(w).copied().flatten()? as i64 - 1),
+        }
+    };
     for (v, slot) in range.iter_mut().enumerate() {
         if slot.is_some() {
             continue;
@@ -456,7 +474,10 @@ fn ranges_within(
         *slot = match hard {
             Some((e, _)) => Some(e),
             // Without a hard axis, shifted reads and guards bound it too (§5.1).
-            None => match (soft.or(soft_total), upper_bound(eq, v, &arith, tensors)) {
+            None => match (
+                soft.or(soft_total),
+                upper_bound(eq, v, &arith, tensors, &largest),
+            ) {
                 (Some(_), Some(b)) if scope.widen && only_current => Some(b),
                 (Some(r), Some(b)) => Some(r.min(b)),
                 (r, _) => r,
@@ -484,7 +505,9 @@ fn ranges_within(
             };
             if let Some(r) = bound_by_value(eq, v, &vars, scope.bounds, &mut lower, errors) {
                 // Its guards bound it too (`n = Out[x] + m, n < 20`).
-                let guarded = upper_bound(eq, v, &arith, tensors);
+                let guarded = upper_bound(eq, v, &arith, tensors, &|w| {
+                    Some(range.get(w).copied().flatten()? as i64 - 1)
+                });
                 range[v] = Some(guarded.map_or(r, |b| b.min(r)));
             }
         }
@@ -619,14 +642,16 @@ fn valid_interval(shifts: &[(i64, i64, i64)], limit: i64) -> Valid {
 
 /// One more than the largest value of `v` at which every read shifting it alone stays
 /// inside its axis (`Obs(t + 1, o)`: `t + 1 < n`) and every guard on it in a factor of the
-/// right-hand side holds (`x < 10000`); `None` when nothing bounds it so. Points past it
-/// are nothing (an out-of-range read) or 0 (a false guard), so they write nothing that
-/// would grow an extent. Reads under `not` are total and do not bound it.
+/// right-hand side holds (`x < 10000`, or `x < y` with `y` at most `largest(y)`);
+/// `None` when nothing bounds it so. Points past it are nothing (an out-of-range read) or 0
+/// (a false guard), so they write nothing that would grow an extent. Reads under `not` are
+/// total and do not bound it.
 fn upper_bound(
     eq: &Equation,
     v: VarId,
     arith: &[(usize, usize, IndexFn)],
     tensors: &[TensorInfo],
+    largest: &dyn Fn(VarId) -> Option<i64>,
 ) -> Option<usize> {
     let mut bound: Option<i64> = None;
     let mut tighten = |b: i64| bound = Some(bound.map_or(b, |x| x.min(b)));
@@ -641,7 +666,63 @@ fn upper_bound(
         }
     }
     guards(&eq.rhs, v, &mut tighten);
+    // `v < w + c` holds only below the largest `w` plus `c`.
+    variable_guards(&eq.rhs, v, &mut |side, w, c| {
+        if let Some(hi) = largest(w).filter(|_| w != v && side == Side::Below) {
+            // The largest `v` is `hi + c - 1`; one more than it:
+            tighten(hi.saturating_add(c));
+        }
+    });
     bound.map(|b| b.max(0) as usize)
+}
+
+/// Calls `bound` with `(Below, w, c)` for each guard `v < w + c`, and `(From, w, c)` for each
+/// `v ≥ w + c`, between `v` and another variable (`x < y`, `x + 1 <= y`, either way round)
+/// that multiplies the right-hand side's value, both sides `v` or `w` plus a constant.
+fn variable_guards(n: &Node, v: VarId, bound: &mut dyn FnMut(Side, VarId, i64)) {
+    use crate::syntax::ast::CmpOp;
+    match n {
+        Node::Sum { body, .. } => variable_guards(body, v, bound),
+        Node::Product(fs) => fs
+            .iter()
+            .filter(|(div, _)| !div)
+            .for_each(|(_, f)| variable_guards(f.inside_empty_sums(), v, bound)),
+        Node::Compare(op, a, b) => {
+            // `v + d op w + e`, or the other way round.
+            let shifted_var = |n: &Node| -> Option<(VarId, f64)> {
+                let mut vs = Vec::new();
+                n.inside_empty_sums().mentioned_vars(&mut vs);
+                vs.dedup();
+                let &[x] = vs.as_slice() else { return None };
+                match linear(n, x)? {
+                    (k, d) if k == 1.0 && d.fract() == 0.0 && d.abs() < 1e15 => Some((x, d)),
+                    _ => None,
+                }
+            };
+            let (Some((x, dx)), Some((y, dy))) = (shifted_var(a), shifted_var(b)) else {
+                return;
+            };
+            let (op, (w, dv, dw)) = match (x == v, y == v) {
+                (true, false) => (*op, (y, dx, dy)),
+                (false, true) => (op.flipped(), (x, dy, dx)),
+                _ => return,
+            };
+            // v + dv < w + dw  ⇔  v < w + (dw - dv); `≤` allows one more, and so on.
+            let c = (dw - dv) as i64;
+            match op {
+                CmpOp::Lt => bound(Side::Below, w, c),
+                CmpOp::Le => bound(Side::Below, w, c.saturating_add(1)),
+                CmpOp::Gt => bound(Side::From, w, c.saturating_add(1)),
+                CmpOp::Ge => bound(Side::From, w, c),
+                CmpOp::Eq => {
+                    bound(Side::Below, w, c.saturating_add(1));
+                    bound(Side::From, w, c);
+                }
+                CmpOp::Ne => {}
+            }
+        }
+        _ => {}
+    }
 }
 
 /// `(k, c)` when `f` is `k·v + c` in `v` alone, built from `+`, `-` and `*` by constants.
@@ -882,6 +963,9 @@ struct Target<'a> {
     /// The smallest position each tensor holds on each axis, `None` where unknown (its
     /// data's smallest, then what its equations write, once its component is sized).
     lows: &'a mut [Vec<Option<i64>>],
+    /// Whether each domain is open (§8), and the values each holds where no rule adds to
+    /// them.
+    open: (&'a [bool], &'a [Bounds]),
 }
 
 /// Grows the target's integer extents to hold every index written; reports writes outside a
@@ -902,6 +986,21 @@ fn grow_lhs(
     let mut low: Vec<i64> = (0..ranges.len()).map(|v| lower_bound(&eq.rhs, v)).collect();
     if tensors[t].kind == Kind::Bool {
         atom_lows(&eq.rhs, tensors, target.current, target.lows, &mut low);
+    }
+    // A guard `v > w` keeps `v` above the smallest `w` (`Down(x, y - 1) :- Down(x, y), x < y`).
+    for v in 0..low.len() {
+        variable_guards(&eq.rhs, v, &mut |side, w, c| {
+            let lowest = match eq.vars[w].open {
+                Some(d) if target.open.0[d] => match target.open.1.get(d).copied().flatten() {
+                    Some((lo, _)) if lo.abs() < 1e15 => lo.ceil() as i64,
+                    _ => return,
+                },
+                _ => low.get(w).copied().unwrap_or(0).max(0),
+            };
+            if side == Side::From && w != v {
+                low[v] = low[v].max(lowest.saturating_add(c));
+            }
+        });
     }
     let mut changed = false;
     for (ax, f) in eq.lhs.iter().enumerate() {
