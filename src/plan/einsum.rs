@@ -29,6 +29,19 @@ pub struct Factor {
 }
 
 impl Factor {
+    /// Whether a tensor of `shape` is read as a plan over `extents` assumes: a window of its
+    /// window's shape, or one axis per variable with that variable's extent. A relation
+    /// (`as_relation`) read at a shift may have any extents: its tuples outside them are
+    /// skipped. The planner asks it of checked shapes, the kernel again of run-time ones.
+    pub fn reads_shape(&self, shape: &[usize], extents: &[usize], as_relation: bool) -> bool {
+        if let (Some(w), false) = (&self.window, as_relation) {
+            return shape == w.shape.as_slice();
+        }
+        shape.len() == self.vars.len()
+            && ((as_relation && !self.shift.is_empty())
+                || shape.iter().zip(&self.vars).all(|(&n, &x)| n == extents[x]))
+    }
+
     /// The factor's variables in the order its tensor lays them out, as positions in
     /// `vars` and as the variables there: by decreasing window stride (as written, for a
     /// factor read whole). A window taken in this order is read in place or copied in

@@ -216,26 +216,12 @@ fn shaped_as_read(p: &Checked, kernel: &Kernel) -> bool {
         return true;
     };
     plans.iter().all(|d| {
-        let fits = |f: &einsum::Factor| {
-            let shape = &p.tensors[f.tensor].shape;
-            let matches = || {
-                shape.len() == f.vars.len()
-                    && shape.iter().zip(&f.vars).all(|(&n, &x)| n == d.extents[x])
-            };
-            match &f.window {
-                Some(w) => *shape == w.shape,
-                None => matches(),
-            }
+        let reads = |f: &einsum::Factor, as_relation| {
+            f.reads_shape(&p.tensors[f.tensor].shape, &d.extents, as_relation)
         };
-        let relation = |f: &einsum::Factor| {
-            let shape = &p.tensors[f.tensor].shape;
-            shape.len() == f.vars.len()
-                && (!f.shift.is_empty()
-                    || shape.iter().zip(&f.vars).all(|(&n, &x)| n == d.extents[x]))
-        };
-        d.terms
-            .iter()
-            .all(|c| c.factors.iter().all(fits) && c.sparse.iter().all(relation))
+        d.terms.iter().all(|c| {
+            c.factors.iter().all(|f| reads(f, false)) && c.sparse.iter().all(|f| reads(f, true))
+        })
     })
 }
 

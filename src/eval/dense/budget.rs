@@ -43,15 +43,7 @@ pub(super) fn work(d: &DenseEquation, values: &[Tensor]) -> f64 {
 pub(crate) fn fits(d: &DenseEquation, values: &[Tensor], max_memory: u64) -> Result<(), Declined> {
     let shaped = |f: &Factor| {
         let v = &values[f.tensor];
-        if let Some(w) = &f.window {
-            return matches!(v.storage, Storage::Dense(_)) && v.shape == w.shape;
-        }
-        matches!(v.storage, Storage::Dense(_))
-            && v.shape.len() == f.vars.len()
-            && v.shape
-                .iter()
-                .zip(&f.vars)
-                .all(|(&n, &x)| n == d.extents[x])
+        matches!(v.storage, Storage::Dense(_)) && f.reads_shape(&v.shape, &d.extents, false)
     };
     if let Some(f) = d.terms.iter().flat_map(|c| &c.factors).find(|f| !shaped(f)) {
         return Err(Declined::NotAsPlanned(f.tensor));
@@ -59,13 +51,7 @@ pub(crate) fn fits(d: &DenseEquation, values: &[Tensor], max_memory: u64) -> Res
     // A shifted relation is seen through its tuples inside the variables' extents.
     let relation = |f: &Factor| {
         let v = &values[f.tensor];
-        tuples(&v.storage).is_some()
-            && v.rank() == f.vars.len()
-            && (!f.shift.is_empty()
-                || v.shape
-                    .iter()
-                    .zip(&f.vars)
-                    .all(|(&n, &x)| n == d.extents[x]))
+        tuples(&v.storage).is_some() && f.reads_shape(&v.shape, &d.extents, true)
     };
     if let Some(f) = d
         .terms
