@@ -127,22 +127,11 @@ pub fn train(
     check_options(&opts.optimizer)?;
     let loss = loss_tensor(p, &opts.loss)?;
     let trainable = trainable(p, &opts.freeze)?;
-    if !super::gradient::active(p, loss, &trainable)[loss] {
-        return Err(Diagnostic::error(
-            codes::TRAIN,
-            p.tensors[loss].span,
-            format!(
-                "the loss `{}` does not depend on any trainable parameter",
-                opts.loss
-            ),
-        )
-        .with_note("use a parameter in the loss's equations, or unfreeze one")
-        .into());
-    }
+    depends_on_parameters(p, loss, &trainable)?;
     let metrics: Vec<TensorId> = opts
         .eval
         .iter()
-        .map(|name| metric(p, name))
+        .map(|n| metric(p, n))
         .collect::<Result<_, _>>()?;
     let batching = match &opts.batch {
         Some((name, size)) => Some(batch::batching(p, name, *size)?),
@@ -154,22 +143,13 @@ pub fn train(
     let total = opts.steps.unwrap_or(per_epoch * opts.epochs);
     let mut config = opts.optimizer.clone();
     config.total_steps = total;
-    let mut params: Vec<Vec<f64>> = trainable
-        .iter()
-        .map(|&t| {
-            p.data[t]
-                .as_ref()
-                .map(Tensor::to_dense_values)
-                .unwrap_or_default()
-        })
-        .collect();
+    let mut params = initial_values(p, &trainable);
     let elems: Vec<ElemType> = trainable.iter().map(|&t| p.tensors[t].elem).collect();
     let mut state = resume_state(p, &trainable, opts.resume.as_ref());
     let mut program = p.clone();
     let mut plans: BTreeMap<usize, Plan> = BTreeMap::new();
     let mut losses = Vec::new();
-    let mut order: Vec<usize> = Vec::new();
-    let mut order_epoch = u64::MAX;
+    let mut order = EpochOrder::default();
     let _awake = crate::eval::keep_awake(o);
     while state.step < total {
         let step = state.step;
@@ -180,12 +160,7 @@ pub fn train(
         let mut sliced = None;
         let examples = match &batching {
             Some(b) => {
-                if order_epoch != epoch {
-                    order = epoch_order(b, opts.shuffle, opts.seed, epoch);
-                    order_epoch = epoch;
-                }
-                let at = ((step % per_epoch) as usize) * b.size;
-                let rows = &order[at.min(order.len())..(at + b.size).min(order.len())];
+                let rows = order.batch(b, opts, (step, per_epoch));
                 sliced = Some(batch::slice(&program, b, rows));
                 rows.len()
             }
@@ -200,24 +175,7 @@ pub fn train(
             .or_insert_with(|| crate::plan::plan(step_program));
         let g = gradients(step_program, plan, o, loss, &trainable)?;
         if !g.loss.is_finite() {
-            return Err(Diagnostic::global(
-                codes::TRAIN,
-                format!(
-                    "the loss became {} at step {} (epoch {})",
-                    g.loss,
-                    step + 1,
-                    epoch + 1
-                ),
-            )
-            .with_note(match &opts.save {
-                Some(path) => format!(
-                    "training stopped; `{}` holds the last good checkpoint, if one was saved",
-                    path.display()
-                ),
-                None => "training stopped; nothing was saved".to_string(),
-            })
-            .with_note("lower --lr, add --clip, or check the loss for log(0) or division by zero")
-            .into());
+            return Err(not_finite(g.loss, (step, epoch), opts.save.as_deref()));
         }
         let mut grads = g.grads;
         let lr = config.lr_at(step);
@@ -237,24 +195,13 @@ pub fn train(
             for (&t, values) in trainable.iter().zip(&params) {
                 program.data[t] = to_tensor(p, t, values);
             }
-            let values = Standard.evaluate(&program, o)?;
-            let metrics = metrics
-                .iter()
-                .map(|&m| (p.tensors[m].name.clone(), values[m].get(&[]).unwrap_or(0.0)))
-                .collect();
             report(Event::Epoch {
                 epoch: epoch + 1,
-                metrics,
+                metrics: evaluate_metrics(&program, &metrics, o)?,
             });
         }
-        let due = opts
-            .save_every
-            .is_some_and(|every| every > 0 && state.step.is_multiple_of(every));
-        let stopping = opts
-            .stop
-            .as_ref()
-            .is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst));
-        if let (Some(path), true) = (&opts.save, due || state.step == total || stopping) {
+        let stopping = stop_requested(opts);
+        if let (Some(path), true) = (&opts.save, saves_at(opts, state.step, total) || stopping) {
             save(p, &trainable, &params, &state, path)?;
             report(Event::Saved {
                 path: path.clone(),
@@ -265,16 +212,115 @@ pub fn train(
             break;
         }
     }
-    let params = trainable
-        .iter()
-        .zip(&params)
-        .filter_map(|(&t, v)| Some((p.tensors[t].name.clone(), to_tensor(p, t, v)?)))
-        .collect();
     Ok(Trained {
-        params,
+        params: named_tensors(p, &trainable, &params),
         losses,
         step: state.step,
     })
+}
+
+/// Whether the caller asked training to stop (Ctrl-C): it stops after the step under way.
+fn stop_requested(opts: &TrainOptions) -> bool {
+    opts.stop
+        .as_ref()
+        .is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst))
+}
+
+/// The trained parameters as tensors of their declared types, by name.
+fn named_tensors(
+    p: &Checked,
+    trainable: &[TensorId],
+    params: &[Vec<f64>],
+) -> BTreeMap<String, Tensor> {
+    trainable
+        .iter()
+        .zip(params)
+        .filter_map(|(&t, v)| Some((p.tensors[t].name.clone(), to_tensor(p, t, v)?)))
+        .collect()
+}
+
+/// Each parameter's starting values, row-major in f64 (what the optimizer updates).
+fn initial_values(p: &Checked, trainable: &[TensorId]) -> Vec<Vec<f64>> {
+    trainable
+        .iter()
+        .map(|&t| {
+            p.data[t]
+                .as_ref()
+                .map(Tensor::to_dense_values)
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// Whether a checkpoint is written after `step` steps of `total`: every `--save-every`
+/// steps, and at the end.
+fn saves_at(opts: &TrainOptions, step: u64, total: u64) -> bool {
+    let due = opts
+        .save_every
+        .is_some_and(|every| every > 0 && step.is_multiple_of(every));
+    due || step == total
+}
+
+/// An error unless the loss depends on a parameter that trains: otherwise every step would
+/// leave the parameters as they are.
+fn depends_on_parameters(
+    p: &Checked,
+    loss: TensorId,
+    trainable: &[TensorId],
+) -> Result<(), Diagnostics> {
+    match super::gradient::active(p, loss, trainable)[loss] {
+        true => Ok(()),
+        false => Err(Diagnostic::error(
+            codes::TRAIN,
+            p.tensors[loss].span,
+            format!(
+                "the loss `{}` does not depend on any trainable parameter",
+                p.tensors[loss].name
+            ),
+        )
+        .with_note("use a parameter in the loss's equations, or unfreeze one")
+        .into()),
+    }
+}
+
+/// The error for a loss that became NaN or infinite at `(step, epoch)` (both from 0):
+/// training stops there, and says where the last good parameters are.
+fn not_finite(loss: f64, (step, epoch): (u64, u64), save: Option<&std::path::Path>) -> Diagnostics {
+    Diagnostic::global(
+        codes::TRAIN,
+        format!(
+            "the loss became {loss} at step {} (epoch {})",
+            step + 1,
+            epoch + 1
+        ),
+    )
+    .with_note(match save {
+        Some(path) => format!(
+            "training stopped; `{}` holds the last good checkpoint, if one was saved",
+            path.display()
+        ),
+        None => "training stopped; nothing was saved".to_string(),
+    })
+    .with_note("lower --lr, add --clip, or check the loss for log(0) or division by zero")
+    .into()
+}
+
+/// The scalar `metrics` of the whole program with the current parameters (`--eval`).
+fn evaluate_metrics(
+    program: &Checked,
+    metrics: &[TensorId],
+    o: &EvalOptions,
+) -> Result<Vec<(String, f64)>, Diagnostics> {
+    let values = Standard.evaluate(program, o)?;
+    Ok(metrics
+        .iter()
+        .map(|&m| {
+            (
+                program.tensors[m].name.clone(),
+                values[m].get(&[]).unwrap_or(0.0),
+            )
+        })
+        .collect())
 }
 
 /// Option values that make no sense are errors, not silent misbehaviour (a negative clip
@@ -369,6 +415,32 @@ fn resume_state(p: &Checked, trainable: &[TensorId], c: Option<&Checkpoint>) -> 
 }
 
 /// Examples in the order epoch `epoch` visits them.
+/// The order of the examples in the current epoch, drawn once per epoch.
+#[derive(Default)]
+struct EpochOrder {
+    rows: Vec<usize>,
+    epoch: u64,
+}
+
+impl EpochOrder {
+    /// The examples of step `step` (of `per_epoch` a epoch): its batch of this epoch's order.
+    fn batch(
+        &mut self,
+        b: &Batching,
+        opts: &TrainOptions,
+        (step, per_epoch): (u64, u64),
+    ) -> &[usize] {
+        let epoch = step / per_epoch;
+        if self.epoch != epoch || self.rows.is_empty() {
+            self.rows = epoch_order(b, opts.shuffle, opts.seed, epoch);
+            self.epoch = epoch;
+        }
+        let n = self.rows.len();
+        let at = ((step % per_epoch) as usize) * b.size;
+        &self.rows[at.min(n)..(at + b.size).min(n)]
+    }
+}
+
 fn epoch_order(b: &Batching, shuffle: bool, seed: u64, epoch: u64) -> Vec<usize> {
     let mut order: Vec<usize> = (0..b.examples).collect();
     if shuffle {
