@@ -496,3 +496,18 @@ def test_why_explains_a_fact_a_value_and_a_fact_that_does_not_hold():
         assert "does not hold" in str(e)
     else:
         raise AssertionError("a fact that does not hold is an error without not_")
+
+
+def test_a_program_over_the_memory_budget_is_refused_not_aborted():
+    # 10^10 elements: the default budget (a share of this machine's memory) refuses it
+    # before anything is allocated, and the interpreter goes on.
+    with pytest.raises(tl.TensorLogicError) as e:
+        prog = tl.Program("N : 100000\nA : real[N, N]\nA ~ zeros\nS = A[i, j]\nS?\n")
+        prog.run()
+    assert "E0601" in str(e.value)
+    # A training step over it too.
+    with pytest.raises(tl.TensorLogicError) as e:
+        prog = tl.Program("N : 100000\nA : real[N, N]\nA ~ normal(0, 1)\nLoss = A[i, j] A[i, j]\n")
+        prog.train(steps=1)
+    assert "E0601" in str(e.value)
+    assert tl.Program("S = 2 * 3\nS?\n").run() is not None
