@@ -681,48 +681,40 @@ fn upper_bound(
 /// that multiplies the right-hand side's value, both sides `v` or `w` plus a constant.
 fn variable_guards(n: &Node, v: VarId, bound: &mut dyn FnMut(Side, VarId, i64)) {
     use crate::syntax::ast::CmpOp;
-    match n {
-        Node::Sum { body, .. } => variable_guards(body, v, bound),
-        Node::Product(fs) => fs
-            .iter()
-            .filter(|(div, _)| !div)
-            .for_each(|(_, f)| variable_guards(f.inside_empty_sums(), v, bound)),
-        Node::Compare(op, a, b) => {
-            // `v + d op w + e`, or the other way round.
-            let shifted_var = |n: &Node| -> Option<(VarId, f64)> {
-                let mut vs = Vec::new();
-                n.inside_empty_sums().mentioned_vars(&mut vs);
-                vs.dedup();
-                let &[x] = vs.as_slice() else { return None };
-                match linear(n, x)? {
-                    (k, d) if k == 1.0 && d.fract() == 0.0 && d.abs() < 1e15 => Some((x, d)),
-                    _ => None,
-                }
-            };
-            let (Some((x, dx)), Some((y, dy))) = (shifted_var(a), shifted_var(b)) else {
-                return;
-            };
-            let (op, (w, dv, dw)) = match (x == v, y == v) {
-                (true, false) => (*op, (y, dx, dy)),
-                (false, true) => (op.flipped(), (x, dy, dx)),
-                _ => return,
-            };
-            // v + dv < w + dw  ⇔  v < w + (dw - dv); `≤` allows one more, and so on.
-            let c = (dw - dv) as i64;
-            match op {
-                CmpOp::Lt => bound(Side::Below, w, c),
-                CmpOp::Le => bound(Side::Below, w, c.saturating_add(1)),
-                CmpOp::Gt => bound(Side::From, w, c.saturating_add(1)),
-                CmpOp::Ge => bound(Side::From, w, c),
-                CmpOp::Eq => {
-                    bound(Side::Below, w, c.saturating_add(1));
-                    bound(Side::From, w, c);
-                }
-                CmpOp::Ne => {}
+    each_guard(n, &mut |op, a, b| {
+        // `v + d op w + e`, or the other way round.
+        let shifted_var = |n: &Node| -> Option<(VarId, f64)> {
+            let mut vs = Vec::new();
+            n.inside_empty_sums().mentioned_vars(&mut vs);
+            vs.dedup();
+            let &[x] = vs.as_slice() else { return None };
+            match linear(n, x)? {
+                (k, d) if k == 1.0 && d.fract() == 0.0 && d.abs() < 1e15 => Some((x, d)),
+                _ => None,
             }
+        };
+        let (Some((x, dx)), Some((y, dy))) = (shifted_var(a), shifted_var(b)) else {
+            return;
+        };
+        let (op, (w, dv, dw)) = match (x == v, y == v) {
+            (true, false) => (*op, (y, dx, dy)),
+            (false, true) => (op.flipped(), (x, dy, dx)),
+            _ => return,
+        };
+        // v + dv < w + dw  ⇔  v < w + (dw - dv); `≤` allows one more, and so on.
+        let c = (dw - dv) as i64;
+        match op {
+            CmpOp::Lt => bound(Side::Below, w, c),
+            CmpOp::Le => bound(Side::Below, w, c.saturating_add(1)),
+            CmpOp::Gt => bound(Side::From, w, c.saturating_add(1)),
+            CmpOp::Ge => bound(Side::From, w, c),
+            CmpOp::Eq => {
+                bound(Side::Below, w, c.saturating_add(1));
+                bound(Side::From, w, c);
+            }
+            CmpOp::Ne => {}
         }
-        _ => {}
-    }
+    });
 }
 
 /// `(k, c)` when `f` is `k·v + c` in `v` alone, built from `+`, `-` and `*` by constants.
@@ -809,42 +801,48 @@ enum Side {
 /// factor of the product under its summation points).
 fn guard_limits(n: &Node, v: VarId, limit: &mut dyn FnMut(Side, i64)) {
     use crate::syntax::ast::CmpOp;
+    each_guard(n, &mut |op, a, b| {
+        // Written as `k·v + d op c` (or the other way round), solved for `v`.
+        let (op, (k, d), c) = match (linear(a, v), op, b.inside_empty_sums()) {
+            (Some(kd), op, Node::Const(c)) => (*op, kd, c.value()),
+            _ => match (a.inside_empty_sums(), linear(b, v)) {
+                (Node::Const(c), Some(kd)) => (op.flipped(), kd, c.value()),
+                _ => return,
+            },
+        };
+        if k == 0.0 {
+            return;
+        }
+        let (op, c) = match k > 0.0 {
+            true => (op, (c - d) / k),
+            false => (op.flipped(), (c - d) / k),
+        };
+        let found = match op {
+            CmpOp::Lt => vec![(Side::Below, c.ceil())],
+            CmpOp::Le => vec![(Side::Below, c.floor() + 1.0)],
+            CmpOp::Gt => vec![(Side::From, c.floor() + 1.0)],
+            CmpOp::Ge => vec![(Side::From, c.ceil())],
+            CmpOp::Eq => vec![(Side::Below, c.floor() + 1.0), (Side::From, c.ceil())],
+            CmpOp::Ne => vec![],
+        };
+        for (side, b) in found {
+            if b.is_finite() && b.abs() < 1e15 {
+                limit(side, b as i64);
+            }
+        }
+    });
+}
+
+/// Calls `f` with each comparison that multiplies the right-hand side's value: a factor of
+/// the product under its summation points (a guard: where it is false, the point is 0).
+fn each_guard(n: &Node, f: &mut dyn FnMut(&crate::syntax::ast::CmpOp, &Node, &Node)) {
     match n {
-        Node::Sum { body, .. } => guard_limits(body, v, limit),
+        Node::Sum { body, .. } => each_guard(body, f),
         Node::Product(fs) => fs
             .iter()
             .filter(|(div, _)| !div)
-            .for_each(|(_, f)| guard_limits(f.inside_empty_sums(), v, limit)),
-        Node::Compare(op, a, b) => {
-            // Written as `k·v + d op c` (or the other way round), solved for `v`.
-            let (op, (k, d), c) = match (linear(a, v), op, b.inside_empty_sums()) {
-                (Some(kd), op, Node::Const(c)) => (*op, kd, c.value()),
-                _ => match (a.inside_empty_sums(), linear(b, v)) {
-                    (Node::Const(c), Some(kd)) => (op.flipped(), kd, c.value()),
-                    _ => return,
-                },
-            };
-            if k == 0.0 {
-                return;
-            }
-            let (op, c) = match k > 0.0 {
-                true => (op, (c - d) / k),
-                false => (op.flipped(), (c - d) / k),
-            };
-            let found = match op {
-                CmpOp::Lt => vec![(Side::Below, c.ceil())],
-                CmpOp::Le => vec![(Side::Below, c.floor() + 1.0)],
-                CmpOp::Gt => vec![(Side::From, c.floor() + 1.0)],
-                CmpOp::Ge => vec![(Side::From, c.ceil())],
-                CmpOp::Eq => vec![(Side::Below, c.floor() + 1.0), (Side::From, c.ceil())],
-                CmpOp::Ne => vec![],
-            };
-            for (side, b) in found {
-                if b.is_finite() && b.abs() < 1e15 {
-                    limit(side, b as i64);
-                }
-            }
-        }
+            .for_each(|(_, x)| each_guard(x.inside_empty_sums(), f)),
+        Node::Compare(op, a, b) => f(op, a, b),
         _ => {}
     }
 }
