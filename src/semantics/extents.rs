@@ -100,6 +100,7 @@ impl Ctx<'_> {
                         current: &st.tensors,
                         lows: &mut lows,
                         open: (&open, &open_values),
+                        widen: iter > WIDEN_AFTER,
                     };
                     changed |= grow_lhs(eq, tensors, target, &ranges, &mut errors);
                 }
@@ -964,6 +965,10 @@ struct Target<'a> {
     /// Whether each domain is open (§8), and the values each holds where no rule adds to
     /// them.
     open: (&'a [bool], &'a [Bounds]),
+    /// Whether the component's own smallest positions so far are left out: at first they
+    /// bound its reads (and the sizing goes on while they fall), later only what is fixed
+    /// outside it does, so a long countdown is sized at once.
+    widen: bool,
 }
 
 /// Grows the target's integer extents to hold every index written; reports writes outside a
@@ -983,7 +988,11 @@ fn grow_lhs(
     // atom of a rule's body that holds nothing lower (`Down(x - 1) :- Down(x), Temp(x).`).
     let mut low: Vec<i64> = (0..ranges.len()).map(|v| lower_bound(&eq.rhs, v)).collect();
     if tensors[t].kind == Kind::Bool {
-        atom_lows(&eq.rhs, tensors, target.current, target.lows, &mut low);
+        // Until widening, the component's own relations bound their reads by the smallest
+        // positions written so far; sizing goes on until those stop falling, when they hold
+        // every value a derivation can reach (`F(x, y - 4) :- F(x, y), x < y`).
+        let skip: &[usize] = if target.widen { target.current } else { &[] };
+        atom_lows(&eq.rhs, tensors, skip, target.lows, &mut low);
     }
     // A guard `v > w` keeps `v` above the smallest `w` (`Down(x, y - 1) :- Down(x, y), x < y`).
     for v in 0..low.len() {
@@ -1009,6 +1018,7 @@ fn grow_lhs(
             continue;
         };
         if let Some(l) = target.lows[t].get_mut(ax) {
+            changed |= !target.widen && l.is_some_and(|l| lo < l);
             *l = Some(l.map_or(lo, |l| l.min(lo)));
         }
         if lo < 0 && target.by_value[t] {
@@ -1058,9 +1068,9 @@ fn grow_lhs(
     changed
 }
 
-/// Raises `low[v]` to the smallest position a Boolean tensor of an earlier stratum holds
-/// where a factor of a rule's body reads it at bare `v`: a point below it reads false
-/// there, so its product writes nothing.
+/// Raises `low[v]` to the smallest position a Boolean tensor (not in `skip`) holds where a
+/// factor of a rule's body reads it at bare `v`: a point below it reads false there, so its
+/// product writes nothing.
 fn atom_lows(
     n: &Node,
     tensors: &[TensorInfo],
