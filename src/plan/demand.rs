@@ -269,19 +269,9 @@ pub(crate) fn plan_program_demand(p: &Checked, asked: &[Query]) -> Option<Demand
     Some(plan)
 }
 
-/// The magic-sets rewrite for `q`, when the queried relation is evaluated by joins and the
-/// query binds at least one position; `None` means evaluating what `q` reads in full is as
-/// good as it gets.
-pub(crate) fn plan_demand(p: &Checked, q: &Query) -> Option<DemandPlan> {
-    let alpha: Vec<bool> = q
-        .pattern
-        .iter()
-        .map(|x| matches!(x, QueryIndex::Fixed(_)))
-        .collect();
-    if !alpha.contains(&true) || q.pattern.contains(&QueryIndex::Missing) {
-        return None;
-    }
-    let reach = closure(p, [q.tensor]);
+/// The joins of every stratum that `reach` touches and that runs as joins, by head
+/// (each of the stratum's tensors present, with no rules where it has none).
+fn rules_reached(p: &Checked, reach: &BTreeSet<TensorId>) -> BTreeMap<TensorId, Vec<Rule>> {
     let mut rules_of: BTreeMap<TensorId, Vec<Rule>> = BTreeMap::new();
     for st in &p.strata {
         if !st.tensors.iter().any(|t| reach.contains(t)) {
@@ -296,6 +286,23 @@ pub(crate) fn plan_demand(p: &Checked, q: &Query) -> Option<DemandPlan> {
             }
         }
     }
+    rules_of
+}
+
+/// The magic-sets rewrite for `q`, when the queried relation is evaluated by joins and the
+/// query binds at least one position; `None` means evaluating what `q` reads in full is as
+/// good as it gets.
+pub(crate) fn plan_demand(p: &Checked, q: &Query) -> Option<DemandPlan> {
+    let alpha: Vec<bool> = q
+        .pattern
+        .iter()
+        .map(|x| matches!(x, QueryIndex::Fixed(_)))
+        .collect();
+    if !alpha.contains(&true) || q.pattern.contains(&QueryIndex::Missing) {
+        return None;
+    }
+    let reach = closure(p, [q.tensor]);
+    let mut rules_of = rules_reached(p, &reach);
     // A computed head position cannot be asked for before it is computed.
     if rules_of.values().flatten().any(|r| !r.lets.is_empty()) {
         return None;
