@@ -30,15 +30,11 @@ pub fn watch(
     cluster: Option<&Cluster>,
     quiet: bool,
 ) -> Result<(), String> {
-    let render = |s: &Session, d: &tensor_logic::Diagnostics| {
-        let (name, src) = s.source();
-        d.render(name, src)
-    };
     let lines = match cluster {
         Some(cluster) => session.run_incremental_on(&options, cluster),
         None => session.run_incremental(&options),
     }
-    .map_err(|d| render(&session, &d))?;
+    .map_err(|d| rendered(&session, &d))?;
     for l in &lines {
         println!("{l}");
     }
@@ -46,7 +42,7 @@ pub fn watch(
     for (relation, path) in session.input_files() {
         let rows = session
             .read_rows(&path, &relation)
-            .map_err(|d| render(&session, &d))?;
+            .map_err(|d| rendered(&session, &d))?;
         files.push(Watched {
             modified: modified(&path),
             relation,
@@ -61,16 +57,7 @@ pub fn watch(
             if files.len() == 1 { "" } else { "s" }
         );
     }
-    let (tx, rx) = channel::<String>();
-    std::thread::spawn(move || {
-        let stdin = std::io::stdin();
-        let mut line = String::new();
-        while matches!(stdin.read_line(&mut line), Ok(n) if n > 0) {
-            if tx.send(std::mem::take(&mut line)).is_err() {
-                return;
-            }
-        }
-    });
+    let rx = stdin_lines();
     let mut shown: BTreeSet<String> = lines.into_iter().collect();
     loop {
         match rx.recv_timeout(POLL) {
@@ -88,7 +75,7 @@ pub fn watch(
                         };
                         match staged {
                             Ok(()) => commit(&mut session, &mut shown, quiet)?,
-                            Err(d) => eprint!("{}", render(&session, &d)),
+                            Err(d) => eprint!("{}", rendered(&session, &d)),
                         }
                     }
                     None => {
@@ -97,34 +84,7 @@ pub fn watch(
                 }
             }
             Err(RecvTimeoutError::Timeout) => {
-                let mut changed = false;
-                for w in &mut files {
-                    let now = modified(&w.path);
-                    if now == w.modified {
-                        continue;
-                    }
-                    w.modified = now;
-                    let rows: BTreeSet<Vec<String>> = match session.read_rows(&w.path, &w.relation)
-                    {
-                        Ok(rows) => rows.into_iter().collect(),
-                        Err(d) => {
-                            eprint!("{}", render(&session, &d));
-                            continue;
-                        }
-                    };
-                    let gone: Vec<Vec<String>> = w.rows.difference(&rows).cloned().collect();
-                    let new: Vec<Vec<String>> = rows.difference(&w.rows).cloned().collect();
-                    let staged = session
-                        .remove(&w.relation, &gone)
-                        .and_then(|()| session.insert(&w.relation, &new));
-                    if let Err(d) = staged {
-                        eprint!("{}", render(&session, &d));
-                        continue;
-                    }
-                    w.rows = rows;
-                    changed = true;
-                }
-                if changed {
+                if stage_file_edits(&mut session, &mut files) {
                     commit(&mut session, &mut shown, quiet)?;
                 }
             }
@@ -133,21 +93,71 @@ pub fn watch(
     }
 }
 
+/// A diagnostic as the session's program shows it.
+fn rendered(s: &Session, d: &tensor_logic::Diagnostics) -> String {
+    let (name, src) = s.source();
+    d.render(name, src)
+}
+
+/// Standard input's lines, read on their own thread so that the loop can poll the files
+/// between them.
+fn stdin_lines() -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = channel::<String>();
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        let mut line = String::new();
+        while matches!(stdin.read_line(&mut line), Ok(n) if n > 0) {
+            if tx.send(std::mem::take(&mut line)).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// Stages the rows that edited input files gained and lost since they were last read;
+/// whether any file changed. A file that does not read is reported and left as it was.
+fn stage_file_edits(session: &mut Session, files: &mut [Watched]) -> bool {
+    let mut changed = false;
+    for w in files {
+        let now = modified(&w.path);
+        if now == w.modified {
+            continue;
+        }
+        w.modified = now;
+        let rows: BTreeSet<Vec<String>> = match session.read_rows(&w.path, &w.relation) {
+            Ok(rows) => rows.into_iter().collect(),
+            Err(d) => {
+                eprint!("{}", rendered(session, &d));
+                continue;
+            }
+        };
+        let gone: Vec<Vec<String>> = w.rows.difference(&rows).cloned().collect();
+        let new: Vec<Vec<String>> = rows.difference(&w.rows).cloned().collect();
+        let staged = session
+            .remove(&w.relation, &gone)
+            .and_then(|()| session.insert(&w.relation, &new));
+        if let Err(d) = staged {
+            eprint!("{}", rendered(session, &d));
+            continue;
+        }
+        w.rows = rows;
+        changed = true;
+    }
+    changed
+}
+
 /// Commits the staged facts and prints the answers that appeared and went.
 fn commit(session: &mut Session, shown: &mut BTreeSet<String>, quiet: bool) -> Result<(), String> {
-    let render = |s: &Session, d: &tensor_logic::Diagnostics| {
-        let (name, src) = s.source();
-        d.render(name, src)
-    };
     if let Err(d) = session.commit() {
         // A failed dataflow (a lost process) cannot take further commits.
         if d.0
             .iter()
             .any(|e| e.code == tensor_logic::diagnostics::codes::DATAFLOW)
         {
-            return Err(render(session, &d));
+            return Err(rendered(session, &d));
         }
-        eprint!("{}", render(session, &d));
+        eprint!("{}", rendered(session, &d));
         return Ok(());
     }
     for fact in session.no_ops().iter().filter(|_| !quiet) {
@@ -159,7 +169,7 @@ fn commit(session: &mut Session, shown: &mut BTreeSet<String>, quiet: bool) -> R
     }
     let now: BTreeSet<String> = session
         .answers()
-        .map_err(|d| render(session, &d))?
+        .map_err(|d| rendered(session, &d))?
         .into_iter()
         .collect();
     for gone in shown.difference(&now) {
