@@ -304,7 +304,8 @@ fn a_read_in_a_computed_value_ranges_its_variable() {
 /// A recursion that computes values (§8): counters bounded by another variable and by
 /// negation, an accumulating loop, and aggregates over wide and negative values; and
 /// counters up and down bounded by another variable whose columns a tensor indexes, so that
-/// their extents are inferred before evaluation.
+/// their extents are inferred before evaluation; and a Collatz trajectory started from a copy
+/// of such a column, which holds values no extent bounds.
 #[derive(Clone, Debug)]
 struct Recursion {
     start: i64,
@@ -353,7 +354,10 @@ impl Recursion {
              C(0, 0).\nC(i + 1, s + i * {scale}) :- C(i, s), i < {rounds}.\n\
              D(x, y) :- Start(x, y).\nD(x + {step}, y) :- D(x, y), x < y.\nUp[x] = D(x, y)\n\
              Ceil({floor}, {limit}).\nF(x, y) :- Ceil(x, y).\nF(x, y - 1) :- F(x, y), x < y.\n\
-             Down[y] = F(x, y)\n",
+             Down[y] = F(x, y)\n\
+             G(x, y, x) :- Start(x, y), x < 12.\nG(x, y, m / 2) :- G(x, y, m), m > 1, m % 2 = 0.\n\
+             G(x, y, 3 * m + 1) :- G(x, y, m), m > 1, m % 2 = 1.\n\
+             Reach[x] max= G(x, y, m) m\n",
             floor = start.max(&0)
         );
         for (k, v) in &self.wide {
@@ -424,6 +428,14 @@ impl Recursion {
                 a.iter().map(|x| format!("D({x}, {limit})")).collect(),
             ),
             (
+                "G(x, y, m)",
+                collatz(start)
+                    .iter()
+                    .filter(|_| start < 12)
+                    .map(|m| format!("G({start}, {limit}, {m})"))
+                    .collect(),
+            ),
+            (
                 "F(x, y)",
                 f.iter().map(|y| format!("F({floor}, {y})")).collect(),
             ),
@@ -448,6 +460,19 @@ impl Recursion {
             ),
         ]
     }
+}
+
+/// The values of the Collatz trajectory from `n` (down to 1), sorted.
+fn collatz(n: i64) -> Vec<i64> {
+    let mut seen = vec![n];
+    let mut m = n;
+    while m > 1 {
+        m = if m % 2 == 0 { m / 2 } else { 3 * m + 1 };
+        seen.push(m);
+    }
+    seen.sort_unstable();
+    seen.dedup();
+    seen
 }
 
 proptest! {

@@ -1,6 +1,7 @@
 //! Domain inference (§4): union-find over (tensor, axis) slots, named domains and the index
 //! variables of each equation, then symbol interning in source order.
 
+use super::head_links::HeadLink;
 use super::ir::{number_text, real_text};
 use super::names::IndexName;
 use super::{Ctx, Domain};
@@ -165,7 +166,8 @@ impl Ctx<'_> {
     }
 
     /// Unifies slots that share an index variable and records where symbols are placed.
-    pub(super) fn build_domains(&mut self) {
+    /// A rule head's bare variables are returned unlinked: [`Ctx::link_heads`] links them.
+    pub(super) fn build_domains(&mut self) -> Vec<HeadLink> {
         let mut base = 0;
         for t in &self.tensors {
             self.axis_base.push(base);
@@ -181,20 +183,21 @@ impl Ctx<'_> {
             }
         }
         let mut placements = Vec::new();
+        let mut links = Vec::new();
         let program = self.program;
         for (si, st) in program.statements.iter().enumerate() {
             match &st.kind {
                 StmtKind::Equation { lhs, rhs, .. } => {
-                    self.unify_access(si, lhs, &mut placements);
+                    self.unify_access(si, lhs, &mut placements, None);
                     self.unify_expr(si, rhs, &mut placements);
                 }
                 StmtKind::Rule { head, body } => {
-                    self.unify_access(si, head, &mut placements);
+                    self.unify_access(si, head, &mut placements, Some(&mut links));
                     for e in body {
                         self.unify_expr(si, e, &mut placements);
                     }
                 }
-                StmtKind::Fact(a) => self.unify_access(si, a, &mut placements),
+                StmtKind::Fact(a) => self.unify_access(si, a, &mut placements, None),
                 StmtKind::Declaration { name, dims, .. } => {
                     let t = self.by_name[&name.text];
                     // A declaration whose rank differs from the tensor's (already reported)
@@ -250,6 +253,7 @@ impl Ctx<'_> {
             }
         }
         self.placements = placements;
+        links
     }
 
     fn place_source(&mut self, k: usize, placements: &mut Vec<Pending>) {
@@ -260,7 +264,15 @@ impl Ctx<'_> {
         }
     }
 
-    fn unify_access(&mut self, si: usize, a: &Access, placements: &mut Vec<Pending>) {
+    /// Unifies the slots of access `a` with its variables; with `links`, the access is a
+    /// rule's head and its bare variables are noted there instead.
+    fn unify_access(
+        &mut self,
+        si: usize,
+        a: &Access,
+        placements: &mut Vec<Pending>,
+        mut links: Option<&mut Vec<HeadLink>>,
+    ) {
         let Some(&t) = self.by_name.get(&a.name.text) else {
             return;
         };
@@ -276,8 +288,15 @@ impl Ctx<'_> {
             match idx {
                 Index::Name(n) | Index::Normalized(n) => match self.index_name(&n.text) {
                     IndexName::Var => {
-                        let v = self.var_node(si, &n.text);
-                        self.uf.union(slot, v);
+                        let var = self.var_node(si, &n.text);
+                        match links.as_deref_mut() {
+                            Some(links) => links.push(HeadLink {
+                                slot,
+                                var,
+                                span: n.span,
+                            }),
+                            None => self.uf.union(slot, var),
+                        }
                     }
                     IndexName::Symbol => placements.push(Pending::Symbol(slot, n.text.clone())),
                     IndexName::Const(_) => {}
@@ -296,7 +315,7 @@ impl Ctx<'_> {
 
     fn unify_expr(&mut self, si: usize, e: &Expr, placements: &mut Vec<Pending>) {
         match e {
-            Expr::Access(a) => self.unify_access(si, a, placements),
+            Expr::Access(a) => self.unify_access(si, a, placements, None),
             Expr::Call { args, .. } => args.iter().for_each(|x| self.unify_expr(si, x, placements)),
             Expr::Neg(x, _) | Expr::Not(x, _) => self.unify_expr(si, x, placements),
             Expr::Binary(_, a, b, _) => {

@@ -11,6 +11,7 @@ mod defined_twice;
 mod domains;
 mod empty_reads;
 mod extents;
+mod head_links;
 mod interval;
 pub mod ir;
 mod lower;
@@ -253,7 +254,8 @@ fn check_with<'a>(
     ctx.collect_reads();
     ctx.check_kinds();
     ctx.load_files();
-    ctx.build_domains();
+    let links = ctx.build_domains();
+    ctx.link_heads(links, computed)?;
     ctx.intern();
     ctx.add_value_tensors();
     ctx.find_offsets(found);

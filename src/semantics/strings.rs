@@ -880,7 +880,12 @@ fn computes(st: &Statement, computed: &HashSet<Span>) -> bool {
         return false;
     };
     let mut spans = HashSet::new();
-    head.indices.iter().for_each(|i| arith_spans(i, &mut spans));
+    for i in &head.indices {
+        if let Index::Name(n) = i {
+            spans.insert(n.span);
+        }
+        arith_spans(i, &mut spans);
+    }
     for lit in body {
         expr_spans(lit, &mut spans);
     }
@@ -924,12 +929,15 @@ fn expr_spans(e: &Expr, out: &mut HashSet<Span>) {
 /// `Double(x, #lift1) :- Price(x, p), #lift1 = p * 2`.
 fn lift_computed(head: &Access, body: &[Expr], computed: &HashSet<Span>) -> (Access, Vec<Expr>) {
     let mut bindings = Vec::new();
+    let mut head = head.clone();
+    for i in &mut head.indices {
+        lift_head_variable(i, computed, &mut bindings);
+    }
     let mut lift = |a: &mut Access| {
         for i in &mut a.indices {
             lift_index(i, computed, &mut bindings);
         }
     };
-    let mut head = head.clone();
     lift(&mut head);
     let mut body: Vec<Expr> = body.to_vec();
     for lit in &mut body {
@@ -958,6 +966,14 @@ fn peel_mut(e: &mut Expr) -> &mut Expr {
     }
 }
 
+/// Lifts a head's bare variable at `computed` (a copy of positions into an open column
+/// that computes values, `head_links.rs`) the way [`lift_index`] lifts arithmetic.
+fn lift_head_variable(i: &mut Index, computed: &HashSet<Span>, bindings: &mut Vec<Expr>) {
+    if matches!(i, Index::Name(n) if computed.contains(&n.span)) {
+        lift_into_binding(i, bindings);
+    }
+}
+
 fn lift_index(i: &mut Index, computed: &HashSet<Span>, bindings: &mut Vec<Expr>) {
     let Index::Arith(a, _, b, span) = i else {
         return;
@@ -967,7 +983,12 @@ fn lift_index(i: &mut Index, computed: &HashSet<Span>, bindings: &mut Vec<Expr>)
         lift_index(b, computed, bindings);
         return;
     }
-    let span = *span;
+    lift_into_binding(i, bindings);
+}
+
+/// Replaces `i` by a fresh variable and adds the literal binding it to `i`'s value.
+fn lift_into_binding(i: &mut Index, bindings: &mut Vec<Expr>) {
+    let span = i.span();
     let var = format!("#lift{}", bindings.len() + 1);
     let value = super::bindings::index_as_expr(i);
     bindings.push(Expr::Compare(
