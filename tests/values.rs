@@ -353,7 +353,7 @@ impl Recursion {
              Lim({stop}).\nB({start}).\nB(x + {step}) :- B(x), not Lim(x), x < {start} + 200.\n\
              C(0, 0).\nC(i + 1, s + i * {scale}) :- C(i, s), i < {rounds}.\n\
              D(x, y) :- Start(x, y).\nD(x + {step}, y) :- D(x, y), x < y.\nUp[x] = D(x, y)\n\
-             Ceil({floor}, {limit}).\nF(x, y) :- Ceil(x, y).\nF(x, y - 1) :- F(x, y), x < y.\n\
+             Ceil({floor}, {limit}).\nF(x, y) :- Ceil(x, y).\nF(x, y - {step}) :- F(x, y), x < y.\n\
              Down[y] = F(x, y)\n\
              G(x, y, x) :- Start(x, y), x < 12.\nG(x, y, m / 2) :- G(x, y, m), m > 1, m % 2 = 0.\n\
              G(x, y, 3 * m + 1) :- G(x, y, m), m > 1, m % 2 = 1.\n\
@@ -382,11 +382,11 @@ impl Recursion {
         while *a.last().unwrap() < limit {
             a.push(a.last().unwrap() + step);
         }
-        // Counting down by one to a bound of 0 or more.
+        // Counting down by `step` past a bound of 0 or more.
         let floor = start.max(0);
         let mut f = vec![limit];
         while *f.last().unwrap() > floor {
-            f.push(f.last().unwrap() - 1);
+            f.push(f.last().unwrap() - step);
         }
         f.sort_unstable();
         let mut b = vec![start];

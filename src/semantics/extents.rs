@@ -6,6 +6,7 @@ use super::values::{bound_by_value, value_bounds, Bounds};
 use super::{Ctx, Equation, IndexFn, Kind, Node, Stratum, TensorInfo, VarId};
 use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::syntax::ast::BinOp;
+use std::collections::HashSet;
 
 /// Largest value a scan for a "valid" range goes to.
 const SCAN_LIMIT: i64 = 1 << 22;
@@ -52,6 +53,7 @@ impl Ctx<'_> {
                 continue;
             }
             let depth = recursion_depth(st, &eqs, tensors);
+            let stable = stable_axes(st, &eqs);
             if st.recursive {
                 let scope = Scope {
                     symbolic: &symbolic,
@@ -101,6 +103,7 @@ impl Ctx<'_> {
                         lows: &mut lows,
                         open: (&open, &open_values),
                         widen: iter > WIDEN_AFTER,
+                        stable: &stable,
                     };
                     changed |= grow_lhs(eq, tensors, target, &ranges, &mut errors);
                 }
@@ -969,6 +972,8 @@ struct Target<'a> {
     /// bound its reads (and the sizing goes on while they fall), later only what is fixed
     /// outside it does, so a long countdown is sized at once.
     widen: bool,
+    /// The component's axes that no derivation moves ([`stable_axes`]).
+    stable: &'a HashSet<(usize, usize)>,
 }
 
 /// Grows the target's integer extents to hold every index written; reports writes outside a
@@ -991,8 +996,11 @@ fn grow_lhs(
         // Until widening, the component's own relations bound their reads by the smallest
         // positions written so far; sizing goes on until those stop falling, when they hold
         // every value a derivation can reach (`F(x, y - 4) :- F(x, y), x < y`).
-        let skip: &[usize] = if target.widen { target.current } else { &[] };
-        atom_lows(&eq.rhs, tensors, skip, target.lows, &mut low);
+        // After it, so do their axes that no derivation moves.
+        let skipped = |t: usize, ax: usize| {
+            target.widen && target.current.contains(&t) && !target.stable.contains(&(t, ax))
+        };
+        atom_lows(&eq.rhs, tensors, &skipped, target.lows, &mut low);
     }
     // A guard `v > w` keeps `v` above the smallest `w` (`Down(x, y - 1) :- Down(x, y), x < y`).
     for v in 0..low.len() {
@@ -1068,37 +1076,82 @@ fn grow_lhs(
     changed
 }
 
-/// Raises `low[v]` to the smallest position a Boolean tensor (not in `skip`) holds where a
-/// factor of a rule's body reads it at bare `v`: a point below it reads false there, so its
-/// product writes nothing.
+/// Raises `low[v]` to the smallest position a Boolean tensor holds (on an axis not
+/// `skipped`) where a factor of a rule's body reads it at bare `v`: a point below it reads
+/// false there, so its product writes nothing.
 fn atom_lows(
     n: &Node,
     tensors: &[TensorInfo],
-    current: &[usize],
+    skipped: &dyn Fn(usize, usize) -> bool,
     lows: &[Vec<Option<i64>>],
     low: &mut [i64],
 ) {
+    each_atom_read(n, &mut |tensor, ax, v| {
+        if skipped(tensor, ax) || tensors[tensor].kind != Kind::Bool {
+            return;
+        }
+        if let (Some(Some(l)), Some(x)) = (lows[tensor].get(ax), low.get_mut(v)) {
+            *x = (*x).max(*l);
+        }
+    });
+}
+
+/// Calls `f(tensor, axis, v)` for each bare variable `v` a factor of a rule's body (not a
+/// divisor, not under `not`) reads a tensor at.
+fn each_atom_read(n: &Node, f: &mut dyn FnMut(usize, usize, VarId)) {
     match n {
-        Node::Sum { body, .. } => atom_lows(body, tensors, current, lows, low),
+        Node::Sum { body, .. } => each_atom_read(body, f),
         Node::Product(fs) => fs
             .iter()
             .filter(|(div, _)| !div)
-            .for_each(|(_, f)| atom_lows(f.inside_empty_sums(), tensors, current, lows, low)),
+            .for_each(|(_, x)| each_atom_read(x.inside_empty_sums(), f)),
         Node::Read {
             tensor,
             index,
             slice: false,
-        } if !current.contains(tensor) && tensors[*tensor].kind == Kind::Bool => {
-            for (ax, f) in index.iter().enumerate() {
-                if let (IndexFn::Var(v), Some(Some(l))) = (f, lows[*tensor].get(ax)) {
-                    if let Some(x) = low.get_mut(*v) {
-                        *x = (*x).max(*l);
-                    }
+        } => {
+            for (ax, i) in index.iter().enumerate() {
+                if let IndexFn::Var(v) = i {
+                    f(*tensor, ax, *v);
                 }
             }
         }
         _ => {}
     }
+}
+
+/// The axes of a component's tensors that no derivation moves: every equation of the
+/// component writes them with a constant, or with a bare variable its body reads at the
+/// same axis of the same tensor or at a tensor outside the component. Their smallest
+/// positions are final once each outside write is seen, so they bound reads after
+/// widening too (`G(x, y - 4) :- G(x, y), x < y`: `x` stays where `Ceil` put it).
+fn stable_axes(st: &Stratum, eqs: &[Lowered]) -> HashSet<(usize, usize)> {
+    let mut moved = HashSet::new();
+    for &i in &st.equations {
+        let eq = &eqs[i].0;
+        let mut reads = Vec::new();
+        each_atom_read(&eq.rhs, &mut |t, ax, v| reads.push((t, ax, v)));
+        for (ax, f) in eq.lhs.iter().enumerate() {
+            let kept = match f {
+                IndexFn::Const(_) => true,
+                IndexFn::Var(v) => reads.iter().any(|&(t, a, w)| {
+                    w == *v && ((t, a) == (eq.target, ax) || !st.tensors.contains(&t))
+                }),
+                IndexFn::Arith(..) => false,
+            };
+            if !kept {
+                moved.insert((eq.target, ax));
+            }
+        }
+    }
+    st.equations
+        .iter()
+        .flat_map(|&i| {
+            let eq = &eqs[i].0;
+            (0..eq.lhs.len()).map(move |ax| (eq.target, ax))
+        })
+        .filter(|k| !moved.contains(k))
+        .collect()
 }
 
 #[cfg(test)]
