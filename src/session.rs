@@ -35,6 +35,10 @@ pub struct RunOptions {
     pub timeout: Option<std::time::Duration>,
     /// Set it (from a Ctrl-C handler) to end an evaluation with E0403.
     pub interrupt: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Record each derived tuple's round (`--provenance`), so that `why` walks down the
+    /// rounds to a derivation of minimal height: 4 bytes per tuple of a relation the
+    /// joins derive.
+    pub provenance: bool,
 }
 
 impl Default for RunOptions {
@@ -46,6 +50,7 @@ impl Default for RunOptions {
             threads: crate::eval::default_threads(),
             timeout: None,
             interrupt: None,
+            provenance: false,
         }
     }
 }
@@ -67,6 +72,9 @@ pub struct Session {
     checked: Option<Checked>,
     plan: Option<crate::plan::Plan>,
     values: Option<Vec<Tensor>>,
+    /// Each derived tuple's round in the last run, where it recorded them
+    /// (`RunOptions::provenance`); cleared whenever the values change otherwise.
+    rounds: Option<crate::eval::Rounds>,
     log: Vec<crate::eval::Decision>,
     /// Why the last load failed: checking and running then report it rather than running
     /// what parsed of the program.
@@ -123,6 +131,7 @@ impl Session {
         self.checked = None;
         self.plan = None;
         self.values = None;
+        self.rounds = None;
         self.live = None;
         self.staged.clear();
         self.overlay = overlay::Overlay::default();
@@ -152,6 +161,7 @@ impl Session {
                 self.checked = None;
                 self.plan = None;
                 self.values = None;
+                self.rounds = None;
                 self.load_errors = Some(d.clone());
                 return Err(d);
             }
@@ -432,10 +442,12 @@ impl Session {
             .as_ref()
             .ok_or_else(|| Diagnostics::from(Diagnostic::global(codes::FORM, "no program")))?;
         let plan = self.plan.as_ref().ok_or_else(not_checked)?;
+        let eval = eval_options(options, &self.functions);
         let run = engine
-            .run(checked, plan, &eval_options(options, &self.functions))
+            .run(checked, plan, &eval)
             .map_err(|d| d.located(&self.file_name, &self.source))?;
         self.log = run.log;
+        self.rounds = eval.provenance.map(|p| p.take());
         self.publish(run.values, options)
     }
 
@@ -513,6 +525,7 @@ impl Session {
         query: &semantics::Query,
     ) -> Result<Vec<String>, Diagnostics> {
         self.values = None;
+        self.rounds = None;
         let checked = self.checked.as_ref().ok_or_else(not_checked)?;
         let eval = eval_options(options, &self.functions);
         let values = engine.evaluate_for(checked, &eval, query)?;
@@ -543,6 +556,7 @@ impl Session {
             // The last run's values are dropped first, as a caller that keeps only the newest
             // would: their memory is then free for this run to reuse.
             self.values = None;
+            self.rounds = None;
             let start = std::time::Instant::now();
             let values = engine.evaluate_planned(checked, plan, &eval)?;
             times.push(start.elapsed());
@@ -640,7 +654,8 @@ impl Session {
             self.source.as_str(),
             self.base_dir.as_path(),
         );
-        crate::why::why(checked, values, &self.program, source, &q, options)
+        let evaluated = (values, self.rounds.as_ref());
+        crate::why::why(checked, evaluated, &self.program, source, &q, options)
             .map_err(|d| Diagnostics::from(d.located("<why>", text)))
     }
 
@@ -762,6 +777,7 @@ fn eval_options(options: &RunOptions, functions: &BTreeMap<String, UserFunction>
         functions: functions.clone(),
         threads: options.threads.max(1),
         stop: crate::eval::Stop::new(options.timeout, options.interrupt.clone()),
+        provenance: options.provenance.then(crate::eval::Provenance::default),
     }
 }
 

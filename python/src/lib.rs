@@ -261,13 +261,15 @@ impl Program {
     /// Checks and evaluates the program on `threads` threads, without the GIL; returns the
     /// answers of the program's own queries. On the main thread, Ctrl-C stops the engine
     /// and is then raised as Python would raise it (`KeyboardInterrupt`), see [`ctrl_c`].
-    #[pyo3(signature = (threads = None, write_files = true, timeout = None))]
+    /// `provenance=True` records each derived tuple's round, for `why` (`--provenance`).
+    #[pyo3(signature = (threads = None, write_files = true, timeout = None, provenance = false))]
     fn run(
         &mut self,
         py: Python<'_>,
         threads: Option<usize>,
         write_files: bool,
         timeout: Option<f64>,
+        provenance: bool,
     ) -> PyResult<Vec<String>> {
         let threads = thread_count(threads, "threads")?;
         let watch = ctrl_c::Watch::start();
@@ -276,6 +278,7 @@ impl Program {
             write_files,
             timeout: timeout.map(std::time::Duration::from_secs_f64),
             interrupt: watch.as_ref().map(ctrl_c::Watch::flag),
+            provenance,
             ..RunOptions::default()
         };
         let session = &mut self.session;

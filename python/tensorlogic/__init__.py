@@ -141,12 +141,14 @@ class Program:
         return self
 
     def run(self, threads: Optional[int] = None, write_files: bool = True,
-            timeout: Optional[float] = None) -> List[str]:
+            timeout: Optional[float] = None, provenance: bool = False) -> List[str]:
         """Checks and evaluates the program without holding the GIL; returns the answers
         of its own queries as the CLI prints them. `threads` defaults to every core this
-        process may use (results are bit-identical for any count). Errors (every one of them) raise
+        process may use (results are bit-identical for any count). `provenance=True`
+        records each derived tuple's round (4 bytes a tuple), so that `why` walks down the
+        rounds to a derivation of minimal height instead of searching for one. Errors (every one of them) raise
         `TensorLogicError`; Ctrl-C raises `KeyboardInterrupt` once the engine stops."""
-        return self._native.run(threads, write_files, timeout)
+        return self._native.run(threads, write_files, timeout, provenance)
 
     def run_incremental(self, workers: Optional[int] = None, write_files: bool = True,
                         engine: str = "standard") -> List[str]:

@@ -13,6 +13,7 @@ mod initial;
 mod maintained;
 mod nest;
 mod open;
+mod provenance;
 mod reference;
 mod relational;
 mod standard;
@@ -32,6 +33,7 @@ pub use dense::{KeptTerms, StepTerms};
 pub use differential::{parse_hosts, Cluster, Differential, Incremental, Processes};
 pub use maintained::{Change, Maintained};
 pub(crate) use open::axis_table;
+pub use provenance::{Provenance, Rounds};
 pub(crate) use reference::{assignments, points, Cx};
 pub use reference::{Record, Reference};
 pub use standard::{evaluate_recorded, Standard, StratumRecord};
@@ -61,6 +63,9 @@ pub struct EvalOptions {
     pub threads: usize,
     /// When to end early (`--timeout`, Ctrl-C): with an error, never with partial values.
     pub stop: Stop,
+    /// Where to record each derived tuple's round of first derivation (`--provenance`),
+    /// for `why`; `None` records nothing.
+    pub provenance: Option<Provenance>,
 }
 
 impl Default for EvalOptions {
@@ -72,6 +77,7 @@ impl Default for EvalOptions {
             functions: BTreeMap::new(),
             threads: default_threads(),
             stop: Stop::default(),
+            provenance: None,
         }
     }
 }

@@ -99,6 +99,7 @@ impl Session {
         let (keeper, values, log) =
             start(checked, plan, &o).map_err(|d| d.located(&self.file_name, &self.source))?;
         self.log = log;
+        self.rounds = o.provenance.as_ref().map(|p| p.take());
         let lines = self.publish(values, options)?;
         self.live = Some(Live {
             keeper,
@@ -373,6 +374,8 @@ impl Session {
         &mut self,
         changes: &[(TensorId, Vec<u32>, isize)],
     ) -> Result<Vec<Changes>, Diagnostics> {
+        // Rounds of first derivation describe the evaluation, not what commits change.
+        self.rounds = None;
         let (Some(checked), Some(plan), Some(live)) = (&self.checked, &self.plan, &mut self.live)
         else {
             return Err(super::not_checked().into());

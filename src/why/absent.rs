@@ -3,7 +3,7 @@
 //! there, and below a failing atom why that fact does not hold in turn, to the depth asked.
 
 use super::facts::{bind_head, bound_text, given};
-use super::join::root;
+use super::join::hoisted;
 use super::{Ctx, WhyNode};
 use crate::diagnostics::Diagnostic;
 use crate::semantics::{Equation, IndexFn, Node};
@@ -51,8 +51,8 @@ pub(super) fn closest_failure(
     bound: &[bool],
     depth: usize,
 ) -> Result<WhyNode, Diagnostic> {
-    let (_, body) = root(eq);
-    let factors: Vec<&Node> = match body.inside_empty_sums() {
+    let (_, body) = hoisted(eq);
+    let factors: Vec<&Node> = match &body {
         Node::Product(fs) => fs.iter().map(|(_, f)| f).collect(),
         other => vec![other],
     };

@@ -7,7 +7,7 @@
 //! instances, settled smallest first. Facts of lower strata are settled the same way, first.
 //! Nothing needs to be recorded during evaluation.
 
-use super::join::{each, root};
+use super::join::{each, hoisted};
 use super::{Ctx, WhyNode};
 use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::semantics::{Equation, IndexFn, Kind, Node};
@@ -67,7 +67,10 @@ pub(super) fn explain(ctx: &Ctx, t: usize, pos: &[u32], span: Span) -> Result<Wh
         settled: FxHashMap::default(),
     };
     let goal = (t, pos.to_vec());
-    s.settle(&goal)?;
+    match ctx.rounds {
+        Some(_) => s.walk_rounds(&goal)?,
+        None => s.settle(&goal)?,
+    }
     let mut budget = MAX_NODES;
     Ok(s.tree(&goal, &mut budget))
 }
@@ -84,9 +87,8 @@ pub(super) fn given(ctx: &Ctx, f: &Fact) -> bool {
     holds && (in_data || !ctx.p.equations.iter().any(|e| e.target == f.0))
 }
 
-/// The variables an instance ranges over beyond the head: loop and outer-sum variables.
-fn free_vars(eq: &Equation, bound: &[bool]) -> Vec<usize> {
-    let (sum, _) = root(eq);
+/// The variables an instance ranges over beyond the head: loop and summed variables.
+fn free_vars(eq: &Equation, sum: &[usize], bound: &[bool]) -> Vec<usize> {
     let mut free: Vec<usize> = eq.loop_vars.iter().chain(sum).copied().collect();
     free.retain(|&v| !bound[v]);
     free.sort_unstable();
@@ -144,8 +146,9 @@ impl Search<'_> {
             let Some(bound) = bind_head(eq, &f.1, &mut env) else {
                 continue;
             };
-            let free = free_vars(eq, &bound);
-            let (_, body) = root(eq);
+            let (sum, body) = hoisted(eq);
+            let free = free_vars(eq, &sum, &bound);
+            let body = &body;
             let cx = ctx.cx(eq);
             let (pos, neg) = atoms(body);
             let want: Vec<usize> = f.1.iter().map(|&p| p as usize).collect();
@@ -177,6 +180,81 @@ impl Search<'_> {
             })?;
         }
         Ok(out)
+    }
+
+    /// Settles `goal` by the rounds the run recorded (`--provenance`): a fact first derived
+    /// in round `r` has an instance whose body facts of its stratum are all of earlier
+    /// rounds, so that instance, taken for each fact down from the goal, is a derivation of
+    /// minimal height within each stratum, found without a search. A fact with no round
+    /// (its stratum ran on another kernel) is settled by [`Search::settle`].
+    fn walk_rounds(&mut self, goal: &Fact) -> Result<(), Diagnostic> {
+        let mut chosen: FxHashMap<Fact, Instance> = FxHashMap::default();
+        let mut stack = vec![goal.clone()];
+        while let Some(f) = stack.last().cloned() {
+            if self.settled.contains_key(&f) {
+                stack.pop();
+                continue;
+            }
+            if let Some(inst) = chosen.remove(&f) {
+                let waiting: Vec<Fact> = inst
+                    .body
+                    .iter()
+                    .filter(|b| !self.settled.contains_key(*b))
+                    .cloned()
+                    .collect();
+                if waiting.is_empty() {
+                    let h = self.instance_height(&inst);
+                    self.settled
+                        .insert(f, (h, Settled::Derived(Box::new(inst))));
+                    stack.pop();
+                } else {
+                    chosen.insert(f, inst);
+                    stack.extend(waiting);
+                }
+                continue;
+            }
+            match self.earlier_instance(&f)? {
+                Some(inst) => {
+                    chosen.insert(f, inst);
+                }
+                None => {
+                    self.settle(&f)?;
+                    stack.pop();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// An instance deriving `f` whose body facts of `f`'s stratum all have recorded rounds
+    /// earlier than `f`'s (the latest of them as early as can be); `None` where `f` has no
+    /// recorded round after 0, is given, or no such instance is found.
+    fn earlier_instance(&self, f: &Fact) -> Result<Option<Instance>, Diagnostic> {
+        let ctx = self.ctx;
+        if given(ctx, f) {
+            return Ok(None);
+        }
+        let Some(round) = ctx.round(f.0, &f.1).filter(|&r| r > 0) else {
+            return Ok(None);
+        };
+        let stratum = ctx.stratum_of(f.0);
+        let latest = |inst: &Instance| -> Option<u32> {
+            let mut latest = 0;
+            for b in inst.body.iter().filter(|b| ctx.stratum_of(b.0) == stratum) {
+                let r = ctx.round(b.0, &b.1)?;
+                if r >= round {
+                    return None;
+                }
+                latest = latest.max(r);
+            }
+            Some(latest)
+        };
+        Ok(self
+            .instances(f)?
+            .into_iter()
+            .filter_map(|i| latest(&i).map(|l| (l, i)))
+            .min_by_key(|(l, _)| *l)
+            .map(|(_, i)| i))
     }
 
     /// Settles `goal` and every fact of its stratum that its derivations may rest on.
@@ -360,8 +438,11 @@ impl Search<'_> {
             }
             Some((h, Settled::Derived(inst))) => {
                 let eq = &ctx.p.equations[inst.eq];
+                let round = ctx
+                    .round(f.0, &f.1)
+                    .map_or(String::new(), |r| format!(", round {r}"));
                 let detail = format!(
-                    "height {h}, rule at {}: {}",
+                    "height {h}{round}, rule at {}: {}",
                     ctx.at(eq.span),
                     bound_text(ctx, eq, &inst.env, None)
                 );

@@ -72,6 +72,35 @@ pub(crate) fn root(eq: &Equation) -> (&[usize], &Node) {
     }
 }
 
+/// A rule's summation point with the sums nested in its factors brought out: `A(x, y) :-
+/// P(x, y, k)` is `A[x, y] = Σ_k P[x, y, k]` inside the rule's product, and a fact's instances
+/// are those of `P(x, y, k)` at each `k` (an atom that exists is true at some point of its
+/// own variables, so the variables join the rule's). For Boolean rules only.
+pub(crate) fn hoisted(eq: &Equation) -> (Vec<usize>, Node) {
+    fn bring_out(f: &Node, vars: &mut Vec<usize>, out: &mut Vec<(bool, Node)>) {
+        match f.inside_empty_sums() {
+            Node::Sum { vars: inner, body } => {
+                vars.extend(inner.iter().copied());
+                bring_out(body, vars, out);
+            }
+            Node::Product(fs) => {
+                for (div, g) in fs {
+                    match div {
+                        false => bring_out(g, vars, out),
+                        true => out.push((true, g.clone())),
+                    }
+                }
+            }
+            other => out.push((false, other.clone())),
+        }
+    }
+    let (vars, body) = root(eq);
+    let mut vars = vars.to_vec();
+    let mut factors = Vec::new();
+    bring_out(body, &mut vars, &mut factors);
+    (vars, Node::Product(factors))
+}
+
 /// The positive reads of relations among a body's factors: the atoms that bind variables.
 fn drivers<'n>(ctx: &Ctx, body: &'n Node) -> Vec<(usize, &'n [IndexFn])> {
     let factors: Vec<&Node> = match body.inside_empty_sums() {

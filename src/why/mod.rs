@@ -162,6 +162,9 @@ pub(crate) struct Ctx<'a> {
     pub file_name: &'a str,
     pub base_dir: &'a std::path::Path,
     pub options: &'a WhyOptions,
+    /// Each derived tuple's round of first derivation, where the run recorded them
+    /// (`--provenance`).
+    pub rounds: Option<&'a crate::eval::Rounds>,
     eval: EvalOptions,
     indexes: join::Indexes,
     /// Input files read so far: each row's fields (tab-joined) to its first line.
@@ -229,6 +232,16 @@ impl<'a> Ctx<'a> {
         rows.get(&labels.join("\t")).copied()
     }
 
+    /// The round in which the run first derived fact `pos` of relation `t`, where it
+    /// recorded one (0: held before its stratum's first round).
+    fn round(&self, t: usize, pos: &[u32]) -> Option<u32> {
+        let rounds = self.rounds?.get(&t)?;
+        let crate::tensor::Storage::Relation(r) = &self.values.get(t)?.storage else {
+            return None;
+        };
+        rounds.get(r.find(pos)?).copied()
+    }
+
     /// The stratum (from 1, as `tl explain` numbers them) that computes tensor `t`.
     fn stratum_of(&self, t: usize) -> usize {
         self.p
@@ -242,7 +255,7 @@ impl<'a> Ctx<'a> {
 /// Explains the element a ground query names.
 pub(crate) fn why(
     p: &Checked,
-    values: &[Tensor],
+    (values, rounds): (&[Tensor], Option<&crate::eval::Rounds>),
     program: &Program,
     source: (&str, &str, &std::path::Path),
     query: &Query,
@@ -271,6 +284,7 @@ pub(crate) fn why(
         file_name,
         base_dir,
         options,
+        rounds,
         eval: EvalOptions::default(),
         indexes: join::Indexes::default(),
         rows: Default::default(),

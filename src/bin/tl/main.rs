@@ -117,6 +117,11 @@ enum Command {
         /// `text` (a tree) or `json`.
         #[arg(long, default_value = "text", value_parser = ["text", "json"])]
         format: String,
+        /// Record each derived tuple's round while evaluating, so that the derivation of
+        /// minimal height is a walk down the rounds rather than a search (4 bytes per tuple
+        /// the joins derive).
+        #[arg(long)]
+        provenance: bool,
         /// Override a scalar constant, e.g. `--set N=3`.
         #[arg(long = "set", value_name = "NAME=VALUE", value_parser = parse_set)]
         set: Vec<(String, f64)>,
@@ -141,6 +146,10 @@ enum Command {
     Repl {
         /// A program file to load first.
         file: Option<PathBuf>,
+        /// Record each derived tuple's round, so that `:why` walks down the rounds to a
+        /// derivation of minimal height (4 bytes per tuple the joins derive).
+        #[arg(long)]
+        provenance: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -303,6 +312,7 @@ impl Common {
             threads: self.threads(),
             timeout: self.timeout.map(std::time::Duration::from_secs_f64),
             interrupt: Some(interrupt()),
+            provenance: false,
         }
     }
 
@@ -633,6 +643,7 @@ fn run(command: Command) -> Result<(), String> {
                 threads: common.threads(),
                 timeout: common.timeout.map(std::time::Duration::from_secs_f64),
                 interrupt: None,
+                provenance: false,
             };
             if cluster.gathers() {
                 let cluster = dataflow.then_some(&cluster);
@@ -657,10 +668,14 @@ fn run(command: Command) -> Result<(), String> {
             depth,
             format,
             set,
+            provenance,
             common,
         } => {
             let mut session = load(&file)?;
-            let opts = common.run_options(&set, false);
+            let opts = RunOptions {
+                provenance,
+                ..common.run_options(&set, false)
+            };
             session
                 .run_with(&Standard, &opts)
                 .map_err(|d| render(&session, &d))?;
@@ -677,7 +692,11 @@ fn run(command: Command) -> Result<(), String> {
             Ok(())
         }
         Command::Lsp => lsp::serve(),
-        Command::Repl { file, common } => repl::repl(
+        Command::Repl {
+            file,
+            provenance,
+            common,
+        } => repl::repl(
             file,
             RunOptions {
                 settings: common.settings(&[]),
@@ -686,6 +705,7 @@ fn run(command: Command) -> Result<(), String> {
                 threads: common.threads(),
                 timeout: common.timeout.map(std::time::Duration::from_secs_f64),
                 interrupt: None,
+                provenance,
             },
         ),
         Command::Query {

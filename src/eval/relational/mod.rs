@@ -182,6 +182,13 @@ pub(super) fn evaluate_stratum(
                 .any(|t| full.get(t).is_some_and(|s| s.count as usize >= cells))
         })
     };
+    if o.provenance.is_some() {
+        for t in members {
+            if let Some(s) = full.get_mut(t) {
+                s.note_rounds();
+            }
+        }
+    }
     let outcome = fixpoint(rules, &mut full, rounds, &dense, (checker, pool));
     if let Some(d) = open.as_ref().and_then(|o| o.overflow()) {
         return Err(d.into());
@@ -207,6 +214,9 @@ pub(super) fn evaluate_stratum(
     }
     for &t in members {
         if let Some(store) = full.remove(&t) {
+            if let (Some(rec), Some(rounds)) = (&o.provenance, store.rounds()) {
+                rec.record(t, rounds);
+            }
             values[t] =
                 Tensor::relation_flat(p.tensors[t].shape.clone(), store.data, store.count as usize);
         }
@@ -315,6 +325,15 @@ fn settle(
 ) -> Result<Option<Stopped>, Halt> {
     let mut delta: HashMap<TensorId, Store> = HashMap::default();
     let mut rounds = 1;
+    let noting: Vec<TensorId> = {
+        let mut n: Vec<TensorId> = full
+            .iter()
+            .filter(|(_, s)| s.marks.is_some())
+            .map(|(t, _)| *t)
+            .collect();
+        n.sort_unstable();
+        n
+    };
     loop {
         delta.clear();
         let mut heads: Vec<TensorId> = new.keys().copied().collect();
@@ -334,6 +353,11 @@ fn settle(
             }
             if fresh.count > 0 {
                 delta.insert(t, fresh);
+            }
+        }
+        for t in &noting {
+            if let Some(s) = full.get_mut(t) {
+                s.end_round();
             }
         }
         let Some(max_rounds) = max_rounds.filter(|_| !delta.is_empty()) else {

@@ -21,6 +21,9 @@ pub(super) struct Store {
     pub(super) values: Vec<f64>,
     members: Members,
     indexes: Vec<Index>,
+    /// With `--provenance`: the row count before the first round and at the end of each
+    /// round since (`eval/provenance.rs`).
+    pub(super) marks: Option<Vec<u32>>,
 }
 
 impl Store {
@@ -50,6 +53,7 @@ impl Store {
             values: Vec::new(),
             members,
             indexes: Vec::new(),
+            marks: None,
         }
     }
 
@@ -102,6 +106,27 @@ impl Store {
     /// returns how many values remain.
     pub(super) fn retain_unknown(&self, tuples: &mut [u32]) -> usize {
         self.members.retain_unknown(tuples, &self.data)
+    }
+
+    /// Starts noting the rows each round adds (`--provenance`): those held now are given.
+    pub(super) fn note_rounds(&mut self) {
+        self.marks = Some(vec![self.count]);
+    }
+
+    /// Ends a round, if rounds are noted.
+    pub(super) fn end_round(&mut self) {
+        if let Some(m) = &mut self.marks {
+            m.push(self.count);
+        }
+    }
+
+    /// Each tuple's round in the order of the sorted relation, if rounds were noted.
+    pub(super) fn rounds(&self) -> Option<Vec<u32>> {
+        let marks = self.marks.as_ref()?;
+        let count = self.count as usize;
+        Some(crate::eval::provenance::sorted_rounds(
+            &self.data, self.arity, count, marks,
+        ))
     }
 
     /// Adds a tuple, updating every index; false if it was already there.
