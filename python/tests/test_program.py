@@ -511,3 +511,16 @@ def test_a_program_over_the_memory_budget_is_refused_not_aborted():
         prog.train(steps=1)
     assert "E0601" in str(e.value)
     assert tl.Program("S = 2 * 3\nS?\n").run() is not None
+
+
+def test_why_walks_down_the_rounds_a_run_with_provenance_recorded():
+    import tensorlogic as tl
+    prog = tl.Program(
+        "Parent(Alice, Bob, 1). Parent(Bob, Carol, 1).\n"
+        "Ancestor(x, y) :- Parent(x, y, k).\n"
+        "Ancestor(x, z) :- Ancestor(x, y), Parent(y, z, k).\n")
+    prog.run(provenance=True)
+    w = prog.why("Ancestor(Alice, Carol)")
+    assert w.detail.startswith("height 2, round 2, rule at")
+    prog.run()
+    assert "round" not in prog.why("Ancestor(Alice, Carol)").detail
