@@ -7,6 +7,7 @@ with a fixed seed from what the run derived. The Datalog workloads run again wit
 `prog.run(provenance=True)`, which records each tuple's round for `why` to walk down.
 
     python3 bench/why/run.py
+    python3 bench/why/run.py --cost   # what recording rounds costs the evaluation
 """
 
 import importlib.util
@@ -73,7 +74,27 @@ def gnn_case(count=20):
     return "gnn-20k (Emb[n, 2, d])", 20000 * 3 * 64, run_s, med, worst
 
 
+def provenance_cost(rounds=7):
+    """What recording rounds costs the evaluation: Andersen run with and without
+    `provenance=True`, alternating, medians of `rounds`."""
+    kind, make = datalog.workloads()["andersen-100k"]
+    d = make()
+    times = {False: [], True: []}
+    for _ in range(rounds):
+        for provenance in (False, True):
+            prog = tl.Program(datalog.TL_PROGRAMS[kind], base_dir=d)
+            t = time.perf_counter()
+            prog.run(write_files=False, provenance=provenance)
+            times[provenance].append(time.perf_counter() - t)
+    plain, recorded = (statistics.median(times[p]) for p in (False, True))
+    print(f"andersen-100k run: {plain:.3f} s, with provenance {recorded:.3f} s "
+          f"({recorded / plain:.2f}x)")
+
+
 def main():
+    if "--cost" in sys.argv:
+        provenance_cost()
+        return
     print("| workload | tuples or elements | run s | why median ms | why max ms |")
     print("|---|---|---|---|---|")
     for case in [lambda: datalog_case("tc-chain-2000", "Path"),
