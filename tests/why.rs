@@ -295,3 +295,24 @@ fn a_variable_only_in_the_body_is_bound_by_its_atom() {
         "{text}"
     );
 }
+
+/// `tl why --provenance` records rounds while evaluating and shows each step's round.
+#[test]
+fn tl_why_with_provenance_shows_the_rounds() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    common::write(
+        dir.path(),
+        "p.tl",
+        "Parent(Ann, Bob, 1). Parent(Bob, Cid, 1).\n\
+         Ancestor(x, y) :- Parent(x, y, k).\n\
+         Ancestor(x, z) :- Ancestor(x, y), Parent(y, z, k).\n",
+    );
+    let args = ["why", "--provenance", "p.tl", "Ancestor(Ann, Cid)"];
+    let out = common::tl(dir.path(), &args);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let text = common::stdout(&out);
+    assert!(
+        text.starts_with("Ancestor(Ann, Cid)  (height 2, round 2, rule at p.tl:3"),
+        "{text}"
+    );
+}
