@@ -1,7 +1,7 @@
 //! Domain inference (§4): union-find over (tensor, axis) slots, named domains and the index
 //! variables of each equation, then symbol interning in source order.
 
-use super::head_links::HeadLink;
+use super::head_links::{HeadLink, HeadLinks};
 use super::ir::{number_text, real_text};
 use super::names::IndexName;
 use super::{Ctx, Domain};
@@ -167,7 +167,7 @@ impl Ctx<'_> {
 
     /// Unifies slots that share an index variable and records where symbols are placed.
     /// A rule head's bare variables are returned unlinked: [`Ctx::link_heads`] links them.
-    pub(super) fn build_domains(&mut self) -> Vec<HeadLink> {
+    pub(super) fn build_domains(&mut self) -> HeadLinks {
         let mut base = 0;
         for t in &self.tensors {
             self.axis_base.push(base);
@@ -183,7 +183,7 @@ impl Ctx<'_> {
             }
         }
         let mut placements = Vec::new();
-        let mut links = Vec::new();
+        let mut links = HeadLinks::default();
         let program = self.program;
         for (si, st) in program.statements.iter().enumerate() {
             match &st.kind {
@@ -265,13 +265,14 @@ impl Ctx<'_> {
     }
 
     /// Unifies the slots of access `a` with its variables; with `links`, the access is a
-    /// rule's head and its bare variables are noted there instead.
+    /// rule's head: its bare variables are noted there instead, and so are the slots it
+    /// writes with index arithmetic over variables.
     fn unify_access(
         &mut self,
         si: usize,
         a: &Access,
         placements: &mut Vec<Pending>,
-        mut links: Option<&mut Vec<HeadLink>>,
+        mut links: Option<&mut HeadLinks>,
     ) {
         let Some(&t) = self.by_name.get(&a.name.text) else {
             return;
@@ -290,7 +291,7 @@ impl Ctx<'_> {
                     IndexName::Var => {
                         let var = self.var_node(si, &n.text);
                         match links.as_deref_mut() {
-                            Some(links) => links.push(HeadLink {
+                            Some(heads) => heads.links.push(HeadLink {
                                 slot,
                                 var,
                                 span: n.span,
@@ -303,11 +304,14 @@ impl Ctx<'_> {
                 },
                 Index::Str(s, _) => placements.push(Pending::Symbol(slot, s.clone())),
                 Index::Real(v, _) => placements.push(Pending::Real(slot, *v)),
-                Index::Int(..) | Index::Arith(..) => {
-                    if let Some(v) = int_constant(idx) {
-                        placements.push(Pending::Number(slot, v));
+                Index::Int(..) | Index::Arith(..) => match int_constant(idx) {
+                    Some(v) => placements.push(Pending::Number(slot, v)),
+                    None => {
+                        if let Some(heads) = links.as_deref_mut() {
+                            heads.computing.push(slot);
+                        }
                     }
-                }
+                },
                 _ => {}
             }
         }

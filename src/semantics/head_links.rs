@@ -15,8 +15,17 @@
 
 use super::{Ctx, Retry};
 use crate::diagnostics::Span;
-use crate::syntax::ast::{Index, StmtKind};
 use std::collections::HashSet;
+
+/// What rule heads write, gathered while domains are built.
+#[derive(Default)]
+pub(super) struct HeadLinks {
+    /// Bare variables in heads, not yet unified with their slots.
+    pub links: Vec<HeadLink>,
+    /// The slots heads write with index arithmetic over variables: columns whose values
+    /// the program computes.
+    pub computing: Vec<usize>,
+}
 
 /// A rule head's slot and the bare variable written there, not yet unified.
 pub(super) struct HeadLink {
@@ -32,11 +41,13 @@ impl Ctx<'_> {
     /// be rewritten into value sites (unless `computed` already holds them).
     pub(super) fn link_heads(
         &mut self,
-        links: Vec<HeadLink>,
+        heads: HeadLinks,
         computed: &HashSet<Span>,
     ) -> Result<(), Retry> {
-        let (mut held, kept): (Vec<HeadLink>, Vec<HeadLink>) =
-            links.into_iter().partition(|l| !computed.contains(&l.span));
+        let (mut held, kept): (Vec<HeadLink>, Vec<HeadLink>) = heads
+            .links
+            .into_iter()
+            .partition(|l| !computed.contains(&l.span));
         for l in kept {
             self.uf.union(l.slot, l.var);
         }
@@ -45,7 +56,7 @@ impl Ctx<'_> {
         }
         let mut classes = Classes {
             open: self.open_candidates(),
-            computing: self.computing_classes(),
+            computing: heads.computing.iter().map(|&s| self.uf.find(s)).collect(),
             axes: (0..self.tensors.iter().map(|t| t.rank()).sum())
                 .map(|n| self.uf.find(n))
                 .collect(),
@@ -87,34 +98,6 @@ impl Ctx<'_> {
             }
         }
         true
-    }
-
-    /// The roots of the slots a rule's head writes with index arithmetic over variables:
-    /// columns whose values the program computes.
-    fn computing_classes(&mut self) -> HashSet<usize> {
-        let program = self.program;
-        let mut found = HashSet::new();
-        for st in &program.statements {
-            let StmtKind::Rule { head, .. } = &st.kind else {
-                continue;
-            };
-            let Some(&t) = self.by_name.get(&head.name.text) else {
-                continue;
-            };
-            if self.tensors[t].rank() != super::names::axes(&head.indices) {
-                continue;
-            }
-            let stored = head
-                .indices
-                .iter()
-                .filter(|i| !matches!(i, Index::Virtual(..)));
-            for (ax, idx) in stored.enumerate() {
-                if matches!(idx, Index::Arith(..)) && super::domains::int_constant(idx).is_none() {
-                    found.insert(self.uf.find(self.axis_base[t] + ax));
-                }
-            }
-        }
-        found
     }
 }
 

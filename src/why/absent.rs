@@ -3,7 +3,6 @@
 //! there, and below a failing atom why that fact does not hold in turn, to the depth asked.
 
 use super::facts::{bind_head, bound_text, given};
-use super::join::hoisted;
 use super::{Ctx, WhyNode};
 use crate::diagnostics::Diagnostic;
 use crate::semantics::{Equation, IndexFn, Node};
@@ -18,12 +17,15 @@ pub(super) fn why_not(
 ) -> Result<WhyNode, Diagnostic> {
     let label = ctx.element(t, pos);
     let mut children = Vec::new();
-    for eq in ctx.p.equations.iter().filter(|e| e.target == t) {
+    for (k, eq) in ctx.p.equations.iter().enumerate() {
+        if eq.target != t {
+            continue;
+        }
         let mut env = vec![0i64; eq.vars.len()];
         let Some(bound) = bind_head(eq, pos, &mut env) else {
             continue;
         };
-        children.push(closest_failure(ctx, eq, &mut env, &bound, depth)?);
+        children.push(closest_failure(ctx, k, &mut env, &bound, depth)?);
     }
     let detail = match (children.is_empty(), given(ctx, &(t, pos.to_vec()))) {
         (true, _) => "no rule derives it and it is not given".to_string(),
@@ -42,17 +44,19 @@ pub(super) fn why_not_below(ctx: &Ctx, t: usize, pos: &[u32], depth: usize) -> O
     (depth > 1 && derived).then(|| why_not(ctx, t, pos, depth - 1).ok())?
 }
 
-/// For `why --not`: the instance of `eq` (head bound in `env`) that satisfies the most of
-/// its body's positive atoms in order, and the first part of the body that fails there.
+/// For `why --not`: the instance of equation `k` (head bound in `env`) that satisfies the
+/// most of its body's positive atoms in order, and the first part of the body that fails
+/// there.
 pub(super) fn closest_failure(
     ctx: &Ctx,
-    eq: &Equation,
+    k: usize,
     env: &mut [i64],
     bound: &[bool],
     depth: usize,
 ) -> Result<WhyNode, Diagnostic> {
-    let (_, body) = hoisted(eq);
-    let factors: Vec<&Node> = match &body {
+    let eq = &ctx.p.equations[k];
+    let (_, body) = ctx.hoisted(k);
+    let factors: Vec<&Node> = match body {
         Node::Product(fs) => fs.iter().map(|(_, f)| f).collect(),
         other => vec![other],
     };

@@ -7,7 +7,7 @@
 //! instances, settled smallest first. Facts of lower strata are settled the same way, first.
 //! Nothing needs to be recorded during evaluation.
 
-use super::join::{each, hoisted};
+use super::join::each;
 use super::{Ctx, WhyNode};
 use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::semantics::{Equation, IndexFn, Kind, Node};
@@ -146,9 +146,8 @@ impl Search<'_> {
             let Some(bound) = bind_head(eq, &f.1, &mut env) else {
                 continue;
             };
-            let (sum, body) = hoisted(eq);
-            let free = free_vars(eq, &sum, &bound);
-            let body = &body;
+            let (sum, body) = ctx.hoisted(k);
+            let free = free_vars(eq, sum, &bound);
             let cx = ctx.cx(eq);
             let (pos, neg) = atoms(body);
             let want: Vec<usize> = f.1.iter().map(|&p| p as usize).collect();

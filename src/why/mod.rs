@@ -14,7 +14,7 @@ mod terms;
 use crate::diagnostics::{codes, Diagnostic, Span};
 use crate::eval::Cx;
 use crate::eval::EvalOptions;
-use crate::semantics::{Checked, Equation, Kind, Query, QueryIndex};
+use crate::semantics::{Checked, Equation, Kind, Node, Query, QueryIndex};
 use crate::syntax::ast::Program;
 use crate::tensor::Tensor;
 use std::fmt::Write;
@@ -167,6 +167,9 @@ pub(crate) struct Ctx<'a> {
     pub rounds: Option<&'a crate::eval::Rounds>,
     eval: EvalOptions,
     indexes: join::Indexes,
+    /// Each equation's body with its nested sums brought out ([`join::hoisted`]), made
+    /// when an explanation first instantiates it.
+    hoisted: Vec<std::cell::OnceCell<(Vec<usize>, Node)>>,
     /// Input files read so far: each row's fields (tab-joined) to its first line.
     rows: std::cell::RefCell<rustc_hash::FxHashMap<std::path::PathBuf, std::rc::Rc<Rows>>>,
 }
@@ -232,6 +235,11 @@ impl<'a> Ctx<'a> {
         rows.get(&labels.join("\t")).copied()
     }
 
+    /// Equation `k`'s summed variables and body with its nested sums brought out.
+    fn hoisted(&self, k: usize) -> &(Vec<usize>, Node) {
+        self.hoisted[k].get_or_init(|| join::hoisted(&self.p.equations[k]))
+    }
+
     /// The round in which the run first derived fact `pos` of relation `t`, where it
     /// recorded one (0: held before its stratum's first round).
     fn round(&self, t: usize, pos: &[u32]) -> Option<u32> {
@@ -287,6 +295,7 @@ pub(crate) fn why(
         rounds,
         eval: EvalOptions::default(),
         indexes: join::Indexes::default(),
+        hoisted: p.equations.iter().map(|_| Default::default()).collect(),
         rows: Default::default(),
     };
     match p.tensors[query.tensor].kind {

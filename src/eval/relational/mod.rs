@@ -325,15 +325,12 @@ fn settle(
 ) -> Result<Option<Stopped>, Halt> {
     let mut delta: HashMap<TensorId, Store> = HashMap::default();
     let mut rounds = 1;
-    let noting: Vec<TensorId> = {
-        let mut n: Vec<TensorId> = full
-            .iter()
-            .filter(|(_, s)| s.marks.is_some())
-            .map(|(t, _)| *t)
-            .collect();
-        n.sort_unstable();
-        n
-    };
+    // The stores that note their rounds (`--provenance`); each ends its rounds alone.
+    let noting: Vec<TensorId> = full
+        .iter()
+        .filter(|(_, s)| s.marks.is_some())
+        .map(|(t, _)| *t)
+        .collect();
     loop {
         delta.clear();
         let mut heads: Vec<TensorId> = new.keys().copied().collect();
