@@ -28,6 +28,10 @@ impl Delta {
     /// This change followed by `later`, as one change: what `later` removes of what this
     /// added was never there, and what it adds back of what this removed never left.
     pub fn then(self, later: Delta) -> Delta {
+        // Most commits follow one that was reported: nothing to reconcile.
+        if self.added.is_empty() && self.removed.is_empty() {
+            return later;
+        }
         use rustc_hash::FxHashSet as HashSet;
         let (a1, r1): (HashSet<&Vec<u32>>, HashSet<&Vec<u32>>) =
             (self.added.iter().collect(), self.removed.iter().collect());

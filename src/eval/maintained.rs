@@ -11,7 +11,7 @@
 //! check it against the standard engine's own runs).
 
 use super::delta::{difference, patch, revalued, Delta};
-use super::relational::{Kept, KeptExtremum, Update};
+use super::relational::{Kept, KeptClosure, KeptExtremum, Update};
 use super::standard::{evaluate_again, thread_pool, Standard};
 use super::{Decision, Engine, EvalOptions, Ran};
 use crate::diagnostics::Diagnostics;
@@ -100,25 +100,26 @@ impl Maintained {
         changes: &[Change],
     ) -> Result<BTreeMap<TensorId, Delta>, Diagnostics> {
         let mut changed = apply_inputs(p, values, changes);
-        let mut derived = BTreeMap::new();
+        let inputs: BTreeSet<TensorId> = changed.keys().copied().collect();
+        // The derived tensors' changes, out of everything that changed (never copied: a
+        // commit can change a million tuples).
+        let derived = |mut changed: BTreeMap<TensorId, Delta>| {
+            changed.retain(|t, _| !inputs.contains(t));
+            changed
+        };
         self.log.clear();
         for i in 0..p.strata.len() {
             match self.stratum(i, (p, plan), o, values, &changed) {
-                Ok(deltas) => {
-                    for (t, d) in deltas {
-                        changed.insert(t, d.clone());
-                        derived.insert(t, d);
-                    }
-                }
+                Ok(deltas) => changed.extend(deltas),
                 Err(e) => {
                     self.stale_from = Some(self.stale_from.map_or(i, |s| s.min(i)));
-                    self.report_later(derived);
+                    self.report_later(derived(changed));
                     return Err(e);
                 }
             }
         }
         self.stale_from = None;
-        self.report_later(derived);
+        self.report_later(derived(changed));
         Ok(std::mem::take(&mut self.unreported))
     }
 
@@ -162,6 +163,13 @@ impl Maintained {
                 let kept = k.update((p, st), &reads, values, (o, pool.as_deref()));
                 kept.inspect_err(|_| self.kept[i] = None)?
             }
+            (Some(Keeping::Closure(k)), _) => match k.update(&reads) {
+                Some(deltas) => Update::Done(deltas),
+                None => {
+                    self.kept[i] = None;
+                    Update::Declined("a node lies beyond the bit rows the memory allows")
+                }
+            },
             (Some(Keeping::Extremum(k)), Kernel::Extremum(rules)) => {
                 let kept = k.update((p, st, rules), &reads, values, o);
                 kept.inspect_err(|_| self.kept[i] = None)?
@@ -209,6 +217,8 @@ impl Maintained {
 enum Keeping {
     /// Of a Datalog stratum.
     Joins(Kept),
+    /// Of a transitive closure.
+    Closure(KeptClosure),
     /// Of a `min=`/`max=` stratum.
     Extremum(KeptExtremum),
 }
@@ -220,6 +230,23 @@ fn keep(p: &Checked, plan: &Plan, i: usize, values: &[Tensor], o: &EvalOptions) 
         (Kernel::Datalog(rules, _), Maintenance::Kept { rederive }) => Some(Keeping::Joins(
             Kept::new(p, st, (rules, rederive), values, o.max_iters),
         )),
+        (Kernel::Datalog(rules, _), Maintenance::Closure(c)) => {
+            let n = [c.head, c.edge]
+                .iter()
+                .flat_map(|&t| (0..2).map(move |ax| super::open::extent_now(p, t, ax)))
+                .max()
+                .unwrap_or(0);
+            match KeptClosure::new(c, values, n, o.max_memory) {
+                Some(k) => Some(Keeping::Closure(k)),
+                None => Some(Keeping::Joins(Kept::new(
+                    p,
+                    st,
+                    (rules, true),
+                    values,
+                    o.max_iters,
+                ))),
+            }
+        }
         // Elements held as a dense array came from the loop nests (the kernel declined):
         // their stores would not hold them.
         (Kernel::Extremum(rules), Maintenance::Improved)

@@ -295,6 +295,6 @@ fn plan_stratum(p: &Checked, st: &Stratum, sparse: &[bool]) -> StratumPlan {
         nests,
         maintenance: maintenance::Maintenance::Data,
     };
-    sp.maintenance = maintenance::plan_maintenance(st, &sp);
+    sp.maintenance = maintenance::plan_maintenance(p, st, &sp);
     sp
 }

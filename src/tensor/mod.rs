@@ -237,6 +237,31 @@ impl Relation {
         Err(lo)
     }
 
+    /// [`Relation::search`] among the tuples from `from` on, which is known to be at or
+    /// before `t`'s place: galloping from it, then bisecting, so ascending searches cost
+    /// about the distance between them rather than the whole length.
+    fn search_from(&self, from: usize, t: &[u32]) -> Result<usize, usize> {
+        let (mut lo, mut step) = (from.min(self.len), 1);
+        while lo + step <= self.len && self.tuple(lo + step - 1) < t {
+            lo += step;
+            step *= 2;
+        }
+        // The first tuple not below `t` lies in lo..=hi (hi: the probe that stopped, or
+        // the end).
+        let mut hi = (lo + step - 1).min(self.len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.tuple(mid) < t {
+                true => lo = mid + 1,
+                false => hi = mid,
+            }
+        }
+        match lo < self.len && self.tuple(lo) == t {
+            true => Ok(lo),
+            false => Err(lo),
+        }
+    }
+
     /// Whether a tuple is true.
     pub fn contains(&self, t: &[u32]) -> bool {
         t.len() == self.arity && self.search(t).is_ok()
@@ -284,13 +309,22 @@ impl Relation {
             self.len = usize::from(holds);
             return;
         }
-        let mut gone: Vec<usize> = removed
+        let mut removed: Vec<&[u32]> = removed
             .iter()
+            .map(Vec::as_slice)
             .filter(|t| t.len() == a)
-            .filter_map(|t| self.search(t).ok())
             .collect();
-        gone.sort_unstable();
-        gone.dedup();
+        removed.sort_unstable();
+        removed.dedup();
+        let mut from = 0;
+        let gone: Vec<usize> = removed
+            .into_iter()
+            .filter_map(|t| {
+                let at = self.search_from(from, t);
+                from = at.unwrap_or_else(|e| e);
+                at.ok()
+            })
+            .collect();
         let (mut write, mut read) = (0usize, 0usize);
         for &i in &gone {
             self.data.copy_within(read * a..i * a, write * a);
@@ -307,9 +341,14 @@ impl Relation {
             .collect();
         new.sort_unstable();
         new.dedup();
+        let mut from = 0;
         let places: Vec<(usize, &[u32])> = new
             .into_iter()
-            .filter_map(|t| self.search(t).err().map(|at| (at, t)))
+            .filter_map(|t| {
+                let at = self.search_from(from, t);
+                from = at.unwrap_or_else(|e| e);
+                at.err().map(|at| (at, t))
+            })
             .collect();
         let (old, k) = (self.len, places.len());
         if self.data.capacity() < (old + k) * a {

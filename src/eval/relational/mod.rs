@@ -23,6 +23,7 @@ mod extremum;
 mod index;
 mod join;
 mod kept;
+mod kept_closure;
 mod kept_extremum;
 mod members;
 mod product;
@@ -33,6 +34,7 @@ pub(super) use extremum::evaluate_extremum;
 pub(super) use join::{bind_lets, passes, Lets};
 use join::{prepare, value, Earlier, Join};
 pub(super) use kept::{Kept, Update};
+pub(super) use kept_closure::KeptClosure;
 pub(super) use kept_extremum::KeptExtremum;
 use store::Store;
 
