@@ -149,14 +149,7 @@ fn merged(r: &Relation, delta: &Delta) -> Vec<u32> {
 /// elements (positions and old value) taken out, then its added ones (positions and new
 /// value) set, by one walk along its sorted elements.
 pub(crate) fn revalued(t: &Tensor, delta: &Delta) -> Tensor {
-    let mut changes: BTreeMap<&[u32], Option<f64>> = BTreeMap::new();
-    for r in &delta.removed {
-        changes.insert(Delta::value(r).0, None);
-    }
-    for r in &delta.added {
-        let (idx, v) = Delta::value(r);
-        changes.insert(idx, Some(v));
-    }
+    let changes = element_changes(delta);
     let sparse = match &t.storage {
         Storage::Sparse(m) => m.changed(changes),
         _ => crate::tensor::Sparse::new(t.shape.len()).changed(changes),
@@ -166,6 +159,28 @@ pub(crate) fn revalued(t: &Tensor, delta: &Delta) -> Tensor {
         shape: t.shape.clone(),
         storage: Storage::Sparse(sparse),
     }
+}
+
+/// [`revalued`] in place where `t` holds its elements sparsely (what a commit does to a
+/// tensor of element facts, or a `min=`/`max=` tensor, that it keeps).
+pub(crate) fn revalue(t: &mut Tensor, delta: &Delta) {
+    match &mut t.storage {
+        Storage::Sparse(m) => m.apply(element_changes(delta)),
+        _ => *t = revalued(t, delta),
+    }
+}
+
+/// Each element `delta` changes, in position order: its new value, or `None` where it goes.
+fn element_changes(delta: &Delta) -> BTreeMap<&[u32], Option<f64>> {
+    let mut changes: BTreeMap<&[u32], Option<f64>> = BTreeMap::new();
+    for r in &delta.removed {
+        changes.insert(Delta::value(r).0, None);
+    }
+    for r in &delta.added {
+        let (idx, v) = Delta::value(r);
+        changes.insert(idx, Some(v));
+    }
+    changes
 }
 
 /// The tuples (or elements, as positions then value bits) of `new` not in `old`, and the
@@ -253,6 +268,9 @@ mod tests {
         };
         let want = sparse(2, vec![1, 3, 2, 2, 3, 0, 3, 3], vec![9.0, 4.0, 1.0, 2.0]);
         assert_eq!(revalued(&t, &delta), want);
+        let mut in_place = t.clone();
+        revalue(&mut in_place, &delta);
+        assert_eq!(in_place, want);
         let scalar = sparse(0, Vec::new(), vec![3.0]);
         let delta = Delta {
             removed: vec![with_value(&[], 3.0)],

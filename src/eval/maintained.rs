@@ -10,7 +10,7 @@
 //! step computes its strata's fixpoint on current inputs (the maintenance property tests
 //! check it against the standard engine's own runs).
 
-use super::delta::{difference, patch, revalued, Delta};
+use super::delta::{difference, patch, revalue, Delta};
 use super::relational::{Kept, KeptClosure, KeptExtremum, Update};
 use super::standard::{evaluate_again, thread_pool, Standard};
 use super::{Decision, Engine, EvalOptions, Ran};
@@ -185,7 +185,7 @@ impl Maintained {
                 for (&t, d) in &deltas {
                     match p.tensors[t].kind {
                         Kind::Bool => patch(&mut values[t], d),
-                        _ => values[t] = revalued(&values[t], d),
+                        _ => revalue(&mut values[t], d),
                     }
                 }
                 self.log.push(Decision {
@@ -296,7 +296,7 @@ fn apply_inputs(
             continue;
         }
         match valued {
-            true => values[t] = revalued(&values[t], &delta),
+            true => revalue(&mut values[t], &delta),
             false => patch(&mut values[t], &delta),
         }
         out.insert(t, delta);

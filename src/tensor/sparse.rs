@@ -222,6 +222,69 @@ impl Sparse {
         }
     }
 
+    /// [`Sparse::changed`] in place: setting the value of a stored element moves nothing,
+    /// and taking elements out or putting them in moves the others once, so a commit that
+    /// sets one weight of a large tensor costs a search, or one move of it, and allocates
+    /// nothing.
+    pub fn apply<'a>(&mut self, changes: impl IntoIterator<Item = (&'a [u32], Option<f64>)>) {
+        if self.positions.arity() == 0 {
+            *self = self.changed(changes);
+            return;
+        }
+        // Elements to take out (their places), and to put in (place, positions, value).
+        let mut gone: Vec<usize> = Vec::new();
+        let mut new: Vec<(usize, &[u32], f64)> = Vec::new();
+        let mut from = 0;
+        for (idx, v) in changes {
+            let at = self.positions.search_from(from, idx);
+            from = at.unwrap_or_else(|e| e);
+            match (at, v) {
+                (Ok(i), Some(v)) => self.values[i] = v,
+                (Ok(i), None) => gone.push(i),
+                (Err(i), Some(v)) => new.push((i, idx, v)),
+                (Err(_), None) => {}
+            }
+        }
+        if gone.is_empty() && new.is_empty() {
+            return;
+        }
+        let removed: Vec<Vec<u32>> = gone
+            .iter()
+            .map(|&i| self.positions.tuple(i).to_vec())
+            .collect();
+        let added: Vec<Vec<u32>> = new.iter().map(|(_, idx, _)| idx.to_vec()).collect();
+        self.positions.patch(&added, &removed);
+        let values = &mut self.values;
+        let (len, mut write, mut read) = (values.len(), 0usize, 0usize);
+        for &i in &gone {
+            values.copy_within(read..i, write);
+            write += i - read;
+            read = i + 1;
+        }
+        values.copy_within(read..len, write);
+        values.truncate(len - gone.len());
+        // Each new element's place among the elements left: its place before, less the
+        // elements taken out before it.
+        let mut before = 0;
+        let places: Vec<(usize, f64)> = new
+            .iter()
+            .map(|&(i, _, v)| {
+                while before < gone.len() && gone[before] < i {
+                    before += 1;
+                }
+                (i - before, v)
+            })
+            .collect();
+        let old = values.len();
+        values.resize(old + places.len(), 0.0);
+        let mut end = old;
+        for (j, &(at, v)) in places.iter().enumerate().rev() {
+            values.copy_within(at..end, at + j + 1);
+            values[at + j] = v;
+            end = at;
+        }
+    }
+
     /// The stored elements in ascending position order.
     pub fn iter(&self) -> impl Iterator<Item = (&[u32], f64)> + '_ {
         self.positions.iter().zip(self.values.iter().copied())
@@ -231,6 +294,34 @@ impl Sparse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// In place or by a walk into new buffers, changes give the same elements: values set
+    /// on stored elements, elements taken out, put in, or both near each other.
+    #[test]
+    fn changes_applied_in_place_match_a_walk() {
+        let mut state = 5u64;
+        let mut next = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n) as u32
+        };
+        for _ in 0..200 {
+            let n = next(30) as usize;
+            let keys: Vec<u32> = (0..2 * n).map(|_| next(6)).collect();
+            let values: Vec<f64> = (0..n).map(|k| k as f64).collect();
+            let s = Sparse::from_entries(2, keys, values);
+            let mut changes: std::collections::BTreeMap<Vec<u32>, Option<f64>> = Default::default();
+            for k in 0..next(8) {
+                let v = (next(2) == 0).then_some(100.0 + k as f64);
+                changes.insert(vec![next(6), next(6)], v);
+            }
+            let list = || changes.iter().map(|(k, v)| (k.as_slice(), *v));
+            let mut in_place = s.clone();
+            in_place.apply(list());
+            assert_eq!(in_place, s.changed(list()));
+        }
+    }
 
     #[test]
     fn entries_sort_and_add_in_the_order_given() {

@@ -5,8 +5,10 @@
 //! an element worse, which this cannot undo: the stratum is then evaluated again.
 
 use super::extremum::{stores, Improving};
+use super::join::prepare;
 use super::kept::Update;
 use super::store::row;
+use super::Earlier;
 use super::Store;
 use crate::diagnostics::Diagnostics;
 use crate::eval::delta::with_value;
@@ -25,9 +27,22 @@ pub(crate) struct KeptExtremum {
 impl KeptExtremum {
     /// The stores of the stratum's elements and of what its rules read, from `values`.
     pub(crate) fn new(st: &Stratum, rules: &[ValuedRule], values: &[Tensor]) -> KeptExtremum {
-        KeptExtremum {
-            full: stores(st, rules, values),
+        let mut full = stores(st, rules, values);
+        // The indexes a commit's rounds look up (each rule with each atom reading a few
+        // changed elements), built now rather than by the first commit after each start.
+        for vr in rules {
+            for (i, a) in vr.rule.atoms.iter().enumerate() {
+                let mut delta: HashMap<TensorId, Store> = HashMap::default();
+                delta.insert(a.tensor, Store::new(a.terms.len()));
+                prepare(
+                    &vr.rule,
+                    (Some(i), Earlier::Full),
+                    (&mut full, &mut delta),
+                    values,
+                );
+            }
         }
+        KeptExtremum { full }
     }
 
     /// Improves the stratum's elements from `changes` to what its rules read; declines
