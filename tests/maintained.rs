@@ -122,6 +122,29 @@ proptest! {
     }
 }
 
+/// Shortest distances lose an edge that was no one's best (kept: no element changes), and
+/// the edge stays gone for later commits: when its source improves, it gives nothing.
+#[test]
+fn a_removed_edge_that_was_no_ones_best_stays_gone() {
+    let chain = "E(N0, N1). E(N1, N2). E(N2, N3). E(N3, N4). E(N4, N5).\n";
+    let src = format!("N : {{N0, N1, N2, N3, N4, N5}}\nE : bool[N, N]\nD : int[N]\n{chain}E(N5, N4).\nD[y] min= E(N0, y)\nD[z] min= D[y] + E(y, z)\n");
+    let mut s = Session::new();
+    s.load_source("d.tl", &src, Path::new(".")).unwrap();
+    s.run_incremental(&RunOptions::default()).unwrap();
+    s.remove("E", &[vec!["N5".into(), "N4".into()]]).unwrap();
+    assert!(s.commit().unwrap().is_empty());
+    assert!(
+        s.decisions().iter().all(|d| d.ran == Ran::Maintained),
+        "{:?}",
+        s.decisions()
+    );
+    s.insert("E", &[vec!["N0".into(), "N5".into()]]).unwrap();
+    s.commit().unwrap();
+    let want = format!("N : {{N0, N1, N2, N3, N4, N5}}\nE : bool[N, N]\nD : int[N]\n{chain}E(N0, N5).\nD[y] min= E(N0, y)\nD[z] min= D[y] + E(y, z)\n");
+    let scratch = common::run_source(&want, &Standard).unwrap();
+    assert_eq!(s.tensor("D"), scratch.tensor("D"));
+}
+
 /// A removal whose tuples keep another derivation: over-deleted, then derived again.
 #[test]
 fn paths_with_a_detour_outlive_a_removed_edge() {

@@ -24,9 +24,9 @@ pub enum Maintenance {
     /// detour (nothing changes) or the rows that reached its start are computed again. Kept
     /// as [`Maintenance::Kept`] when the rows do not fit the memory budget.
     Closure(Closure),
-    /// A `min=`/`max=` stratum whose elements' stores are kept: a commit that only adds
-    /// elements or tuples to what it reads improves its elements from them; any other
-    /// evaluates it again.
+    /// A `min=`/`max=` stratum whose elements' stores are kept: a commit that adds
+    /// elements or tuples to what it reads improves its elements from them; a removal that
+    /// was no element's best (on integer values) is dropped; any other evaluates it again.
     Improved,
     /// Evaluated again on its kernel whenever something it reads changes; why.
     Again(&'static str),
@@ -120,8 +120,8 @@ impl Maintenance {
                  edge adds its end's reach to the rows reaching its start; a removed one keeps \
                  a detour or computes those rows again"
                 .into(),
-            Maintenance::Improved => "kept: insertions improve its elements from the new ones, \
-                 removals and changed values evaluate it again"
+            Maintenance::Improved => "kept: insertions improve its elements from the new ones; \
+                 a removal that was no element's best is dropped, any other evaluates it again"
                 .into(),
             Maintenance::Again(why) => {
                 format!("evaluated again when what it reads changes ({why})")

@@ -18,7 +18,7 @@ use crate::eval::EvalOptions;
 use crate::plan::datalog::ValuedRule;
 use crate::semantics::{Checked, Family, Kind, Stratum, TensorId};
 use crate::tensor::{Sparse, Storage, Tensor};
-use rustc_hash::FxHashMap as HashMap;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 /// Head tuples derived in one round with their candidate values.
 #[derive(Default)]
@@ -37,7 +37,12 @@ pub(in crate::eval) fn evaluate_extremum(
     o: &EvalOptions,
 ) -> Result<bool, Diagnostics> {
     let mut full = stores(st, rules, values);
-    let improving = Improving { p, st, rules };
+    let improving = Improving {
+        p,
+        st,
+        rules,
+        dead: None,
+    };
     let none = &mut |_, _, _| {};
     if !improving.rounds((&mut full, HashMap::default()), (values, o), none)? {
         return Ok(false);
@@ -76,18 +81,67 @@ pub(super) fn stores(
     full
 }
 
+/// Rows of the stores that no longer hold (their tuples were removed by a commit), per
+/// tensor: joins pass over them.
+pub(super) type Dead = HashMap<TensorId, HashSet<u32>>;
+
 /// A stratum's rules improving its elements round by round.
 pub(super) struct Improving<'a> {
     pub(super) p: &'a Checked,
     pub(super) st: &'a Stratum,
     pub(super) rules: &'a [ValuedRule],
+    /// Rows the joins pass over (kept stores after removals).
+    pub(super) dead: Option<&'a Dead>,
 }
+
+/// A candidate of one head element: its tensor, positions and value.
+pub(super) type Candidate = (TensorId, Vec<u32>, f64);
 
 /// Called with each improved element: its tensor, its row, and its value before (`None`
 /// for a new element).
 pub(super) type OnImproved<'a> = dyn FnMut(TensorId, u32, Option<f64>) + 'a;
 
 impl Improving<'_> {
+    /// The candidates of every rule instance that reads a row of `delta` (each rule run
+    /// once per atom over a tensor of `delta`, the others reading `full`): what a removal
+    /// of those rows takes away.
+    pub(super) fn candidates(
+        &self,
+        (full, mut delta): (&mut HashMap<TensorId, Store>, HashMap<TensorId, Store>),
+        (values, o): (&[Tensor], &EvalOptions),
+    ) -> Result<Vec<Candidate>, Diagnostics> {
+        let open = crate::eval::open::Open::of(self.p);
+        let checker = Checker {
+            values,
+            o,
+            open: open.as_ref(),
+        };
+        let mut found: HashMap<TensorId, Candidates> = HashMap::default();
+        for vr in self.rules {
+            for (i, a) in vr.rule.atoms.iter().enumerate() {
+                if delta.contains_key(&a.tensor) {
+                    let sides = (&mut *full, &mut delta);
+                    if run(vr, Some(i), sides, &mut found, (checker, self.dead)).is_err() {
+                        return Err(halted(self.p, self.st, o, Halt::Stopped));
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (t, c) in found {
+            let arity = c
+                .tuples
+                .values
+                .len()
+                .checked_div(c.values.len())
+                .unwrap_or(0);
+            for (k, &v) in c.values.iter().enumerate() {
+                out.push((t, c.tuples.values[k * arity..(k + 1) * arity].to_vec(), v));
+            }
+        }
+        Ok(out)
+    }
+
     /// Runs rounds until nothing improves, over `full`. With an empty `delta` the first round
     /// runs every rule whole; otherwise `delta` holds changed elements of the tensors the
     /// rules read (their last rows in `full`), and every round runs each rule once per atom
@@ -128,7 +182,7 @@ impl Improving<'_> {
                 };
                 for at in delta_ats {
                     let sides = (&mut *full, &mut delta);
-                    if run(vr, at, sides, &mut candidates, checker).is_err() {
+                    if run(vr, at, sides, &mut candidates, (checker, self.dead)).is_err() {
                         return Err(halted(p, st, o, Halt::Stopped));
                     }
                 }
@@ -202,7 +256,7 @@ fn run(
     delta_at: Option<usize>,
     (full, delta): (&mut HashMap<TensorId, Store>, &mut HashMap<TensorId, Store>),
     out: &mut HashMap<TensorId, Candidates>,
-    checker: Checker,
+    (checker, dead): (Checker, Option<&Dead>),
 ) -> Result<(), Halt> {
     let r = &vr.rule;
     let steps = prepare(r, (delta_at, Earlier::Full), (full, delta), checker.values);
@@ -212,10 +266,23 @@ fn run(
     for (k, s) in steps.iter().enumerate() {
         step_of[s.atom] = k;
     }
+    // Per step reading a whole store, the rows of it that no longer hold.
+    let gone: Vec<Option<&HashSet<u32>>> = steps
+        .iter()
+        .map(|s| match s.version {
+            super::join::Version::Full(t) => dead.and_then(|d| d.get(&t)),
+            super::join::Version::Delta(_) => None,
+        })
+        .collect();
     let found = out.entry(r.head).or_default();
     let mut walk = cx.walk();
     let mut ticks = Ticker::new(&checker.o.stop);
     let mut keep = |env: &[u32]| {
+        let held =
+            |k: usize, g: &Option<&HashSet<u32>>| g.is_none_or(|g| !g.contains(&env[r.vars + k]));
+        if !gone.iter().enumerate().all(|(k, g)| held(k, g)) {
+            return;
+        }
         let atom_value = |j: usize| {
             let k = step_of[j];
             stores[k].map_or(0.0, |s| s.value(env[r.vars + k]))
