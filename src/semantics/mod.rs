@@ -488,6 +488,11 @@ impl<'a> Ctx<'a> {
 
     /// Domain of axis `axis` of tensor `t`.
     fn axis_domain(&self, t: usize, axis: usize) -> DomainId {
+        // An access with more indices than the tensor has axes (E0103, reported by its own
+        // check) has no domain past the last axis: not another tensor's slot, not a panic.
+        if axis >= self.tensors[t].rank() {
+            return 0;
+        }
         let root = self.uf.root(self.axis_base[t] + axis);
         self.domain_of_root.get(&root).copied().unwrap_or(0)
     }
