@@ -155,6 +155,43 @@ proptest! {
             prop_assert_eq!(tree.children.len(), 4);
         }
     }
+
+    /// Reasoning in embedding space: a score regroups by the facts of the relation its
+    /// factor embeds, each fact contributing the product of its objects' similarities to
+    /// the scored pair (computed here), and the contributions add up to the score.
+    #[test]
+    fn an_embedding_score_regroups_by_the_facts_embedded(
+        emb in prop::collection::vec(-3i32..4, 6),
+        facts in prop::collection::btree_set((0usize..3, 0usize..3), 1..6),
+        (x, y) in (0usize..3, 0usize..3),
+    ) {
+        let e = |o: usize, i: usize| f64::from(emb[o * 2 + i]) + 0.5;
+        let rows: Vec<String> = (0..3).map(|o| format!("[{}, {}]", e(o, 0), e(o, 1))).collect();
+        let names = ["A", "B", "C"];
+        let knows: String = facts.iter().map(|&(a, b)| format!("Knows({}, {}). ", names[a], names[b])).collect();
+        let src = format!(
+            "Obj : {{A, B, C}}\nEmb : real[Obj, 2]\nEmb = [{}]\n{knows}\nEmbR[i, j] = Knows(a, b) Emb[a, i] Emb[b, j]\nD[x, y] = EmbR[i, j] Emb[x, i] Emb[y, j]\n",
+            rows.join(", ")
+        );
+        let s = common::run_source(&src, &Standard).map_err(TestCaseError::fail)?;
+        let options = WhyOptions { top: 100, ..WhyOptions::default() };
+        let tree = s.why(&format!("D[{}, {}]", names[x], names[y]), &options).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+        let dot = |a: usize, b: usize| e(a, 0) * e(b, 0) + e(a, 1) * e(b, 1);
+        let mut sum = 0.0;
+        prop_assert_eq!(tree.children.len(), facts.len(), "{}", tree.text());
+        for c in &tree.children {
+            let fact = c.label.strip_prefix("fact Knows(").and_then(|f| f.strip_suffix(')')).unwrap_or("");
+            let (a, b) = fact.split_once(", ").unwrap_or(("", ""));
+            let (a, b) = (names.iter().position(|n| *n == a).unwrap_or(9), names.iter().position(|n| *n == b).unwrap_or(9));
+            prop_assert!(facts.contains(&(a, b)), "{}", tree.text());
+            let got: f64 = c.detail.strip_prefix("contributes ").and_then(|d| d.split([',', ' ']).next()).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN);
+            let want = dot(a, x) * dot(b, y);
+            prop_assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "{} vs {}: {}", got, want, tree.text());
+            sum += got;
+        }
+        let value: f64 = tree.label.rsplit(" = ").next().unwrap_or("").parse().unwrap_or(f64::NAN);
+        prop_assert!((sum - value).abs() <= 1e-6 * value.abs().max(1.0), "{} vs {}: {}", sum, value, tree.text());
+    }
 }
 
 #[test]

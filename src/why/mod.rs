@@ -7,6 +7,7 @@
 //! those tensors, so an explanation is exactly as right as the values it reads.
 
 mod absent;
+mod by_fact;
 mod facts;
 mod join;
 mod terms;

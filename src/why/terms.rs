@@ -11,13 +11,13 @@ use crate::syntax::ast::{BinOp, StmtKind};
 use crate::tensor::format_number;
 
 /// One term of a sum: its value, and the equation, addend and variables that produced it.
-struct Term<'n> {
-    value: f64,
-    env: Vec<i64>,
+pub(super) struct Term<'n> {
+    pub(super) value: f64,
+    pub(super) env: Vec<i64>,
     /// The variables bound where the term is: the head's and the term's own.
     bound: Vec<bool>,
-    eq: &'n Equation,
-    body: &'n Node,
+    pub(super) eq: &'n Equation,
+    pub(super) body: &'n Node,
 }
 
 /// Explains element `(t, pos)` of a real or integer tensor.
@@ -32,7 +32,7 @@ pub(super) fn explain(
 }
 
 /// A value as the tensor holds it (rounded to its element type).
-fn number(ctx: &Ctx, t: usize, v: f64) -> String {
+pub(super) fn number(ctx: &Ctx, t: usize, v: f64) -> String {
     let elem = ctx.p.tensors[t].elem;
     format_number(elem.round(v), elem)
 }
@@ -60,16 +60,13 @@ fn element(
     if equations.is_empty() {
         return Ok(WhyNode::leaf(label, data_where(ctx, t)));
     }
-    let mut terms = Vec::new();
-    for eq in equations {
-        let mut env = vec![0i64; eq.vars.len()];
-        let Some(bound) = bind_head(eq, pos, &mut env) else {
-            continue;
-        };
-        let want: Vec<usize> = pos.iter().map(|&p| p as usize).collect();
-        terms_in(ctx, eq, &eq.rhs, &mut env, &bound, Some(&want), &mut terms)?;
-    }
+    let mut terms = terms_at(ctx, &equations, pos)?;
     let family = ctx.p.tensors[t].family;
+    if family == Family::Sum && data.is_none_or(|g| g == 0.0) {
+        if let Some(groups) = super::by_fact::regrouped(ctx, &terms)? {
+            return Ok(super::by_fact::node(ctx, (label, value), &terms, groups));
+        }
+    }
     let (detail, shown) = match family {
         Family::Max | Family::Min => {
             let word = if family == Family::Max {
@@ -109,6 +106,24 @@ fn element(
         detail,
         children,
     })
+}
+
+/// The terms of element `pos` of the tensor `equations` define.
+pub(super) fn terms_at<'n>(
+    ctx: &Ctx,
+    equations: &[&'n Equation],
+    pos: &[u32],
+) -> Result<Vec<Term<'n>>, Diagnostic> {
+    let mut terms = Vec::new();
+    for eq in equations {
+        let mut env = vec![0i64; eq.vars.len()];
+        let Some(bound) = bind_head(eq, pos, &mut env) else {
+            continue;
+        };
+        let want: Vec<usize> = pos.iter().map(|&p| p as usize).collect();
+        terms_in(ctx, eq, &eq.rhs, &mut env, &bound, Some(&want), &mut terms)?;
+    }
+    Ok(terms)
 }
 
 /// Sorts terms by size and keeps the `top`; says how many there were.
@@ -308,7 +323,7 @@ fn factor_nodes(
 }
 
 /// The reads of a term that name one element: those outside inner summation points.
-fn top_reads<'n>(n: &'n Node, out: &mut Vec<(usize, &'n [IndexFn])>) {
+pub(super) fn top_reads<'n>(n: &'n Node, out: &mut Vec<(usize, &'n [IndexFn])>) {
     match n {
         Node::Read {
             tensor,
