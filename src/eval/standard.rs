@@ -425,12 +425,13 @@ impl<'a> State<'a> {
             }
             Kernel::Extremum(rules) => {
                 self.fill_pending(&st.tensors);
-                if relational::evaluate_extremum(p, st, rules, &mut self.values, o)? {
-                    self.log(i, Ran::Extremum, None);
-                    return Ok(());
+                match relational::evaluate_extremum(p, st, rules, &mut self.values, o)? {
+                    Ok(()) => {
+                        self.log(i, Ran::Extremum, None);
+                        Ok(())
+                    }
+                    Err(why) => self.fallback(i, st, Some(Declined::Unsupported(why))),
                 }
-                let why = "semi-naive `min=`/`max=` met a case only the loop nests define";
-                self.fallback(i, st, Some(Declined::Unsupported(why)))
             }
             Kernel::Nest | Kernel::Reference => self.fallback(i, st, None),
         }

@@ -27,15 +27,25 @@ struct Candidates {
     values: Vec<f64>,
 }
 
-/// Evaluates the stratum in place; `false` (with `values` untouched) when the reference
-/// evaluator must decide the outcome, `Err` when the evaluation must stop.
+/// Why the rounds stopped without settling: the loop nests then decide the outcome (an
+/// error naming the equation, or values the rounds cannot give).
+pub(in crate::eval) type Unsettled = &'static str;
+
+/// A value not finite: the loop nests report it or compute what it stands for.
+const NOT_FINITE: Unsettled = "semi-naive `min=`/`max=` met a value that is not finite";
+/// More rounds than `--max-iters`.
+const TOO_MANY_ROUNDS: Unsettled =
+    "semi-naive `min=`/`max=` did not settle within --max-iters rounds";
+
+/// Evaluates the stratum in place; why not (with `values` untouched) when the loop nests
+/// must decide the outcome, `Err` when the evaluation must stop.
 pub(in crate::eval) fn evaluate_extremum(
     p: &Checked,
     st: &Stratum,
     rules: &[ValuedRule],
     values: &mut [Tensor],
     o: &EvalOptions,
-) -> Result<bool, Diagnostics> {
+) -> Result<Result<(), Unsettled>, Diagnostics> {
     let mut full = stores(st, rules, values);
     let improving = Improving {
         p,
@@ -44,8 +54,8 @@ pub(in crate::eval) fn evaluate_extremum(
         dead: None,
     };
     let none = &mut |_, _, _| {};
-    if !improving.rounds((&mut full, HashMap::default()), (values, o), none)? {
-        return Ok(false);
+    if let Err(why) = improving.rounds((&mut full, HashMap::default()), (values, o), none)? {
+        return Ok(Err(why));
     }
     for &t in &st.tensors {
         let Some(store) = full.remove(&t) else {
@@ -61,7 +71,7 @@ pub(in crate::eval) fn evaluate_extremum(
             storage: Storage::Sparse(Sparse::from_entries(store.arity, store.data, values_of)),
         };
     }
-    Ok(true)
+    Ok(Ok(()))
 }
 
 /// The stores of stratum `st`'s elements and of what its rules read, from `values`.
@@ -145,14 +155,14 @@ impl Improving<'_> {
     /// Runs rounds until nothing improves, over `full`. With an empty `delta` the first round
     /// runs every rule whole; otherwise `delta` holds changed elements of the tensors the
     /// rules read (their last rows in `full`), and every round runs each rule once per atom
-    /// with changes. `false` when the caller must decide (a value not finite, more rounds
+    /// with changes. Why not when the caller must decide (a value not finite, more rounds
     /// than `--max-iters`).
     pub(super) fn rounds(
         &self,
         (full, mut delta): (&mut HashMap<TensorId, Store>, HashMap<TensorId, Store>),
         (values, o): (&[Tensor], &EvalOptions),
         improved_at: &mut OnImproved,
-    ) -> Result<bool, Diagnostics> {
+    ) -> Result<Result<(), Unsettled>, Diagnostics> {
         let (p, st) = (self.p, self.st);
         let open = crate::eval::open::Open::of(p);
         let checker = Checker {
@@ -203,7 +213,7 @@ impl Improving<'_> {
                 for (k, &v) in found.values.iter().enumerate() {
                     let v = info.elem.round(v);
                     if !v.is_finite() {
-                        return Ok(false);
+                        return Ok(Err(NOT_FINITE));
                     }
                     let tuple = &found.tuples.values[k * arity..(k + 1) * arity];
                     match store.position(tuple) {
@@ -237,10 +247,10 @@ impl Improving<'_> {
                 }
             }
             if converged || delta.is_empty() || !st.recursive {
-                return Ok(true);
+                return Ok(Ok(()));
             }
             if rounds >= o.max_iters {
-                return Ok(false);
+                return Ok(Err(TOO_MANY_ROUNDS));
             }
             if o.stop.requested() {
                 return Err(halted(p, st, o, Halt::Stopped));

@@ -157,8 +157,8 @@ impl KeptExtremum {
         let mut record = |t: TensorId, r: u32, old: Option<f64>| {
             before.entry((t, r)).or_insert(old);
         };
-        if !improving.rounds((&mut self.full, delta), (values, o), &mut record)? {
-            return Ok(Update::Declined("its rounds did not settle"));
+        if let Err(why) = improving.rounds((&mut self.full, delta), (values, o), &mut record)? {
+            return Ok(Update::Declined(why));
         }
         let mut out: BTreeMap<TensorId, Delta> = BTreeMap::new();
         for ((t, r), old) in before {
