@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod change;
+mod grow;
 mod incremental;
 mod overlay;
 pub use change::Change;

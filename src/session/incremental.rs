@@ -5,9 +5,10 @@
 //! By default the standard engine keeps it ([`Maintained`]: continued semi-naive for
 //! insertions, delete and re-derive for removals, other strata evaluated again only where
 //! they read what changed). [`Session::run_incremental_on`] keeps it in a differential
-//! dataflow instead, over several processes if asked. Either way, a commit whose facts use a
-//! value the domains do not hold yet (a new symbol) binds the relation's new rows and
-//! evaluates again from scratch; its changes are the same.
+//! dataflow instead, over several processes if asked. A commit whose facts use a value the
+//! domains do not hold yet grows them in place where the kept values allow (`grow.rs`);
+//! otherwise it binds the relation's new rows and evaluates again from scratch; its changes
+//! are the same either way.
 
 use super::overlay::Overlay;
 use super::{cell, eval_options, rows_matching, Row, RunOptions, Session};
@@ -221,6 +222,7 @@ impl Session {
             )
             .into());
         }
+        self.grow_domains(&staged);
         self.no_ops = self.no_ops_of(&staged);
         let changes = self.positions(&staged);
         let before = self.overlay.clone();
@@ -235,6 +237,14 @@ impl Session {
             Some(changes) => self.commit_round(&changes),
             None => self.commit_again(before),
         }
+    }
+
+    /// Whether the standard engine keeps the values, in this process.
+    pub(super) fn kept_by_standard_engine(&self) -> bool {
+        matches!(
+            self.live.as_ref().map(|l| &l.keeper),
+            Some(Keeper::Standard(_))
+        )
     }
 
     /// The facts of the last commit that changed nothing: `+R(a, b)` for a relation's tuple
