@@ -47,7 +47,7 @@ fn main() {
     let (src, base) = match (sssp, andersen) {
         (true, _) => sssp_source(),
         (_, true) => (
-            std::fs::read_to_string(andersen_dir.join("and.tl"))
+            std::fs::read_to_string(andersen_dir.join("bench.tl"))
                 .expect("bench/datalog/run.py has written the Andersen workload"),
             andersen_dir,
         ),
