@@ -11,7 +11,7 @@ use crate::plan::dataflow::{Arrangement, ArrangementId, DataflowPlan, FlowRule, 
 use crate::plan::datalog::{
     join_order, keys_within, variable_order, Atom, JoinStats, JoinStep, LetValue, Rule, Term,
 };
-use crate::plan::einsum::{Contraction, DenseEquation, Expr, Path};
+use crate::plan::einsum::{Contraction, DenseEquation, Path};
 use crate::plan::nest::{Level, Position, Scope, Value};
 use crate::plan::{Kernel, Plan};
 use crate::semantics::{Checked, Equation, Family, Stratum, TensorId, VarId};
@@ -70,15 +70,7 @@ pub(crate) fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
         let names = names.join(", ");
         if st.equations.is_empty() {
             let _ = writeln!(out, "stratum {}: {names} (data)", k + 1);
-            for &t in st.tensors.iter().filter(|&&t| plan.sparse[t]) {
-                let _ = writeln!(
-                    out,
-                    "  {} stored as its {} non-zero elements (few for its shape {:?})",
-                    p.tensors[t].name,
-                    data_size(p, t),
-                    p.tensors[t].shape
-                );
-            }
+            data_storage(&mut out, p, plan, st);
             continue;
         }
         let kind = if st.recursive {
@@ -86,261 +78,26 @@ pub(crate) fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
         } else {
             "not recursive"
         };
+        let at = Explaining {
+            p,
+            st,
+            sp,
+            source,
+            head: format!("stratum {}: {names} ({kind})", k + 1),
+        };
         match &sp.kernel {
             Kernel::Data => {}
-            Kernel::Datalog(rules, chained) => {
-                let _ = writeln!(out, "stratum {}: {names} ({kind}), semi-naive joins", k + 1);
-                if chained.is_some() {
-                    let _ = writeln!(
-                        out,
-                        "  products of binary relations: bit-matrix rows once a relation is dense"
-                    );
-                }
-                if let Some((asked, d)) = &sp.demand {
-                    let shown: Vec<String> = asked
-                        .iter()
-                        .map(|q| {
-                            let at: Vec<String> = q
-                                .pattern
-                                .iter()
-                                .enumerate()
-                                .map(|(ax, x)| match x {
-                                    crate::semantics::QueryIndex::Fixed(i) => {
-                                        crate::output::label(p, q.tensor, ax, *i, true)
-                                    }
-                                    _ => "_".into(),
-                                })
-                                .collect();
-                            format!("{}({})", p.tensors[q.tensor].name, at.join(", "))
-                        })
-                        .collect();
-                    let _ = writeln!(
-                        out,
-                        "  on demand: the program reads it only as {}, so the magic-sets \
-                         rewrite ({} rules) derives what that asks for; the rules below run \
-                         only if it declines",
-                        shown.join(" and "),
-                        d.rules.len()
-                    );
-                }
-                for r in rules {
-                    rule_plan(&mut out, p, st, r, source);
-                }
-                let _ = writeln!(out, "  incremental: {}", sp.maintenance.text());
-            }
-            Kernel::Extremum(rules) => {
-                let family = if p.tensors[st.tensors[0]].family == Family::Min {
-                    "min="
-                } else {
-                    "max="
-                };
-                let _ = writeln!(
-                    out,
-                    "stratum {}: {names} ({kind}), semi-naive {family} joins over improved elements",
-                    k + 1
-                );
-                for vr in rules {
-                    rule_plan(&mut out, p, st, &vr.rule, source);
-                }
-                let _ = writeln!(out, "  incremental: {}", sp.maintenance.text());
-            }
-            Kernel::Counts(rules) => {
-                let _ = writeln!(
-                    out,
-                    "stratum {}: {names} ({kind}), counting by joins",
-                    k + 1
-                );
-                for (r, product) in rules {
-                    let eq = &p.equations[r.equation];
-                    let _ = writeln!(out, "  {}", statement(eq, source));
-                    if let Some(m) = product {
-                        let _ = writeln!(
-                            out,
-                            "    sparse matrix product: each row of {} gathers the rows of {} it names",
-                            atom(p, &r.atoms[m.first], eq),
-                            atom(p, &r.atoms[m.second], eq)
-                        );
-                        continue;
-                    }
-                    if crate::plan::datalog::run_lengths(r) {
-                        let _ = writeln!(
-                            out,
-                            "    run lengths: one pass over the sorted tuples of {}, no index",
-                            atom(p, &r.atoms[0], eq)
-                        );
-                        continue;
-                    }
-                    let size = DataStats { p, rule: r };
-                    let _ = writeln!(
-                        out,
-                        "    join: {}",
-                        steps(p, r, eq, &join_order(r, None, &size))
-                    );
-                    afterwards(&mut out, p, r, eq);
-                }
-            }
+            Kernel::Datalog(rules, chained) => at.datalog(&mut out, rules, chained.is_some()),
+            Kernel::Extremum(rules) => at.extremum(&mut out, rules),
+            Kernel::Counts(rules) => at.counts(&mut out, rules),
             Kernel::Dense(plans) => {
-                let _ = writeln!(
-                    out,
-                    "stratum {}: {names} ({kind}), dense contractions (matrix products)",
-                    k + 1
-                );
-                for (i, d) in plans.iter().enumerate() {
-                    let eq = &p.equations[d.equation];
-                    // An equation planned in parts (`einsum::parts`) is printed once.
-                    let same = |x: &&DenseEquation| x.equation == d.equation;
-                    let before = plans[..i].iter().filter(same).count();
-                    let of = plans.iter().filter(same).count();
-                    if before == 0 {
-                        let _ = writeln!(out, "  {}", statement(eq, source));
-                    }
-                    if of > 1 {
-                        let part = before + 1;
-                        let _ = writeln!(out, "   part {part} of {of} of its sum, planned alone:");
-                    }
-                    for (k, c) in d.terms.iter().enumerate() {
-                        let mut what: Vec<String> =
-                            c.path.iter().map(|path| order(p, c, path)).collect();
-                        if let Some(r) = &c.sparse {
-                            what.push(format!("tuples of {}", p.tensors[r.tensor].name));
-                        }
-                        let pairs = c.factors.len().saturating_sub(1);
-                        let kernel = match (&c.sparse, pairs) {
-                            (Some(_), _) => "tuple-by-tuple scatter".to_string(),
-                            (None, 0) => "read in place".to_string(),
-                            (None, n) => format!(
-                                "{n} {} GEMM{}",
-                                if c.single { "f32" } else { "f64" },
-                                if n == 1 { "" } else { "s" }
-                            ),
-                        };
-                        let mut chunk = match (c.chunk, c.out.first()) {
-                            (Some(rows), Some(&v)) => {
-                                format!(", in blocks of {rows} {}", eq.vars[v].name)
-                            }
-                            _ => String::new(),
-                        };
-                        if c.factors.len() > 2 {
-                            let largest = c.largest_intermediate();
-                            chunk
-                                .push_str(&format!(", largest intermediate {largest:.0} elements"));
-                        }
-                        let _ = writeln!(
-                            out,
-                            "    term {}: {} [{kernel}{chunk}]",
-                            k + 1,
-                            what.join(" for each of the ")
-                        );
-                    }
-                    let mut fused = match (&d.expr, d.mask) {
-                        (Expr::Term(_), _) => String::new(),
-                        (_, Some(k)) => format!(
-                            ", the rest only where term {} is nonzero (its tuples)",
-                            k + 1
-                        ),
-                        _ => ", the rest in one pass over the output".to_string(),
-                    };
-                    if !d.summed.is_empty() {
-                        let names: Vec<&str> =
-                            d.summed.iter().map(|&v| eq.vars[v].name.as_str()).collect();
-                        fused.push_str(&format!(", then summed over {}", names.join(", ")));
-                    }
-                    let combined = match p.tensors[d.target].family {
-                        Family::Max => Some("kept where largest"),
-                        Family::Min => Some("kept where smallest"),
-                        _ => d.scatter.as_ref().map(|_| "added"),
-                    };
-                    if let Some(how) = combined {
-                        fused.push_str(&format!(
-                            ", each element {how} at its left-hand-side position"
-                        ));
-                    }
-                    let _ = writeln!(out, "    {:.3e} FLOPs{fused}", d.flops);
-                    if let Some(at) = &d.in_place {
-                        use crate::plan::einsum::InPlaceEpilogue;
-                        let then = match &at.epilogue {
-                            InPlaceEpilogue::Bare => "kept as it is".to_string(),
-                            InPlaceEpilogue::Normalize(kind, axis) => {
-                                format!("{kind:?} along axis {} in f32", axis + 1).to_lowercase()
-                            }
-                            InPlaceEpilogue::Rows => {
-                                "the expression applied a row at a time".into()
-                            }
-                            InPlaceEpilogue::NormalizeRows(kind, axis, _) => format!(
-                                "its argument applied a row at a time, then {} along axis {} in f32",
-                                format!("{kind:?}").to_lowercase(),
-                                axis + 1
-                            ),
-                        };
-                        let _ = writeln!(
-                            out,
-                            "    stored in term {}'s f32 buffer, {then}",
-                            at.main + 1
-                        );
-                    }
-                    tables(&mut out, d, eq, "    ");
-                }
+                let _ = writeln!(out, "{}, dense contractions (matrix products)", at.head);
+                crate::explain_dense::dense(&mut out, (p, source), plans);
             }
-            Kernel::Steps(plan) => {
-                let axes: Vec<String> = plan
-                    .axes
-                    .iter()
-                    .map(|&(t, a)| format!("{} axis {}", p.tensors[t].name, a + 1))
-                    .collect();
-                let _ = writeln!(
-                    out,
-                    "stratum {}: {names} ({kind}), in index order: {} steps along {}",
-                    k + 1,
-                    plan.count,
-                    axes.join(", ")
-                );
-                for s in &plan.equations {
-                    let eq = &p.equations[s.equation];
-                    let _ = writeln!(out, "  {}", statement(eq, source));
-                    match &s.dense {
-                        _ if s.extreme.is_some() => {
-                            let family = if eq.family == crate::semantics::Family::Min {
-                                "min"
-                            } else {
-                                "max"
-                            };
-                            let _ = writeln!(
-                                out,
-                                "    each step: {family}-product rows over dense panels of its factors (a loop nest where a factor reads nothing)"
-                            );
-                        }
-                        Some(d) => {
-                            let _ = writeln!(
-                                out,
-                                "    each step: dense, {:.3e} FLOPs, its windows moved to the step",
-                                d.flops
-                            );
-                            tables(&mut out, d, eq, "      ");
-                        }
-                        None => {
-                            let _ = writeln!(out, "    each step: a loop nest");
-                            nest_plan(&mut out, p, eq, &s.nest.root, 6);
-                        }
-                    }
-                }
-            }
-            Kernel::Virtual(plan) => {
-                let eq = &p.equations[plan.step.equation];
-                let _ = writeln!(
-                    out,
-                    "stratum {}: {names} ({kind}), a virtual index: {} steps, dense",
-                    k + 1,
-                    plan.step.range
-                );
-                let _ = writeln!(out, "  {}", statement(eq, source));
-                let flops = plan.step.dense.as_ref().map_or(0.0, |d| d.flops);
-                let _ = writeln!(
-                    out,
-                    "    each step: {flops:.3e} FLOPs over the previous slice, its windows moved to the step"
-                );
-            }
+            Kernel::Steps(plan) => at.steps(&mut out, plan),
+            Kernel::Virtual(plan) => at.virtual_index(&mut out, plan),
             Kernel::Nest => {
-                let _ = writeln!(out, "stratum {}: {names} ({kind}), loop nests", k + 1);
+                let _ = writeln!(out, "{}, loop nests", at.head);
                 for n in &sp.nests {
                     let eq = &p.equations[n.equation];
                     let _ = writeln!(out, "  {}", statement(eq, source));
@@ -348,7 +105,7 @@ pub(crate) fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
                 }
             }
             Kernel::Reference => {
-                let _ = writeln!(out, "stratum {}: {names} ({kind}), reference loops", k + 1);
+                let _ = writeln!(out, "{}, reference loops", at.head);
                 for &e in &st.equations {
                     let eq = &p.equations[e];
                     let _ = writeln!(out, "  {}", statement(eq, source));
@@ -358,6 +115,183 @@ pub(crate) fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
         }
     }
     out
+}
+
+/// A stratum of data: the tensors stored as their non-zero elements.
+fn data_storage(out: &mut String, p: &Checked, plan: &Plan, st: &Stratum) {
+    for &t in st.tensors.iter().filter(|&&t| plan.sparse[t]) {
+        let _ = writeln!(
+            out,
+            "  {} stored as its {} non-zero elements (few for its shape {:?})",
+            p.tensors[t].name,
+            data_size(p, t),
+            p.tensors[t].shape
+        );
+    }
+}
+
+/// One stratum being explained: the program, the stratum and its plan, the source its
+/// statements are quoted from, and its heading (`stratum 2: Path (recursive)`).
+struct Explaining<'a> {
+    p: &'a Checked,
+    st: &'a Stratum,
+    sp: &'a crate::plan::StratumPlan,
+    source: &'a str,
+    head: String,
+}
+
+impl Explaining<'_> {
+    fn datalog(&self, out: &mut String, rules: &[Rule], chained: bool) {
+        let (p, st, sp) = (self.p, self.st, self.sp);
+        let _ = writeln!(out, "{}, semi-naive joins", self.head);
+        if chained {
+            let _ = writeln!(
+                out,
+                "  products of binary relations: bit-matrix rows once a relation is dense"
+            );
+        }
+        if let Some((asked, d)) = &sp.demand {
+            let shown: Vec<String> = asked.iter().map(|q| asked_atom(p, q)).collect();
+            let _ = writeln!(
+                out,
+                "  on demand: the program reads it only as {}, so the magic-sets \
+                 rewrite ({} rules) derives what that asks for; the rules below run \
+                 only if it declines",
+                shown.join(" and "),
+                d.rules.len()
+            );
+        }
+        for r in rules {
+            rule_plan(out, p, st, r, self.source);
+        }
+        let _ = writeln!(out, "  incremental: {}", sp.maintenance.text());
+    }
+
+    fn extremum(&self, out: &mut String, rules: &[crate::plan::datalog::ValuedRule]) {
+        let p = self.p;
+        let family = if p.tensors[self.st.tensors[0]].family == Family::Min {
+            "min="
+        } else {
+            "max="
+        };
+        let _ = writeln!(
+            out,
+            "{}, semi-naive {family} joins over improved elements",
+            self.head
+        );
+        for vr in rules {
+            rule_plan(out, p, self.st, &vr.rule, self.source);
+        }
+        let _ = writeln!(out, "  incremental: {}", self.sp.maintenance.text());
+    }
+
+    fn counts(&self, out: &mut String, rules: &[(Rule, Option<crate::plan::datalog::Product>)]) {
+        let p = self.p;
+        let _ = writeln!(out, "{}, counting by joins", self.head);
+        for (r, product) in rules {
+            let eq = &p.equations[r.equation];
+            let _ = writeln!(out, "  {}", statement(eq, self.source));
+            if let Some(m) = product {
+                let _ = writeln!(
+                    out,
+                    "    sparse matrix product: each row of {} gathers the rows of {} it names",
+                    atom(p, &r.atoms[m.first], eq),
+                    atom(p, &r.atoms[m.second], eq)
+                );
+                continue;
+            }
+            if crate::plan::datalog::run_lengths(r) {
+                let _ = writeln!(
+                    out,
+                    "    run lengths: one pass over the sorted tuples of {}, no index",
+                    atom(p, &r.atoms[0], eq)
+                );
+                continue;
+            }
+            let size = DataStats { p, rule: r };
+            let _ = writeln!(
+                out,
+                "    join: {}",
+                steps(p, r, eq, &join_order(r, None, &size))
+            );
+            afterwards(out, p, r, eq);
+        }
+    }
+
+    fn steps(&self, out: &mut String, plan: &crate::plan::steps::Steps) {
+        let p = self.p;
+        let axes: Vec<String> = plan
+            .axes
+            .iter()
+            .map(|&(t, a)| format!("{} axis {}", p.tensors[t].name, a + 1))
+            .collect();
+        let _ = writeln!(
+            out,
+            "{}, in index order: {} steps along {}",
+            self.head,
+            plan.count,
+            axes.join(", ")
+        );
+        for s in &plan.equations {
+            let eq = &p.equations[s.equation];
+            let _ = writeln!(out, "  {}", statement(eq, self.source));
+            match &s.dense {
+                _ if s.extreme.is_some() => {
+                    let family = if eq.family == crate::semantics::Family::Min {
+                        "min"
+                    } else {
+                        "max"
+                    };
+                    let _ = writeln!(
+                        out,
+                        "    each step: {family}-product rows over dense panels of its factors (a loop nest where a factor reads nothing)"
+                    );
+                }
+                Some(d) => {
+                    let _ = writeln!(
+                        out,
+                        "    each step: dense, {:.3e} FLOPs, its windows moved to the step",
+                        d.flops
+                    );
+                    tables(out, d, eq, "      ");
+                }
+                None => {
+                    let _ = writeln!(out, "    each step: a loop nest");
+                    nest_plan(out, p, eq, &s.nest.root, 6);
+                }
+            }
+        }
+    }
+
+    fn virtual_index(&self, out: &mut String, plan: &crate::plan::steps::Virtual) {
+        let eq = &self.p.equations[plan.step.equation];
+        let _ = writeln!(
+            out,
+            "{}, a virtual index: {} steps, dense",
+            self.head, plan.step.range
+        );
+        let _ = writeln!(out, "  {}", statement(eq, self.source));
+        let flops = plan.step.dense.as_ref().map_or(0.0, |d| d.flops);
+        let _ = writeln!(
+            out,
+            "    each step: {flops:.3e} FLOPs over the previous slice, its windows moved to the step"
+        );
+    }
+}
+
+/// A query a stratum is evaluated on demand for, as the program writes it (`_` for a
+/// position it leaves open).
+fn asked_atom(p: &Checked, q: &crate::semantics::Query) -> String {
+    let at: Vec<String> = q
+        .pattern
+        .iter()
+        .enumerate()
+        .map(|(ax, x)| match x {
+            crate::semantics::QueryIndex::Fixed(i) => label(p, q.tensor, ax, *i, true),
+            _ => "_".into(),
+        })
+        .collect();
+    format!("{}({})", p.tensors[q.tensor].name, at.join(", "))
 }
 
 /// The size of an equation's iteration space, as the reference loops visit it.
@@ -380,7 +314,7 @@ pub(crate) fn iteration_space(eq: &Equation) -> String {
 
 /// The parts of a dense equation's expression computed once per pass as tables
 /// (`plan::rows::Table`), one line each.
-fn tables(out: &mut String, d: &DenseEquation, eq: &Equation, indent: &str) {
+pub(crate) fn tables(out: &mut String, d: &DenseEquation, eq: &Equation, indent: &str) {
     use crate::plan::einsum::InPlaceEpilogue;
     let argument = d.in_place.as_ref().and_then(|at| match &at.epilogue {
         InPlaceEpilogue::NormalizeRows(_, _, arg) => Some(arg),
@@ -631,7 +565,7 @@ fn afterwards(out: &mut String, p: &Checked, r: &Rule, eq: &Equation) {
 }
 
 /// A contraction tree as nested products of the factors' names: `(A · (B · X))`.
-fn order(p: &Checked, c: &Contraction, path: &Path) -> String {
+pub(crate) fn order(p: &Checked, c: &Contraction, path: &Path) -> String {
     match path {
         Path::Leaf(k) => {
             let f = &c.factors[*k];
@@ -647,7 +581,7 @@ fn order(p: &Checked, c: &Contraction, path: &Path) -> String {
 }
 
 /// `line N: <source text>` for an equation.
-fn statement(eq: &Equation, source: &str) -> String {
+pub(crate) fn statement(eq: &Equation, source: &str) -> String {
     let line = 1 + source
         .get(..eq.span.start)
         .unwrap_or("")

@@ -27,6 +27,7 @@
 pub mod diagnostics;
 pub mod eval;
 pub(crate) mod explain;
+mod explain_dense;
 pub(crate) mod functions;
 pub mod ide;
 pub(crate) mod io;
