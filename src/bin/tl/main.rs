@@ -34,26 +34,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Evaluate a program: write its files and print its query answers.
-    Run {
-        /// Program file, or `-` to read the program from standard input.
-        file: PathBuf,
-        /// Override a scalar constant, e.g. `--set N=3`.
-        #[arg(long = "set", value_name = "NAME=VALUE", value_parser = parse_set)]
-        set: Vec<(String, f64)>,
-        /// Load parameters from a `.safetensors` checkpoint.
-        #[arg(long, value_name = "CKPT")]
-        load: Option<PathBuf>,
-        /// Also run the reference evaluator and print, on stderr, the largest difference
-        /// per tensor; exit 1 when a tensor differs beyond 1e-4 of its largest magnitude.
-        #[arg(long)]
-        verify: bool,
-        /// Print, on stderr, the kernel that evaluated each stratum, the planned one where
-        /// they differ, and why a kernel declined.
-        #[arg(long)]
-        decisions: bool,
-        #[command(flatten)]
-        common: Common,
-    },
+    Run(Box<RunArgs>),
     /// Parse and check a program; print its diagnostics.
     Check {
         /// Program file.
@@ -98,36 +79,7 @@ enum Command {
     /// (rules with their variables bound, down to given facts), why a fact does not hold
     /// (`--not`), or an element's largest terms with their factors, e.g.
     /// `tl why family.tl 'Ancestor(Alice, Dana)'`.
-    Why {
-        /// Program file.
-        file: PathBuf,
-        /// The fact or element, e.g. `Ancestor(Alice, Dana)`, `Dist[A, C]`, `Y[3]`.
-        atom: String,
-        /// Explain why the fact does not hold: each rule's closest instance and the atom
-        /// that fails there.
-        #[arg(long)]
-        not: bool,
-        /// Terms shown per value.
-        #[arg(long, default_value_t = 5)]
-        top: usize,
-        /// Levels of derived factors explained below a value (and of failing atoms below a
-        /// fact that does not hold).
-        #[arg(long, default_value_t = 2)]
-        depth: usize,
-        /// `text` (a tree) or `json`.
-        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
-        format: String,
-        /// Record each derived tuple's round while evaluating, so that the derivation of
-        /// minimal height is a walk down the rounds rather than a search (4 bytes per tuple
-        /// the joins derive).
-        #[arg(long)]
-        provenance: bool,
-        /// Override a scalar constant, e.g. `--set N=3`.
-        #[arg(long = "set", value_name = "NAME=VALUE", value_parser = parse_set)]
-        set: Vec<(String, f64)>,
-        #[command(flatten)]
-        common: Common,
-    },
+    Why(Box<WhyArgs>),
     /// Lay programs out in the one canonical style, in place (`-`: standard input to
     /// standard output). Comments and blank-line groups are kept; the meaning never changes.
     Fmt {
@@ -175,6 +127,62 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+}
+
+/// `tl run`'s arguments.
+#[derive(Args)]
+struct RunArgs {
+    /// Program file, or `-` to read the program from standard input.
+    file: PathBuf,
+    /// Override a scalar constant, e.g. `--set N=3`.
+    #[arg(long = "set", value_name = "NAME=VALUE", value_parser = parse_set)]
+    set: Vec<(String, f64)>,
+    /// Load parameters from a `.safetensors` checkpoint.
+    #[arg(long, value_name = "CKPT")]
+    load: Option<PathBuf>,
+    /// Also run the reference evaluator and print, on stderr, the largest difference
+    /// per tensor; exit 1 when a tensor differs beyond 1e-4 of its largest magnitude.
+    #[arg(long)]
+    verify: bool,
+    /// Print, on stderr, the kernel that evaluated each stratum, the planned one where
+    /// they differ, and why a kernel declined.
+    #[arg(long)]
+    decisions: bool,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// `tl why`'s arguments.
+#[derive(Args)]
+struct WhyArgs {
+    /// Program file.
+    file: PathBuf,
+    /// The fact or element, e.g. `Ancestor(Alice, Dana)`, `Dist[A, C]`, `Y[3]`.
+    atom: String,
+    /// Explain why the fact does not hold: each rule's closest instance and the atom
+    /// that fails there.
+    #[arg(long)]
+    not: bool,
+    /// Terms shown per value.
+    #[arg(long, default_value_t = 5)]
+    top: usize,
+    /// Levels of derived factors explained below a value (and of failing atoms below a
+    /// fact that does not hold).
+    #[arg(long, default_value_t = 2)]
+    depth: usize,
+    /// `text` (a tree) or `json`.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    format: String,
+    /// Record each derived tuple's round while evaluating, so that the derivation of
+    /// minimal height is a walk down the rounds rather than a search (4 bytes per tuple
+    /// the joins derive).
+    #[arg(long)]
+    provenance: bool,
+    /// Override a scalar constant, e.g. `--set N=3`.
+    #[arg(long = "set", value_name = "NAME=VALUE", value_parser = parse_set)]
+    set: Vec<(String, f64)>,
+    #[command(flatten)]
+    common: Common,
 }
 
 #[derive(Args, Clone)]
@@ -423,6 +431,85 @@ fn main() -> ExitCode {
     }
 }
 
+/// `tl run FILE`: evaluates, prints the answers and writes the files; `--verify` compares
+/// every tensor with the reference evaluator's.
+fn run_program(args: RunArgs) -> Result<(), String> {
+    let RunArgs {
+        file,
+        set,
+        load: ckpt,
+        verify,
+        decisions,
+        common,
+    } = args;
+    common.cluster()?;
+    let mut session = load(&file)?;
+    if let Some(ckpt) = ckpt {
+        session
+            .load_parameters(&ckpt)
+            .map_err(|d| render(&session, &d))?;
+    }
+    let opts = common.run_options(&set, common.gathers());
+    let engine = common.engine();
+    // `--verify` compares every tensor, so it needs them all.
+    let result = match verify {
+        true => session.run_with(engine.as_ref(), &opts),
+        false => session.run_for_answers(engine.as_ref(), &opts),
+    };
+    warn(&session);
+    let lines = result.map_err(|d| render(&session, &d))?;
+    if let (true, Some(log)) = (decisions, session.decisions_text()) {
+        eprint!("decisions ({} engine):\n{log}", engine.name());
+    }
+    if !common.gathers() {
+        return Ok(());
+    }
+    print_lines(&lines);
+    if verify {
+        let diffs = session.verify(&opts).map_err(|d| render(&session, &d))?;
+        let report = tensor_logic::verify::report(engine.name(), &diffs);
+        if diffs.iter().any(|d| !d.agrees()) {
+            return Err(report);
+        }
+        eprint!("{report}");
+    }
+    Ok(())
+}
+
+/// `tl why FILE ATOM`: evaluates on the standard engine, then explains the atom.
+fn why(args: WhyArgs) -> Result<(), String> {
+    let WhyArgs {
+        file,
+        atom,
+        not,
+        top,
+        depth,
+        format,
+        provenance,
+        set,
+        common,
+    } = args;
+    let mut session = load(&file)?;
+    let opts = RunOptions {
+        provenance,
+        ..common.run_options(&set, false)
+    };
+    session
+        .run_with(&Standard, &opts)
+        .map_err(|d| render(&session, &d))?;
+    warn(&session);
+    let options = tensor_logic::why::WhyOptions { top, depth, not };
+    let atom = atom.trim().trim_end_matches('?').to_string();
+    let tree = session
+        .why(&atom, &options)
+        .map_err(|d| d.render("<why>", &atom))?;
+    match format.as_str() {
+        "json" => println!("{}", tree.json()),
+        _ => print!("{}", tree.text()),
+    }
+    Ok(())
+}
+
 fn load(file: &Path) -> Result<Session, String> {
     let mut session = Session::new();
     if file == Path::new("-") {
@@ -443,47 +530,7 @@ fn load(file: &Path) -> Result<Session, String> {
 
 fn run(command: Command) -> Result<(), String> {
     match command {
-        Command::Run {
-            file,
-            set,
-            load: ckpt,
-            verify,
-            decisions,
-            common,
-        } => {
-            common.cluster()?;
-            let mut session = load(&file)?;
-            if let Some(ckpt) = ckpt {
-                session
-                    .load_parameters(&ckpt)
-                    .map_err(|d| render(&session, &d))?;
-            }
-            let opts = common.run_options(&set, common.gathers());
-            let engine = common.engine();
-            // `--verify` compares every tensor, so it needs them all.
-            let result = match verify {
-                true => session.run_with(engine.as_ref(), &opts),
-                false => session.run_for_answers(engine.as_ref(), &opts),
-            };
-            warn(&session);
-            let lines = result.map_err(|d| render(&session, &d))?;
-            if let (true, Some(log)) = (decisions, session.decisions_text()) {
-                eprint!("decisions ({} engine):\n{log}", engine.name());
-            }
-            if !common.gathers() {
-                return Ok(());
-            }
-            print_lines(&lines);
-            if verify {
-                let diffs = session.verify(&opts).map_err(|d| render(&session, &d))?;
-                let report = tensor_logic::verify::report(engine.name(), &diffs);
-                if diffs.iter().any(|d| !d.agrees()) {
-                    return Err(report);
-                }
-                eprint!("{report}");
-            }
-            Ok(())
-        }
+        Command::Run(args) => run_program(*args),
         Command::Check { file, common } => {
             let session = load_checked(&file, &common)?;
             if let (false, Some(checked)) = (common.quiet, session.checked()) {
@@ -537,160 +584,10 @@ fn run(command: Command) -> Result<(), String> {
             set,
             args,
             common,
-        } => {
-            let mut session = load(&file)?;
-            let resume = match args.load() {
-                Some(ckpt) => Some(
-                    session
-                        .load_parameters(ckpt)
-                        .map_err(|d| render(&session, &d))?,
-                ),
-                None => None,
-            };
-            let opts = common.run_options(&set, true);
-            if args.check_grad() {
-                let (loss, freeze) = args.loss_and_freeze();
-                let checks = session
-                    .check_gradients(&opts, loss, freeze, 20)
-                    .map_err(|d| render(&session, &d))?;
-                for c in &checks {
-                    println!(
-                        "{}: worst relative error {:.3e} over {} elements, {} with a gradient that is not 0 (at element {}; largest gradient {:.3e})",
-                        c.name, c.worst, c.checked, c.nonzero, c.at, c.largest
-                    );
-                }
-                let unseen: Vec<&str> = checks
-                    .iter()
-                    .filter(|c| c.checked > 0 && c.nonzero == 0)
-                    .map(|c| c.name.as_str())
-                    .collect();
-                if !unseen.is_empty() {
-                    println!(
-                        "note: every gradient of {} is 0 at this point, so the check saw nothing to compare there",
-                        unseen.join(", ")
-                    );
-                }
-                let tolerance = tensor_logic::learn::gradcheck::TOLERANCE;
-                let failed: Vec<&str> = checks
-                    .iter()
-                    .filter(|c| !c.passes())
-                    .map(|c| c.name.as_str())
-                    .collect();
-                if failed.is_empty() {
-                    println!(
-                        "gradient check passed: every worst relative error is within {tolerance:e}"
-                    );
-                    return Ok(());
-                }
-                println!(
-                    "gradient check failed: {} over the tolerance {tolerance:e}",
-                    failed.join(", ")
-                );
-                return Err(String::new());
-            }
-            let mut progress = train::Progress::new(common.quiet);
-            let result = session.train(&opts, &args.options(resume, common.seed), &mut |e| {
-                progress.event(e)
-            });
-            warn(&session);
-            let last = progress.finish();
-            if let Some(path) = args.log_path() {
-                progress
-                    .write_log(path)
-                    .map_err(|e| format!("error[E0501]: {e}\n"))?;
-            }
-            if let Some(path) = args.plot_path() {
-                progress
-                    .plot(path)
-                    .map_err(|e| format!("error[E0501]: {e}\n"))?;
-            }
-            let trained = result.map_err(|d| render(&session, &d))?;
-            if !common.quiet {
-                let last = last.map(|l| tensor_logic::tensor::format_number(l, ElemType::F32));
-                eprintln!(
-                    "trained {} steps; last loss {}",
-                    trained.step,
-                    last.as_deref().unwrap_or("-")
-                );
-            }
-            // The trained program answers its queries and writes its files on the full data;
-            // one without outputs (a model trained for its loss curve and checkpoint) is not
-            // evaluated again.
-            let checked = session.check(&opts.settings);
-            if checked.is_ok_and(|c| c.outputs.is_empty()) {
-                return Ok(());
-            }
-            let lines = session.run(&opts).map_err(|d| render(&session, &d))?;
-            print_lines(&lines);
-            Ok(())
-        }
-        Command::Watch { file, mut common } => {
-            // The standard engine keeps the values, unless the dataflow is asked for by
-            // name or by spreading it over processes.
-            if common.processes > 1 || common.hosts.is_some() || common.workers.is_some() {
-                common.engine = "differential".into();
-            }
-            if common.engine == "reference" {
-                return Err("`tl watch` keeps values on the standard engine or, with `--engine differential`, a dataflow; the reference evaluator cannot\n".into());
-            }
-            let dataflow = common.engine == "differential";
-            let cluster = common.cluster()?;
-            let mut session = load(&file)?;
-            let options = RunOptions {
-                settings: common.settings(&[]),
-                tol: Some(common.tol),
-                write_files: true,
-                threads: common.threads(),
-                timeout: common.timeout.map(std::time::Duration::from_secs_f64),
-                interrupt: None,
-                provenance: false,
-            };
-            if cluster.gathers() {
-                let cluster = dataflow.then_some(&cluster);
-                return watch::watch(session, options, cluster, common.quiet);
-            }
-            if !common.quiet {
-                eprintln!(
-                    "process {}: serving the dataflow until process 0 ends",
-                    common.process
-                );
-            }
-            session
-                .serve_incremental(&options, &cluster)
-                .map_err(|d| render(&session, &d))
-        }
+        } => train::command(&file, &set, &args, &common),
+        Command::Watch { file, common } => watch::command(&file, common),
         Command::Fmt { files, check } => fmt::fmt(&files, check),
-        Command::Why {
-            file,
-            atom,
-            not,
-            top,
-            depth,
-            format,
-            set,
-            provenance,
-            common,
-        } => {
-            let mut session = load(&file)?;
-            let opts = RunOptions {
-                provenance,
-                ..common.run_options(&set, false)
-            };
-            session
-                .run_with(&Standard, &opts)
-                .map_err(|d| render(&session, &d))?;
-            warn(&session);
-            let options = tensor_logic::why::WhyOptions { top, depth, not };
-            let atom = atom.trim().trim_end_matches('?').to_string();
-            let tree = session
-                .why(&atom, &options)
-                .map_err(|d| d.render("<why>", &atom))?;
-            match format.as_str() {
-                "json" => println!("{}", tree.json()),
-                _ => print!("{}", tree.text()),
-            }
-            Ok(())
-        }
+        Command::Why(args) => why(*args),
         Command::Lsp => lsp::serve(),
         Command::Repl {
             file,

@@ -9,6 +9,111 @@ use tensor_logic::learn::train::{Event, TrainOptions};
 use tensor_logic::tensor::format_number;
 use tensor_logic::ElemType;
 
+/// `tl train FILE`: trains, then (where the program has outputs) evaluates the trained
+/// program on its full data, or checks its gradients (`--check-grad`).
+pub(crate) fn command(
+    file: &Path,
+    set: &[(String, f64)],
+    args: &TrainArgs,
+    common: &super::Common,
+) -> Result<(), String> {
+    let mut session = super::load(file)?;
+    let resume = match args.load() {
+        Some(ckpt) => Some(
+            session
+                .load_parameters(ckpt)
+                .map_err(|d| super::render(&session, &d))?,
+        ),
+        None => None,
+    };
+    let opts = common.run_options(set, true);
+    if args.check_grad() {
+        return check_gradients(&mut session, &opts, args);
+    }
+    let mut progress = Progress::new(common.quiet);
+    let result = session.train(&opts, &args.options(resume, common.seed), &mut |e| {
+        progress.event(e)
+    });
+    super::warn(&session);
+    let last = progress.finish();
+    if let Some(path) = args.log_path() {
+        progress
+            .write_log(path)
+            .map_err(|e| format!("error[E0501]: {e}\n"))?;
+    }
+    if let Some(path) = args.plot_path() {
+        progress
+            .plot(path)
+            .map_err(|e| format!("error[E0501]: {e}\n"))?;
+    }
+    let trained = result.map_err(|d| super::render(&session, &d))?;
+    if !common.quiet {
+        let last = last.map(|l| tensor_logic::tensor::format_number(l, ElemType::F32));
+        eprintln!(
+            "trained {} steps; last loss {}",
+            trained.step,
+            last.as_deref().unwrap_or("-")
+        );
+    }
+    // The trained program answers its queries and writes its files on the full data;
+    // one without outputs (a model trained for its loss curve and checkpoint) is not
+    // evaluated again.
+    let checked = session.check(&opts.settings);
+    if checked.is_ok_and(|c| c.outputs.is_empty()) {
+        return Ok(());
+    }
+    let lines = session
+        .run(&opts)
+        .map_err(|d| super::render(&session, &d))?;
+    super::print_lines(&lines);
+    Ok(())
+}
+
+/// `tl train --check-grad`: each parameter's worst relative error against finite
+/// differences; an error (with nothing more to print) when one is over the tolerance.
+fn check_gradients(
+    session: &mut tensor_logic::Session,
+    opts: &tensor_logic::RunOptions,
+    args: &TrainArgs,
+) -> Result<(), String> {
+    let (loss, freeze) = args.loss_and_freeze();
+    let checks = session
+        .check_gradients(opts, loss, freeze, 20)
+        .map_err(|d| super::render(session, &d))?;
+    for c in &checks {
+        println!(
+            "{}: worst relative error {:.3e} over {} elements, {} with a gradient that is not 0 (at element {}; largest gradient {:.3e})",
+            c.name, c.worst, c.checked, c.nonzero, c.at, c.largest
+        );
+    }
+    let unseen: Vec<&str> = checks
+        .iter()
+        .filter(|c| c.checked > 0 && c.nonzero == 0)
+        .map(|c| c.name.as_str())
+        .collect();
+    if !unseen.is_empty() {
+        println!(
+            "note: every gradient of {} is 0 at this point, so the check saw nothing to compare there",
+            unseen.join(", ")
+        );
+    }
+    let tolerance = tensor_logic::learn::gradcheck::TOLERANCE;
+    let failed: Vec<&str> = checks
+        .iter()
+        .filter(|c| !c.passes())
+        .map(|c| c.name.as_str())
+        .collect();
+    if failed.is_empty() {
+        println!("gradient check passed: every worst relative error is within {tolerance:e}");
+        return Ok(());
+    }
+    println!(
+        "gradient check failed: {} over the tolerance {tolerance:e}",
+        failed.join(", ")
+    );
+    Err(String::new())
+}
+
 /// Options of §12.
 #[derive(Args, Clone)]
 pub struct TrainArgs {

@@ -6,11 +6,49 @@
 //! the others serve their share of the dataflow until it ends.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::time::{Duration, SystemTime};
 use tensor_logic::eval::Cluster;
 use tensor_logic::{Change, RunOptions, Session};
+
+/// `tl watch FILE`: the program kept by the standard engine (or a dataflow, asked for by
+/// name or by spreading it over processes); process 0 takes the changes, the others serve.
+pub(crate) fn command(file: &Path, mut common: super::Common) -> Result<(), String> {
+    // The standard engine keeps the values, unless the dataflow is asked for by
+    // name or by spreading it over processes.
+    if common.processes > 1 || common.hosts.is_some() || common.workers.is_some() {
+        common.engine = "differential".into();
+    }
+    if common.engine == "reference" {
+        return Err("`tl watch` keeps values on the standard engine or, with `--engine differential`, a dataflow; the reference evaluator cannot\n".into());
+    }
+    let dataflow = common.engine == "differential";
+    let cluster = common.cluster()?;
+    let mut session = super::load(file)?;
+    let options = RunOptions {
+        settings: common.settings(&[]),
+        tol: Some(common.tol),
+        write_files: true,
+        threads: common.threads(),
+        timeout: common.timeout.map(std::time::Duration::from_secs_f64),
+        interrupt: None,
+        provenance: false,
+    };
+    if cluster.gathers() {
+        let cluster = dataflow.then_some(&cluster);
+        return watch(session, options, cluster, common.quiet);
+    }
+    if !common.quiet {
+        eprintln!(
+            "process {}: serving the dataflow until process 0 ends",
+            common.process
+        );
+    }
+    session
+        .serve_incremental(&options, &cluster)
+        .map_err(|d| super::render(&session, &d))
+}
 
 /// How often input files are looked at.
 const POLL: Duration = Duration::from_millis(100);
@@ -24,7 +62,7 @@ struct Watched {
 }
 
 /// Runs the watch loop until standard input ends.
-pub fn watch(
+fn watch(
     mut session: Session,
     options: RunOptions,
     cluster: Option<&Cluster>,
