@@ -26,6 +26,23 @@ fn fuzzer_findings_stay_fixed() {
     assert!(n > 0);
 }
 
+/// The agreement target found the engines apart on `Down(x - 1) :- Down(x) x > -5`: the
+/// comparison holds where `Down(x)` is false, so the reference's result depended on which
+/// values its column held when it started. A recursion through a comparison is now refused
+/// like one through `not`; joined as an atom (`Down(x), x > -5`) it counts down to -5.
+#[test]
+fn a_recursion_through_a_comparison_is_not_stratified() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_regressions");
+    let out = common::tl(&dir, &["check", "comparison_in_its_own_recursion.tl"]);
+    let err = common::stderr(&out);
+    assert!(err.contains("E0302") && err.contains("comparison"), "{err}");
+    let tmp = tempfile::tempdir().unwrap();
+    common::write(tmp.path(), "d.tl", "Down(0).\nDown(x - 1) :- Down(x), x > -5.\nDown(x)?\n");
+    let out = common::tl(tmp.path(), &["run", "d.tl", "--verify"]);
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    assert_eq!(common::stdout(&out).lines().count(), 6);
+}
+
 #[test]
 fn an_index_used_only_as_a_divisor_has_no_range() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_regressions");

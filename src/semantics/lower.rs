@@ -13,6 +13,10 @@ use std::collections::HashMap;
 pub(super) struct EqMeta {
     /// Tensors read, whether under `not`, and where.
     pub reads: Vec<(TensorId, bool, Span)>,
+    /// Tensors read inside a comparison's operands, and where: like `not`, a comparison
+    /// can turn from true to false as what it reads grows (`Down(x) x > -5` holds where
+    /// `Down(x)` is false), so it cannot be part of a recursion through them.
+    pub compared: Vec<(TensorId, Span)>,
     /// Variables that occur in a positive atom or are bound to a constant by `==`.
     pub bound_positively: Vec<bool>,
     /// Variables whose range is fixed by a slice.
@@ -598,6 +602,23 @@ impl Builder<'_, '_> {
     }
 
     fn compare(&mut self, op: CmpOp, a: &Expr, b: &Expr, span: Span, negated: bool) -> Node {
+        let before = self.meta.reads.len();
+        let node = self.compare_operands(op, (a, b), span, negated);
+        let compared: Vec<(TensorId, Span)> = self.meta.reads[before..]
+            .iter()
+            .map(|&(t, _, at)| (t, at))
+            .collect();
+        self.meta.compared.extend(compared);
+        node
+    }
+
+    fn compare_operands(
+        &mut self,
+        op: CmpOp,
+        (a, b): (&Expr, &Expr),
+        span: Span,
+        negated: bool,
+    ) -> Node {
         let (va, vb) = (self.ctx.value_var(a), self.ctx.value_var(b));
         let symbolic = |s: &mut Self, v: &str| {
             let d = s.ctx.var_domain(s.stmt, v);

@@ -135,7 +135,7 @@ impl Ctx<'_> {
                     let (eq, meta) = &eqs[i];
                     for &(src, negated, span) in &meta.reads {
                         if negated && tensors.contains(&src) {
-                            let cycle = self.cycle(eqs, &tensors, src, eq.target);
+                            let cycle = self.cycle(eqs, &tensors, ("not", src), eq.target);
                             self.diags.push(
                                 Diagnostic::error(
                                     codes::NOT_STRATIFIED,
@@ -145,6 +145,21 @@ impl Ctx<'_> {
                                 .with_label("negated here")
                                 .with_note(format!("cycle: {cycle}"))
                                 .with_note("a tensor may only be negated once it is fully computed, in an earlier stratum"),
+                            );
+                        }
+                    }
+                    for &(src, span) in &meta.compared {
+                        if tensors.contains(&src) {
+                            let cycle = self.cycle(eqs, &tensors, ("compared", src), eq.target);
+                            self.diags.push(
+                                Diagnostic::error(
+                                    codes::NOT_STRATIFIED,
+                                    span,
+                                    format!("recursion through a comparison: `{}` depends on a comparison of `{}`", self.tensors[eq.target].name, self.tensors[src].name),
+                                )
+                                .with_label("compared here")
+                                .with_note(format!("cycle: {cycle}"))
+                                .with_note("a comparison can turn from true to false as what it reads grows, as `not` can (`R(x) x > 0` holds where `R(x)` is false): compare a tensor once it is fully computed, in an earlier stratum, or join it as an atom (`R(x), x > 0`)"),
                             );
                         }
                     }
@@ -159,8 +174,15 @@ impl Ctx<'_> {
         strata
     }
 
-    /// The dependency path `target ← not src ← … ← target`, by breadth-first search.
-    fn cycle(&self, eqs: &[Lowered], scc: &[usize], src: usize, target: usize) -> String {
+    /// The dependency path `target ← not src ← … ← target` (`how` is the word before `src`:
+    /// `not`, or `compared`), by breadth-first search.
+    fn cycle(
+        &self,
+        eqs: &[Lowered],
+        scc: &[usize],
+        (how, src): (&str, usize),
+        target: usize,
+    ) -> String {
         let mut prev: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
         let mut queue = std::collections::VecDeque::from([target]);
         let mut seen = vec![target];
@@ -179,7 +201,7 @@ impl Ctx<'_> {
             }
         }
         let name = |t: usize| self.tensors[t].name.clone();
-        let mut parts = vec![name(target), format!("not {}", name(src))];
+        let mut parts = vec![name(target), format!("{how} {}", name(src))];
         let mut cur = src;
         while let Some(&p) = prev.get(&cur) {
             parts.push(name(p));
