@@ -37,7 +37,11 @@ fn a_recursion_through_a_comparison_is_not_stratified() {
     let err = common::stderr(&out);
     assert!(err.contains("E0302") && err.contains("comparison"), "{err}");
     let tmp = tempfile::tempdir().unwrap();
-    common::write(tmp.path(), "d.tl", "Down(0).\nDown(x - 1) :- Down(x), x > -5.\nDown(x)?\n");
+    common::write(
+        tmp.path(),
+        "d.tl",
+        "Down(0).\nDown(x - 1) :- Down(x), x > -5.\nDown(x)?\n",
+    );
     let out = common::tl(tmp.path(), &["run", "d.tl", "--verify"]);
     assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
     assert_eq!(common::stdout(&out).lines().count(), 6);

@@ -780,27 +780,7 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
     if eq.family != Family::Sum || eq.virtual_var.is_some() || eq.bool_head == count {
         return None;
     }
-    // Head arithmetic binds a variable of its own.
-    let mut lets = Vec::new();
-    let mut head_terms = Vec::with_capacity(eq.lhs.len());
-    let target = &p.tensors[eq.target];
-    for (ax, (f, &extent)) in eq.lhs.iter().zip(&target.shape).enumerate() {
-        head_terms.push(match (term_at(p, eq.target, ax, f), f) {
-            (Some(t), _) => t,
-            (None, IndexFn::Arith(..)) => {
-                let var = eq.vars.len() + lets.len();
-                let d = target.domains[ax];
-                lets.push(Let {
-                    var,
-                    value: LetValue::Index(f.clone()),
-                    extent,
-                    open: p.domains[d].is_open().then_some(d),
-                });
-                Term::Var(var)
-            }
-            (None, _) => return None,
-        });
-    }
+    let (head_terms, lets) = head_terms(p, eq)?;
     let Node::Sum { body, .. } = &eq.rhs else {
         return None;
     };
@@ -822,8 +802,55 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
         cyclic: false,
         exists: Vec::new(),
     };
+    let checked_vars = add_literals(p, (e, own), &literals, &mut rule)?;
+    rule.filters.extend(head_bounds(p, eq, &rule));
+    let positive = positive_vars(&rule);
+    // A count counts every assignment, a group's too; a relation asks only for one.
+    if !count {
+        rule.exists = independent(&mut rule, own);
+    }
+    safe((eq, &rule), &positive, &checked_vars).then(|| rule.planned())
+}
+
+/// The head's terms; head arithmetic binds a variable of its own (a `let` after the
+/// equation's variables).
+fn head_terms(p: &Checked, eq: &Equation) -> Option<(Vec<Term>, Vec<Let>)> {
+    let mut lets = Vec::new();
+    let mut head_terms = Vec::with_capacity(eq.lhs.len());
+    let target = &p.tensors[eq.target];
+    for (ax, (f, &extent)) in eq.lhs.iter().zip(&target.shape).enumerate() {
+        head_terms.push(match (term_at(p, eq.target, ax, f), f) {
+            (Some(t), _) => t,
+            (None, IndexFn::Arith(..)) => {
+                let var = eq.vars.len() + lets.len();
+                let d = target.domains[ax];
+                lets.push(Let {
+                    var,
+                    value: LetValue::Index(f.clone()),
+                    extent,
+                    open: p.domains[d].is_open().then_some(d),
+                });
+                Term::Var(var)
+            }
+            (None, _) => return None,
+        });
+    }
+    Some((head_terms, lets))
+}
+
+/// Adds the body's literals to `rule`: atoms, negated and absent atoms, filters, bindings
+/// of computed values (put before the head's lets) and checks the loop nests evaluate.
+/// Returns the variables the checks and bindings read; `None` where a literal is none of
+/// these.
+fn add_literals(
+    p: &Checked,
+    (e, own): (usize, &[TensorId]),
+    literals: &[&Node],
+    rule: &mut Rule,
+) -> Option<Vec<VarId>> {
+    let eq = &p.equations[e];
     let mut in_atoms = vec![false; eq.vars.len()];
-    for lit in &literals {
+    for lit in literals {
         if let Node::Read { index, .. } = strip(lit) {
             for f in index {
                 if let IndexFn::Var(v) = f {
@@ -879,7 +906,11 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
     }
     computed.append(&mut rule.lets);
     rule.lets = computed;
-    rule.filters.extend(head_bounds(p, eq, &rule));
+    Some(checked_vars)
+}
+
+/// Which variables a positive atom or a `let` binds.
+fn positive_vars(rule: &Rule) -> Vec<bool> {
     let mut positive = vec![false; rule.vars];
     for a in &rule.atoms {
         for t in &a.terms {
@@ -888,21 +919,26 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
             }
         }
     }
+    for l in &rule.lets {
+        positive[l.var] = true;
+    }
+    positive
+}
+
+/// Whether the rule is safe: every variable its head, negated and absent atoms, filters,
+/// checks and head arithmetic read is bound by a positive atom or a binding (`positive`,
+/// found before independent groups were taken out of the atoms).
+fn safe((eq, rule): (&Equation, &Rule), positive: &[bool], checked_vars: &[VarId]) -> bool {
     let mut let_vars = Vec::new();
     for l in &rule.lets {
         if let LetValue::Index(f) = &l.value {
             f.vars(&mut let_vars);
         }
-        positive[l.var] = true;
     }
     let bound = |t: &Term| !matches!(t, Term::Var(v) if !positive[*v]);
     let operand_bound = |o: &Operand| o.vars().iter().all(|&v| positive[v]);
-    // A count counts every assignment, a group's too; a relation asks only for one.
-    if !count {
-        rule.exists = independent(&mut rule, own);
-    }
     // A rule without variables needs no atom (`A() :- not B().`): it derives once.
-    let safe = (!rule.atoms.is_empty() || eq.vars.is_empty() || !rule.exists.is_empty())
+    (!rule.atoms.is_empty() || eq.vars.is_empty() || !rule.exists.is_empty())
         && rule.head_terms.iter().all(bound)
         && rule.negated.iter().all(|a| a.terms.iter().all(bound))
         && rule.absent.iter().all(|a| a.terms.iter().all(bound))
@@ -911,8 +947,7 @@ fn plan_rule(p: &Checked, e: usize, count: bool, own: &[TensorId]) -> Option<Rul
             .iter()
             .all(|f| operand_bound(&f.left) && operand_bound(&f.right))
         && checked_vars.iter().all(|&v| positive[v])
-        && let_vars.iter().all(|&v| positive[v] && v < eq.vars.len());
-    safe.then(|| rule.planned())
+        && let_vars.iter().all(|&v| positive[v] && v < eq.vars.len())
 }
 
 /// Takes out of `rule.atoms` the groups of atoms (connected by shared variables) that read
