@@ -148,7 +148,9 @@ impl Ctx<'_> {
                             );
                         }
                     }
-                    for &(src, span) in &meta.compared {
+                    // Relations only: a real recursion iterates to its fixpoint from the
+                    // data, comparisons included (a Hopfield network's `S[j] W[i, j] > 0`).
+                    for &(src, span) in meta.compared.iter().filter(|_| eq.bool_head) {
                         if tensors.contains(&src) {
                             let cycle = self.cycle(eqs, &tensors, ("compared", src), eq.target);
                             self.diags.push(
