@@ -81,20 +81,6 @@ impl BitRows {
         m
     }
 
-    /// Set bits of a row, ascending.
-    fn ones(row: &[u64]) -> impl Iterator<Item = usize> + '_ {
-        row.iter().enumerate().flat_map(|(w, &word)| {
-            let mut rest = word;
-            std::iter::from_fn(move || {
-                (rest != 0).then(|| {
-                    let b = rest.trailing_zeros() as usize;
-                    rest &= rest - 1;
-                    w * 64 + b
-                })
-            })
-        })
-    }
-
     fn stored(&self) -> impl Iterator<Item = (usize, &[u64])> + '_ {
         self.rows
             .iter()
@@ -105,7 +91,7 @@ impl BitRows {
     fn transpose(&self) -> BitRows {
         let mut t = BitRows::new(self.n);
         for (x, bits) in self.stored() {
-            for y in BitRows::ones(bits) {
+            for y in ones(bits) {
                 t.set(y, x);
             }
         }
@@ -225,7 +211,7 @@ impl BitRows {
         let ones: usize = self.bits.iter().map(|w| w.count_ones() as usize).sum();
         let mut flat = Vec::with_capacity(2 * ones);
         for (x, bits) in order {
-            for y in BitRows::ones(bits) {
+            for y in self::ones(bits) {
                 flat.extend([x as u32, y as u32]);
             }
         }
@@ -257,7 +243,7 @@ impl Lists {
         start.push(0);
         for x in 0..m.n {
             if let Some(bits) = m.row(x) {
-                cols.extend(BitRows::ones(bits).map(|y| y as u32));
+                cols.extend(self::ones(bits).map(|y| y as u32));
             }
             start.push(cols.len() as u32);
         }
@@ -271,6 +257,20 @@ impl Lists {
             dst[c as usize / 64] |= 1 << (c % 64);
         }
     }
+}
+
+/// Set bits of a row, ascending.
+pub(super) fn ones(row: &[u64]) -> impl Iterator<Item = usize> + '_ {
+    row.iter().enumerate().flat_map(|(w, &word)| {
+        let mut rest = word;
+        std::iter::from_fn(move || {
+            (rest != 0).then(|| {
+                let b = rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                w * 64 + b
+            })
+        })
+    })
 }
 
 /// Below this many words of rows, a product runs on one thread.

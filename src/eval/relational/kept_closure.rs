@@ -15,6 +15,7 @@
 //! Each step leaves `R` exactly the closure of the edges so far, so a commit's edges are
 //! taken one at a time, removals first. The commit's change is read off the rows it touched.
 
+use super::bitset::ones;
 use crate::eval::Delta;
 use crate::plan::maintenance::Closure;
 use crate::semantics::TensorId;
@@ -70,20 +71,6 @@ impl Bits {
         }
         out
     }
-}
-
-/// Set bits of a row, ascending.
-fn ones(row: &[u64]) -> impl Iterator<Item = usize> + '_ {
-    row.iter().enumerate().flat_map(|(w, &word)| {
-        let mut rest = word;
-        std::iter::from_fn(move || {
-            (rest != 0).then(|| {
-                let b = rest.trailing_zeros() as usize;
-                rest &= rest - 1;
-                w * 64 + b
-            })
-        })
-    })
 }
 
 fn subset(a: &[u64], b: &[u64]) -> bool {
