@@ -345,7 +345,9 @@ fn nest_plan(out: &mut String, p: &Checked, eq: &Equation, scope: &Scope, indent
                     .iter()
                     .enumerate()
                     .map(|(ax, pos)| match pos {
-                        Position::Var(v) => var(*v).to_string(),
+                        Position::Var(v) | Position::Shifted { var: v, by: 0, .. } => {
+                            var(*v).to_string()
+                        }
                         Position::Const(c) => label(p, s.tensor, ax, *c as usize, true),
                         Position::Known(f) => index_text(f, eq),
                         Position::Shifted { var: v, by, .. } if *by < 0 => {

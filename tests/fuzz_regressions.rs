@@ -47,6 +47,18 @@ fn a_recursion_through_a_comparison_is_not_stratified() {
     assert_eq!(common::stdout(&out).lines().count(), 6);
 }
 
+/// A named integer constant at an axis of symbols is the literal it stands for: E0104.
+#[test]
+fn a_named_constant_is_no_symbol() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_regressions");
+    let out = common::tl(&dir, &["check", "named_constant_at_a_symbol_axis.tl"]);
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("E0104") && err.contains("integer constant 2"),
+        "{err}"
+    );
+}
+
 #[test]
 fn an_index_used_only_as_a_divisor_has_no_range() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_regressions");

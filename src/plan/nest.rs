@@ -124,7 +124,8 @@ pub enum Position {
     /// of `t`): known when the scan starts, so the tuples are looked up by it.
     Known(IndexFn),
     /// A variable plus a constant (`Fib(n - 1, y)` once values are positions): binds the
-    /// variable to the tuple's position less `by` where that falls in `0..range`.
+    /// variable to the tuple's position less `by` where that falls in `0..range`. With `by`
+    /// 0 it is a variable whose range ends before the tensor's axis does.
     Shifted {
         /// The variable.
         var: VarId,
@@ -430,7 +431,21 @@ impl Compiler<'_> {
                 };
                 for (ax, f) in index.iter().enumerate() {
                     let unbound = |v: &VarId| !bound.contains(v) && vars.contains(v);
+                    let range = |v: &VarId| self.eq.vars[*v].range;
+                    let past = |v: &VarId| {
+                        self.p.tensors[*tensor]
+                            .shape
+                            .get(ax)
+                            .is_some_and(|&n| n > range(v))
+                    };
                     let pos = match f {
+                        // A tuple past the variable's range (fixed by a dense axis, §5.1) is
+                        // no point of the equation: the variable is bound checked.
+                        IndexFn::Var(v) if unbound(v) && past(v) => Position::Shifted {
+                            var: *v,
+                            by: 0,
+                            range: range(v),
+                        },
                         IndexFn::Var(v) => Position::Var(*v),
                         IndexFn::Const(c) => Position::Const(*c),
                         IndexFn::Arith(..) => match shifted(f) {

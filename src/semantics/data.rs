@@ -77,6 +77,19 @@ impl<'a> Ctx<'a> {
             }
             Index::Str(s, span) => symbol(s, *span, self),
             Index::Name(n) => match self.index_name(&n.text) {
+                IndexName::Const(v) if self.domains[self.axis_domain(t, ax)].symbolic => {
+                    Err(Diagnostic::error(
+                        codes::TYPE,
+                        n.span,
+                        format!(
+                            "axis {} of `{}` holds symbols, but `{}` is the integer constant {v}",
+                            ax + 1,
+                            self.tensors[t].name,
+                            n.text
+                        ),
+                    )
+                    .with_note(format!("write \"{}\" for the symbol", n.text)))
+                }
                 IndexName::Const(v) => Ok(v),
                 IndexName::Symbol => symbol(&n.text, n.span, self),
                 IndexName::Var => Err(Diagnostic::error(
