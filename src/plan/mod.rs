@@ -20,6 +20,7 @@
 
 pub(crate) mod chains;
 pub(crate) mod constants;
+mod contraction_path;
 pub(crate) mod dataflow;
 pub(crate) mod datalog;
 pub(crate) mod demand;
@@ -27,6 +28,7 @@ pub(crate) mod einsum;
 pub(crate) mod extreme;
 pub(crate) mod maintenance;
 pub(crate) mod nest;
+mod opt_einsum_greedy;
 pub(crate) mod rows;
 pub(crate) mod steps;
 pub(crate) mod valid;
