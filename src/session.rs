@@ -138,7 +138,11 @@ impl Session {
         self.overlay = overlay::Overlay::default();
         let funcs: Vec<String> = self.functions.keys().cloned().collect();
         let is_function = |n: &str| crate::functions::is_builtin(n) || funcs.iter().any(|f| f == n);
-        let (program, errors) = syntax::parse(source, &is_function);
+        let functions = syntax::Functions {
+            call: &is_function,
+            in_index: &crate::functions::in_index,
+        };
+        let (program, errors) = syntax::parse(source, functions);
         self.program = program;
         self.load_errors = None;
         if errors.is_empty() {
@@ -536,7 +540,11 @@ impl Session {
     fn parse_query(&self, text: &str) -> Result<crate::syntax::ast::Access, Diagnostic> {
         let is_function =
             |n: &str| crate::functions::is_builtin(n) || self.functions.contains_key(n);
-        syntax::parse_query(text, &is_function)
+        let functions = syntax::Functions {
+            call: &is_function,
+            in_index: &crate::functions::in_index,
+        };
+        syntax::parse_query(text, functions)
     }
 
     /// Checks and plans the program once, then evaluates it `repeat` times and returns how

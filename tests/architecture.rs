@@ -116,8 +116,17 @@ fn each_stage_imports_only_the_stages_before_it() {
     // with the library's session and tools above them all.
     let later: [(&str, &[&str]); 4] = [
         (
+            // The parser knows no function by name: the caller says which names are calls.
             "src/syntax",
-            &["semantics", "plan", "eval", "learn", "session", "io"],
+            &[
+                "semantics",
+                "plan",
+                "eval",
+                "learn",
+                "session",
+                "io",
+                "functions",
+            ],
         ),
         ("src/semantics", &["plan", "eval", "learn", "session"]),
         ("src/plan", &["eval", "learn", "session"]),

@@ -104,6 +104,21 @@ pub(crate) fn structural(name: &str) -> Option<Structural> {
     }
 }
 
+/// Functions that may be called inside an index (`A[max(i, j)]`, `R(substr(s, 0, 2))`):
+/// integer arithmetic and the string functions.
+const INDEX_FUNCTIONS: [&str; 7] = ["band", "bor", "bxor", "bshl", "bshr", "min", "max"];
+
+/// Whether a built-in function may be called inside an index.
+pub(crate) fn in_index(name: &str) -> bool {
+    INDEX_FUNCTIONS.contains(&name) || strings::StringFn::named(name).is_some()
+}
+
+/// The built-in functions, as the parser is told of them.
+pub(crate) const BUILTINS: crate::syntax::Functions<'static> = crate::syntax::Functions {
+    call: &is_builtin,
+    in_index: &in_index,
+};
+
 /// Whether `name` is a built-in function of any kind.
 pub(crate) fn is_builtin(name: &str) -> bool {
     builtin(name).is_some()

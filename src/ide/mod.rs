@@ -33,7 +33,7 @@ const EDITOR_MEMORY: u64 = 1 << 30;
 
 /// Lays a program out canonically (`tl fmt`): the syntax errors that stop it otherwise.
 pub fn format(source: &str) -> Result<String, Vec<Diagnostic>> {
-    crate::syntax::format::format(source)
+    crate::syntax::format::format(source, crate::functions::BUILTINS)
 }
 
 /// One version of a document, parsed and checked.
@@ -50,7 +50,7 @@ pub struct Analysis {
 impl Analysis {
     /// Parses and checks `source`; `base_dir` resolves the files it reads.
     pub fn new(source: &str, base_dir: &Path) -> Analysis {
-        let (program, errors) = crate::syntax::parse(source, &crate::functions::is_builtin);
+        let (program, errors) = crate::syntax::parse(source, crate::functions::BUILTINS);
         let names = NameIndex::new(&program);
         let (checked, diagnostics) = match errors.is_empty() {
             true => check(&program, base_dir),

@@ -213,7 +213,7 @@ mod tests {
     use super::*;
 
     fn index(src: &str) -> NameIndex {
-        let (p, errors) = crate::syntax::parse(src, &crate::functions::is_builtin);
+        let (p, errors) = crate::syntax::parse(src, crate::functions::BUILTINS);
         assert!(errors.is_empty(), "{errors:?}");
         NameIndex::new(&p)
     }

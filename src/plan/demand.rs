@@ -601,7 +601,7 @@ mod tests {
 
     fn plan(src: &str, query: &str) -> Option<DemandPlan> {
         let c = checked(src);
-        let access = crate::syntax::parse_query(query, &|_| false).unwrap();
+        let access = crate::syntax::parse_query(query, crate::functions::BUILTINS).unwrap();
         let q = crate::semantics::resolve_query(&c, &access).unwrap();
         plan_demand(&c, &q)
     }

@@ -504,7 +504,7 @@ pub(crate) mod tests {
 
     /// Parses and checks `src` with default settings.
     fn check_source(src: &str) -> Result<Checked, Diagnostics> {
-        let (program, errors) = crate::syntax::parse(src, &crate::functions::is_builtin);
+        let (program, errors) = crate::syntax::parse(src, crate::functions::BUILTINS);
         if !errors.is_empty() {
             return Err(Diagnostics(errors));
         }

@@ -1175,7 +1175,7 @@ mod tests {
 
     /// The names of the atoms in each rule body of `src` once rewritten, by head name.
     fn bodies(src: &str) -> Vec<(String, Vec<String>)> {
-        let (program, errors) = crate::syntax::parse(src, &crate::functions::is_builtin);
+        let (program, errors) = crate::syntax::parse(src, crate::functions::BUILTINS);
         assert!(errors.is_empty(), "{errors:?}");
         let r = rewrite(
             &program,

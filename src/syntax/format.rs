@@ -16,8 +16,8 @@ const CONTINUATION: &str = "    ";
 
 /// The program laid out canonically; the syntax errors that stop formatting otherwise (a
 /// program that does not parse has no layout to keep).
-pub(crate) fn format(source: &str) -> Result<String, Vec<Diagnostic>> {
-    let (_, errors) = super::parse(source, &crate::functions::is_builtin);
+pub(crate) fn format(source: &str, functions: super::Functions) -> Result<String, Vec<Diagnostic>> {
+    let (_, errors) = super::parse(source, functions);
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -174,7 +174,7 @@ mod tests {
     use super::*;
 
     fn fmt(s: &str) -> String {
-        format(s).unwrap_or_else(|e| panic!("{s:?}: {e:?}"))
+        format(s, crate::functions::BUILTINS).unwrap_or_else(|e| panic!("{s:?}: {e:?}"))
     }
 
     #[test]
@@ -216,7 +216,7 @@ mod tests {
 
     #[test]
     fn a_program_that_does_not_parse_is_not_formatted() {
-        let errors = format("A = [1, 2\n").unwrap_err();
+        let errors = format("A = [1, 2\n", crate::functions::BUILTINS).unwrap_err();
         assert_eq!(errors[0].code, codes::SYNTAX);
     }
 
@@ -294,10 +294,10 @@ mod tests {
         ) {
             let loose = spaced_out(&which, &spacing);
             let tidy = spaced_out(&which, &[1]);
-            let a = format(&loose).map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{loose}: {e:?}")))?;
-            let b = format(&tidy).map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{tidy}: {e:?}")))?;
+            let a = format(&loose, crate::functions::BUILTINS).map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{loose}: {e:?}")))?;
+            let b = format(&tidy, crate::functions::BUILTINS).map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{tidy}: {e:?}")))?;
             proptest::prop_assert_eq!(&a, &b);
-            proptest::prop_assert_eq!(format(&a).ok(), Some(a.clone()));
+            proptest::prop_assert_eq!(format(&a, crate::functions::BUILTINS).ok(), Some(a.clone()));
             proptest::prop_assert_eq!(significant(&a), significant(&loose));
         }
     }

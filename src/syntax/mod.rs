@@ -5,4 +5,4 @@ pub(crate) mod format;
 pub(crate) mod lexer;
 pub(crate) mod parser;
 
-pub(crate) use parser::{parse, parse_query};
+pub(crate) use parser::{parse, parse_query, Functions};

@@ -7,13 +7,21 @@ use super::ast::*;
 use super::lexer::{lex, Number, Tok, Token};
 use crate::diagnostics::{codes, Diagnostic, Span};
 
-/// Parses a whole program. `is_function` tells a call `f(x)` from a Boolean access `R(x)`.
-pub(crate) fn parse(
-    source: &str,
-    is_function: &dyn Fn(&str) -> bool,
-) -> (Program, Vec<Diagnostic>) {
+/// What the parser knows of functions: nothing by name. The caller (which knows the built-in
+/// and registered functions) says which names are called (`f(x)`, not an access `R(x)`) and
+/// which of those may be called inside an index (`A[max(i, j)]`).
+#[derive(Clone, Copy)]
+pub(crate) struct Functions<'a> {
+    /// Whether a name followed by `(` is a call.
+    pub(crate) call: &'a dyn Fn(&str) -> bool,
+    /// Whether a call may stand in an index.
+    pub(crate) in_index: &'a dyn Fn(&str) -> bool,
+}
+
+/// Parses a whole program; `functions` tells calls from accesses.
+pub(crate) fn parse(source: &str, functions: Functions) -> (Program, Vec<Diagnostic>) {
     let (tokens, mut errors) = lex(source);
-    let mut p = Parser::new(tokens, source, is_function);
+    let mut p = Parser::new(tokens, source, functions);
     let mut program = Program::default();
     loop {
         p.skip_separators();
@@ -33,15 +41,12 @@ pub(crate) fn parse(
 }
 
 /// Parses the text of a query as given to `tl query` (with or without the trailing `?`).
-pub(crate) fn parse_query(
-    text: &str,
-    is_function: &dyn Fn(&str) -> bool,
-) -> Result<Access, Diagnostic> {
+pub(crate) fn parse_query(text: &str, functions: Functions) -> Result<Access, Diagnostic> {
     let (tokens, errors) = lex(text);
     if let Some(e) = errors.into_iter().next() {
         return Err(e);
     }
-    let mut p = Parser::new(tokens, text, is_function);
+    let mut p = Parser::new(tokens, text, functions);
     let access = p.access()?;
     p.eat(&Tok::Question);
     p.skip_separators();
@@ -60,16 +65,12 @@ struct Parser<'a> {
     line_start: Vec<bool>,
     pos: usize,
     end: usize,
-    is_function: &'a dyn Fn(&str) -> bool,
+    functions: Functions<'a>,
     depth: usize,
     /// Integer functions called in the indices of the rule being parsed (`H(band(x, 3))`),
     /// each standing for a fresh variable the rule's body binds to the call (§8).
     index_calls: Vec<(Name, Expr)>,
 }
-
-/// Functions that may be called in an index of a rule, on integer values (the string
-/// functions of §8 may be too).
-const INDEX_FUNCTIONS: [&str; 7] = ["band", "bor", "bxor", "bshl", "bshr", "min", "max"];
 
 /// Names of the variables standing for index calls start with `#`, which no source
 /// identifier can (it starts a comment).
@@ -83,7 +84,7 @@ const MAX_DEPTH: usize = 64;
 const MAX_TERMS: usize = 256;
 
 impl<'a> Parser<'a> {
-    fn new(tokens: Vec<Token>, source: &str, is_function: &'a dyn Fn(&str) -> bool) -> Self {
+    fn new(tokens: Vec<Token>, source: &str, functions: Functions<'a>) -> Self {
         let mut prev_end = 0;
         let line_start = tokens
             .iter()
@@ -99,7 +100,7 @@ impl<'a> Parser<'a> {
             line_start,
             pos: 0,
             end: source.len(),
-            is_function,
+            functions,
             depth: 0,
             index_calls: Vec::new(),
         }
@@ -674,9 +675,7 @@ impl<'a> Parser<'a> {
         let start = self.span();
         match self.bump() {
             Some((Tok::Ident(text), _))
-                if self.peek() == Some(&Tok::LParen)
-                    && (INDEX_FUNCTIONS.contains(&&*text)
-                        || crate::functions::strings::StringFn::named(&text).is_some()) =>
+                if self.peek() == Some(&Tok::LParen) && (self.functions.in_index)(&text) =>
             {
                 self.pos -= 1;
                 let call = self.call()?;
@@ -914,7 +913,7 @@ impl<'a> Parser<'a> {
                 Ok(inner)
             }
             Some(Tok::Ident(text)) => {
-                if (self.is_function)(&text) && self.peek_at(1) == Some(&Tok::LParen) {
+                if (self.functions.call)(&text) && self.peek_at(1) == Some(&Tok::LParen) {
                     return self.call();
                 }
                 let start = self.pos;
@@ -998,10 +997,15 @@ fn describe(t: &Tok) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// No function at all.
+    const NONE: Functions<'static> = Functions {
+        call: &|_| false,
+        in_index: &|_| false,
+    };
     use super::*;
 
     fn parse_ok(src: &str) -> Program {
-        let (p, errs) = parse(src, &|n| crate::functions::is_builtin(n));
+        let (p, errs) = parse(src, crate::functions::BUILTINS);
         assert!(errs.is_empty(), "{errs:?}");
         p
     }
@@ -1061,23 +1065,23 @@ mod tests {
 
     #[test]
     fn all_errors_are_reported() {
-        let (_, errs) = parse("A = [1, 2\nB[i] = A[i] +* 2\nC = )\n", &|_| false);
+        let (_, errs) = parse("A = [1, 2\nB[i] = A[i] +* 2\nC = )\n", NONE);
         assert_eq!(errs.len(), 3, "{errs:?}");
     }
 
     #[test]
     fn deep_nesting_is_an_error_not_a_stack_overflow() {
         let src = format!("Y = {}1{}", "(".repeat(100_000), ")".repeat(100_000));
-        let (_, errs) = parse(&src, &|_| false);
+        let (_, errs) = parse(&src, NONE);
         assert!(errs[0].message.contains("nesting"));
         let src = format!("Y = {}1{}", "[".repeat(100_000), "]".repeat(100_000));
-        assert!(!parse(&src, &|_| false).1.is_empty());
+        assert!(!parse(&src, NONE).1.is_empty());
         let src = format!("Y = {}", vec!["A"; 100_000].join(" + "));
-        assert!(parse(&src, &|_| false).1[0].message.contains("terms"));
+        assert!(parse(&src, NONE).1[0].message.contains("terms"));
         let src = format!("Y[i{}] = 1", "+1".repeat(100_000));
-        assert!(!parse(&src, &|_| false).1.is_empty());
+        assert!(!parse(&src, NONE).1.is_empty());
         let src = format!("Y[{}i{}] = 1", "(".repeat(100_000), ")".repeat(100_000));
-        assert!(!parse(&src, &|_| false).1.is_empty());
+        assert!(!parse(&src, NONE).1.is_empty());
     }
 
     #[test]
