@@ -372,7 +372,9 @@ fn ranges(
         .collect()
 }
 
-/// Each variable's range, `None` where nothing fixes it.
+/// Each variable's range, `None` where nothing fixes it: by the axes it indexes bare, by
+/// value (`n = Out[x] + m`), as a concatenation's parts, else where its index arithmetic
+/// stays inside the tensors it reads.
 fn ranges_within(
     eq: &Equation,
     meta: &EqMeta,
@@ -381,34 +383,9 @@ fn ranges_within(
     below: &mut Vec<(usize, i64, Span)>,
     errors: &mut Vec<Diagnostic>,
 ) -> Vec<Option<usize>> {
-    let (symbolic, current) = (scope.symbolic, scope.current);
+    let cx = Ranging::new(eq, tensors, scope);
     let n = eq.vars.len();
     let mut range: Vec<Option<usize>> = vec![None; n];
-    let mut bare = Vec::new();
-    let mut arith = Vec::new();
-    occurrences(&eq.rhs, &mut bare, &mut arith, false);
-    if scope.outside {
-        bare.retain(|b| !current.contains(&b.tensor));
-        arith.retain(|(t, _, _)| !current.contains(t));
-    }
-    for (ax, f) in eq.lhs.iter().enumerate() {
-        if let IndexFn::Var(v) = f {
-            let target = eq.target;
-            // An open column has no extent (§8): writing into it bounds nothing (the
-            // head `T0(x + 2, y)` writes values `x` ranges over elsewhere).
-            let domain = tensors[target].domains.get(ax).copied();
-            let open = domain.is_some_and(|d| scope.open.0[d]);
-            if !open && (tensors[target].declared.is_some() || domain.is_some_and(|d| symbolic[d]))
-            {
-                bare.push(Bare {
-                    var: *v,
-                    tensor: target,
-                    axis: ax,
-                    under_not: false,
-                });
-            }
-        }
-    }
     for (&v, &r) in &meta.fixed_ranges {
         range[v] = Some(r);
     }
@@ -421,7 +398,7 @@ fn ranges_within(
     // between two variables (`x < y`) takes from the other one. An open variable (§8) has
     // the values its domain holds where no rule adds to them, if that is known.
     let mut read = range.clone();
-    for b in bare.iter().filter(|b| !b.under_not) {
+    for b in cx.bare.iter().filter(|b| !b.under_not) {
         let ext = tensors[b.tensor].shape.get(b.axis).copied().unwrap_or(0);
         read[b.var] = Some(read[b.var].map_or(ext, |r| r.min(ext)));
     }
@@ -434,10 +411,94 @@ fn ranges_within(
             _ => Some(read.get(w).copied().flatten()? as i64 - 1),
         }
     };
-    for (v, slot) in range.iter_mut().enumerate() {
-        if slot.is_some() {
-            continue;
+    for v in 0..n {
+        if range[v].is_none() {
+            range[v] = cx.by_axes(v, &largest, errors);
         }
+    }
+    for v in 0..n {
+        if range[v].is_none() {
+            range[v] = cx.by_value(v, &range, below, errors);
+        }
+    }
+    let mut cs = Vec::new();
+    concats(&eq.rhs, &mut cs);
+    for (out, parts) in cs {
+        if range[out].is_none() {
+            range[out] = Some(
+                parts
+                    .iter()
+                    .fold(1usize, |a, &p| a.saturating_mul(range[p].unwrap_or(0))),
+            );
+        }
+    }
+    for v in 0..n {
+        if range[v].is_none() {
+            range[v] = cx.inside_reads(v, &range);
+        }
+    }
+    range
+}
+
+/// One equation's variables being ranged: where each is read bare, and the index
+/// arithmetic over them.
+struct Ranging<'a, 's> {
+    eq: &'a Equation,
+    tensors: &'a [TensorInfo],
+    scope: &'a Scope<'s>,
+    bare: Vec<Bare>,
+    arith: Vec<(usize, usize, IndexFn)>,
+}
+
+impl<'a, 's> Ranging<'a, 's> {
+    fn new(eq: &'a Equation, tensors: &'a [TensorInfo], scope: &'a Scope<'s>) -> Self {
+        let current = scope.current;
+        let symbolic = scope.symbolic;
+        let mut bare = Vec::new();
+        let mut arith = Vec::new();
+        occurrences(&eq.rhs, &mut bare, &mut arith, false);
+        if scope.outside {
+            bare.retain(|b| !current.contains(&b.tensor));
+            arith.retain(|(t, _, _)| !current.contains(t));
+        }
+        for (ax, f) in eq.lhs.iter().enumerate() {
+            if let IndexFn::Var(v) = f {
+                let target = eq.target;
+                // An open column has no extent (§8): writing into it bounds nothing (the
+                // head `T0(x + 2, y)` writes values `x` ranges over elsewhere).
+                let domain = tensors[target].domains.get(ax).copied();
+                let open = domain.is_some_and(|d| scope.open.0[d]);
+                let declared = tensors[target].declared.is_some();
+                if !open && (declared || domain.is_some_and(|d| symbolic[d])) {
+                    bare.push(Bare {
+                        var: *v,
+                        tensor: target,
+                        axis: ax,
+                        under_not: false,
+                    });
+                }
+            }
+        }
+        Ranging {
+            eq,
+            tensors,
+            scope,
+            bare,
+            arith,
+        }
+    }
+
+    /// The range the axes `v` indexes bare give it: a hard axis (dense data, a declaration,
+    /// symbols) fixes it, and two that disagree are an error; else the smallest soft axis,
+    /// narrowed by shifted reads and guards.
+    fn by_axes(
+        &self,
+        v: VarId,
+        largest: &dyn Fn(VarId) -> Option<i64>,
+        errors: &mut Vec<Diagnostic>,
+    ) -> Option<usize> {
+        let (eq, tensors, scope) = (self.eq, self.tensors, self.scope);
+        let (symbolic, current) = (scope.symbolic, scope.current);
         let mut hard: Option<(usize, usize)> = None;
         // Soft axes bound the variable: outside `not`, a read past one is nothing, and
         // nothing is absorbing (§5.1), so the smallest bounds it. Reads under `not` are total
@@ -446,7 +507,7 @@ fn ranges_within(
         let mut soft: Option<usize> = None;
         let mut soft_total: Option<usize> = None;
         let mut only_current = true;
-        for b in bare.iter().filter(|b| b.var == v) {
+        for b in self.bare.iter().filter(|b| b.var == v) {
             only_current &= current.contains(&b.tensor);
             let (t, ax) = (b.tensor, b.axis);
             let ext = tensors[t].shape.get(ax).copied().unwrap_or(0);
@@ -475,63 +536,60 @@ fn ranges_within(
                 soft = Some(soft.map_or(ext, |s| s.min(ext)));
             }
         }
-        *slot = match hard {
+        match hard {
             Some((e, _)) => Some(e),
             // Without a hard axis, shifted reads and guards bound it too (§5.1).
             None => match (
                 soft.or(soft_total),
-                upper_bound(eq, v, &arith, tensors, &largest),
+                upper_bound(eq, v, &self.arith, tensors, largest),
             ) {
                 (Some(_), Some(b)) if scope.widen && only_current => Some(b),
                 (Some(r), Some(b)) => Some(r.min(b)),
                 (r, _) => r,
             },
+        }
+    }
+
+    /// The range of `v` as a value of other variables (`n = Out[x] + m`), narrowed by its
+    /// guards (`n < 20`).
+    fn by_value(
+        &self,
+        v: VarId,
+        range: &[Option<usize>],
+        below: &mut Vec<(usize, i64, Span)>,
+        errors: &mut Vec<Diagnostic>,
+    ) -> Option<usize> {
+        let (eq, scope) = (self.eq, self.scope);
+        // A head column may hold a negative value: its offset is then lowered.
+        let mut lower = |by: i64| {
+            let head = eq.lhs.iter().position(|f| *f == IndexFn::Var(v));
+            let root = head
+                .filter(|_| scope.by_value[eq.target])
+                .and_then(|ax| scope.roots[eq.target].get(ax));
+            root.map(|&r| below.push((r, by, eq.span))).is_some()
         };
-    }
-    for v in 0..n {
-        if range[v].is_none() {
-            // A head column may hold a negative value: its offset is then lowered.
-            let mut lower = |by: i64| {
-                let head = eq.lhs.iter().position(|f| *f == IndexFn::Var(v));
-                let root = head
-                    .filter(|_| scope.by_value[eq.target])
-                    .and_then(|ax| scope.roots[eq.target].get(ax));
-                root.map(|&r| below.push((r, by, eq.span))).is_some()
-            };
-            // Positions of the other variables, narrowed by their guards (`x > 0`); the
-            // values of open ones (§8) where no rule adds to them.
-            let vars = |u: VarId| {
-                if let Some(d) = eq.vars[u].open {
-                    return scope.open.1.get(d).copied().flatten();
-                }
-                let r = range.get(u).copied().flatten()?.checked_sub(1)? as f64;
-                Some((lower_bound(&eq.rhs, u) as f64, r))
-            };
-            if let Some(r) = bound_by_value(eq, v, &vars, scope.bounds, &mut lower, errors) {
-                // Its guards bound it too (`n = Out[x] + m, n < 20`).
-                let guarded = upper_bound(eq, v, &arith, tensors, &|w| {
-                    Some(range.get(w).copied().flatten()? as i64 - 1)
-                });
-                range[v] = Some(guarded.map_or(r, |b| b.min(r)));
+        // Positions of the other variables, narrowed by their guards (`x > 0`); the
+        // values of open ones (§8) where no rule adds to them.
+        let vars = |u: VarId| {
+            if let Some(d) = eq.vars[u].open {
+                return scope.open.1.get(d).copied().flatten();
             }
-        }
+            let r = range.get(u).copied().flatten()?.checked_sub(1)? as f64;
+            Some((lower_bound(&eq.rhs, u) as f64, r))
+        };
+        let r = bound_by_value(eq, v, &vars, scope.bounds, &mut lower, errors)?;
+        let guarded = upper_bound(eq, v, &self.arith, self.tensors, &|w| {
+            Some(range.get(w).copied().flatten()? as i64 - 1)
+        });
+        Some(guarded.map_or(r, |b| b.min(r)))
     }
-    let mut cs = Vec::new();
-    concats(&eq.rhs, &mut cs);
-    for (out, parts) in cs {
-        if range[out].is_none() {
-            range[out] = Some(
-                parts
-                    .iter()
-                    .fold(1usize, |a, &p| a.saturating_mul(range[p].unwrap_or(0))),
-            );
-        }
-    }
-    for v in 0..n {
-        if range[v].is_some() {
-            continue;
-        }
-        let constraints: Vec<&(usize, usize, IndexFn)> = arith
+
+    /// The values `0..end` of `v` where every read of index arithmetic over it stays inside
+    /// its tensor (the "valid" range, §5.1), `None` where that does not end.
+    fn inside_reads(&self, v: VarId, range: &[Option<usize>]) -> Option<usize> {
+        let tensors = self.tensors;
+        let constraints: Vec<&(usize, usize, IndexFn)> = self
+            .arith
             .iter()
             .filter(|(_, _, f)| {
                 let mut vs = Vec::new();
@@ -540,7 +598,7 @@ fn ranges_within(
             })
             .collect();
         if constraints.is_empty() {
-            continue;
+            return None;
         }
         let max_ext = constraints
             .iter()
@@ -567,12 +625,11 @@ fn ranges_within(
             })
             .collect();
         if let Some(shifts) = shifts {
-            range[v] = match valid_interval(&shifts, limit) {
+            return match valid_interval(&shifts, limit) {
                 Valid::Empty => Some(0),
                 Valid::Below(end) => Some(end as usize),
-                Valid::ToTheLimit => continue,
+                Valid::ToTheLimit => None,
             };
-            continue;
         }
         let mut first_valid = None;
         let mut end = 0;
@@ -580,7 +637,7 @@ fn ranges_within(
         for x in 0..limit {
             let ok = constraints.iter().all(|(t, ax, f)| {
                 let ext = tensors[*t].shape.get(*ax).copied().unwrap_or(0) as i64;
-                match bounds(f, &range, &[], Some((v, x))) {
+                match bounds(f, range, &[], Some((v, x))) {
                     Some((lo, hi)) => lo >= 0 && hi < ext,
                     None => true,
                 }
@@ -594,11 +651,10 @@ fn ranges_within(
             }
         }
         if first_valid.is_some() && !bounded {
-            continue;
+            return None;
         }
-        range[v] = Some(end as usize);
+        Some(end as usize)
     }
-    range
 }
 
 /// Where the values `0..limit` of a variable keep every read `k·v + c` inside its extent.
