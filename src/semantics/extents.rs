@@ -411,9 +411,9 @@ fn ranges_within(
             _ => Some(read.get(w).copied().flatten()? as i64 - 1),
         }
     };
-    for v in 0..n {
-        if range[v].is_none() {
-            range[v] = cx.by_axes(v, &largest, errors);
+    for (v, slot) in range.iter_mut().enumerate() {
+        if slot.is_none() {
+            *slot = cx.by_axes(v, &largest, errors);
         }
     }
     for v in 0..n {
