@@ -390,71 +390,108 @@ impl Ctx<'_> {
     /// Marks symbolic domains and numbers their symbols in source order.
     pub(super) fn intern(&mut self) {
         let pending = std::mem::take(&mut self.placements);
-        // Which roots are symbolic: any placed symbol, or a file column with a non-integer field.
-        // Real roots: a real constant, or a column of numbers not all integers; a root that
-        // also holds symbols holds strings.
-        let mut symbolic = std::collections::HashSet::new();
-        let mut real = std::collections::HashSet::new();
-        let mut spans = Spans::default();
         let candidates = self.open_candidates();
-        let mut open = super::open::OpenValues::default();
+        let mut kinds = RootKinds::default();
         for p in &pending {
-            match p {
-                Pending::Symbol(node, _) => {
-                    symbolic.insert(self.uf.find(*node));
-                }
-                Pending::Real(node, _) => {
-                    real.insert(self.uf.find(*node));
-                }
-                Pending::Number(node, v) => {
-                    let root = self.uf.find(*node);
-                    spans.widen(root, *v);
-                    open.note(&candidates, root, *v);
-                }
-                Pending::Table(k) => {
-                    let t = self.sources[*k].tensor;
-                    let forced = &self.sources[*k].symbolic;
-                    if let RawData::Table(rows) = &*self.sources[*k].raw {
-                        for ax in 0..self.tensors[t].rank() {
-                            let root = self.uf.find(self.axis_base[t] + ax);
-                            if forced.get(ax).copied().unwrap_or(false) {
-                                symbolic.insert(root);
-                                continue;
-                            }
-                            let mut fields = rows.rows().filter_map(|r| r.field(ax));
-                            let column =
-                                fields.try_fold(Column::Integers, |c, f| match f.parse::<i64>() {
-                                    Ok(v) => {
-                                        spans.widen(root, v);
-                                        open.note(&candidates, root, v);
-                                        Some(c)
-                                    }
-                                    Err(_) => Column::other(f),
-                                });
-                            match column {
-                                None => {
-                                    symbolic.insert(root);
-                                }
-                                Some(Column::Reals) => {
-                                    real.insert(root);
-                                }
-                                Some(Column::Integers) => {}
-                            }
-                        }
-                    }
-                }
-                Pending::Words(k) => {
-                    let t = self.sources[*k].tensor;
-                    if self.tensors[t].rank() == 2 {
-                        symbolic.insert(self.uf.find(self.axis_base[t] + 1));
-                        let root = self.uf.find(self.axis_base[t]);
-                        if let RawData::Words(w) = &*self.sources[*k].raw {
-                            (0..w.len() as i64).for_each(|p| open.note(&candidates, root, p));
-                        }
+            self.classify(p, &candidates, &mut kinds);
+        }
+        self.make_domains(kinds, &candidates);
+        self.name_domains();
+        for p in pending {
+            self.add_symbols(p);
+        }
+        self.domains.iter_mut().for_each(Domain::sort_values);
+    }
+
+    /// What one placement says of its root: symbolic, real, or integers (their span, and
+    /// the values an open domain will hold).
+    fn classify(
+        &mut self,
+        p: &Pending,
+        candidates: &std::collections::HashSet<usize>,
+        kinds: &mut RootKinds,
+    ) {
+        match p {
+            Pending::Symbol(node, _) => {
+                kinds.symbolic.insert(self.uf.find(*node));
+            }
+            Pending::Real(node, _) => {
+                kinds.real.insert(self.uf.find(*node));
+            }
+            Pending::Number(node, v) => {
+                let root = self.uf.find(*node);
+                kinds.spans.widen(root, *v);
+                kinds.open.note(candidates, root, *v);
+            }
+            Pending::Table(k) => self.classify_table(*k, candidates, kinds),
+            Pending::Words(k) => {
+                let k = *k;
+                let t = self.sources[k].tensor;
+                if self.tensors[t].rank() == 2 {
+                    kinds.symbolic.insert(self.uf.find(self.axis_base[t] + 1));
+                    let root = self.uf.find(self.axis_base[t]);
+                    if let RawData::Words(w) = &*self.sources[k].raw {
+                        (0..w.len() as i64).for_each(|p| kinds.open.note(candidates, root, p));
                     }
                 }
             }
         }
+    }
+
+    /// A file's columns: symbolic where forced or where a field is no number, real where a
+    /// number is no integer.
+    fn classify_table(
+        &mut self,
+        k: usize,
+        candidates: &std::collections::HashSet<usize>,
+        kinds: &mut RootKinds,
+    ) {
+        let RootKinds {
+            symbolic,
+            real,
+            spans,
+            open,
+        } = kinds;
+        let t = self.sources[k].tensor;
+        let forced = &self.sources[k].symbolic;
+        if let RawData::Table(rows) = &*self.sources[k].raw {
+            for ax in 0..self.tensors[t].rank() {
+                let root = self.uf.find(self.axis_base[t] + ax);
+                if forced.get(ax).copied().unwrap_or(false) {
+                    symbolic.insert(root);
+                    continue;
+                }
+                let mut fields = rows.rows().filter_map(|r| r.field(ax));
+                let column = fields.try_fold(Column::Integers, |c, f| match f.parse::<i64>() {
+                    Ok(v) => {
+                        spans.widen(root, v);
+                        open.note(candidates, root, v);
+                        Some(c)
+                    }
+                    Err(_) => Column::other(f),
+                });
+                match column {
+                    None => {
+                        symbolic.insert(root);
+                    }
+                    Some(Column::Reals) => {
+                        real.insert(root);
+                    }
+                    Some(Column::Integers) => {}
+                }
+            }
+        }
+    }
+
+    /// Domain 0 (the shared integer one), then an open domain per open root, then one per
+    /// symbolic or real root.
+    fn make_domains(&mut self, kinds: RootKinds, candidates: &std::collections::HashSet<usize>) {
+        let RootKinds {
+            symbolic,
+            mut real,
+            spans,
+            mut open,
+        } = kinds;
         // Domain 0 is the shared integer domain; every symbolic root gets its own.
         self.domains.push(Domain::default());
         // Integers spread wider than an axis reaches are numbered as they occur (§8), unless
@@ -479,6 +516,11 @@ impl Ctx<'_> {
             d.real = real.contains(&r);
             self.domains.push(d);
         }
+    }
+
+    /// Declared domains give their names to the domains of their roots; an integer range
+    /// declared where symbols or reals are placed is an error.
+    fn name_domains(&mut self) {
         let mut names: Vec<(String, usize, Option<usize>)> = self
             .named_domains
             .iter()
@@ -511,71 +553,85 @@ impl Ctx<'_> {
                 }
             }
         }
-        for p in pending {
-            match p {
-                Pending::Symbol(node, s) => {
-                    let d = self.domain_of_node(node);
-                    self.add_symbol(d, &s);
+    }
+
+    /// Numbers the symbols (and the values of real domains) a placement brings.
+    fn add_symbols(&mut self, p: Pending) {
+        match p {
+            Pending::Symbol(node, s) => {
+                let d = self.domain_of_node(node);
+                self.add_symbol(d, &s);
+            }
+            Pending::Real(node, v) => {
+                let d = self.domain_of_node(node);
+                self.add_symbol(d, &real_text(v));
+            }
+            Pending::Number(node, v) => {
+                let d = self.domain_of_node(node);
+                if self.domains[d].real {
+                    self.add_symbol(d, &v.to_string());
                 }
-                Pending::Real(node, v) => {
-                    let d = self.domain_of_node(node);
-                    self.add_symbol(d, &real_text(v));
-                }
-                Pending::Number(node, v) => {
-                    let d = self.domain_of_node(node);
-                    if self.domains[d].real {
-                        self.add_symbol(d, &v.to_string());
-                    }
-                }
-                Pending::Table(k) => {
-                    let t = self.sources[k].tensor;
-                    let rank = self.tensors[t].rank();
-                    let doms: Vec<usize> = (0..rank).map(|ax| self.axis_domain(t, ax)).collect();
-                    if !doms.iter().any(|&d| self.domains[d].symbolic) {
-                        continue;
-                    }
-                    // Taken out while its symbols are interned, so that they need no copy.
-                    let raw = std::sync::Arc::clone(&self.sources[k].raw);
-                    if let RawData::Table(rows) = &*raw {
-                        for r in rows.rows() {
-                            for (ax, f) in r.fields().take(rank).enumerate() {
-                                let dom = &self.domains[doms[ax]];
-                                if dom.real {
-                                    // Not a number: the checker reports the field where
-                                    // it reads the data.
-                                    if let Some(text) = number_text(f) {
-                                        self.add_symbol(doms[ax], &text);
-                                    }
-                                } else if dom.symbolic {
-                                    self.add_symbol(doms[ax], f);
-                                }
-                            }
+            }
+            Pending::Table(k) => self.table_symbols(k),
+            Pending::Words(k) => self.word_symbols(k),
+        }
+    }
+
+    /// The symbols of a file's symbolic columns, in row order.
+    fn table_symbols(&mut self, k: usize) {
+        let t = self.sources[k].tensor;
+        let rank = self.tensors[t].rank();
+        let doms: Vec<usize> = (0..rank).map(|ax| self.axis_domain(t, ax)).collect();
+        if !doms.iter().any(|&d| self.domains[d].symbolic) {
+            return;
+        }
+        // Taken out while its symbols are interned, so that they need no copy.
+        let raw = std::sync::Arc::clone(&self.sources[k].raw);
+        if let RawData::Table(rows) = &*raw {
+            for r in rows.rows() {
+                for (ax, f) in r.fields().take(rank).enumerate() {
+                    let dom = &self.domains[doms[ax]];
+                    if dom.real {
+                        // Not a number: the checker reports the field where
+                        // it reads the data.
+                        if let Some(text) = number_text(f) {
+                            self.add_symbol(doms[ax], &text);
                         }
-                    }
-                }
-                Pending::Words(k) => {
-                    let t = self.sources[k].tensor;
-                    if self.tensors[t].rank() != 2 {
-                        let span = self.sources[k].span;
-                        self.diags.push(Diagnostic::error(
-                            codes::ARITY,
-                            span,
-                            format!("a text file gives a position×word relation, but `{}` has {} indices", self.tensors[t].name, self.tensors[t].rank()),
-                        ).with_note(format!("use it as `{}(p, w)`", self.tensors[t].name)));
-                        continue;
-                    }
-                    let d = self.axis_domain(t, 1);
-                    let words = match &*self.sources[k].raw {
-                        RawData::Words(w) => w.clone(),
-                        _ => Vec::new(),
-                    };
-                    for w in words {
-                        self.add_symbol(d, &w);
+                    } else if dom.symbolic {
+                        self.add_symbol(doms[ax], f);
                     }
                 }
             }
         }
-        self.domains.iter_mut().for_each(Domain::sort_values);
+    }
+
+    /// The words of a text file, in order.
+    fn word_symbols(&mut self, k: usize) {
+        let t = self.sources[k].tensor;
+        if self.tensors[t].rank() != 2 {
+            let span = self.sources[k].span;
+            self.diags.push(
+                Diagnostic::error(
+                    codes::ARITY,
+                    span,
+                    format!(
+                        "a text file gives a position×word relation, but `{}` has {} indices",
+                        self.tensors[t].name,
+                        self.tensors[t].rank()
+                    ),
+                )
+                .with_note(format!("use it as `{}(p, w)`", self.tensors[t].name)),
+            );
+            return;
+        }
+        let d = self.axis_domain(t, 1);
+        let words = match &*self.sources[k].raw {
+            RawData::Words(w) => w.clone(),
+            _ => Vec::new(),
+        };
+        for w in words {
+            self.add_symbol(d, &w);
+        }
     }
 
     fn domain_of_node(&mut self, node: usize) -> usize {
@@ -673,4 +729,17 @@ pub(super) fn int_constant(i: &Index) -> Option<i64> {
         }
         _ => None,
     }
+}
+/// What the placements say of each root, before domains are made.
+#[derive(Default)]
+struct RootKinds {
+    /// Roots holding symbols, or a file column with a field that is no number.
+    symbolic: std::collections::HashSet<usize>,
+    /// Roots holding a real constant, or a column of numbers not all integers; one that
+    /// also holds symbols holds strings.
+    real: std::collections::HashSet<usize>,
+    /// The integers placed at each root.
+    spans: Spans,
+    /// The values each open candidate holds.
+    open: super::open::OpenValues,
 }
