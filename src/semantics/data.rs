@@ -172,145 +172,191 @@ impl<'a> Ctx<'a> {
             }
         }
         for t in 0..self.tensors.len() {
-            let rank = self.tensors[t].rank();
-            let mut shape = vec![0usize; rank];
-            let mut given = vec![false; rank];
-            for ax in 0..rank {
-                let d = self.axis_domain(t, ax);
-                if self.domains[d].symbolic {
-                    shape[ax] = self.domains[d].symbols.len();
-                    given[ax] = true;
-                } else if self.domains[d].is_open() {
-                    // No extent: any handle the table gives fits (`open.rs`).
-                    shape[ax] = crate::tensor::MAX_EXTENT;
-                    given[ax] = true;
+            let (mut shape, given) = self.given_extents(t);
+            let offsets: Vec<i64> = (0..shape.len()).map(|ax| self.axis_offset(t, ax)).collect();
+            let too_far = self.widen_by_data(t, &mut shape, &given, &offsets);
+            self.apply_declaration(t, &mut shape);
+            self.check_positions(t, &shape, too_far, &offsets);
+            self.data_shape.push(shape);
+        }
+        self.share_relation_extents();
+        self.size_implicit_domains();
+    }
+
+    /// The extents known before any data: a symbolic axis has its symbols, an open one no
+    /// bound; and which axes those are.
+    fn given_extents(&self, t: usize) -> (Vec<usize>, Vec<bool>) {
+        let rank = self.tensors[t].rank();
+        let mut shape = vec![0usize; rank];
+        let mut given = vec![false; rank];
+        for ax in 0..rank {
+            let d = self.axis_domain(t, ax);
+            if self.domains[d].symbolic {
+                shape[ax] = self.domains[d].symbols.len();
+                given[ax] = true;
+            } else if self.domains[d].is_open() {
+                // No extent: any handle the table gives fits (`open.rs`).
+                shape[ax] = crate::tensor::MAX_EXTENT;
+                given[ax] = true;
+            }
+        }
+        (shape, given)
+    }
+
+    /// Widens the other axes to every position data write (facts, element statements,
+    /// files, literals); returns the first constant too far above its column's offset.
+    fn widen_by_data(
+        &mut self,
+        t: usize,
+        shape: &mut [usize],
+        given: &[bool],
+        offsets: &[i64],
+    ) -> Option<(Span, i64, usize)> {
+        let program = self.program;
+        let rank = shape.len();
+        let mut too_far = None;
+        for idx in self.constant_indices(t) {
+            for (ax, i) in idx.iter().enumerate().take(rank) {
+                if let Ok(v) = self.const_position(t, ax, i) {
+                    let p = v.saturating_sub(offsets[ax]);
+                    if p >= crate::tensor::MAX_EXTENT as i64 && too_far.is_none() {
+                        too_far = Some((i.span(), v, ax));
+                    }
+                    if !given[ax] && p >= 0 {
+                        shape[ax] = shape[ax].max((p as usize).saturating_add(1));
+                    }
                 }
             }
-            let offsets: Vec<i64> = (0..rank).map(|ax| self.axis_offset(t, ax)).collect();
-            let mut too_far = None;
-            for idx in self.constant_indices(t) {
-                for (ax, i) in idx.iter().enumerate().take(rank) {
-                    if let Ok(v) = self.const_position(t, ax, i) {
-                        let p = v.saturating_sub(offsets[ax]);
-                        if p >= crate::tensor::MAX_EXTENT as i64 && too_far.is_none() {
-                            too_far = Some((i.span(), v, ax));
-                        }
-                        if !given[ax] && p >= 0 {
-                            shape[ax] = shape[ax].max((p as usize).saturating_add(1));
-                        }
-                    }
-                }
-            }
-            for s in self.sources.iter().filter(|s| s.tensor == t) {
-                match &*s.raw {
-                    RawData::Dense { shape: ds, .. } => {
-                        for (ax, &n) in ds.iter().enumerate().take(rank) {
-                            if !given[ax] {
-                                shape[ax] = shape[ax].max(n);
-                            }
-                        }
-                    }
-                    RawData::Table(rows) => {
-                        for r in rows.rows() {
-                            for (ax, f) in r.fields().enumerate().take(rank) {
-                                if let (false, Ok(v)) = (given[ax], f.parse::<i64>()) {
-                                    let p = v.saturating_sub(offsets[ax]);
-                                    if p >= 0 {
-                                        shape[ax] = shape[ax].max((p as usize).saturating_add(1));
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    RawData::Words(w) => {
-                        if rank == 2 && !given[0] {
-                            shape[0] = shape[0].max(w.len());
-                        }
-                    }
-                }
-            }
-            for si in self.tensors[t].sources.clone() {
-                if let StmtKind::Literal { value, .. } = &program.statements[si].kind {
-                    for (ax, &n) in value.shape.iter().enumerate().take(rank) {
+        }
+        for s in self.sources.iter().filter(|s| s.tensor == t) {
+            match &*s.raw {
+                RawData::Dense { shape: ds, .. } => {
+                    for (ax, &n) in ds.iter().enumerate().take(rank) {
                         if !given[ax] {
                             shape[ax] = shape[ax].max(n);
                         }
                     }
                 }
-            }
-            if let Some(si) = self.tensors[t].declared {
-                if let StmtKind::Declaration { dims, name, .. } = &program.statements[si].kind {
-                    for (ax, dim) in dims.iter().enumerate().take(rank) {
-                        let n = match dim {
-                            Dim::Size(n, _) => Some(*n),
-                            Dim::Named(dn) => self.named_domains.get(&dn.text).and_then(|d| d.size),
-                        };
-                        if let Some(n) = n {
-                            let has_data = !self.tensors[t].sources.is_empty()
-                                || !self.tensors[t].facts.is_empty();
-                            // Facts and tuple files may leave the last positions unused;
-                            // dense data must fill the declared extent exactly.
-                            let dense = self.tensors[t].sources.iter().any(|&s| {
-                                matches!(program.statements[s].kind, StmtKind::Literal { .. })
-                            }) || self
-                                .sources
-                                .iter()
-                                .any(|s| s.tensor == t && matches!(*s.raw, RawData::Dense { .. }));
-                            let wrong = shape[ax] > n || (dense && shape[ax] != n);
-                            if has_data && wrong && shape[ax] != 0 {
-                                let at = self.tensors[t]
-                                    .sources
-                                    .first()
-                                    .map(|&s| program.statements[s].span)
-                                    .unwrap_or(self.tensors[t].span);
-                                self.diags.push(Diagnostic::error(
-                                    codes::DECLARATION,
-                                    at,
-                                    format!("data for `{}` has extent {} on axis {} but the declaration says {n}", name.text, shape[ax], ax + 1),
-                                ).with_secondary(dim_span(dim), "declared here"));
-                            }
-                            shape[ax] = n;
-                        } else if let Dim::Named(_) = dim {
-                            let d = self.axis_domain(t, ax);
-                            if !self.domains[d].symbolic {
-                                continue;
+                RawData::Table(rows) => {
+                    for r in rows.rows() {
+                        for (ax, f) in r.fields().enumerate().take(rank) {
+                            if let (false, Ok(v)) = (given[ax], f.parse::<i64>()) {
+                                let p = v.saturating_sub(offsets[ax]);
+                                if p >= 0 {
+                                    shape[ax] = shape[ax].max((p as usize).saturating_add(1));
+                                }
                             }
                         }
                     }
                 }
+                RawData::Words(w) => {
+                    if rank == 2 && !given[0] {
+                        shape[0] = shape[0].max(w.len());
+                    }
+                }
             }
-            if let (Some((span, v, ax)), true) = (
-                too_far,
-                shape.iter().any(|&n| n > crate::tensor::MAX_EXTENT),
-            ) {
-                let low = offsets[ax];
-                self.diags.push(
-                    Diagnostic::error(
-                        codes::OUT_OF_DOMAIN,
-                        span,
-                        format!("`{v}` is too far above the smallest value of this column ({low})"),
-                    )
-                    .with_note(format!(
-                        "the values of one integer column may span at most {} consecutive integers",
-                        crate::tensor::MAX_EXTENT
-                    )),
-                );
-            } else if shape.iter().any(|&n| n > crate::tensor::MAX_EXTENT) {
-                let span = self.tensors[t].span;
-                self.diags.push(Diagnostic::error(
+        }
+        for si in self.tensors[t].sources.clone() {
+            if let StmtKind::Literal { value, .. } = &program.statements[si].kind {
+                for (ax, &n) in value.shape.iter().enumerate().take(rank) {
+                    if !given[ax] {
+                        shape[ax] = shape[ax].max(n);
+                    }
+                }
+            }
+        }
+        for si in self.tensors[t].sources.clone() {
+            if let StmtKind::Literal { value, .. } = &program.statements[si].kind {
+                for (ax, &n) in value.shape.iter().enumerate().take(rank) {
+                    if !given[ax] {
+                        shape[ax] = shape[ax].max(n);
+                    }
+                }
+            }
+        }
+        too_far
+    }
+
+    /// A declared extent replaces the data's; data past it (or dense data short of it) is
+    /// an error.
+    fn apply_declaration(&mut self, t: usize, shape: &mut [usize]) {
+        let program = self.program;
+        let rank = shape.len();
+        if let Some(si) = self.tensors[t].declared {
+            if let StmtKind::Declaration { dims, name, .. } = &program.statements[si].kind {
+                for (ax, dim) in dims.iter().enumerate().take(rank) {
+                    let n = match dim {
+                        Dim::Size(n, _) => Some(*n),
+                        Dim::Named(dn) => self.named_domains.get(&dn.text).and_then(|d| d.size),
+                    };
+                    if let Some(n) = n {
+                        let has_data = !self.tensors[t].sources.is_empty()
+                            || !self.tensors[t].facts.is_empty();
+                        // Facts and tuple files may leave the last positions unused;
+                        // dense data must fill the declared extent exactly.
+                        let dense = self.tensors[t].sources.iter().any(|&s| {
+                            matches!(program.statements[s].kind, StmtKind::Literal { .. })
+                        }) || self
+                            .sources
+                            .iter()
+                            .any(|s| s.tensor == t && matches!(*s.raw, RawData::Dense { .. }));
+                        let wrong = shape[ax] > n || (dense && shape[ax] != n);
+                        if has_data && wrong && shape[ax] != 0 {
+                            let at = self.tensors[t]
+                                .sources
+                                .first()
+                                .map(|&s| program.statements[s].span)
+                                .unwrap_or(self.tensors[t].span);
+                            self.diags.push(Diagnostic::error(
+                                codes::DECLARATION,
+                                at,
+                                format!("data for `{}` has extent {} on axis {} but the declaration says {n}", name.text, shape[ax], ax + 1),
+                            ).with_secondary(dim_span(dim), "declared here"));
+                        }
+                        shape[ax] = n;
+                    }
+                }
+            }
+        }
+    }
+
+    /// An index past the largest supported position is an error, named at the constant
+    /// that put it there where there is one.
+    fn check_positions(
+        &mut self,
+        t: usize,
+        shape: &[usize],
+        too_far: Option<(Span, i64, usize)>,
+        offsets: &[i64],
+    ) {
+        if let (Some((span, v, ax)), true) = (
+            too_far,
+            shape.iter().any(|&n| n > crate::tensor::MAX_EXTENT),
+        ) {
+            let low = offsets[ax];
+            self.diags.push(
+                Diagnostic::error(
                     codes::OUT_OF_DOMAIN,
                     span,
-                    format!(
-                        "`{}` has an index above the largest supported position ({})",
-                        self.tensors[t].name,
-                        crate::tensor::MAX_EXTENT - 1
-                    ),
-                ));
-            }
-            self.data_shape.push(shape);
+                    format!("`{v}` is too far above the smallest value of this column ({low})"),
+                )
+                .with_note(format!(
+                    "the values of one integer column may span at most {} consecutive integers",
+                    crate::tensor::MAX_EXTENT
+                )),
+            );
+        } else if shape.iter().any(|&n| n > crate::tensor::MAX_EXTENT) {
+            let span = self.tensors[t].span;
+            self.diags.push(Diagnostic::error(
+                codes::OUT_OF_DOMAIN,
+                span,
+                format!(
+                    "`{}` has an index above the largest supported position ({})",
+                    self.tensors[t].name,
+                    crate::tensor::MAX_EXTENT - 1
+                ),
+            ));
         }
-        self.share_relation_extents();
-        self.size_implicit_domains();
     }
 
     /// An axis declared over a domain named only in declarations (`Pos : real[Position, 32]`)
