@@ -5,8 +5,9 @@ equation, against opt_einsum's greedy path (NumPy backend) in the same run.
 
 For each instance: writes its tensors as .npy and the equation as a .tl program, runs
 `tl run --threads 1 --precision f64` (best of 3, whole process, writing the answer to `s.npy`) and the same program with
-`S = 1` in place of the equation (process start, reading the files, checking: the
-baseline), times `opt_einsum.contract(..., optimize='greedy')` (best of 3, in process, path
+`S = 1` in place of the equation (process start, reading the files, checking, writing
+`s.npy`: the baseline), times the evaluation alone with `tl bench` (median of 20, planning
+excluded), times `opt_einsum.contract(..., optimize='greedy')` (best of 3, in process, path
 search included), checks the two answers agree (relative 1e-6), and prints the FLOPs of
 both paths as opt_einsum counts them (tl's tree read from `tl explain`). "tl s" is the whole process less the baseline.
 """
@@ -116,19 +117,22 @@ def best(f, n=3):
 
 
 def main():
-    print("| instance | tensors | tl s (process) | tl s (less start and load) | opt_einsum greedy s | ratio | tl FLOPs / greedy FLOPs | agree |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| instance | tensors | tl s (process) | tl s (less start, load and write) | tl evaluation s (`tl bench`) | opt_einsum greedy s | ratio (process less baseline) | ratio (evaluation) | tl FLOPs / greedy FLOPs | agree |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, make in INSTANCES:
         eq, shapes = make()
         with tempfile.TemporaryDirectory() as d:
             text, arrays = program(eq, shapes, d)
             path = os.path.join(d, "net.tl")
             open(path, "w").write(text)
-            base = re.sub(r"^S(\[.*\])? = .*$", "S = 1", text, flags=re.M).replace('"s.npy" = S', "")
+            base = re.sub(r"^S(\[.*\])? = .*$", "S = 1", text, flags=re.M)
             open(os.path.join(d, "base.tl"), "w").write(base)
             run = lambda f: subprocess.run([TL, "run", "--threads", "1", "--precision", "f64", f], cwd=d, capture_output=True, text=True, timeout=600)
-            t_tl, out = best(lambda: run("net.tl"))
             t_base, _ = best(lambda: run("base.tl"))
+            t_tl, out = best(lambda: run("net.tl"))
+            timed = subprocess.run([TL, "bench", "--threads", "1", "--precision", "f64", "--repeat", "20", "net.tl"], cwd=d, capture_output=True, text=True)
+            m = re.search(r"median ([0-9.]+) ms", timed.stdout + timed.stderr)
+            t_eval = float(m.group(1)) / 1000 if m else float("nan")
             if out.returncode != 0:
                 print(f"| {name} | {len(shapes)} | failed: {out.stderr.strip()[:120]} | | | | | |")
                 continue
@@ -142,7 +146,7 @@ def main():
             _, ours = opt_einsum.contract_path(eq, *ops, optimize=tl_path(explain))
             ratio = f"{float(ours.opt_cost) / float(info.opt_cost):.2f}"
             net = max(t_tl - t_base, 1e-4)
-            print(f"| {name} | {len(shapes)} | {t_tl:.3f} | {net:.3f} | {t_np:.3f} | {net / t_np:.2f} | {ratio} | {'yes' if agree else 'NO'} |")
+            print(f"| {name} | {len(shapes)} | {t_tl:.3f} | {net:.4f} | {t_eval:.4f} | {t_np:.4f} | {net / t_np:.2f} | {t_eval / t_np:.2f} | {ratio} | {'yes' if agree else 'NO'} |")
             sys.stdout.flush()
 
 
