@@ -110,127 +110,142 @@ impl Ctx<'_> {
     pub(super) fn collect_definitions(&mut self) {
         let program = self.program;
         for (si, st) in program.statements.iter().enumerate() {
-            match &st.kind {
-                StmtKind::Equation { lhs, rhs, .. } => {
-                    self.check_not_function(&lhs.name);
-                    let id = self.tensor_id(&lhs.name.text, lhs.name.span);
-                    let arity = if lhs.brackets == Brackets::None && super::lower::has_slices(rhs) {
-                        slice_count(rhs)
-                    } else {
-                        axes(&lhs.indices)
-                    };
-                    self.use_arity(id, arity, lhs.span);
-                    if lhs.brackets == Brackets::Paren {
-                        self.mark_paren(id, lhs.span);
-                    } else {
-                        self.mark_real(id, lhs.span);
-                    }
-                    if element_value(rhs).is_some()
-                        && lhs.indices.iter().all(|i| self.is_constant(i))
-                    {
-                        self.tensors[id].elements.push(si);
-                    } else {
-                        self.tensors[id].equations.push(si);
-                    }
-                }
-                StmtKind::Rule { head, .. } => {
-                    self.check_not_function(&head.name);
-                    let id = self.tensor_id(&head.name.text, head.name.span);
-                    self.use_arity(id, head.indices.len(), head.span);
-                    self.mark_paren(id, head.span);
-                    self.tensors[id].equations.push(si);
-                }
-                StmtKind::Fact(a) => {
-                    self.check_not_function(&a.name);
-                    let id = self.tensor_id(&a.name.text, a.name.span);
-                    self.use_arity(id, a.indices.len(), a.span);
-                    if a.brackets == Brackets::Square {
-                        self.diags.push(
-                            Diagnostic::error(codes::FORM, a.span, format!("`{}[...]` on its own is not a statement", a.name.text))
-                                .with_note("write a fact with parentheses, `R(A, B)`, or give a value, `T[A, B] = 1`"),
-                        );
-                    }
-                    self.mark_paren(id, a.span);
-                    self.tensors[id].facts.push(si);
-                }
-                StmtKind::Literal { name, value } => {
-                    self.check_not_function(name);
-                    let id = self.tensor_id(&name.text, name.span);
-                    self.mark_real(id, name.span);
-                    self.use_arity(id, value.shape.len(), name.span);
-                    self.tensors[id].sources.push(si);
-                }
-                StmtKind::Scalar { name, .. } => {
-                    self.check_not_function(name);
-                    let id = self.tensor_id(&name.text, name.span);
-                    self.mark_real(id, name.span);
-                    self.use_arity(id, 0, name.span);
-                    self.tensors[id].sources.push(si);
-                }
-                StmtKind::Declaration { name, ty, dims } => {
-                    self.check_not_function(name);
-                    let id = self.tensor_id(&name.text, name.span);
-                    self.use_arity(id, dims.len(), name.span);
-                    match ElemType::parse(&ty.text, self.input.settings.real) {
-                        Some(ElemType::Bool) => self.mark_paren(id, ty.span),
-                        Some(elem) => {
-                            self.mark_real(id, ty.span);
-                            self.tensors[id].elem = Some(elem);
-                        }
-                        None => self.diags.push(
-                            Diagnostic::error(
-                                codes::TYPE,
-                                ty.span,
-                                format!("unknown type `{}`", ty.text),
-                            )
-                            .with_note(
-                                "types are bool, int, real, f64, f32, bf16, f16, fp8 and i8",
-                            ),
-                        ),
-                    }
-                    if self.tensors[id].declared.is_some() {
-                        self.diags.push(Diagnostic::error(
-                            codes::DECLARATION,
-                            name.span,
-                            format!("`{}` is declared twice", name.text),
-                        ));
-                    }
-                    self.tensors[id].declared = Some(si);
-                }
-                StmtKind::Init { name, .. } => {
-                    let id = self.tensor_id(&name.text, name.span);
-                    self.tensors[id].init = Some(si);
-                }
-                StmtKind::FileRead { name, .. } => {
-                    self.check_not_function(name);
-                    let id = self.tensor_id(&name.text, name.span);
-                    self.tensors[id].sources.push(si);
-                }
-                StmtKind::Domain { name, def } => {
-                    if self.named_domains.contains_key(&name.text) {
-                        self.diags.push(Diagnostic::error(
-                            codes::DECLARATION,
-                            name.span,
-                            format!("domain `{}` is declared twice", name.text),
-                        ));
-                    }
-                    let size = match def {
-                        DomainDef::Size(n) => Some(*n),
-                        DomainDef::Symbols(_) => None,
-                    };
-                    self.named_domains.insert(
-                        name.text.clone(),
-                        super::NamedDomain {
-                            span: name.span,
-                            size,
-                            node: 0,
-                            implicit: false,
-                        },
+            self.define(si, &st.kind);
+        }
+        self.mark_bound();
+        self.implicit_domains();
+    }
+
+    /// What statement `si` defines: a tensor's arity, kind, and where its equations,
+    /// facts, data and declaration are.
+    fn define(&mut self, si: usize, kind: &StmtKind) {
+        match kind {
+            StmtKind::Equation { lhs, rhs, .. } => self.define_equation(si, lhs, rhs),
+            StmtKind::Rule { head, .. } => {
+                self.check_not_function(&head.name);
+                let id = self.tensor_id(&head.name.text, head.name.span);
+                self.use_arity(id, head.indices.len(), head.span);
+                self.mark_paren(id, head.span);
+                self.tensors[id].equations.push(si);
+            }
+            StmtKind::Fact(a) => {
+                self.check_not_function(&a.name);
+                let id = self.tensor_id(&a.name.text, a.name.span);
+                self.use_arity(id, a.indices.len(), a.span);
+                if a.brackets == Brackets::Square {
+                    self.diags.push(
+                        Diagnostic::error(codes::FORM, a.span, format!("`{}[...]` on its own is not a statement", a.name.text))
+                            .with_note("write a fact with parentheses, `R(A, B)`, or give a value, `T[A, B] = 1`"),
                     );
                 }
-                StmtKind::FileWrite { .. } | StmtKind::Query(_) => {}
+                self.mark_paren(id, a.span);
+                self.tensors[id].facts.push(si);
             }
+            StmtKind::Literal { name, value } => {
+                self.check_not_function(name);
+                let id = self.tensor_id(&name.text, name.span);
+                self.mark_real(id, name.span);
+                self.use_arity(id, value.shape.len(), name.span);
+                self.tensors[id].sources.push(si);
+            }
+            StmtKind::Scalar { name, .. } => {
+                self.check_not_function(name);
+                let id = self.tensor_id(&name.text, name.span);
+                self.mark_real(id, name.span);
+                self.use_arity(id, 0, name.span);
+                self.tensors[id].sources.push(si);
+            }
+            StmtKind::Declaration { name, ty, dims } => self.declare(si, name, ty, dims),
+            StmtKind::Init { name, .. } => {
+                let id = self.tensor_id(&name.text, name.span);
+                self.tensors[id].init = Some(si);
+            }
+            StmtKind::FileRead { name, .. } => {
+                self.check_not_function(name);
+                let id = self.tensor_id(&name.text, name.span);
+                self.tensors[id].sources.push(si);
+            }
+            StmtKind::Domain { name, def } => self.declare_domain(name, def),
+            StmtKind::FileWrite { .. } | StmtKind::Query(_) => {}
         }
+    }
+
+    /// An equation's target: an element statement (`W[2] = 0.5`) gives data, any other an
+    /// equation.
+    fn define_equation(&mut self, si: usize, lhs: &Access, rhs: &Expr) {
+        self.check_not_function(&lhs.name);
+        let id = self.tensor_id(&lhs.name.text, lhs.name.span);
+        let arity = if lhs.brackets == Brackets::None && super::lower::has_slices(rhs) {
+            slice_count(rhs)
+        } else {
+            axes(&lhs.indices)
+        };
+        self.use_arity(id, arity, lhs.span);
+        if lhs.brackets == Brackets::Paren {
+            self.mark_paren(id, lhs.span);
+        } else {
+            self.mark_real(id, lhs.span);
+        }
+        if element_value(rhs).is_some() && lhs.indices.iter().all(|i| self.is_constant(i)) {
+            self.tensors[id].elements.push(si);
+        } else {
+            self.tensors[id].equations.push(si);
+        }
+    }
+
+    /// A declaration's arity and type; a tensor declared twice is an error.
+    fn declare(&mut self, si: usize, name: &Name, ty: &Name, dims: &[Dim]) {
+        self.check_not_function(name);
+        let id = self.tensor_id(&name.text, name.span);
+        self.use_arity(id, dims.len(), name.span);
+        match ElemType::parse(&ty.text, self.input.settings.real) {
+            Some(ElemType::Bool) => self.mark_paren(id, ty.span),
+            Some(elem) => {
+                self.mark_real(id, ty.span);
+                self.tensors[id].elem = Some(elem);
+            }
+            None => self.diags.push(
+                Diagnostic::error(codes::TYPE, ty.span, format!("unknown type `{}`", ty.text))
+                    .with_note("types are bool, int, real, f64, f32, bf16, f16, fp8 and i8"),
+            ),
+        }
+        if self.tensors[id].declared.is_some() {
+            self.diags.push(Diagnostic::error(
+                codes::DECLARATION,
+                name.span,
+                format!("`{}` is declared twice", name.text),
+            ));
+        }
+        self.tensors[id].declared = Some(si);
+    }
+
+    /// A named domain; one declared twice is an error.
+    fn declare_domain(&mut self, name: &Name, def: &DomainDef) {
+        if self.named_domains.contains_key(&name.text) {
+            self.diags.push(Diagnostic::error(
+                codes::DECLARATION,
+                name.span,
+                format!("domain `{}` is declared twice", name.text),
+            ));
+        }
+        let size = match def {
+            DomainDef::Size(n) => Some(*n),
+            DomainDef::Symbols(_) => None,
+        };
+        self.named_domains.insert(
+            name.text.clone(),
+            super::NamedDomain {
+                span: name.span,
+                size,
+                node: 0,
+                implicit: false,
+            },
+        );
+    }
+
+    /// Tensors bound to data by the caller (from Python); a binding of a name the program
+    /// does not mention is an error.
+    fn mark_bound(&mut self) {
         let mentioned = mentioned_names(self.program);
         for name in self.input.bindings.keys() {
             if !mentioned.contains(name.as_str()) {
@@ -248,7 +263,6 @@ impl Ctx<'_> {
             let id = self.tensor_id(name, Span::default());
             self.tensors[id].bound = true;
         }
-        self.implicit_domains();
     }
 
     /// A domain named in a tensor declaration but declared nowhere (`X : real[Example, 64]`)
