@@ -60,12 +60,25 @@ impl Ctx<'_> {
             for si in self.tensors[t].equations.clone() {
                 let st = &program.statements[si];
                 let lowered = match &st.kind {
-                    StmtKind::Equation { lhs, op, rhs } => {
-                        self.lower_equation(si, t, lhs, *op, Some(rhs), &[], st.span)
-                    }
+                    StmtKind::Equation { lhs, op, rhs } => self.lower_equation(Statement {
+                        stmt: si,
+                        target: t,
+                        lhs,
+                        op: *op,
+                        rhs: Some(rhs),
+                        body: &[],
+                        span: st.span,
+                    }),
                     StmtKind::Rule { head, body } => {
-                        let lowered =
-                            self.lower_equation(si, t, head, AccumOp::Assign, None, body, st.span);
+                        let lowered = self.lower_equation(Statement {
+                            stmt: si,
+                            target: t,
+                            lhs: head,
+                            op: AccumOp::Assign,
+                            rhs: None,
+                            body,
+                            span: st.span,
+                        });
                         if let Some((eq, _)) = &lowered {
                             self.warn_negated_only(eq);
                         }
@@ -114,27 +127,18 @@ impl Ctx<'_> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn lower_equation(
-        &mut self,
-        stmt: usize,
-        target: TensorId,
-        lhs: &Access,
-        op: AccumOp,
-        rhs: Option<&Expr>,
-        body: &[Expr],
-        span: Span,
-    ) -> Option<Lowered> {
+    fn lower_equation(&mut self, s: Statement) -> Option<Lowered> {
         let before = self.diags.len();
+        let target = s.target;
         let mut b = Builder {
             ctx: self,
-            stmt,
+            stmt: s.stmt,
             target,
             vars: Vec::new(),
             ids: HashMap::new(),
             meta: EqMeta {
-                head_span: lhs.span,
-                stmt,
+                head_span: s.lhs.span,
+                stmt: s.stmt,
                 ..EqMeta::default()
             },
             lhs_vars: Vec::new(),
@@ -143,35 +147,14 @@ impl Ctx<'_> {
             slices: 0,
             anonymous_negated: Vec::new(),
         };
-        let slice_lhs = lhs.brackets == Brackets::None && rhs.is_some_and(has_slices);
-        if !slice_lhs && super::names::axes(&lhs.indices) != b.ctx.tensors[target].rank() {
+        let slice_lhs = s.lhs.brackets == Brackets::None && s.rhs.is_some_and(has_slices);
+        if !slice_lhs && super::names::axes(&s.lhs.indices) != b.ctx.tensors[target].rank() {
             return None;
         }
-        let mut lhs_fns = Vec::new();
-        if !slice_lhs {
-            let mut ax: usize = 0;
-            for idx in &lhs.indices {
-                if !matches!(idx, Index::Virtual(..)) {
-                    ax += 1;
-                }
-                let ax = ax.saturating_sub(1);
-                match idx {
-                    Index::Virtual(inner, vspan) => match b.virtual_lhs(inner, *vspan) {
-                        Some(v) => b.virtual_var = Some(v),
-                        None => return None,
-                    },
-                    Index::Normalized(n) => {
-                        let v = b.var(&n.text, n.span);
-                        b.normalized = Some(v);
-                        lhs_fns.push(IndexFn::Var(v));
-                    }
-                    _ => match b.index(target, ax, idx) {
-                        Some(f) => lhs_fns.push(f),
-                        None => return None,
-                    },
-                }
-            }
-        }
+        let mut lhs_fns = match slice_lhs {
+            true => Vec::new(),
+            false => b.lhs_indices(s.lhs)?,
+        };
         let mut loop_vars = Vec::new();
         for f in &lhs_fns {
             let mut vs = Vec::new();
@@ -183,11 +166,11 @@ impl Ctx<'_> {
             }
         }
         b.lhs_vars = loop_vars.clone();
-        let body_node = match rhs {
+        let body_node = match s.rhs {
             Some(e) => b.expr(e, false),
             None => {
                 let lits: Vec<(bool, Node)> =
-                    body.iter().map(|e| (false, b.expr(e, false))).collect();
+                    s.body.iter().map(|e| (false, b.expr(e, false))).collect();
                 Node::Product(lits)
             }
         };
@@ -198,26 +181,7 @@ impl Ctx<'_> {
                 lhs_fns.push(IndexFn::Var(v));
             }
         }
-        let mut root = Node::Sum {
-            vars: Vec::new(),
-            body: Box::new(body_node),
-        };
-        let n = b.vars.len();
-        let mut total = vec![0usize; n];
-        count(&root, &mut total);
-        let mut bound = vec![false; n];
-        for &v in &loop_vars {
-            bound[v] = true;
-        }
-        if let Some(v) = b.virtual_var {
-            bound[v] = true;
-        }
-        for &v in &b.anonymous_negated {
-            bound[v] = true;
-        }
-        mark_concat_parts(&root, &mut bound);
-        let mut assigned = vec![false; n];
-        assign(&mut root, &total, &bound, &mut assigned);
+        let root = b.summed(body_node, &loop_vars);
         let Builder {
             vars,
             meta,
@@ -228,7 +192,7 @@ impl Ctx<'_> {
             return None;
         }
         let bool_head = self.tensors[target].is_bool();
-        let family = match op {
+        let family = match s.op {
             AccumOp::Assign | AccumOp::Add => Family::Sum,
             AccumOp::Max => Family::Max,
             AccumOp::Min => Family::Min,
@@ -246,10 +210,77 @@ impl Ctx<'_> {
                 bool_head,
                 rhs: root,
                 vars,
-                span,
+                span: s.span,
             },
             meta,
         ))
+    }
+}
+
+/// One statement to lower: an equation `lhs op rhs`, or a rule `lhs :- body`.
+struct Statement<'p> {
+    stmt: usize,
+    target: TensorId,
+    lhs: &'p Access,
+    op: AccumOp,
+    /// An equation's right-hand side; `None` for a rule.
+    rhs: Option<&'p Expr>,
+    /// A rule's body.
+    body: &'p [Expr],
+    span: Span,
+}
+
+impl Builder<'_, '_> {
+    /// The left-hand side's positions (a virtual index sets `virtual_var`, a normalized
+    /// one `normalized`); `None` after an error.
+    fn lhs_indices(&mut self, lhs: &Access) -> Option<Vec<IndexFn>> {
+        let target = self.target;
+        let mut lhs_fns = Vec::new();
+        let mut ax: usize = 0;
+        for idx in &lhs.indices {
+            if !matches!(idx, Index::Virtual(..)) {
+                ax += 1;
+            }
+            let ax = ax.saturating_sub(1);
+            match idx {
+                Index::Virtual(inner, vspan) => {
+                    self.virtual_var = Some(self.virtual_lhs(inner, *vspan)?)
+                }
+                Index::Normalized(n) => {
+                    let v = self.var(&n.text, n.span);
+                    self.normalized = Some(v);
+                    lhs_fns.push(IndexFn::Var(v));
+                }
+                _ => lhs_fns.push(self.index(target, ax, idx)?),
+            }
+        }
+        Some(lhs_fns)
+    }
+
+    /// The body under its summations: each variable not on the left-hand side is summed
+    /// at the smallest node holding all its uses (§6.2).
+    fn summed(&mut self, body: Node, loop_vars: &[VarId]) -> Node {
+        let mut root = Node::Sum {
+            vars: Vec::new(),
+            body: Box::new(body),
+        };
+        let n = self.vars.len();
+        let mut total = vec![0usize; n];
+        count(&root, &mut total);
+        let mut bound = vec![false; n];
+        for &v in loop_vars {
+            bound[v] = true;
+        }
+        if let Some(v) = self.virtual_var {
+            bound[v] = true;
+        }
+        for &v in &self.anonymous_negated {
+            bound[v] = true;
+        }
+        mark_concat_parts(&root, &mut bound);
+        let mut assigned = vec![false; n];
+        assign(&mut root, &total, &bound, &mut assigned);
+        root
     }
 }
 
