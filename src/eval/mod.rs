@@ -213,21 +213,23 @@ pub struct Evaluation {
 
 /// That every registered function the program calls is in `o`: an evaluation without one
 /// would have no value at those points, which must be an error (E0102), not zeros.
-pub(crate) fn functions_registered(p: &Checked, o: &EvalOptions) -> Result<(), Diagnostics> {
+/// `calls` are the functions called, each with an equation calling it.
+pub(crate) fn functions_registered(
+    calls: &[(String, crate::diagnostics::Span)],
+    o: &EvalOptions,
+) -> Result<(), Diagnostics> {
     let mut missing = Vec::new();
-    for eq in &p.equations {
-        eq.rhs.user_calls(&mut |name| {
-            if !o.functions.contains_key(name) {
-                missing.push(
-                    Diagnostic::error(
-                        codes::UNKNOWN_FUNCTION,
-                        eq.span,
-                        format!("`{name}` is not registered in these evaluation options"),
-                    )
-                    .with_note("register it (`Session::register_function`) before evaluating"),
-                );
-            }
-        });
+    for (name, span) in calls {
+        if !o.functions.contains_key(name) {
+            missing.push(
+                Diagnostic::error(
+                    codes::UNKNOWN_FUNCTION,
+                    *span,
+                    format!("`{name}` is not registered in these evaluation options"),
+                )
+                .with_note("register it (`Session::register_function`) before evaluating"),
+            );
+        }
     }
     match missing.is_empty() {
         true => Ok(()),

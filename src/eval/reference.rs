@@ -58,7 +58,7 @@ impl Engine for Reference {
 
 /// Every tensor's value before evaluation: its data, or empty.
 pub(super) fn initial_values(p: &Checked, o: &EvalOptions) -> Result<Vec<Tensor>, Diagnostics> {
-    super::functions_registered(p, o)?;
+    super::functions_registered(&p.user_functions(), o)?;
     super::initial::fits_budget(p, &|_| true, Default::default(), o)?;
     p.tensors
         .iter()

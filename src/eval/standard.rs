@@ -258,7 +258,7 @@ impl<'a> State<'a> {
         plan: &'a Plan,
         o: &'a EvalOptions,
     ) -> Result<State<'a>, Diagnostics> {
-        super::functions_registered(p, o)?;
+        super::functions_registered(&plan.user_functions, o)?;
         let pending = pending(p, plan);
         let mut values = Vec::with_capacity(p.tensors.len());
         // Pending tensors share one empty buffer per element type.

@@ -88,6 +88,9 @@ pub struct Plan {
     /// relations, a loop nest whose outer loop scans tuples), whose non-zeros are bounded by
     /// the tuples joined: memory then follows the non-zeros.
     pub sparse: Vec<bool>,
+    /// The registered functions (§16) the program calls, each with an equation that calls
+    /// it: what an evaluation checks its options for, without walking every equation.
+    pub user_functions: Vec<(String, crate::diagnostics::Span)>,
 }
 
 /// A sum of sparse products with at least this many elements as a dense array (128 MiB of
@@ -117,6 +120,7 @@ impl Plan {
         Plan {
             strata,
             sparse: vec![false; p.tensors.len()],
+            user_functions: p.user_functions(),
         }
     }
 }
@@ -140,7 +144,11 @@ pub(crate) fn plan(p: &Checked) -> Plan {
         strata.push(sp);
     }
     demand::narrow_by_readers(p, &mut strata);
-    Plan { strata, sparse }
+    Plan {
+        strata,
+        sparse,
+        user_functions: p.user_functions(),
+    }
 }
 
 /// What visiting one point of a loop nest costs, in the dense path's FLOPs: a point reads

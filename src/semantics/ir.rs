@@ -42,6 +42,20 @@ pub struct Checked {
 }
 
 impl Checked {
+    /// Each registered function (§16) the program calls, once, with the first equation
+    /// calling it.
+    pub fn user_functions(&self) -> Vec<(String, crate::diagnostics::Span)> {
+        let mut out: Vec<(String, crate::diagnostics::Span)> = Vec::new();
+        for eq in &self.equations {
+            eq.rhs.user_calls(&mut |name| {
+                if !out.iter().any(|(n, _)| n == name) {
+                    out.push((name.to_string(), eq.span));
+                }
+            });
+        }
+        out
+    }
+
     /// The id of the tensor called `name`.
     pub fn tensor_id(&self, name: &str) -> Option<TensorId> {
         self.tensors.iter().position(|t| t.name == name)
