@@ -43,11 +43,17 @@ impl Ctx<'_> {
                     .collect()
             })
             .collect();
-        let mut below = Vec::new();
-        let mut lows: Vec<Vec<Option<i64>>> = (0..tensors.len())
-            .map(|t| self.data_low_positions(t))
-            .collect();
-        let mut bounds: Vec<Bounds> = (0..tensors.len()).map(|t| self.data_bounds(t)).collect();
+        let mut sizing = Sizing {
+            symbolic: &symbolic,
+            open: (&open, &open_values),
+            by_value: &by_value,
+            roots: &roots,
+            below: Vec::new(),
+            lows: (0..tensors.len())
+                .map(|t| self.data_low_positions(t))
+                .collect(),
+            bounds: (0..tensors.len()).map(|t| self.data_bounds(t)).collect(),
+        };
         for st in strata {
             if st.equations.is_empty() {
                 continue;
@@ -55,85 +61,145 @@ impl Ctx<'_> {
             let depth = recursion_depth(st, &eqs, tensors);
             let stable = stable_axes(st, &eqs);
             if st.recursive {
-                let scope = Scope {
-                    symbolic: &symbolic,
-                    current: &st.tensors,
-                    widen: false,
-                    bounds: &bounds,
-                    by_value: &by_value,
-                    roots: &roots,
-                    outside: true,
-                    open: (&open, &open_values),
-                };
-                fix_extents(st, &eqs, tensors, &scope);
+                fix_extents(st, &eqs, tensors, &sizing.scope(st, false, true));
             }
             let mut iter = 0;
             loop {
                 iter += 1;
                 let mut errors = Vec::new();
-                let mut changed = false;
                 // Past the depth its counter allows, no derivation is longer: the extents
                 // hold every value it can write (`Fib(n + 1, x + y) :- …, n < 20`).
                 let settled = depth.is_some_and(|d| iter > d);
-                let scope = Scope {
-                    symbolic: &symbolic,
-                    current: &st.tensors,
+                let round = Round {
+                    st,
                     widen: iter > WIDEN_AFTER,
-                    bounds: &bounds,
-                    by_value: &by_value,
-                    roots: &roots,
-                    outside: false,
-                    open: (&open, &open_values),
+                    settled,
+                    stable: &stable,
                 };
-                for &i in &st.equations {
-                    let (eq, meta) = &mut eqs[i];
-                    let ranges = ranges(eq, meta, tensors, &scope, &mut below, &mut errors);
-                    for (v, r) in ranges.iter().enumerate() {
-                        eq.vars[v].range = *r;
-                    }
-                    if settled {
-                        continue;
-                    }
-                    let target = Target {
-                        symbolic: &symbolic,
-                        by_value: &by_value,
-                        roots: &roots,
-                        below: &mut below,
-                        current: &st.tensors,
-                        lows: &mut lows,
-                        open: (&open, &open_values),
-                        widen: iter > WIDEN_AFTER,
-                        stable: &stable,
-                    };
-                    changed |= grow_lhs(eq, tensors, target, &ranges, &mut errors);
-                }
-                if !below.is_empty() {
+                let changed = sizing.round(&round, &mut eqs, tensors, &mut errors);
+                if !sizing.below.is_empty() {
                     // Checked again with lower offsets (`offsets.rs`).
-                    self.below_offsets = below;
+                    self.below_offsets = std::mem::take(&mut sizing.below);
                     return eqs.into_iter().map(|(e, _)| e).collect();
                 }
                 if !changed {
                     self.diags.extend(errors);
                     let settled: Vec<&Equation> = st.equations.iter().map(|&i| &eqs[i].0).collect();
-                    value_bounds(st, &settled, (tensors, &open_values), &mut bounds);
+                    value_bounds(st, &settled, (tensors, &open_values), &mut sizing.bounds);
                     break;
                 }
                 if iter >= max_iters {
-                    let names: Vec<String> = st
-                        .tensors
-                        .iter()
-                        .map(|&t| format!("`{}`", tensors[t].name))
-                        .collect();
-                    let span = eqs[st.equations[0]].0.span;
-                    self.diags.push(
-                        Diagnostic::error(codes::UNBOUNDED_GROWTH, span, format!("the extent of {} keeps growing", names.join(", ")))
-                            .with_note(format!("it still grew after --max-iters ({max_iters}) iterations; declare the tensor's shape to bound it")),
-                    );
+                    self.diags.push(keeps_growing(st, &eqs, tensors, max_iters));
                     break;
                 }
             }
         }
         eqs.into_iter().map(|(e, _)| e).collect()
+    }
+}
+
+/// E0402: a component's extents still grew after `--max-iters` rounds.
+fn keeps_growing(
+    st: &Stratum,
+    eqs: &[Lowered],
+    tensors: &[TensorInfo],
+    max_iters: usize,
+) -> Diagnostic {
+    let names: Vec<String> = st
+        .tensors
+        .iter()
+        .map(|&t| format!("`{}`", tensors[t].name))
+        .collect();
+    let span = eqs[st.equations[0]].0.span;
+    Diagnostic::error(
+        codes::UNBOUNDED_GROWTH,
+        span,
+        format!("the extent of {} keeps growing", names.join(", ")),
+    )
+    .with_note(format!(
+        "it still grew after --max-iters ({max_iters}) iterations; declare the tensor's shape to bound it"
+    ))
+}
+
+/// What sizing reads for every component (which domains are symbolic or open, which
+/// tensors are indexed by value, each axis's root) and what it carries from one component
+/// to the next (offsets to lower, the lowest positions written, value bounds).
+struct Sizing<'a> {
+    symbolic: &'a [bool],
+    open: (&'a [bool], &'a [Bounds]),
+    by_value: &'a [bool],
+    roots: &'a [Vec<usize>],
+    below: Vec<(usize, i64, Span)>,
+    lows: Vec<Vec<Option<i64>>>,
+    bounds: Vec<Bounds>,
+}
+
+/// One round of sizing a component.
+struct Round<'s> {
+    st: &'s Stratum,
+    /// Whether variables bounded only by the component take the range its guards allow.
+    widen: bool,
+    /// Whether no derivation can be longer: ranges are set, extents grow no more.
+    settled: bool,
+    /// The axes no derivation moves (`stable_axes`).
+    stable: &'s HashSet<(usize, usize)>,
+}
+
+impl Sizing<'_> {
+    fn scope<'b>(&'b self, st: &'b Stratum, widen: bool, outside: bool) -> Scope<'b> {
+        Scope {
+            symbolic: self.symbolic,
+            current: &st.tensors,
+            widen,
+            bounds: &self.bounds,
+            by_value: self.by_value,
+            roots: self.roots,
+            outside,
+            open: self.open,
+        }
+    }
+
+    /// Ranges every variable of the component's equations and grows their targets to
+    /// hold what they write; whether an extent grew.
+    fn round(
+        &mut self,
+        r: &Round,
+        eqs: &mut [Lowered],
+        tensors: &mut [TensorInfo],
+        errors: &mut Vec<Diagnostic>,
+    ) -> bool {
+        let mut changed = false;
+        for &i in &r.st.equations {
+            let (eq, meta) = &mut eqs[i];
+            let mut below = std::mem::take(&mut self.below);
+            let ranges = ranges(
+                eq,
+                meta,
+                tensors,
+                &self.scope(r.st, r.widen, false),
+                &mut below,
+                errors,
+            );
+            for (v, range) in ranges.iter().enumerate() {
+                eq.vars[v].range = *range;
+            }
+            if !r.settled {
+                let target = Target {
+                    symbolic: self.symbolic,
+                    by_value: self.by_value,
+                    roots: self.roots,
+                    below: &mut below,
+                    current: &r.st.tensors,
+                    lows: &mut self.lows,
+                    open: self.open,
+                    widen: r.widen,
+                    stable: r.stable,
+                };
+                changed |= grow_lhs(eq, tensors, target, &ranges, errors);
+            }
+            self.below = below;
+        }
+        changed
     }
 }
 
