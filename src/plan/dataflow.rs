@@ -194,22 +194,7 @@ pub(crate) fn plan_dataflow(p: &Checked, plan: &Plan) -> DataflowPlan {
         for &e in &st.equations {
             p.equations[e].rhs.reads(&mut |t, _| reads.push(t));
         }
-        let lowered: Option<(Heads, Vec<Lowering>)> = match &sp.kernel {
-            Kernel::Datalog(rules, _) => Some((
-                Heads::Distinct,
-                rules.iter().map(|r| (r.clone(), None)).collect(),
-            )),
-            Kernel::Counts(rules) => Some((
-                Heads::Count,
-                rules.iter().map(|(r, _)| (r.clone(), None)).collect(),
-            )),
-            Kernel::Extremum(rules) => Some((
-                Heads::Extreme(p.tensors[st.tensors[0]].family),
-                rules.iter().map(|vr| with_values(p, vr)).collect(),
-            )),
-            _ => None,
-        };
-        let Some((heads, rules)) = lowered else {
+        let Some((heads, rules)) = lowered_rules(p, st, &sp.kernel) else {
             let late = reads.iter().any(|&t| in_flow(t) || after(t));
             placement.push(match late {
                 true => Placement::After("not a Datalog stratum".into()),
@@ -217,14 +202,7 @@ pub(crate) fn plan_dataflow(p: &Checked, plan: &Plan) -> DataflowPlan {
             });
             continue;
         };
-        if rules.iter().any(|(r, _)| r.joined().atoms.is_empty()) {
-            let why = "a rule without a positive atom has no arrangement to start from";
-            placement.push(Placement::After(why.into()));
-            continue;
-        }
-        if rules.iter().any(|(r, _)| r.uses_open_values(p)) {
-            let why = "it computes with the values of open integer columns (§8), which are \
-                       numbered as they are met and so differ between workers";
+        if let Some(why) = unflowable(p, &rules) {
             placement.push(Placement::After(why.into()));
             continue;
         }
@@ -272,23 +250,7 @@ pub(crate) fn plan_dataflow(p: &Checked, plan: &Plan) -> DataflowPlan {
     read_by_values.dedup();
     valued.sort_unstable();
     valued.dedup();
-    let mut inputs: Vec<TensorId> = Vec::new();
-    for fs in &strata {
-        for a in &fs.arrangements {
-            let defined = home[a.tensor].is_some_and(|s| placement[s] == Placement::Flow);
-            if !defined {
-                inputs.push(a.tensor);
-            }
-        }
-        // A relation's facts enter as an input, even with none yet, so that incremental
-        // mode can insert some; a count's facts are added to it after the dataflow.
-        match fs.heads {
-            Heads::Count => {}
-            Heads::Distinct | Heads::Extreme(_) => inputs.extend(&fs.tensors),
-        }
-    }
-    inputs.sort_unstable();
-    inputs.dedup();
+    let inputs = dataflow_inputs(&strata, &home, &placement);
     DataflowPlan {
         placement,
         inputs,
@@ -296,6 +258,70 @@ pub(crate) fn plan_dataflow(p: &Checked, plan: &Plan) -> DataflowPlan {
         read_by_values,
         valued,
     }
+}
+
+/// The rules of a stratum the dataflow can run (joins, counts, `min=`/`max=`), with how its
+/// heads combine; `None` for any other kernel.
+fn lowered_rules(
+    p: &Checked,
+    st: &crate::semantics::Stratum,
+    kernel: &Kernel,
+) -> Option<(Heads, Vec<Lowering>)> {
+    Some(match kernel {
+        Kernel::Datalog(rules, _) => (
+            Heads::Distinct,
+            rules.iter().map(|r| (r.clone(), None)).collect(),
+        ),
+        Kernel::Counts(rules) => (
+            Heads::Count,
+            rules.iter().map(|(r, _)| (r.clone(), None)).collect(),
+        ),
+        Kernel::Extremum(rules) => (
+            Heads::Extreme(p.tensors[st.tensors[0]].family),
+            rules.iter().map(|vr| with_values(p, vr)).collect(),
+        ),
+        _ => return None,
+    })
+}
+
+/// Why rules the dataflow could run stay out of it, if they do.
+fn unflowable(p: &Checked, rules: &[Lowering]) -> Option<&'static str> {
+    if rules.iter().any(|(r, _)| r.joined().atoms.is_empty()) {
+        return Some("a rule without a positive atom has no arrangement to start from");
+    }
+    if rules.iter().any(|(r, _)| r.uses_open_values(p)) {
+        return Some(
+            "it computes with the values of open integer columns (§8), which are \
+             numbered as they are met and so differ between workers",
+        );
+    }
+    None
+}
+
+/// The tensors the dataflow reads from outside: arranged tensors no stratum in the flow
+/// defines, and the facts of its relations (even none yet, so that incremental mode can
+/// insert some; a count's facts are added to it after the dataflow).
+fn dataflow_inputs(
+    strata: &[FlowStratum],
+    home: &[Option<usize>],
+    placement: &[Placement],
+) -> Vec<TensorId> {
+    let mut inputs: Vec<TensorId> = Vec::new();
+    for fs in strata {
+        for a in &fs.arrangements {
+            let defined = home[a.tensor].is_some_and(|s| placement[s] == Placement::Flow);
+            if !defined {
+                inputs.push(a.tensor);
+            }
+        }
+        match fs.heads {
+            Heads::Count => {}
+            Heads::Distinct | Heads::Extreme(_) => inputs.extend(&fs.tensors),
+        }
+    }
+    inputs.sort_unstable();
+    inputs.dedup();
+    inputs
 }
 
 /// A rule to lower, with its head value if it has one.
