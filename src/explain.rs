@@ -725,57 +725,68 @@ pub(crate) fn explain_dataflow(p: &Checked, d: &DataflowPlan, source: &str) -> S
         }
         for r in &fs.rules {
             let eq = &p.equations[r.rule.equation];
-            // A value's two words print as one name: `value(Edge)`.
-            let word = |v: &VarId| {
-                let words = r.value.as_ref()?.words.iter().enumerate();
-                words
-                    .filter_map(|(k, w)| Some((k, (*w)?)))
-                    .find(|(_, w)| w.contains(v))
-                    .map(|(k, w)| match w[0] == *v {
-                        true => Some(format!("value({})", names(&[r.rule.atoms[k].tensor]))),
-                        false => None,
-                    })
-            };
-            let var = |v: &VarId| match word(v) {
-                Some(name) => name,
-                None => Some(
-                    eq.vars
-                        .get(*v)
-                        .map_or_else(|| format!("_{v}"), |i| i.name.clone()),
-                ),
-            };
-            let vs = |vs: &[VarId]| vs.iter().filter_map(var).collect::<Vec<_>>().join(", ");
-            let head = names(&[r.rule.head]);
-            let mut ops = vec![format!("a{} ({})", r.first.0, vs(&r.first_env))];
-            for j in &r.joins {
-                ops.push(format!(
-                    "join a{} on ({}) → ({})",
-                    j.arrangement.0,
-                    vs(&j.key),
-                    vs(&j.env)
-                ));
-            }
-            let r0 = &r.rule;
-            if !r0.filters.is_empty() || !r0.checks.is_empty() || !r0.lets.is_empty() {
-                ops.push(format!(
-                    "filter ({} comparisons, {} value checks, {} computed positions)",
-                    r0.filters.len(),
-                    r0.checks.len(),
-                    r0.lets.len()
-                ));
-            }
-            for a in &r.antijoins {
-                ops.push(format!("antijoin a{}", a.arrangement.0));
-            }
-            match r.value {
-                Some(_) => ops.push(format!("map to {head} with its value")),
-                None => ops.push(format!("map to {head}")),
-            }
             let _ = writeln!(out, "  {}", statement(eq, source));
-            let _ = writeln!(out, "    {}", ops.join(" → "));
+            let _ = writeln!(out, "    {}", flow_rule_ops(p, r).join(" → "));
         }
     }
     out
+}
+
+/// A rule's operators in the dataflow: its first arrangement, joins, filters, antijoins and
+/// the map to its head.
+fn flow_rule_ops(p: &Checked, r: &FlowRule) -> Vec<String> {
+    let eq = &p.equations[r.rule.equation];
+    let names = |ts: &[TensorId]| {
+        let n: Vec<&str> = ts.iter().map(|&t| p.tensors[t].name.as_str()).collect();
+        n.join(", ")
+    };
+    // A value's two words print as one name: `value(Edge)`.
+    let word = |v: &VarId| {
+        let words = r.value.as_ref()?.words.iter().enumerate();
+        words
+            .filter_map(|(k, w)| Some((k, (*w)?)))
+            .find(|(_, w)| w.contains(v))
+            .map(|(k, w)| match w[0] == *v {
+                true => Some(format!("value({})", names(&[r.rule.atoms[k].tensor]))),
+                false => None,
+            })
+    };
+    let var = |v: &VarId| match word(v) {
+        Some(name) => name,
+        None => Some(
+            eq.vars
+                .get(*v)
+                .map_or_else(|| format!("_{v}"), |i| i.name.clone()),
+        ),
+    };
+    let vs = |vs: &[VarId]| vs.iter().filter_map(var).collect::<Vec<_>>().join(", ");
+    let head = names(&[r.rule.head]);
+    let mut ops = vec![format!("a{} ({})", r.first.0, vs(&r.first_env))];
+    for j in &r.joins {
+        ops.push(format!(
+            "join a{} on ({}) → ({})",
+            j.arrangement.0,
+            vs(&j.key),
+            vs(&j.env)
+        ));
+    }
+    let r0 = &r.rule;
+    if !r0.filters.is_empty() || !r0.checks.is_empty() || !r0.lets.is_empty() {
+        ops.push(format!(
+            "filter ({} comparisons, {} value checks, {} computed positions)",
+            r0.filters.len(),
+            r0.checks.len(),
+            r0.lets.len()
+        ));
+    }
+    for a in &r.antijoins {
+        ops.push(format!("antijoin a{}", a.arrangement.0));
+    }
+    match r.value {
+        Some(_) => ops.push(format!("map to {head} with its value")),
+        None => ops.push(format!("map to {head}")),
+    }
+    ops
 }
 
 fn extreme_name(f: Family) -> &'static str {
