@@ -18,42 +18,12 @@ impl<'a> Ctx<'a> {
         ax: usize,
         idx: &Index,
     ) -> Result<i64, Diagnostic> {
-        let symbol = |s: &str, span: Span, ctx: &mut Self| {
-            let d = ctx.axis_domain(t, ax);
-            ctx.symbol_index(d, s).map(|p| p as i64).ok_or_else(|| {
-                Diagnostic::error(
-                    codes::OUT_OF_DOMAIN,
-                    span,
-                    format!("`{s}` is not a symbol of this axis"),
-                )
-            })
-        };
-        let real = |v: f64, span: Span, ctx: &mut Self| {
-            let d = ctx.axis_domain(t, ax);
-            if ctx.domains[d].real {
-                return symbol(&real_text(v), span, ctx);
-            }
-            Err(Diagnostic::error(
-                codes::TYPE,
-                span,
-                format!(
-                    "axis {} of `{}` holds {}, not reals",
-                    ax + 1,
-                    ctx.tensors[t].name,
-                    if ctx.domains[d].symbolic {
-                        "symbols"
-                    } else {
-                        "integers"
-                    }
-                ),
-            ))
-        };
         let numbered = self.domains[self.axis_domain(t, ax)].real;
         match idx {
-            Index::Real(v, span) => real(*v, *span, self),
+            Index::Real(v, span) => self.real_position(t, ax, *v, *span),
             Index::Int(..) | Index::Arith(..) if numbered => {
                 match super::domains::int_constant(idx) {
-                    Some(v) => symbol(&v.to_string(), idx.span(), self),
+                    Some(v) => self.symbol_position(t, ax, &v.to_string(), idx.span()),
                     None => Err(Diagnostic::error(
                         codes::OUT_OF_DOMAIN,
                         idx.span(),
@@ -75,7 +45,7 @@ impl<'a> Ctx<'a> {
                 }
                 Ok(*v)
             }
-            Index::Str(s, span) => symbol(s, *span, self),
+            Index::Str(s, span) => self.symbol_position(t, ax, s, *span),
             Index::Name(n) => match self.index_name(&n.text) {
                 IndexName::Const(v) if self.domains[self.axis_domain(t, ax)].symbolic => {
                     Err(Diagnostic::error(
@@ -91,7 +61,7 @@ impl<'a> Ctx<'a> {
                     .with_note(format!("write \"{}\" for the symbol", n.text)))
                 }
                 IndexName::Const(v) => Ok(v),
-                IndexName::Symbol => symbol(&n.text, n.span, self),
+                IndexName::Symbol => self.symbol_position(t, ax, &n.text, n.span),
                 IndexName::Var => Err(Diagnostic::error(
                     codes::FORM,
                     n.span,
@@ -138,6 +108,53 @@ impl<'a> Ctx<'a> {
                 "a fact's indices must be constants",
             )),
         }
+    }
+
+    /// The position of symbol `s` on axis `ax` of `t`; E0203 where the axis lacks it.
+    fn symbol_position(
+        &mut self,
+        t: usize,
+        ax: usize,
+        s: &str,
+        span: Span,
+    ) -> Result<i64, Diagnostic> {
+        let d = self.axis_domain(t, ax);
+        self.symbol_index(d, s).map(|p| p as i64).ok_or_else(|| {
+            Diagnostic::error(
+                codes::OUT_OF_DOMAIN,
+                span,
+                format!("`{s}` is not a symbol of this axis"),
+            )
+        })
+    }
+
+    /// The position of real value `v` on axis `ax` of `t`, numbered like a symbol; E0104
+    /// where the axis holds symbols or integers.
+    fn real_position(
+        &mut self,
+        t: usize,
+        ax: usize,
+        v: f64,
+        span: Span,
+    ) -> Result<i64, Diagnostic> {
+        let d = self.axis_domain(t, ax);
+        if self.domains[d].real {
+            return self.symbol_position(t, ax, &real_text(v), span);
+        }
+        Err(Diagnostic::error(
+            codes::TYPE,
+            span,
+            format!(
+                "axis {} of `{}` holds {}, not reals",
+                ax + 1,
+                self.tensors[t].name,
+                if self.domains[d].symbolic {
+                    "symbols"
+                } else {
+                    "integers"
+                }
+            ),
+        ))
     }
 
     /// The indices of tensor `t`'s facts and element facts (`R(-3, 4).`, `W[2] = 0.5`).
