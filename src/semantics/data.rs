@@ -769,7 +769,6 @@ impl<'a> Ctx<'a> {
         let rank = info.shape.len();
         let valued = info.kind != Kind::Bool;
         let doms: Vec<usize> = (0..rank).map(|ax| self.axis_domain(t, ax)).collect();
-        let symbolic: Vec<bool> = doms.iter().map(|&d| self.domains[d].symbolic).collect();
         let declared: Vec<Option<usize>> = doms
             .iter()
             .map(|d| self.declared_symbols.get(d).copied())
@@ -805,54 +804,18 @@ impl<'a> Ctx<'a> {
             let mut pos = Vec::with_capacity(rank);
             let mut ok = true;
             for (ax, (f, &d)) in r.fields().zip(&doms).enumerate() {
-                let p = if symbolic[ax] {
-                    let real = self.domains[d].real;
-                    let text = match number_text(f) {
-                        Some(v) if real => std::borrow::Cow::Owned(v),
-                        _ => std::borrow::Cow::Borrowed(f),
-                    };
-                    match self.symbol_index(d, &text) {
-                        Some(p) if declared[ax].is_none_or(|n| p < n) => Some(p),
-                        _ => {
-                            self.diags.push(bad(format!(
-                                "`{f}` is not in the declared domain of axis {}",
-                                ax + 1
-                            )));
-                            None
-                        }
-                    }
-                } else if let Some(table) = &self.domains[d].table {
-                    // An open column (`open.rs`): every value of its data is in the table.
-                    match f.parse::<i64>().ok().and_then(|v| table.intern(v)) {
-                        Some(h) => Some(h as usize),
-                        None => {
-                            self.diags
-                                .push(bad(format!("`{f}` is not an integer index")));
-                            None
-                        }
-                    }
-                } else {
-                    let offset = info.offsets.get(ax).copied().unwrap_or(0);
-                    match f.parse::<i64>().map(|v| (v, v.saturating_sub(offset))) {
-                        Ok((_, p)) if p >= 0 && (p as usize) < info.shape[ax] => Some(p as usize),
-                        Ok((v, _)) => {
-                            let end = offset.saturating_add(info.shape[ax] as i64);
-                            self.diags.push(bad(format!(
-                                "index {v} is outside {offset}..{end} on axis {}",
-                                ax + 1
-                            )));
-                            None
-                        }
-                        Err(_) => {
-                            self.diags
-                                .push(bad(format!("`{f}` is not an integer index")));
-                            None
-                        }
-                    }
+                let column = Column {
+                    info,
+                    ax,
+                    domain: d,
+                    declared: declared[ax],
                 };
-                match p {
-                    Some(p) => pos.push(p),
-                    None => ok = false,
+                match self.field_position(&column, f) {
+                    Ok(p) => pos.push(p),
+                    Err(msg) => {
+                        self.diags.push(bad(msg));
+                        ok = false;
+                    }
                 }
             }
             if !ok {
@@ -874,6 +837,55 @@ impl<'a> Ctx<'a> {
             g.add(&pos, v);
         }
     }
+
+    /// The position a file's field names on a column: a symbol's (within the declared
+    /// symbols), an open column's handle, or an integer less the axis's offset; the
+    /// message for a field that names none.
+    fn field_position(&mut self, c: &Column, f: &str) -> Result<usize, String> {
+        let (info, ax, d) = (c.info, c.ax, c.domain);
+        if self.domains[d].symbolic {
+            let real = self.domains[d].real;
+            let text = match number_text(f) {
+                Some(v) if real => std::borrow::Cow::Owned(v),
+                _ => std::borrow::Cow::Borrowed(f),
+            };
+            return match self.symbol_index(d, &text) {
+                Some(p) if c.declared.is_none_or(|n| p < n) => Ok(p),
+                _ => Err(format!(
+                    "`{f}` is not in the declared domain of axis {}",
+                    ax + 1
+                )),
+            };
+        }
+        if let Some(table) = &self.domains[d].table {
+            // An open column (`open.rs`): every value of its data is in the table.
+            return match f.parse::<i64>().ok().and_then(|v| table.intern(v)) {
+                Some(h) => Ok(h as usize),
+                None => Err(format!("`{f}` is not an integer index")),
+            };
+        }
+        let offset = info.offsets.get(ax).copied().unwrap_or(0);
+        match f.parse::<i64>().map(|v| (v, v.saturating_sub(offset))) {
+            Ok((_, p)) if p >= 0 && (p as usize) < info.shape[ax] => Ok(p as usize),
+            Ok((v, _)) => {
+                let end = offset.saturating_add(info.shape[ax] as i64);
+                Err(format!(
+                    "index {v} is outside {offset}..{end} on axis {}",
+                    ax + 1
+                ))
+            }
+            Err(_) => Err(format!("`{f}` is not an integer index")),
+        }
+    }
+}
+
+/// One column of a file being read into a tensor.
+struct Column<'i> {
+    info: &'i TensorInfo,
+    ax: usize,
+    domain: usize,
+    /// How many symbols the domain declares, if it declares them.
+    declared: Option<usize>,
 }
 
 fn dim_span(d: &Dim) -> Span {
