@@ -524,20 +524,12 @@ fn dense_equation(p: &Checked, e: usize, eq: &Equation, sparse: &[bool]) -> Opti
         return None;
     }
     let extents: Vec<usize> = eq.vars.iter().map(|v| v.range).collect();
-    let (lhs, rhs, target_shape, scatter) = match distinct_vars(&eq.lhs) {
-        Some(written) => {
-            let shape = written.iter().map(|&v| extents[v]).collect();
-            let (lhs, rhs) = flatten_concat(&written, &eq.rhs, &extents);
-            (lhs, rhs, shape, None)
-        }
-        None => {
-            let (lhs, rhs) = flatten_concat_scattered(&eq.lhs, &eq.rhs, &extents);
-            let mut grid = Vec::new();
-            lhs.iter().for_each(|f| index_vars(f, &mut grid));
-            let shape = p.tensors[eq.target].shape.clone();
-            (grid, rhs, shape, Some(lhs))
-        }
-    };
+    let Grid {
+        lhs,
+        rhs,
+        target_shape,
+        scatter,
+    } = grid(p, eq, &extents);
     // The grid lays out the target only where it has the variables' shape.
     if p.tensors[eq.target].shape != target_shape {
         return None;
@@ -571,33 +563,12 @@ fn dense_equation(p: &Checked, e: usize, eq: &Equation, sparse: &[bool]) -> Opti
     if terms.is_empty() {
         return None;
     }
-    let narrow = |t: TensorId| {
-        use crate::tensor::ElemType::{BF16, F16, F32, FP8};
-        matches!(p.tensors[t].elem, F32 | BF16 | F16 | FP8)
-    };
+    let narrow = |t: TensorId| narrow(p, t);
     for c in &mut terms {
         c.single = narrow(eq.target) && c.factors.iter().all(|f| narrow(f.tensor));
-        // The gradient einsums run in the term's own precision; a program without
-        // parameters is never trained, so it plans none (a network of a hundred factors
-        // would plan a hundred paths for nothing).
-        if c.sparse.is_none() && !p.params.is_empty() {
-            c.gradients = (0..c.factors.len())
-                .map(|j| gradient_term(c, j, &c.out))
-                .collect();
-        }
+        c.gradients = gradients(p, c);
     }
-    // Under `max=`/`min=` the extreme replaces the sum at every summation point (§7): only
-    // equations without any (`Pool[x / 2, y / 2] max= F[x, y]`) are dense, each grid
-    // element then combined at its left-hand-side position.
-    let pointwise = summed.is_empty()
-        && terms.iter().all(|c| {
-            c.sparse.is_none()
-                && c.factors
-                    .iter()
-                    .flat_map(|f| &f.vars)
-                    .all(|v| c.out.contains(v))
-        });
-    if eq.family != Family::Sum && !pointwise {
+    if eq.family != Family::Sum && !pointwise(&terms, &summed) {
         return None;
     }
     let elements: f64 = out.iter().map(|&v| extents[v] as f64).product();
@@ -638,6 +609,74 @@ fn dense_equation(p: &Checked, e: usize, eq: &Equation, sparse: &[bool]) -> Opti
     d.mask = mask(&d).filter(|_| eq.family == Family::Sum);
     d.read_back = read_back(&d);
     Some(d)
+}
+
+/// Whether `t` is held in a precision narrower than f64 (its terms then run in f32).
+fn narrow(p: &Checked, t: TensorId) -> bool {
+    use crate::tensor::ElemType::{BF16, F16, F32, FP8};
+    matches!(p.tensors[t].elem, F32 | BF16 | F16 | FP8)
+}
+
+/// A term's gradient einsums, one per factor, in the term's own precision. A program
+/// without parameters is never trained, so it plans none (a network of a hundred factors
+/// would plan a hundred paths for nothing).
+fn gradients(p: &Checked, c: &Contraction) -> Vec<Contraction> {
+    if c.sparse.is_some() || p.params.is_empty() {
+        return Vec::new();
+    }
+    (0..c.factors.len())
+        .map(|j| gradient_term(c, j, &c.out))
+        .collect()
+}
+
+/// The grid an equation's dense evaluation runs over: its variables in left-hand-side
+/// order (the target's shape where each is written bare), the right-hand side with
+/// `concat`s flattened, and, where positions are computed, how each is written.
+struct Grid<'e> {
+    lhs: Vec<VarId>,
+    rhs: &'e Node,
+    target_shape: Vec<usize>,
+    scatter: Option<Vec<IndexFn>>,
+}
+
+fn grid<'e>(p: &Checked, eq: &'e Equation, extents: &[usize]) -> Grid<'e> {
+    match distinct_vars(&eq.lhs) {
+        Some(written) => {
+            let target_shape = written.iter().map(|&v| extents[v]).collect();
+            let (lhs, rhs) = flatten_concat(&written, &eq.rhs, extents);
+            Grid {
+                lhs,
+                rhs,
+                target_shape,
+                scatter: None,
+            }
+        }
+        None => {
+            let (lhs, rhs) = flatten_concat_scattered(&eq.lhs, &eq.rhs, extents);
+            let mut grid = Vec::new();
+            lhs.iter().for_each(|f| index_vars(f, &mut grid));
+            Grid {
+                lhs: grid,
+                rhs,
+                target_shape: p.tensors[eq.target].shape.clone(),
+                scatter: Some(lhs),
+            }
+        }
+    }
+}
+
+/// Under `max=`/`min=` the extreme replaces the sum at every summation point (§7): only
+/// equations without any (`Pool[x / 2, y / 2] max= F[x, y]`) are dense, each grid element
+/// then combined at its left-hand-side position.
+fn pointwise(terms: &[Contraction], summed: &[VarId]) -> bool {
+    summed.is_empty()
+        && terms.iter().all(|c| {
+            c.sparse.is_none()
+                && c.factors
+                    .iter()
+                    .flat_map(|f| &f.vars)
+                    .all(|v| c.out.contains(v))
+        })
 }
 
 /// [`DenseEquation::read_back`]: from the row program's `needed` values, or for a softmax
