@@ -363,6 +363,16 @@ enum Skip {
     Relation,
 }
 
+/// What a scope has placed so far: its levels, the variables they bind, the factors
+/// scanned (with their slots) and those placed as filters.
+#[derive(Default)]
+struct Placed {
+    levels: Vec<Level>,
+    bound: Vec<VarId>,
+    scanned: Vec<(usize, usize)>,
+    filters: Vec<usize>,
+}
+
 impl Compiler<'_> {
     /// A scope over `vars` (bound in it, not outside) whose points are worth `body`.
     /// `skip` says whether points may be left out where a scanned factor or a filter is 0;
@@ -390,120 +400,13 @@ impl Compiler<'_> {
         let may_skip = skip != Skip::Never
             && !total
             && (relational || (family == Family::Sum && (whole || skip == Skip::Relation)));
-        let mut levels = Vec::new();
-        let mut bound: Vec<VarId> = Vec::new();
-        let mut scanned: Vec<(usize, usize)> = Vec::new();
-        let mut filters: Vec<usize> = Vec::new();
+        let mut placed = Placed::default();
         if may_skip {
-            let mut candidates: Vec<usize> = (0..factors.len())
-                .filter(|&k| !factors[k].0 && self.scannable(factors[k].1, vars))
-                .collect();
-            while !candidates.is_empty() {
-                // The most positions known first, then the smallest, then source order.
-                let pick = candidates
-                    .iter()
-                    .copied()
-                    .min_by_key(|&k| {
-                        let Node::Read { tensor, index, .. } = factors[k].1 else {
-                            return (0, usize::MAX, k);
-                        };
-                        let known = index
-                            .iter()
-                            .filter(|f| match f {
-                                IndexFn::Var(v) => bound.contains(v) || !vars.contains(v),
-                                _ => true,
-                            })
-                            .count();
-                        (index.len() - known, self.size(*tensor), k)
-                    })
-                    .unwrap_or(candidates[0]);
-                candidates.retain(|&k| k != pick);
-                let Node::Read { tensor, index, .. } = factors[pick].1 else {
-                    continue;
-                };
-                let slot = self.slots;
-                self.slots += 1;
-                let mut scan = Scan {
-                    tensor: *tensor,
-                    positions: Vec::new(),
-                    key: Vec::new(),
-                    slot,
-                };
-                for (ax, f) in index.iter().enumerate() {
-                    let unbound = |v: &VarId| !bound.contains(v) && vars.contains(v);
-                    let range = |v: &VarId| self.eq.vars[*v].range;
-                    let past = |v: &VarId| {
-                        self.p.tensors[*tensor]
-                            .shape
-                            .get(ax)
-                            .is_some_and(|&n| n > range(v))
-                    };
-                    let pos = match f {
-                        // A tuple past the variable's range (fixed by a dense axis, §5.1) is
-                        // no point of the equation: the variable is bound checked.
-                        IndexFn::Var(v) if unbound(v) && past(v) => Position::Shifted {
-                            var: *v,
-                            by: 0,
-                            range: range(v),
-                        },
-                        IndexFn::Var(v) => Position::Var(*v),
-                        IndexFn::Const(c) => Position::Const(*c),
-                        IndexFn::Arith(..) => match shifted(f) {
-                            Some((var, by)) if unbound(&var) => Position::Shifted {
-                                var,
-                                by,
-                                range: self.eq.vars[var].range,
-                            },
-                            _ => Position::Known(f.clone()),
-                        },
-                    };
-                    let known = match pos {
-                        Position::Var(v) => !unbound(&v),
-                        Position::Shifted { .. } => false,
-                        Position::Const(_) | Position::Known(_) => true,
-                    };
-                    if known {
-                        scan.key.push(ax);
-                    }
-                    scan.positions.push(pos);
-                }
-                for p in &scan.positions {
-                    if let Position::Var(v) | Position::Shifted { var: v, .. } = p {
-                        if !bound.contains(v) {
-                            bound.push(*v);
-                        }
-                    }
-                }
-                scanned.push((pick, slot));
-                levels.push(Level::Scan(scan));
-                // Filters whose variables are now all bound go right after the scan.
-                self.place_filters(&factors, vars, &bound, &mut filters, &mut levels, family);
-            }
+            self.place_scans(&factors, vars, family, &mut placed);
         }
         for &v in vars {
-            if !bound.contains(&v) {
-                let extent = self.eq.vars[v].range;
-                let equal = may_skip && family == Family::Sum;
-                let binding = equal.then(|| binding(&factors, &filters, v, vars, &bound));
-                bound.push(v);
-                match binding.flatten() {
-                    Some((k, other)) => {
-                        filters.push(k);
-                        let value = self.value(other, false);
-                        levels.push(Level::Bind {
-                            var: v,
-                            extent,
-                            value,
-                        });
-                    }
-                    None => match self.eq.vars[v].open {
-                        Some(domain) => levels.push(Level::Values { var: v, domain }),
-                        None => levels.push(Level::Range { var: v, extent }),
-                    },
-                }
-                if may_skip {
-                    self.place_filters(&factors, vars, &bound, &mut filters, &mut levels, family);
-                }
+            if !placed.bound.contains(&v) {
+                self.place_var(v, &factors, vars, (family, may_skip), &mut placed);
             }
         }
         // Scanned factors read their tuple's value; filters that passed are worth 1 and drop
@@ -511,10 +414,10 @@ impl Compiler<'_> {
         // reference's.
         let mut rest: Vec<(bool, Value)> = Vec::with_capacity(factors.len());
         for (k, &(div, f)) in factors.iter().enumerate() {
-            if filters.contains(&k) {
+            if placed.filters.contains(&k) {
                 continue;
             }
-            rest.push(match scanned.iter().find(|(s, _)| *s == k) {
+            rest.push(match placed.scanned.iter().find(|(s, _)| *s == k) {
                 Some(&(_, slot)) => (false, Value::Scanned(slot)),
                 None => (div, self.value(f, total)),
             });
@@ -527,10 +430,155 @@ impl Compiler<'_> {
         let empty_range = vars.iter().any(|&v| self.eq.vars[v].range == 0);
         Scope {
             family,
-            levels,
+            levels: placed.levels,
             body,
             zero_when_empty: family == Family::Sum && whole && !empty_range,
         }
+    }
+
+    /// A level for variable `v`, which no scan binds: where a factor equates it with a
+    /// value of variables already bound (in a skipping sum), it takes that value;
+    /// otherwise it runs over its range (or an open column's values).
+    fn place_var(
+        &mut self,
+        v: VarId,
+        factors: &[(bool, &Node)],
+        vars: &[VarId],
+        (family, may_skip): (Family, bool),
+        placed: &mut Placed,
+    ) {
+        let extent = self.eq.vars[v].range;
+        let equal = may_skip && family == Family::Sum;
+        let binding = equal.then(|| binding(factors, &placed.filters, v, vars, &placed.bound));
+        placed.bound.push(v);
+        match binding.flatten() {
+            Some((k, other)) => {
+                placed.filters.push(k);
+                let value = self.value(other, false);
+                placed.levels.push(Level::Bind {
+                    var: v,
+                    extent,
+                    value,
+                });
+            }
+            None => match self.eq.vars[v].open {
+                Some(domain) => placed.levels.push(Level::Values { var: v, domain }),
+                None => placed.levels.push(Level::Range { var: v, extent }),
+            },
+        }
+        if may_skip {
+            self.place_filters(factors, vars, family, placed);
+        }
+    }
+
+    /// Scans of the scannable factors, most positions known first, each followed by the
+    /// filters its variables complete.
+    fn place_scans(
+        &mut self,
+        factors: &[(bool, &Node)],
+        vars: &[VarId],
+        family: Family,
+        placed: &mut Placed,
+    ) {
+        let mut candidates: Vec<usize> = (0..factors.len())
+            .filter(|&k| !factors[k].0 && self.scannable(factors[k].1, vars))
+            .collect();
+        while !candidates.is_empty() {
+            // The most positions known first, then the smallest, then source order.
+            let pick = candidates
+                .iter()
+                .copied()
+                .min_by_key(|&k| {
+                    let Node::Read { tensor, index, .. } = factors[k].1 else {
+                        return (0, usize::MAX, k);
+                    };
+                    let known = index
+                        .iter()
+                        .filter(|f| match f {
+                            IndexFn::Var(v) => placed.bound.contains(v) || !vars.contains(v),
+                            _ => true,
+                        })
+                        .count();
+                    (index.len() - known, self.size(*tensor), k)
+                })
+                .unwrap_or(candidates[0]);
+            candidates.retain(|&k| k != pick);
+            let Node::Read { tensor, index, .. } = factors[pick].1 else {
+                continue;
+            };
+            let scan = self.scan_of(*tensor, index, vars, &placed.bound);
+            for p in &scan.positions {
+                if let Position::Var(v) | Position::Shifted { var: v, .. } = p {
+                    if !placed.bound.contains(v) {
+                        placed.bound.push(*v);
+                    }
+                }
+            }
+            let slot = scan.slot;
+            placed.scanned.push((pick, slot));
+            placed.levels.push(Level::Scan(scan));
+            // Filters whose variables are now all bound go right after the scan.
+            self.place_filters(factors, vars, family, placed);
+        }
+    }
+
+    /// The scan of `tensor` at `index`: each position a variable it binds, one it checks
+    /// against the variable's range, a constant or a position known when it starts (then a
+    /// key of its lookup).
+    fn scan_of(
+        &mut self,
+        tensor: TensorId,
+        index: &[IndexFn],
+        vars: &[VarId],
+        bound: &[VarId],
+    ) -> Scan {
+        let slot = self.slots;
+        self.slots += 1;
+        let mut scan = Scan {
+            tensor,
+            positions: Vec::new(),
+            key: Vec::new(),
+            slot,
+        };
+        for (ax, f) in index.iter().enumerate() {
+            let unbound = |v: &VarId| !bound.contains(v) && vars.contains(v);
+            let range = |v: &VarId| self.eq.vars[*v].range;
+            let past = |v: &VarId| {
+                self.p.tensors[tensor]
+                    .shape
+                    .get(ax)
+                    .is_some_and(|&n| n > range(v))
+            };
+            let pos = match f {
+                // A tuple past the variable's range (fixed by a dense axis, §5.1) is
+                // no point of the equation: the variable is bound checked.
+                IndexFn::Var(v) if unbound(v) && past(v) => Position::Shifted {
+                    var: *v,
+                    by: 0,
+                    range: range(v),
+                },
+                IndexFn::Var(v) => Position::Var(*v),
+                IndexFn::Const(c) => Position::Const(*c),
+                IndexFn::Arith(..) => match shifted(f) {
+                    Some((var, by)) if unbound(&var) => Position::Shifted {
+                        var,
+                        by,
+                        range: self.eq.vars[var].range,
+                    },
+                    _ => Position::Known(f.clone()),
+                },
+            };
+            let known = match pos {
+                Position::Var(v) => !unbound(&v),
+                Position::Shifted { .. } => false,
+                Position::Const(_) | Position::Known(_) => true,
+            };
+            if known {
+                scan.key.push(ax);
+            }
+            scan.positions.push(pos);
+        }
+        scan
     }
 
     /// Adds as filters the comparison factors (not yet placed) whose variables are bound.
@@ -538,23 +586,24 @@ impl Compiler<'_> {
         &mut self,
         factors: &[(bool, &Node)],
         vars: &[VarId],
-        bound: &[VarId],
-        placed: &mut Vec<usize>,
-        levels: &mut Vec<Level>,
         family: Family,
+        placed: &mut Placed,
     ) {
         if family != Family::Sum {
             return;
         }
         for (k, &(div, f)) in factors.iter().enumerate() {
-            if div || placed.contains(&k) || !matches!(f, Node::Compare(..)) {
+            if div || placed.filters.contains(&k) || !matches!(f, Node::Compare(..)) {
                 continue;
             }
             let mut used = Vec::new();
             f.mentioned_vars(&mut used);
-            if used.iter().all(|v| bound.contains(v) || !vars.contains(v)) {
-                placed.push(k);
-                levels.push(Level::Filter(self.value(f, false)));
+            if used
+                .iter()
+                .all(|v| placed.bound.contains(v) || !vars.contains(v))
+            {
+                placed.filters.push(k);
+                placed.levels.push(Level::Filter(self.value(f, false)));
             }
         }
     }
