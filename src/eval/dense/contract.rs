@@ -217,41 +217,7 @@ pub(super) fn contract<'a, T: Num>(
             data: inner.data,
         };
     }
-    let rank = |v: &VarId| order.iter().position(|o| o == v).unwrap_or(usize::MAX);
-    let first_own = |a: &Operand<T>, b: &Operand<T>| {
-        a.vars
-            .iter()
-            .filter(|v| keep.contains(v) && !b.vars.contains(v))
-            .map(rank)
-            .min()
-    };
-    // The result is laid out [batch, rows, columns]. When the parent contraction sums
-    // `next` out of it, the orientation that puts those variables at one end lets the
-    // parent read it in place (a chain `C[p, i] I[i, j, k, l] C[q, j] …` then never
-    // permutes); otherwise the output order decides.
-    let ends = |a: &Operand<T>, b: &Operand<T>| {
-        let layout: Vec<VarId> = a
-            .vars
-            .iter()
-            .filter(|v| keep.contains(v))
-            .chain(
-                b.vars
-                    .iter()
-                    .filter(|v| keep.contains(v) && !a.vars.contains(v)),
-            )
-            .copied()
-            .collect();
-        let n = next.len();
-        n > 0
-            && layout.len() >= n
-            && (layout[..n].iter().all(|v| next.contains(v))
-                || layout[layout.len() - n..].iter().all(|v| next.contains(v)))
-    };
-    let swap = match (ends(&x, &y), ends(&y, &x)) {
-        (false, true) => true,
-        (true, false) => false,
-        _ => matches!((first_own(&x, &y), first_own(&y, &x)), (Some(r), Some(c)) if c < r),
-    };
+    let swap = swapped(&x, &y, (keep, order, next));
     let (x, y) = if swap { (y, x) } else { (x, y) };
     let with = |other: &Operand<T>| -> Vec<VarId> {
         keep.iter()
@@ -269,8 +235,42 @@ pub(super) fn contract<'a, T: Num>(
     let inner = pick(&x.vars, &|v| y.vars.contains(v) && !keep.contains(v));
     let rows = pick(&x.vars, &|v| !y.vars.contains(v));
     let cols = pick(&y.vars, &|v| !x.vars.contains(v));
+    let axes = Axes {
+        batch,
+        inner,
+        rows,
+        cols,
+    };
+    multiplied(x, y, &axes, extents, threads)
+}
+
+/// The variables of a pairwise product by role: in both and kept (looped over), in both and
+/// summed, and each side's own.
+struct Axes {
+    batch: Vec<VarId>,
+    inner: Vec<VarId>,
+    rows: Vec<VarId>,
+    cols: Vec<VarId>,
+}
+
+/// The product of `x` and `y` (already reduced to what it needs) as GEMMs: read in place
+/// through strides where the summed variables lie together in both, else permuted to
+/// `[batch, rows, inner]` and `[batch, inner, columns]` first.
+fn multiplied<'a, T: Num>(
+    x: Operand<'a, T>,
+    y: Operand<'a, T>,
+    axes: &Axes,
+    extents: &[usize],
+    threads: usize,
+) -> Operand<'a, T> {
+    let Axes {
+        batch,
+        inner,
+        rows,
+        cols,
+    } = axes;
     let size = |vs: &[VarId]| -> usize { vs.iter().map(|&v| extents[v]).product() };
-    let (m, k, n) = (size(&rows), size(&inner), size(&cols));
+    let (m, k, n) = (size(rows), size(inner), size(cols));
     // Operands are read in place through strides: the summed variables must lie together,
     // in the same order, in both; of each side's own variables, the largest run that lies
     // together gives the matrix's rows (or columns), and the rest are looped over with the
@@ -278,11 +278,11 @@ pub(super) fn contract<'a, T: Num>(
     // make GEMMs so small that calls cost more than copying, operands are permuted into
     // `[batch, rows, inner]` and `[batch, inner, columns]` first.
     let (tail_x, tail_y) = (
-        widest_run(&x.vars, &rows, extents),
-        widest_run(&y.vars, &cols, extents),
+        widest_run(&x.vars, rows, extents),
+        widest_run(&y.vars, cols, extents),
     );
-    let in_place = run_at(&x.vars, &inner).is_some()
-        && run_at(&y.vars, &inner).is_some()
+    let in_place = run_at(&x.vars, inner).is_some()
+        && run_at(&y.vars, inner).is_some()
         && (size(&tail_x) == m && size(&tail_y) == n
             || size(&tail_x) * size(&tail_y) * k >= 1 << 13);
     let (x, y, tail_x, tail_y) = if in_place {
@@ -342,6 +342,51 @@ pub(super) fn contract<'a, T: Num>(
     Operand {
         vars: looped_vars.chain(&tail_x).chain(&tail_y).copied().collect(),
         data: data.into(),
+    }
+}
+
+/// Whether the result's rows come from `y` rather than `x`: from the operand whose own
+/// variables come first in `order`, unless only the other orientation puts the variables
+/// the parent sums (`next`) at one end of the result.
+fn swapped<T: Num>(
+    x: &Operand<T>,
+    y: &Operand<T>,
+    (keep, order, next): (&[VarId], &[VarId], &[VarId]),
+) -> bool {
+    let rank = |v: &VarId| order.iter().position(|o| o == v).unwrap_or(usize::MAX);
+    let first_own = |a: &Operand<T>, b: &Operand<T>| {
+        a.vars
+            .iter()
+            .filter(|v| keep.contains(v) && !b.vars.contains(v))
+            .map(rank)
+            .min()
+    };
+    // The result is laid out [batch, rows, columns]. When the parent contraction sums
+    // `next` out of it, the orientation that puts those variables at one end lets the
+    // parent read it in place (a chain `C[p, i] I[i, j, k, l] C[q, j] …` then never
+    // permutes); otherwise the output order decides.
+    let ends = |a: &Operand<T>, b: &Operand<T>| {
+        let layout: Vec<VarId> = a
+            .vars
+            .iter()
+            .filter(|v| keep.contains(v))
+            .chain(
+                b.vars
+                    .iter()
+                    .filter(|v| keep.contains(v) && !a.vars.contains(v)),
+            )
+            .copied()
+            .collect();
+        let n = next.len();
+        n > 0
+            && layout.len() >= n
+            && (layout[..n].iter().all(|v| next.contains(v))
+                || layout[layout.len() - n..].iter().all(|v| next.contains(v)))
+    };
+    match (ends(x, y), ends(y, x)) {
+        (false, true) => true,
+        (true, false) => false,
+        _ => matches!((first_own(x, y), first_own(y, x)), (Some(r), Some(c)) if c < r),
     }
 }
 
