@@ -162,23 +162,10 @@ pub(super) fn matmul<T: Num>(
         dst[..m * n].iter_mut().for_each(|d| _ = d.write(zero));
         return;
     }
-    // A single row or column would take gemm's matrix-vector kernels, which sum in another
-    // order than its matrix kernels: a row computed alone would differ from the same row in
-    // a batch (§9). Padding it with a zero row or column keeps every product on the matrix
-    // kernels.
-    // Both operands are given to gemm row-major and contiguous, as they would be in a batch:
-    // an operand already laid out so (a layer's weights) is read in place, the others (the
-    // single row or column, and any strided operand) copied.
+    // A single row or column is padded to a matrix (`padded_product`), an outer product
+    // computed here (`outer`).
     if k == 1 {
-        // An outer product: each element is one multiplication, which gemm rounds once
-        // too (0 + a·b), so computing it here gives the same bits without a call.
-        for (i, row) in dst[..m * n].chunks_exact_mut(n).enumerate() {
-            let a = lhs[lo + i * lr];
-            for (j, d) in row.iter_mut().enumerate() {
-                d.write(a.mul(rhs[ro + j * rc]));
-            }
-        }
-        return;
+        return outer((m, n), (lhs, lo, lr), (rhs, ro, rc), dst);
     }
     if n == 1 && m > 1 && lr == 1 && lc == m {
         // A column-major matrix times a column: the same product as the row times the
@@ -194,27 +181,11 @@ pub(super) fn matmul<T: Num>(
         );
     }
     if m == 1 || n == 1 {
-        let (m2, n2) = (m.max(2), n.max(2));
-        let a;
-        let lhs = if m > 1 && lc == 1 && lr == k {
-            (lhs, lo, [lr, lc])
-        } else {
-            a = padded((lhs, lo, [lr, lc]), (m, k), (m2, k), zero);
-            (a.as_slice(), 0, [k, 1])
+        let operands = Operands {
+            lhs: (lhs, lo, [lr, lc]),
+            rhs: (rhs, ro, [rr, rc]),
         };
-        let b;
-        let rhs = if n > 1 && rc == 1 && rr == n {
-            (rhs, ro, [rr, rc])
-        } else {
-            b = padded((rhs, ro, [rr, rc]), (k, n), (k, n2), zero);
-            (b.as_slice(), 0, [n2, 1])
-        };
-        let mut out = vec![MaybeUninit::new(zero); m2 * n2];
-        matmul((m2, n2, k), lhs, rhs, &mut out, (zero, one), threads);
-        for i in 0..m {
-            dst[i * n..(i + 1) * n].copy_from_slice(&out[i * n2..i * n2 + n]);
-        }
-        return;
+        return padded_product((m, n, k), operands, dst, (zero, one), threads);
     }
     let operands = Operands {
         lhs: (lhs, lo, [lr, lc]),
@@ -252,6 +223,59 @@ pub(super) fn matmul<T: Num>(
         gemm::Parallelism::None
     };
     inner_blocks((m, n), 0..k, operands, dst, (zero, one), parallelism);
+}
+
+/// An outer product (`k` = 1): each element is one multiplication, which gemm rounds once
+/// too (0 + a·b), so computing it here gives the same bits without a call.
+fn outer<T: Num>(
+    (m, n): (usize, usize),
+    (lhs, lo, lr): (&[T], usize, usize),
+    (rhs, ro, rc): (&[T], usize, usize),
+    dst: &mut [MaybeUninit<T>],
+) {
+    for (i, row) in dst[..m * n].chunks_exact_mut(n).enumerate() {
+        let a = lhs[lo + i * lr];
+        for (j, d) in row.iter_mut().enumerate() {
+            d.write(a.mul(rhs[ro + j * rc]));
+        }
+    }
+}
+
+/// A product with a single row or column, padded with a zero row or column so that it takes
+/// gemm's matrix kernels (its matrix-vector kernels sum in another order, and a row computed
+/// alone would differ from the same row in a batch, §9). An operand already row-major and
+/// contiguous is read in place.
+fn padded_product<T: Num>(
+    (m, n, k): (usize, usize, usize),
+    operands: Operands<T>,
+    dst: &mut [MaybeUninit<T>],
+    (zero, one): (T, T),
+    threads: usize,
+) {
+    let Operands {
+        lhs: (lhs, lo, [lr, lc]),
+        rhs: (rhs, ro, [rr, rc]),
+    } = operands;
+    let (m2, n2) = (m.max(2), n.max(2));
+    let a;
+    let lhs = if m > 1 && lc == 1 && lr == k {
+        (lhs, lo, [lr, lc])
+    } else {
+        a = padded((lhs, lo, [lr, lc]), (m, k), (m2, k), zero);
+        (a.as_slice(), 0, [k, 1])
+    };
+    let b;
+    let rhs = if n > 1 && rc == 1 && rr == n {
+        (rhs, ro, [rr, rc])
+    } else {
+        b = padded((rhs, ro, [rr, rc]), (k, n), (k, n2), zero);
+        (b.as_slice(), 0, [n2, 1])
+    };
+    let mut out = vec![MaybeUninit::new(zero); m2 * n2];
+    matmul((m2, n2, k), lhs, rhs, &mut out, (zero, one), threads);
+    for i in 0..m {
+        dst[i * n..(i + 1) * n].copy_from_slice(&out[i * n2..i * n2 + n]);
+    }
 }
 
 /// gemm splits the inner dimension into blocks whose size depends on m and n, and sums the
