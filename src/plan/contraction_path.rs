@@ -123,6 +123,19 @@ fn greedy(c: &Contraction) -> (Path, f64) {
     }
 }
 
+/// The parts other than `part` that hold one of its variables `vars` (`holders`: the live
+/// parts holding each variable), in order.
+pub(super) fn partners(vars: &[VarId], holders: &[Vec<usize>], part: usize) -> Vec<usize> {
+    let mut out: Vec<usize> = vars
+        .iter()
+        .flat_map(|&v| holders[v].iter().copied())
+        .filter(|&h| h != part)
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 /// Greedy paths whose FLOPs pass this are searched further.
 const SEARCH_ABOVE_FLOPS: f64 = 1e8;
 
@@ -231,15 +244,7 @@ impl<'a> Greedy<'a> {
     fn score_stale(&mut self) {
         let stale = std::mem::take(&mut self.stale);
         for &s in &stale {
-            let mut partners: Vec<usize> = self
-                .vars(s)
-                .iter()
-                .flat_map(|&v| self.holders[v].iter().copied())
-                .filter(|&h| h != s)
-                .collect();
-            partners.sort_unstable();
-            partners.dedup();
-            for h in partners {
+            for h in partners(self.vars(s), &self.holders, s) {
                 let key = (s.min(h), s.max(h));
                 let mut score = self.score(key.0, key.1);
                 if let Some(noise) = &mut self.noise {

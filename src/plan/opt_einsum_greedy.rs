@@ -10,6 +10,7 @@
 //! its operands' sizes; ties to the pair whose later part is older), and a pair with a part
 //! already used is passed over. What no pair joined is multiplied last, smallest first.
 
+use super::contraction_path::partners;
 use super::einsum::{kept, Contraction, FactorSet, Path};
 use crate::semantics::VarId;
 use std::cmp::{Ordering, Reverse};
@@ -108,14 +109,7 @@ pub(super) fn opt_einsum_greedy(c: &Contraction) -> Path {
             continue;
         }
         let made = s.contract(offer);
-        let mut partners: Vec<usize> = s
-            .vars(made)
-            .iter()
-            .flat_map(|&v| s.holders[v].iter().copied())
-            .filter(|&h| h != made)
-            .collect();
-        partners.sort_unstable();
-        partners.dedup();
+        let partners = partners(s.vars(made), &s.holders, made);
         if let Some(best) = s.best_offer(made, &partners) {
             offers.push(Reverse(best));
         }
