@@ -343,30 +343,12 @@ fn forward_loops(
                 }
             }
             RowOp::Term(k) => {
-                let (base, step, data) = (at[*k], rows.inner_step(*k), &terms[*k].data);
-                match picks {
-                    Some(js) => {
-                        for (o, &j) in out.iter_mut().zip(js) {
-                            *o = data[base + j * step];
-                        }
-                    }
-                    None if step == 1 => out.copy_from_slice(&data[base..base + n]),
-                    None => {
-                        for (j, o) in out.iter_mut().enumerate() {
-                            *o = data[base + j * step];
-                        }
-                    }
-                }
+                let strided = (&terms[*k].data[..], at[*k], rows.inner_step(*k));
+                gather_row(strided, picks, out);
             }
             RowOp::Const(c) => out.fill(*c),
             RowOp::Table(t) => match p.tables.get(*t) {
-                Some(t) => {
-                    let (base, step) = (t.base(env), t.inner);
-                    let at = |j: usize| t.values.get(base + j * step).copied();
-                    for (j, o) in out.iter_mut().enumerate() {
-                        *o = at(picks.map_or(j, |js| js[j])).unwrap_or(f64::NAN);
-                    }
-                }
+                Some(t) => gather_row((&t.values[..], t.base(env), t.inner), picks, out),
                 None => out.fill(f64::NAN),
             },
             RowOp::Var(v) => {
@@ -397,6 +379,26 @@ fn forward_loops(
                 _ => out.fill(f64::NAN),
             },
             RowOp::User(slot, a) => map1(row(*a), out, |x| (p.users[*slot].f)(x)),
+        }
+    }
+}
+
+/// A row of a strided operand (`data` from `base`, `step` apart): at the picked positions, or
+/// the whole row (copied where it lies together); NaN past the data.
+#[inline]
+fn gather_row(
+    (data, base, step): (&[f64], usize, usize),
+    picks: Option<&[usize]>,
+    out: &mut [f64],
+) {
+    let n = out.len();
+    match picks {
+        None if step == 1 && base + n <= data.len() => out.copy_from_slice(&data[base..base + n]),
+        _ => {
+            for (j, o) in out.iter_mut().enumerate() {
+                let j = picks.map_or(j, |js| js[j]);
+                *o = data.get(base + j * step).copied().unwrap_or(f64::NAN);
+            }
         }
     }
 }
