@@ -318,6 +318,9 @@ impl<'a> Greedy<'a> {
         let Some((_, _, kept_vars)) = self.scores.remove(&(i, j)) else {
             return;
         };
+        if self.parts[i].is_none() || self.parts[j].is_none() {
+            return;
+        }
         let (Some(a), Some(b)) = (self.parts[i].take(), self.parts[j].take()) else {
             return;
         };

@@ -89,8 +89,9 @@ pub(super) fn opt_einsum_greedy(c: &Contraction) -> Path {
     for (k, v) in vars.into_iter().enumerate() {
         match s.by_vars.get(&v) {
             Some(&same) => {
-                let made = s.merge(same, k, v);
-                s.add(made);
+                if let Some(made) = s.merge(same, k, v) {
+                    s.add(made);
+                }
             }
             None => s.add(k),
         }
@@ -105,10 +106,10 @@ pub(super) fn opt_einsum_greedy(c: &Contraction) -> Path {
         }
     }
     while let Some(Reverse(offer)) = offers.pop() {
-        if s.parts[offer.earlier].is_none() || s.parts[offer.later].is_none() {
+        // An offer with a part already used is passed over.
+        let Some(made) = s.contract(offer) else {
             continue;
-        }
-        let made = s.contract(offer);
+        };
         let partners = partners(s.vars(made), &s.holders, made);
         if let Some(best) = s.best_offer(made, &partners) {
             offers.push(Reverse(best));
@@ -133,11 +134,13 @@ impl State<'_> {
         self.by_vars.insert(vars, k);
     }
 
-    /// Replaces parts `i` and `j` by their contraction, which keeps `keeps`; returns its id.
-    fn merge(&mut self, i: usize, j: usize, keeps: Vec<VarId>) -> usize {
-        let (Some(a), Some(b)) = (self.parts[i].take(), self.parts[j].take()) else {
-            return i.max(j);
-        };
+    /// Replaces parts `i` and `j` by their contraction, which keeps `keeps`; returns its id,
+    /// `None` (changing nothing) where either part is used already.
+    fn merge(&mut self, i: usize, j: usize, keeps: Vec<VarId>) -> Option<usize> {
+        if self.parts[i].is_none() || self.parts[j].is_none() {
+            return None;
+        }
+        let (a, b) = (self.parts[i].take()?, self.parts[j].take()?);
         for v in a.0.iter().chain(&b.0) {
             self.holders[*v].retain(|&h| h != i && h != j);
         }
@@ -148,25 +151,21 @@ impl State<'_> {
         }
         self.parts
             .push(Some((keeps, Path::Pair(Box::new(a.1), Box::new(b.1)))));
-        self.parts.len() - 1
+        Some(self.parts.len() - 1)
     }
 
     /// Takes an offer; a result over the variables of a live part is multiplied into it at
-    /// once. Returns the id of what holds the result.
-    fn contract(&mut self, offer: Offer) -> usize {
+    /// once. Returns the id of what holds the result, `None` where a part of the offer is
+    /// used already.
+    fn contract(&mut self, offer: Offer) -> Option<usize> {
         let keeps = offer.keeps.clone();
-        let made = self.merge(offer.earlier, offer.later, offer.keeps);
-        match self.by_vars.get(&keeps) {
-            Some(&same) => {
-                let twice = self.merge(same, made, keeps);
-                self.add(twice);
-                twice
-            }
-            None => {
-                self.add(made);
-                made
-            }
-        }
+        let made = self.merge(offer.earlier, offer.later, offer.keeps)?;
+        let held = match self.by_vars.get(&keeps) {
+            Some(&same) => self.merge(same, made, keeps)?,
+            None => made,
+        };
+        self.add(held);
+        Some(held)
     }
 
     /// The best of the pairs of `k` with each of `others`.
@@ -220,7 +219,9 @@ impl State<'_> {
             keeps.sort_unstable();
             keeps.dedup();
             keeps.retain(|&v| self.output[v]);
-            let made = self.merge(first.min(second), first.max(second), keeps);
+            let Some(made) = self.merge(first.min(second), first.max(second), keeps) else {
+                return Path::Leaf(0);
+            };
             left.drain(..2);
             left.push((size(&self, self.vars(made)), made));
         }
