@@ -1,7 +1,7 @@
 //! Query answers printed exactly as §10 describes, and labels for file rows (§11).
 
 use crate::semantics::{Checked, Kind, Query, QueryIndex};
-use crate::tensor::{format_number, Storage, Tensor};
+use crate::tensor::{Storage, Tensor};
 
 /// The label of position `pos` on axis `axis` of tensor `t`: a symbol or a number.
 /// `quoted` writes symbols as source would (§10); files hold them raw (§11).
@@ -106,18 +106,14 @@ fn answer_lines(p: &Checked, values: &[Tensor], q: &Query) -> Vec<(Vec<usize>, S
             .collect();
     }
     if info.shape.is_empty() {
-        let line = format!("{name} = {}", format_number(t.value(&[]), info.elem));
+        let line = format!("{name} = {}", t.format_at(&[], t.value(&[])));
         return vec![(Vec::new(), line)];
     }
     t.entries()
         .into_iter()
         .filter(|(idx, v)| matches(&q.pattern, idx) && !(info.kind == Kind::Bool && *v == 0.0))
         .map(|(idx, v)| {
-            let line = format!(
-                "{name}[{}] = {}",
-                fmt_idx(&idx),
-                format_number(v, info.elem)
-            );
+            let line = format!("{name}[{}] = {}", fmt_idx(&idx), t.format_at(&idx, v));
             (idx, line)
         })
         .collect()

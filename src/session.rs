@@ -464,8 +464,6 @@ impl Session {
         options: &RunOptions,
     ) -> Result<Vec<String>, Diagnostics> {
         let checked = self.checked.as_ref().ok_or_else(not_checked)?;
-        exact_integers(checked, &values)
-            .map_err(|d| Diagnostics::from(d).located(&self.file_name, &self.source))?;
         let mut lines = Vec::new();
         let mut writes = Vec::new();
         for out in &checked.outputs {
@@ -817,31 +815,4 @@ fn write_outputs(
         let span = writes.first().map(|w| w.2).unwrap_or_default();
         Diagnostics::from(Diagnostic::error(codes::FILE, span, msg))
     })
-}
-
-/// An integer tensor whose value may have been rounded: integer elements pass through f64,
-/// which holds every integer only within ±2⁵³, so a larger one is refused, never printed
-/// rounded (§8 asks for exact i64; E0407 says where this implementation stops).
-fn exact_integers(checked: &semantics::Checked, values: &[Tensor]) -> Result<(), Diagnostic> {
-    for (id, (info, t)) in checked.tensors.iter().zip(values).enumerate() {
-        if info.elem != crate::tensor::ElemType::Int || info.name.starts_with('#') {
-            continue;
-        }
-        if let Some((at, v)) = t.beyond_exact_integers() {
-            let labels: Vec<String> = (0..at.len())
-                .map(|ax| output::label(checked, id, ax, at[ax], false))
-                .collect();
-            return Err(Diagnostic::error(
-                codes::INEXACT_INTEGER,
-                info.span,
-                format!(
-                    "`{}[{}]` is about {v:e}: at ±2⁵³ (9007199254740992) or beyond, an integer tensor's value may have been rounded in this implementation",
-                    info.name,
-                    labels.join(", ")
-                ),
-            )
-            .with_note("relation columns and head arithmetic are exact over all of i64; integer tensors (aggregates, counts) within ±2⁵³"));
-        }
-    }
-    Ok(())
 }

@@ -157,6 +157,40 @@ fn integers_past_two_to_the_53_stay_exact_in_columns() {
     }
 }
 
+#[test]
+fn integer_tensors_are_exact_over_all_of_i64() {
+    // Aggregates, sums and arithmetic of integer tensors past 2⁵³ (where f64 would round
+    // 9007199254740993 to ...992), on both engines; leaving i64 is E0406, never a wrap.
+    let src = "V(Lo, -4294967296). V(Hi, 4294967295). V(Big, 9007199254740993). V(Big, 1).\n\
+               Top[k] max= V(k, v) v\nLow[k] min= V(k, v) v\nS[k] += V(k, v) v\n\
+               M[k] = Top[k] * 3 - 1\nD[k] = Top[k] - Low[k]\nTotal = S[k]\n";
+    for engine in [&Reference as &dyn Engine, &Standard] {
+        let s = run(src, engine).unwrap();
+        assert_eq!(
+            s.query("Top[Big]").unwrap(),
+            vec!["Top[Big] = 9007199254740993"]
+        );
+        assert_eq!(
+            s.query("S[Big]").unwrap(),
+            vec!["S[Big] = 9007199254740994"]
+        );
+        assert_eq!(
+            s.query("M[Big]").unwrap(),
+            vec!["M[Big] = 27021597764222978"]
+        );
+        assert_eq!(
+            s.query("D[Big]").unwrap(),
+            vec!["D[Big] = 9007199254740992"]
+        );
+        assert_eq!(s.query("Total").unwrap(), vec!["Total = 9007199254740993"]);
+    }
+    let over = "V(A, 4611686018427387904).\nTop[k] max= V(k, v) v\nT[k] = Top[k] + Top[k]\n";
+    for engine in [&Reference as &dyn Engine, &Standard] {
+        let e = run(over, engine).err().unwrap();
+        assert!(e.contains("E0406") && e.contains("`T`"), "{e}");
+    }
+}
+
 /// A rule over the real column of `P(k, v)`, for [`both_engines_agree_on_real_columns`].
 #[derive(Clone, Debug)]
 enum RealRule {

@@ -362,8 +362,9 @@ impl Program {
     }
 
     /// A tensor's values after a run as a NumPy array of its storage type: float32 for
-    /// `real` tensors by default, float64 for `f64`, `int` and Boolean ones. A dense f32 or
-    /// f64 tensor is viewed without a copy (read-only); others are copied.
+    /// `real` tensors by default, float64 for `f64` and Boolean ones, int64 for `int` ones
+    /// (exact past 2⁵³). A dense f32 or f64 tensor is viewed without a copy (read-only);
+    /// others are copied.
     fn array<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
         let Some(t) = self.session.tensor(name) else {
             return Err(pyo3::exceptions::PyKeyError::new_err(format!(
@@ -388,6 +389,9 @@ impl Program {
                 array.call_method1("setflags", (false,))?;
                 array
             }
+            None if t.elem == ElemType::Int => numpy::PyArray1::from_vec(py, t.to_dense_ints())
+                .reshape(shape)?
+                .into_any(),
             None => {
                 let values = t.to_dense_values();
                 if t.elem == ElemType::F32 {

@@ -181,7 +181,7 @@ class Program:
 
     def __getitem__(self, name: str) -> np.ndarray:
         """Tensor `name` after a run, as a new NumPy array (float32 for `real` tensors,
-        float64 for `f64`, integer and Boolean ones)."""
+        float64 for `f64` and Boolean ones, int64 for integer ones)."""
         return self._native.array(name)
 
     def rows(self, name: str) -> List[Tuple[Any, ...]]:

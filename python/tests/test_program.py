@@ -524,3 +524,11 @@ def test_why_walks_down_the_rounds_a_run_with_provenance_recorded():
     assert w.detail.startswith("height 2, round 2, rule at")
     prog.run()
     assert "round" not in prog.why("Ancestor(Alice, Carol)").detail
+
+
+def test_integer_tensors_are_exact_int64_arrays():
+    # 2**53 + 1 has no float64: an integer tensor comes back as int64, exactly.
+    prog = tl.Program("V(A, 9007199254740993). V(B, -4).\nTop[k] max= V(k, v) v\n")
+    prog.run()
+    top = prog["Top"]
+    assert top.dtype == np.int64 and top.tolist() == [9007199254740993, -4]

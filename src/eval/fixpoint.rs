@@ -102,6 +102,9 @@ pub(crate) fn change(old: &Tensor, new: &Tensor) -> Option<f64> {
             (a - b).abs()
         }
     };
+    if old.elem == crate::tensor::ElemType::Int && new.elem == crate::tensor::ElemType::Int {
+        return exact_change(old, new);
+    }
     match (&old.storage, &new.storage) {
         (Storage::Dense(a), Storage::Dense(b)) => Some(
             a.to_f64()
@@ -120,6 +123,37 @@ pub(crate) fn change(old: &Tensor, new: &Tensor) -> Option<f64> {
                     .iter()
                     .zip(b.values())
                     .map(|(&x, &y)| diff(x, y))
+                    .fold(0.0, f64::max),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// [`change`] of two `int` tensors, exactly: 0 where every element is equal, otherwise
+/// the largest difference (at least 1, where f64 cannot tell two integers past 2⁵³ apart).
+fn exact_change(old: &Tensor, new: &Tensor) -> Option<f64> {
+    let gap = |a: i64, b: i64| (a.abs_diff(b) as f64).max(f64::from(u8::from(a != b)));
+    match (&old.storage, &new.storage) {
+        (Storage::Dense(a), Storage::Dense(b)) => Some(
+            a.to_i64()
+                .iter()
+                .zip(b.to_i64().iter())
+                .map(|(&x, &y)| gap(x, y))
+                .fold(0.0, f64::max),
+        ),
+        (Storage::Sparse(a), Storage::Sparse(b)) if a.positions() == b.positions() => {
+            let ints = |s: &crate::tensor::Sparse| -> Vec<i64> {
+                match s.ints() {
+                    Some(i) => i.to_vec(),
+                    None => s.values().iter().map(|&v| v as i64).collect(),
+                }
+            };
+            Some(
+                ints(a)
+                    .iter()
+                    .zip(&ints(b))
+                    .map(|(&x, &y)| gap(x, y))
                     .fold(0.0, f64::max),
             )
         }

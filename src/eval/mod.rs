@@ -16,6 +16,7 @@ mod open;
 mod provenance;
 mod reference;
 mod relational;
+mod scalar;
 mod standard;
 mod steps;
 mod stop;

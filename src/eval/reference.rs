@@ -8,11 +8,12 @@ use super::accumulate::Accumulator;
 use super::fixpoint;
 use super::initial::empty;
 use super::open::{axis_table, index_at, At, OpenVars};
+use super::scalar::{Exact, Scalar};
 use super::{Decision, Engine, EvalOptions, Evaluation, Ran};
 use crate::diagnostics::Diagnostics;
 use crate::functions::RowStats;
 use crate::semantics::{Checked, Equation, Family, Func, Node, Stratum};
-use crate::syntax::ast::{BinOp, Num};
+use crate::syntax::ast::Num;
 use crate::tensor::Tensor;
 use std::collections::BTreeMap;
 
@@ -329,8 +330,28 @@ impl<'a> Cx<'a> {
         }
     }
 
-    /// Evaluates the right-hand side at one point and writes it to the left-hand side.
+    /// Evaluates the right-hand side at one point and writes it to the left-hand side: an
+    /// `int` tensor's exactly (E0406 where it leaves i64).
     fn emit(&self, env: &mut [i64], acc: &mut Accumulator) -> Result<(), Diagnostics> {
+        let info = &self.p.tensors[self.eq.target];
+        if info.elem == crate::tensor::ElemType::Int {
+            let value = self.value::<Exact>(&self.eq.rhs, env, false);
+            if self.tick() {
+                return Err(self.o.stop.error(self.eq.span).into());
+            }
+            return match value {
+                Some(Exact(Some(v))) => match self.lhs_at(env, v != 0) {
+                    Ok(Some(idx)) => Ok(acc.combine_int(&idx, v)),
+                    Ok(None) => Ok(()),
+                    Err(()) => Err(super::open::overflow(self.eq.span, &info.name).into()),
+                },
+                Some(Exact(None)) => match self.lhs_at(env, false) {
+                    Ok(Some(_)) => Err(super::accumulate::overflow(info).into()),
+                    _ => Ok(()),
+                },
+                None => Ok(()),
+            };
+        }
         let value = self.eval(&self.eq.rhs, env, false);
         if self.tick() {
             return Err(self.o.stop.error(self.eq.span).into());
@@ -430,9 +451,15 @@ impl<'a> Cx<'a> {
     /// The value at one point, or `None` when the point contributes nothing (an out-of-range
     /// read, or an undefined element under relational semantics).
     pub(crate) fn eval(&self, n: &Node, env: &mut [i64], total: bool) -> Option<f64> {
+        self.value(n, env, total)
+    }
+
+    /// [`Cx::eval`] in `S`: f64, or exactly for an `int` tensor ([`super::scalar`]).
+    fn value<S: Scalar>(&self, n: &Node, env: &mut [i64], total: bool) -> Option<S> {
+        let zero = S::truth(false);
         match n {
-            Node::Const(c) => Some(c.value()),
-            Node::Var(v) => Some(self.open.number(*v, env[*v]) as f64),
+            Node::Const(c) => Some(S::constant(c.value())),
+            Node::Var(v) => Some(S::var(self.open.number(*v, env[*v]))),
             Node::Read {
                 tensor,
                 index,
@@ -463,56 +490,58 @@ impl<'a> Cx<'a> {
                     // Out of range, the point is nothing; under `not` the atom is false.
                     match f.eval(env) {
                         Some(i) if i >= 0 && (i as u64) < n as u64 => *k = i as u32,
-                        _ if total => return Some(0.0),
+                        _ if total => return Some(zero),
                         _ => return None,
                     }
                 }
-                match t.get_at(key) {
+                match S::read(t, key) {
                     Some(v) => Some(v),
                     None if self.relational() && !total => None,
-                    None => Some(0.0),
+                    None => Some(zero),
                 }
             }
-            Node::Sum { vars, body } => self.sum(vars, body, env, total),
+            Node::Sum { vars, body } => self.sum::<S>(vars, body, env, total),
             Node::Product(fs) => {
-                let mut acc = 1.0;
+                let mut acc = S::truth(true);
                 let mut skip = false;
                 for (div, f) in fs {
-                    match self.eval(f, env, total) {
-                        Some(v) if *div => acc /= v,
-                        Some(v) => acc *= v,
+                    match self.value::<S>(f, env, total) {
+                        Some(v) => acc = acc.mul(v, *div),
                         None => skip = true,
                     }
                 }
                 (!skip).then_some(acc)
             }
-            Node::Neg(x) => self.eval(x, env, total).map(|v| -v),
-            Node::Not(x) => self.eval(x, env, true).map(|v| 1.0 - v),
+            Node::Neg(x) => self.value::<S>(x, env, total).map(S::neg),
+            Node::Not(x) => self.value::<S>(x, env, true).map(S::not),
             Node::Binary(op, a, b) => {
-                let (a, b) = (self.eval(a, env, total), self.eval(b, env, total));
-                let (a, b) = (a?, b?);
-                Some(match op {
-                    BinOp::Add => a + b,
-                    BinOp::Sub => a - b,
-                    BinOp::Pow => a.powf(b),
-                    BinOp::Rem => a % b,
-                    BinOp::Quot => (a / b).trunc(),
-                })
+                let (a, b) = (
+                    self.value::<S>(a, env, total),
+                    self.value::<S>(b, env, total),
+                );
+                Some(a?.binary(*op, b?))
             }
             Node::Compare(op, a, b) => {
                 // Variables and constants compare exactly, as integers where they are.
                 if let (Some(x), Some(y)) = (self.leaf(a, env), self.leaf(b, env)) {
-                    return Some(if op.holds_num(x, y) { 1.0 } else { 0.0 });
+                    return Some(S::truth(op.holds_num(x, y)));
                 }
-                let (a, b) = (self.eval(a, env, total), self.eval(b, env, total));
-                let (a, b) = (a?, b?);
-                Some(if op.holds(a, b) { 1.0 } else { 0.0 })
+                // An integer equation may compare reals: those compare in f64.
+                if S::EXACT && !(self.integral(a) && self.integral(b)) {
+                    let (a, b) = (self.eval(a, env, total), self.eval(b, env, total));
+                    return Some(S::truth(op.holds(a?, b?)));
+                }
+                let (a, b) = (
+                    self.value::<S>(a, env, total),
+                    self.value::<S>(b, env, total),
+                );
+                Some(a?.compare(*op, b?))
             }
             Node::Call(f, args) => {
                 let mut xs = Vec::with_capacity(args.len());
                 let mut skip = false;
                 for a in args {
-                    match self.eval(a, env, total) {
+                    match self.value::<S>(a, env, total) {
                         Some(v) => xs.push(v),
                         None => skip = true,
                     }
@@ -521,8 +550,11 @@ impl<'a> Cx<'a> {
                     return None;
                 }
                 match f {
-                    Func::Builtin(b) => Some(b.apply(&xs)),
-                    Func::User(name) => self.o.functions.get(name).map(|uf| (uf.f)(xs[0])),
+                    Func::Builtin(b) => Some(S::builtin(*b, &xs)),
+                    Func::User(name) => {
+                        let uf = self.o.functions.get(name)?;
+                        Some(S::of_real((uf.f)(xs[0].real())))
+                    }
                 }
             }
             Node::Normalize(kind, var, arg) => {
@@ -536,13 +568,19 @@ impl<'a> Cx<'a> {
                 env[*var] = here;
                 let x = row.get(here as usize).copied().flatten()?;
                 let defined: Vec<f64> = row.into_iter().flatten().collect();
-                Some(RowStats::of(*kind, &defined).apply(x))
+                Some(S::of_real(RowStats::of(*kind, &defined).apply(x)))
             }
             Node::Concat { out, parts, arg } => {
                 self.split_concat(*out, parts, env);
-                self.eval(arg, env, total)
+                self.value::<S>(arg, env, total)
             }
         }
+    }
+
+    /// Whether a subexpression computes an integer (no real read, constant or operation),
+    /// so an integer equation compares it exactly.
+    fn integral(&self, n: &Node) -> bool {
+        crate::semantics::integral(n, &|t| self.p.tensors[t].kind)
     }
 
     /// A variable's number or a constant, as a comparison takes it.
@@ -559,14 +597,15 @@ impl<'a> Cx<'a> {
 
     /// A read where open columns take part (`eval/open.rs`): an open axis has no extent,
     /// and a value its table lacks is in no tuple (false, or undefined under `max=`).
-    fn read_open(
+    fn read_open<S: Scalar>(
         &self,
         t: &Tensor,
         tensor: usize,
         index: &[crate::semantics::IndexFn],
         env: &[i64],
         total: bool,
-    ) -> Option<f64> {
+    ) -> Option<S> {
+        let zero = S::truth(false);
         let mut numbers = Vec::new();
         self.open.numbers(env, &mut numbers);
         let mut key = Vec::with_capacity(index.len());
@@ -578,22 +617,28 @@ impl<'a> Cx<'a> {
                     key.push(i as u32)
                 }
                 At::Absent => absent = true,
-                _ if total => return Some(0.0),
+                _ if total => return Some(zero),
                 _ => return None,
             }
         }
-        match (!absent).then(|| t.get_at(&key)).flatten() {
+        match (!absent).then(|| S::read(t, &key)).flatten() {
             Some(v) => Some(v),
             None if self.relational() && !total => None,
-            None => Some(0.0),
+            None => Some(zero),
         }
     }
 
     /// A summation point: combines every defined value over its variables' ranges in
     /// row-major order (a fixed order, so results are deterministic).
-    fn sum(&self, vars: &[usize], body: &Node, env: &mut [i64], total: bool) -> Option<f64> {
+    fn sum<S: Scalar>(
+        &self,
+        vars: &[usize],
+        body: &Node,
+        env: &mut [i64],
+        total: bool,
+    ) -> Option<S> {
         if vars.is_empty() {
-            return self.eval(body, env, total);
+            return self.value::<S>(body, env, total);
         }
         if vars.iter().any(|&v| self.eq.vars[v].range == 0) {
             return None;
@@ -602,26 +647,24 @@ impl<'a> Cx<'a> {
             env[v] = 0;
         }
         let family = self.eq.family;
-        let mut acc: Option<f64> = None;
+        let mut acc: Option<S> = None;
         let mut count = 0usize;
         loop {
             if self.tick() {
                 return None;
             }
-            if let Some(x) = self.eval(body, env, total) {
+            if let Some(x) = self.value::<S>(body, env, total) {
                 count += 1;
-                acc = Some(match (acc, family) {
-                    (None, _) => x,
-                    (Some(a), Family::Sum | Family::Avg) => a + x,
-                    (Some(a), Family::Max) => a.max(x),
-                    (Some(a), Family::Min) => a.min(x),
+                acc = Some(match acc {
+                    None => x,
+                    Some(a) => a.fold(family, x),
                 });
             }
             let mut k = vars.len();
             loop {
                 if k == 0 {
                     return match family {
-                        Family::Avg => acc.map(|a| a / count as f64),
+                        Family::Avg => acc.map(|a| S::of_real(a.real() / count as f64)),
                         _ => acc,
                     };
                 }

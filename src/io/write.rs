@@ -1,7 +1,7 @@
 //! Writers. Every file is written to a temporary file beside it and renamed into place, so a
 //! reader never sees a half-written file (§11).
 
-use crate::tensor::{format_number, ElemType, Tensor};
+use crate::tensor::{ElemType, Tensor};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -91,7 +91,7 @@ fn delimited(req: &WriteRequest, sep: u8) -> Result<Vec<u8>, String> {
             .map(|(ax, &p)| (req.label)(ax, p))
             .collect();
         if !req.boolean {
-            fields.push(format_number(v, req.tensor.elem));
+            fields.push(req.tensor.format_at(&idx, v));
         }
         w.write_record(&fields).map_err(shown)?;
     }
@@ -104,7 +104,8 @@ fn npy(t: &Tensor) -> Result<Vec<u8>, String> {
     let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
     match t.elem {
         ElemType::Bool => npy_bytes(&shape, values.iter().map(|&v| v != 0.0)),
-        ElemType::Int | ElemType::I8 => npy_bytes(&shape, values.iter().map(|&v| v as i64)),
+        ElemType::Int => npy_bytes(&shape, t.to_dense_ints().into_iter()),
+        ElemType::I8 => npy_bytes(&shape, values.iter().map(|&v| v as i64)),
         ElemType::F64 => npy_bytes(&shape, values.iter().copied()),
         _ => npy_bytes(&shape, values.iter().map(|&v| v as f32)),
     }
@@ -142,9 +143,10 @@ fn safetensors_bytes(reqs: &[&WriteRequest]) -> Result<Vec<u8>, String> {
             ),
             ElemType::Int => (
                 Dtype::I64,
-                values
+                r.tensor
+                    .to_dense_ints()
                     .iter()
-                    .flat_map(|&v| (v as i64).to_le_bytes())
+                    .flat_map(|v| v.to_le_bytes())
                     .collect(),
             ),
             ElemType::I8 => (Dtype::I8, values.iter().map(|&v| v as i8 as u8).collect()),

@@ -134,7 +134,10 @@ pub(crate) fn plan(p: &Checked) -> Plan {
     let mut defined_only = vec![false; p.tensors.len()];
     for st in &p.strata {
         let mut sp = plan_stratum(p, st, &sparse);
-        if reads_defined_only(&sp.kernel, &defined_only) || !shaped_as_read(p, &sp.kernel) {
+        if reads_defined_only(&sp.kernel, &defined_only)
+            || !shaped_as_read(p, &sp.kernel)
+            || (computes_in_floats(&sp.kernel) && integer_values(p, st))
+        {
             sp.kernel = Kernel::Nest;
         }
         for &t in &st.tensors {
@@ -149,6 +152,41 @@ pub(crate) fn plan(p: &Checked) -> Plan {
         sparse,
         user_functions: p.user_functions(),
     }
+}
+
+/// Whether a kernel computes its elements in floating point: exact for integers only below
+/// 2⁵³.
+fn computes_in_floats(kernel: &Kernel) -> bool {
+    matches!(
+        kernel,
+        Kernel::Dense(_) | Kernel::Extremum(_) | Kernel::Steps(_) | Kernel::Virtual(_)
+    )
+}
+
+/// Whether an equation of the stratum computes an `int` tensor from integer values (an
+/// integer tensor's elements, a variable's value, a constant beyond ±1) rather than by
+/// counting Boolean reads: its elements may pass 2⁵³, so the loop nests compute it in exact
+/// i64 (§8). A count stays below 2⁵³ wherever the points it counts can be visited.
+fn integer_values(p: &Checked, st: &Stratum) -> bool {
+    use crate::semantics::Node;
+    fn values(n: &Node, p: &Checked) -> bool {
+        match n {
+            Node::Const(c) => c.value().abs() > 1.0,
+            Node::Var(_) => true,
+            Node::Read { tensor, .. } => p.tensors[*tensor].elem == crate::tensor::ElemType::Int,
+            Node::Compare(..) => false,
+            Node::Sum { body, .. } | Node::Neg(body) | Node::Not(body) => values(body, p),
+            Node::Normalize(_, _, body) | Node::Concat { arg: body, .. } => values(body, p),
+            Node::Product(fs) => fs.iter().any(|(_, f)| values(f, p)),
+            Node::Binary(_, a, b) => values(a, p) || values(b, p),
+            Node::Call(_, args) => args.iter().any(|a| values(a, p)),
+        }
+    }
+    p.equations.iter().any(|eq| {
+        st.tensors.contains(&eq.target)
+            && p.tensors[eq.target].elem == crate::tensor::ElemType::Int
+            && values(&eq.rhs, p)
+    })
 }
 
 /// What visiting one point of a loop nest costs, in the dense path's FLOPs: a point reads

@@ -22,6 +22,7 @@ mod params;
 mod query;
 mod reals;
 mod strata;
+pub(crate) use strata::integral;
 pub mod strings;
 mod values;
 

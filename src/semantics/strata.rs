@@ -54,7 +54,7 @@ impl Ctx<'_> {
             let mut changed = false;
             for (eq, _) in eqs {
                 if kinds[eq.target] == Kind::Int
-                    && (eq.family == Family::Avg || !integral(&eq.rhs, &kinds))
+                    && (eq.family == Family::Avg || !integral(&eq.rhs, &|t| kinds[t]))
                 {
                     kinds[eq.target] = Kind::Real;
                     changed = true;
@@ -306,11 +306,11 @@ impl Ctx<'_> {
 }
 
 /// Whether a right-hand side keeps integer values exact (§4).
-fn integral(n: &Node, kinds: &[Kind]) -> bool {
+pub(crate) fn integral(n: &Node, kinds: &dyn Fn(usize) -> Kind) -> bool {
     match n {
         Node::Const(c) => c.as_int().is_some(),
         Node::Var(_) => true,
-        Node::Read { tensor, .. } => kinds[*tensor] != Kind::Real,
+        Node::Read { tensor, .. } => kinds(*tensor) != Kind::Real,
         Node::Sum { body, .. } | Node::Neg(body) | Node::Not(body) => integral(body, kinds),
         Node::Product(fs) => fs.iter().all(|(div, f)| !div && integral(f, kinds)),
         Node::Binary(op, a, b) => *op != BinOp::Pow && integral(a, kinds) && integral(b, kinds),

@@ -13,8 +13,10 @@ use std::sync::Arc;
 /// Row-major elements of a dense tensor, in the narrowest buffer that holds its type.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Dense {
-    /// `f64`, `int` (exact to 2⁵³) and dense Booleans.
+    /// `f64` and dense Booleans.
     F64(Arc<Buf<f64>>),
+    /// `int`: exact over all of i64 (§8).
+    I64(Arc<Buf<i64>>),
     /// `f32`.
     F32(Arc<Buf<f32>>),
     /// `bf16`.
@@ -148,6 +150,7 @@ macro_rules! each {
     ($d:expr, $v:ident => $body:expr) => {
         match $d {
             Dense::F64($v) => $body,
+            Dense::I64($v) => $body,
             Dense::F32($v) => $body,
             Dense::BF16($v) => $body,
             Dense::F16($v) => $body,
@@ -166,14 +169,15 @@ impl Dense {
             ElemType::F16 => Dense::F16(own(vec![f16::ZERO; n])),
             ElemType::FP8 => Dense::FP8(own(vec![0; n])),
             ElemType::I8 => Dense::I8(own(vec![0; n])),
-            ElemType::F64 | ElemType::Int | ElemType::Bool => Dense::F64(own(vec![0.0; n])),
+            ElemType::Int => Dense::I64(own(vec![0; n])),
+            ElemType::F64 | ElemType::Bool => Dense::F64(own(vec![0.0; n])),
         }
     }
 
     /// `values` rounded to `elem` and stored in its buffer.
     pub fn from_f64(elem: ElemType, mut values: Vec<f64>) -> Dense {
         match elem {
-            ElemType::F64 | ElemType::Int | ElemType::Bool => {
+            ElemType::F64 | ElemType::Bool => {
                 elem.round_all(&mut values);
                 Dense::F64(own(values))
             }
@@ -193,7 +197,8 @@ impl Dense {
                 .iter()
                 .map(|&v| ElemType::I8.round(v) as i8)
                 .collect())),
-            ElemType::F64 | ElemType::Int | ElemType::Bool => {
+            ElemType::Int => Dense::I64(own(values.iter().map(|&v| int_of(v)).collect())),
+            ElemType::F64 | ElemType::Bool => {
                 let mut values = values.to_vec();
                 elem.round_all(&mut values);
                 Dense::F64(own(values))
@@ -214,9 +219,8 @@ impl Dense {
             ElemType::F16 => Dense::F16(own(try_zeroed_vec(n).ok()?)),
             ElemType::FP8 => Dense::FP8(own(try_zeroed_vec(n).ok()?)),
             ElemType::I8 => Dense::I8(own(try_zeroed_vec(n).ok()?)),
-            ElemType::F64 | ElemType::Int | ElemType::Bool => {
-                Dense::F64(own(try_zeroed_vec(n).ok()?))
-            }
+            ElemType::Int => Dense::I64(own(try_zeroed_vec(n).ok()?)),
+            ElemType::F64 | ElemType::Bool => Dense::F64(own(try_zeroed_vec(n).ok()?)),
         })
     }
 
@@ -236,10 +240,16 @@ impl Dense {
             ElemType::F16 => Dense::F16(own(filled(n, values.map(f16::from_f64))?)),
             ElemType::FP8 => Dense::FP8(own(filled(n, values.map(fp8_encode))?)),
             ElemType::I8 => Dense::I8(own(filled(n, values.map(|v| ElemType::I8.round(v) as i8))?)),
-            ElemType::F64 | ElemType::Int | ElemType::Bool => {
+            ElemType::Int => Dense::I64(own(filled(n, values.map(int_of))?)),
+            ElemType::F64 | ElemType::Bool => {
                 Dense::F64(own(filled(n, values.map(|v| elem.round(v)))?))
             }
         })
+    }
+
+    /// Integers kept as they are: an `int` tensor's exact elements.
+    pub fn from_i64(values: Vec<i64>) -> Dense {
+        Dense::I64(own(values))
     }
 
     /// f32 values kept as they are (they are exact as f32).
@@ -267,11 +277,22 @@ impl Dense {
         self.len() == 0
     }
 
-    /// The element at offset `i`, exactly, as f64.
+    /// The element at offset `i` as an integer: exact for an `int` buffer, truncated from
+    /// the others (what an integer equation reads of a Boolean or an `i8` tensor).
+    #[inline]
+    pub fn get_int(&self, i: usize) -> Option<i64> {
+        match self {
+            Dense::I64(v) => v.get(i).copied(),
+            other => other.get(i).map(int_of),
+        }
+    }
+
+    /// The element at offset `i`, exactly, as f64 (an `int` beyond ±2⁵³ rounded).
     #[inline]
     pub fn get(&self, i: usize) -> Option<f64> {
         match self {
             Dense::F64(v) => v.get(i).copied(),
+            Dense::I64(v) => v.get(i).map(|&x| x as f64),
             Dense::F32(v) => v.get(i).map(|&x| f64::from(x)),
             Dense::BF16(v) => v.get(i).map(|x| x.to_f64()),
             Dense::F16(v) => v.get(i).map(|x| x.to_f64()),
@@ -285,12 +306,12 @@ impl Dense {
         (0..self.len()).filter_map(|i| self.get(i))
     }
 
-    /// Whether this is the buffer a dense tensor of `elem` keeps: `int` excepted, whose
-    /// values are rounded on the way in.
+    /// Whether this is the buffer a dense tensor of `elem` keeps.
     pub fn holds(&self, elem: ElemType) -> bool {
         matches!(
             (self, elem),
             (Dense::F64(_), ElemType::F64)
+                | (Dense::I64(_), ElemType::Int)
                 | (Dense::F32(_), ElemType::F32)
                 | (Dense::BF16(_), ElemType::BF16)
                 | (Dense::F16(_), ElemType::F16)
@@ -313,6 +334,7 @@ impl Dense {
         }
         match self {
             Dense::F64(v) => fill(v, start, step, out, |&x| x),
+            Dense::I64(v) => fill(v, start, step, out, |&x| x as f64),
             Dense::F32(v) => fill(v, start, step, out, |&x| f64::from(x)),
             Dense::BF16(v) => fill(v, start, step, out, |x| x.to_f64()),
             Dense::F16(v) => fill(v, start, step, out, |x| x.to_f64()),
@@ -348,6 +370,7 @@ impl Dense {
         }
         match self {
             Dense::F64(d) => run(d, each, |&x| x, |v| v),
+            Dense::I64(d) => run(d, each, |&x| x as f64, int_of),
             Dense::F32(d) => run(d, each, |&x| f64::from(x), |v| v as f32),
             Dense::BF16(d) => run(d, each, |x| x.to_f64(), bf16::from_f64),
             Dense::F16(d) => run(d, each, |x| x.to_f64(), f16::from_f64),
@@ -365,6 +388,7 @@ impl Dense {
         use add_runs::{run, run_f32};
         match self {
             Dense::F64(d) => run(d, runs, split, |&x| x, |v| v),
+            Dense::I64(d) => run(d, runs, split, |&x| x as f64, int_of),
             Dense::F32(d) => run_f32(d, runs, split),
             Dense::BF16(d) => run(d, runs, split, |x| x.to_f64(), bf16::from_f64),
             Dense::F16(d) => run(d, runs, split, |x| x.to_f64(), f16::from_f64),
@@ -385,11 +409,29 @@ impl Dense {
     pub fn set(&mut self, i: usize, v: f64) {
         match self {
             Dense::F64(d) => set_in(d, i, v),
+            Dense::I64(d) => set_in(d, i, int_of(v)),
             Dense::F32(d) => set_in(d, i, v as f32),
             Dense::BF16(d) => set_in(d, i, bf16::from_f64(v)),
             Dense::F16(d) => set_in(d, i, f16::from_f64(v)),
             Dense::FP8(d) => set_in(d, i, fp8_encode(v)),
             Dense::I8(d) => set_in(d, i, ElemType::I8.round(v) as i8),
+        }
+    }
+
+    /// Stores an integer exactly at offset `i` (converted where the buffer is not `int`).
+    #[inline]
+    pub fn set_int(&mut self, i: usize, v: i64) {
+        match self {
+            Dense::I64(d) => set_in(d, i, v),
+            other => other.set(i, v as f64),
+        }
+    }
+
+    /// Every element as an integer: borrowed from an `int` buffer, converted from the others.
+    pub fn to_i64(&self) -> Cow<'_, [i64]> {
+        match self {
+            Dense::I64(v) => Cow::Borrowed(&v[..]),
+            other => Cow::Owned((0..other.len()).filter_map(|i| other.get_int(i)).collect()),
         }
     }
 
@@ -415,6 +457,14 @@ impl Dense {
             ),
         }
     }
+}
+
+/// An integer element from a value computed in f64 (a count, a sum of Booleans): exact
+/// below 2⁵³, which is where the floating kernels that write `int` tensors stay (the plan
+/// gives an equation that reads integer values to the exact loops); NaN reads 0.
+#[inline]
+fn int_of(v: f64) -> i64 {
+    v as i64
 }
 
 /// Writes one element, copying the buffer first if another tensor shares it.

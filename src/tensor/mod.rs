@@ -41,7 +41,7 @@ pub enum ElemType {
 }
 
 impl ElemType {
-    /// Bytes a dense buffer holds per element (Booleans and integers are stored as f64):
+    /// Bytes a dense buffer holds per element (Booleans are stored as f64, integers as i64):
     /// what `--max-memory` is checked against.
     pub fn dense_bytes(self) -> u128 {
         match self {
@@ -79,7 +79,10 @@ impl ElemType {
                     0.0
                 }
             }
-            ElemType::Int | ElemType::F64 => v,
+            // As `int` storage holds it: toward zero, saturating, NaN as 0 (NumPy's
+            // `astype(int64)` but for its undefined NaN).
+            ElemType::Int => v as i64 as f64,
+            ElemType::F64 => v,
             ElemType::F32 => v as f32 as f64,
             ElemType::BF16 => half::bf16::from_f64(v).to_f64(),
             ElemType::F16 => half::f16::from_f64(v).to_f64(),
@@ -98,7 +101,7 @@ impl ElemType {
     /// are a plain (vectorisable) loop.
     pub fn round_all(self, values: &mut [f64]) {
         match self {
-            ElemType::F64 | ElemType::Int => {}
+            ElemType::F64 => {}
             ElemType::F32 => values.iter_mut().for_each(|v| *v = *v as f32 as f64),
             other => values.iter_mut().for_each(|v| *v = other.round(*v)),
         }
@@ -477,6 +480,8 @@ impl Tensor {
     pub fn sparse(elem: ElemType, shape: Vec<usize>) -> Tensor {
         let storage = if elem == ElemType::Bool {
             Storage::Relation(Relation::from_flat(shape.len(), Vec::new(), 0))
+        } else if elem == ElemType::Int {
+            Storage::Sparse(Sparse::new(shape.len()).as_ints())
         } else {
             Storage::Sparse(Sparse::new(shape.len()))
         };
@@ -558,6 +563,58 @@ impl Tensor {
         }
     }
 
+    /// [`Tensor::get_at`] as an integer: exact for an `int` tensor (§8), the value taken
+    /// toward zero for the others.
+    pub fn get_int_at(&self, index: &[u32]) -> Option<i64> {
+        match &self.storage {
+            Storage::Dense(v) => {
+                let mut off = 0usize;
+                for (&i, &n) in index.iter().zip(&self.shape) {
+                    off = off * n + i as usize;
+                }
+                v.get_int(off)
+            }
+            Storage::Sparse(m) => m.get_int(index),
+            Storage::Relation(r) => r.contains(index).then_some(1),
+        }
+    }
+
+    /// [`Tensor::get`] as an integer (see [`Tensor::get_int_at`]).
+    pub fn get_int(&self, index: &[usize]) -> Option<i64> {
+        let key: Vec<u32> = index
+            .iter()
+            .map(|&i| u32::try_from(i).unwrap_or(u32::MAX))
+            .collect();
+        self.offset(index).and_then(|_| self.get_int_at(&key))
+    }
+
+    /// The element at `index` as output writes it: an `int` tensor's exactly, another's
+    /// in the shortest form that reads back (§10); `v` is its value as f64.
+    pub fn format_at(&self, index: &[usize], v: f64) -> String {
+        match (self.elem, self.get_int(index)) {
+            (ElemType::Int, Some(i)) => i.to_string(),
+            _ => format_number(v, self.elem),
+        }
+    }
+
+    /// Sets one element of an integer, exactly in an `int` tensor; out-of-bounds writes are
+    /// ignored.
+    pub fn set_int(&mut self, index: &[usize], v: i64) {
+        if let Some(off) = self.offset(index) {
+            match &mut self.storage {
+                Storage::Dense(d) => d.set_int(off, v),
+                Storage::Sparse(m) => {
+                    let key: Vec<u32> = index.iter().map(|&i| i as u32).collect();
+                    m.set_int(&key, v);
+                }
+                Storage::Relation(r) => {
+                    let key: Vec<u32> = index.iter().map(|&i| i as u32).collect();
+                    r.set(&key, v != 0);
+                }
+            }
+        }
+    }
+
     /// The element at `index`, 0 where undefined (§4: elements are 0 by default).
     pub fn value(&self, index: &[usize]) -> f64 {
         self.get(index).unwrap_or(0.0)
@@ -594,7 +651,10 @@ impl Tensor {
     pub fn held_bytes(&self) -> u64 {
         let b = match &self.storage {
             Storage::Dense(d) => (d.len() as u128) * self.elem.dense_bytes(),
-            Storage::Sparse(m) => (m.positions().flat().len() as u128) * 4 + (m.len() as u128) * 8,
+            Storage::Sparse(m) => {
+                let per = if m.ints().is_some() { 16 } else { 8 };
+                (m.positions().flat().len() as u128) * 4 + (m.len() as u128) * per
+            }
             Storage::Relation(r) => (r.flat().len() as u128) * 4,
         };
         u64::try_from(b).unwrap_or(u64::MAX)
@@ -648,33 +708,21 @@ impl Tensor {
         }
     }
 
-    /// The first element (in index order) of magnitude 2⁵³ or more, past which f64 storage
-    /// no longer holds every integer: where an integer tensor's value may have been rounded.
-    pub fn beyond_exact_integers(&self) -> Option<(Vec<usize>, f64)> {
-        const EXACT: f64 = 9_007_199_254_740_992.0;
-        let big = |x: f64| x.abs() >= EXACT;
+    /// All elements as a dense row-major vector of integers (undefined ones as 0): an `int`
+    /// tensor's exactly.
+    pub fn to_dense_ints(&self) -> Vec<i64> {
         match &self.storage {
-            Storage::Dense(v) => {
-                let k = v.values().position(big)?;
-                Some((self.index_of(k), v.values().nth(k)?))
+            Storage::Dense(v) => v.to_i64().into_owned(),
+            Storage::Sparse(_) | Storage::Relation(_) => {
+                let mut out = vec![0; self.shape.iter().product()];
+                self.each_entry(&mut |idx, _| {
+                    if let (Some(o), Some(x)) = (self.offset(idx), self.get_int(idx)) {
+                        out[o] = x;
+                    }
+                });
+                out
             }
-            Storage::Sparse(m) => m
-                .iter()
-                .find(|(_, x)| big(*x))
-                .map(|(k, x)| (k.iter().map(|&i| i as usize).collect(), x)),
-            Storage::Relation(_) => None,
         }
-    }
-
-    /// The index of row-major offset `k`.
-    fn index_of(&self, mut k: usize) -> Vec<usize> {
-        let mut idx = vec![0; self.shape.len()];
-        for ax in (0..idx.len()).rev() {
-            let n = self.shape[ax].max(1);
-            idx[ax] = k % n;
-            k /= n;
-        }
-        idx
     }
 
     /// All elements as a dense row-major vector (undefined ones as 0).

@@ -25,6 +25,9 @@ pub fn worth_storing_sparsely(elements: u128, stored: usize) -> bool {
 pub struct Sparse {
     positions: Relation,
     values: Vec<f64>,
+    /// An `int` tensor's values exactly (§8), beside `values` (which are these as f64, for
+    /// the kernels that read every tensor in floating point); `None` for other types.
+    ints: Option<Vec<i64>>,
     /// Elements not stored are 0 (every element is defined) rather than undefined.
     zeros: bool,
 }
@@ -35,6 +38,7 @@ impl Sparse {
         Sparse {
             positions: Relation::from_sorted(arity, Vec::new()),
             values: Vec::new(),
+            ints: None,
             zeros: false,
         }
     }
@@ -60,6 +64,7 @@ impl Sparse {
             return Sparse {
                 positions: Relation::from_flat(0, Vec::new(), usize::from(total.is_some())),
                 values: total.into_iter().collect(),
+                ints: None,
                 zeros: false,
             };
         }
@@ -87,6 +92,7 @@ impl Sparse {
         Sparse {
             positions: Relation::from_sorted(arity, flat),
             values: vals,
+            ints: None,
             zeros: false,
         }
     }
@@ -97,8 +103,36 @@ impl Sparse {
         Sparse {
             positions,
             values,
+            ints: None,
             zeros: false,
         }
+    }
+
+    /// Integers already sorted by position, without repeats: an `int` tensor's exact
+    /// elements.
+    pub fn from_sorted_ints(positions: Relation, ints: Vec<i64>) -> Sparse {
+        debug_assert_eq!(positions.len(), ints.len());
+        Sparse {
+            positions,
+            values: ints.iter().map(|&i| i as f64).collect(),
+            ints: Some(ints),
+            zeros: false,
+        }
+    }
+
+    /// The same elements held exactly as integers from now on (an `int` tensor's): values
+    /// given as f64 are taken toward zero.
+    pub fn as_ints(mut self) -> Sparse {
+        if self.ints.is_none() {
+            self.ints = Some(self.values.iter().map(|&v| v as i64).collect());
+            self.values = self.ints.iter().flatten().map(|&i| i as f64).collect();
+        }
+        self
+    }
+
+    /// The integer values in position order, where the elements are an `int` tensor's.
+    pub fn ints(&self) -> Option<&[i64]> {
+        self.ints.as_deref()
     }
 
     /// The same elements, the others 0 (defined) rather than undefined.
@@ -132,6 +166,17 @@ impl Sparse {
     /// Whether no element is defined.
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()
+    }
+
+    /// [`Sparse::get`] as an integer: exact where the elements are an `int` tensor's.
+    pub fn get_int(&self, key: &[u32]) -> Option<i64> {
+        match self.positions.find(key) {
+            Some(i) => Some(match &self.ints {
+                Some(ints) => ints[i],
+                None => self.values[i] as i64,
+            }),
+            None => self.zeros.then_some(0),
+        }
     }
 
     /// The value at `key`, if it is defined (0 where not stored, [`Sparse::zeros`]).
@@ -170,17 +215,37 @@ impl Sparse {
         }
         self.positions.push_last(key);
         self.values.push(v);
+        if let Some(ints) = &mut self.ints {
+            ints.push(v as i64);
+        }
         true
     }
 
     /// Defines (or redefines) one element. Linear in the size; build large tensors with
     /// [`Sparse::from_entries`].
     pub fn set(&mut self, key: &[u32], v: f64) {
+        self.set_exact(key, v, v as i64);
+    }
+
+    /// [`Sparse::set`] of an integer, exact where the elements are an `int` tensor's.
+    pub fn set_int(&mut self, key: &[u32], v: i64) {
+        self.set_exact(key, v as f64, v);
+    }
+
+    fn set_exact(&mut self, key: &[u32], v: f64, int: i64) {
         match self.positions.find(key) {
-            Some(i) => self.values[i] = v,
+            Some(i) => {
+                self.values[i] = v;
+                if let Some(ints) = &mut self.ints {
+                    ints[i] = int;
+                }
+            }
             None => {
                 let at = self.positions.insert(key);
                 self.values.insert(at, v);
+                if let Some(ints) = &mut self.ints {
+                    ints.insert(at, int);
+                }
             }
         }
     }
@@ -193,23 +258,37 @@ impl Sparse {
         changes: impl IntoIterator<Item = (&'a [u32], Option<f64>)>,
     ) -> Sparse {
         let arity = self.positions.arity();
-        let (mut keys, mut values) = (Vec::new(), Vec::new());
-        let mut stored = self.iter().peekable();
+        // Positions, values and (for an `int` tensor) the integers, as the walk writes them.
+        let mut out = (
+            Vec::new(),
+            Vec::new(),
+            self.ints.as_ref().map(|_| Vec::new()),
+        );
+        let keep = |out: &mut (Vec<u32>, Vec<f64>, Option<Vec<i64>>), k: &[u32], i: usize| {
+            out.0.extend_from_slice(k);
+            out.1.push(self.values[i]);
+            if let (Some(to), Some(held)) = (&mut out.2, &self.ints) {
+                to.push(held[i]);
+            }
+        };
+        let mut stored = self.positions.iter().enumerate().peekable();
         for (idx, v) in changes {
-            while let Some((k, x)) = stored.next_if(|(k, _)| *k < idx) {
-                keys.extend_from_slice(k);
-                values.push(x);
+            while let Some((i, k)) = stored.next_if(|(_, k)| *k < idx) {
+                keep(&mut out, k, i);
             }
-            stored.next_if(|(k, _)| *k == idx);
+            stored.next_if(|(_, k)| *k == idx);
             if let Some(v) = v {
-                keys.extend_from_slice(idx);
-                values.push(v);
+                out.0.extend_from_slice(idx);
+                out.1.push(v);
+                if let Some(to) = &mut out.2 {
+                    to.push(v as i64);
+                }
             }
         }
-        for (k, x) in stored {
-            keys.extend_from_slice(k);
-            values.push(x);
+        for (i, k) in stored {
+            keep(&mut out, k, i);
         }
+        let (keys, values, ints) = out;
         // The walk keeps positions sorted and distinct; a scalar's one element has none.
         let positions = match arity {
             0 => Relation::from_flat(0, keys, values.len()),
@@ -217,7 +296,11 @@ impl Sparse {
         };
         Sparse {
             positions,
-            values,
+            values: match &ints {
+                Some(ints) => ints.iter().map(|&i| i as f64).collect(),
+                None => values,
+            },
+            ints,
             zeros: self.zeros,
         }
     }
@@ -227,7 +310,7 @@ impl Sparse {
     /// sets one weight of a large tensor costs a search, or one move of it, and allocates
     /// nothing.
     pub fn apply<'a>(&mut self, changes: impl IntoIterator<Item = (&'a [u32], Option<f64>)>) {
-        if self.positions.arity() == 0 {
+        if self.positions.arity() == 0 || self.ints.is_some() {
             *self = self.changed(changes);
             return;
         }

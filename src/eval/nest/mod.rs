@@ -13,6 +13,8 @@ use super::fixpoint;
 use super::EvalOptions;
 use crate::diagnostics::Diagnostics;
 use crate::eval::open::{place, At, Open, OpenVars};
+use crate::eval::scalar::{Exact, Scalar};
+use crate::functions::Builtin;
 use crate::plan::nest::{Level, NestEquation, Position, Scan, Scope, Value};
 use crate::semantics::{Checked, Family, Func, IndexFn, Stratum};
 use crate::syntax::ast::{BinOp, Num};
@@ -150,7 +152,7 @@ fn run_equation(
             slice: None,
             open: open_nest,
         };
-        cx.run(n, &mut env, &mut |idx, v| acc.combine(idx, v));
+        cx.run_into(n, &mut env, (&p.tensors[n.target], acc))?;
         return match open.as_ref().and_then(|o| o.overflow()) {
             Some(d) => Err(d.into()),
             None => Ok(()),
@@ -171,7 +173,7 @@ fn run_equation(
             slice: Some(&slice),
             open: open_nest,
         };
-        cx.run(n, &mut env, &mut |idx, v| next.combine(idx, v));
+        cx.run_into(n, &mut env, (info, &mut next))?;
         if let Some(d) = next.outgrew(info, o.max_memory) {
             return Err(d.into());
         }
@@ -204,7 +206,7 @@ pub(super) fn contributions(
     if let Some((v, x)) = bound {
         env[v] = x;
     }
-    cx.run(n, &mut env, f);
+    cx.run::<f64>(n, &mut env, f);
 }
 
 /// What a nest reads: the values, options, per scan a way to find its tuples, and the
@@ -248,8 +250,9 @@ impl<'a> OpenNest<'a> {
 type PointFn<'f> = dyn FnMut(&Cx, &mut [i64], &mut [usize]) + 'f;
 
 impl Cx<'_> {
-    /// Calls `f` with the left-hand-side position and value of every point of the equation.
-    fn run(&self, n: &NestEquation, env: &mut [i64], f: &mut dyn FnMut(&[usize], f64)) {
+    /// Calls `f` with the left-hand-side position and value of every point of the equation,
+    /// computed in `S` (rows, which compute in f64, only for f64).
+    fn run<S: Scalar>(&self, n: &NestEquation, env: &mut [i64], f: &mut dyn FnMut(&[usize], S)) {
         let mut slots = vec![0usize; n.slots];
         let mut idx = vec![0usize; n.lhs.len()];
         let root = &n.root;
@@ -263,9 +266,10 @@ impl Cx<'_> {
             true
         };
         if let Some(axes) = self.open.and_then(|o| o.axes(n.target)) {
-            return self.run_open(n, &axes, env, f);
+            // Only relations have open axes: their values are 0 or 1.
+            return self.run_open(n, &axes, env, &mut |idx, v| f(idx, S::of_real(v)));
         }
-        if let Some((r, along)) = row_level(root) {
+        if let Some((r, along)) = row_level(root).filter(|_| !S::EXACT) {
             let moves = n.lhs.iter().any(|f| {
                 let mut vs = Vec::new();
                 f.vars(&mut vs);
@@ -307,7 +311,7 @@ impl Cx<'_> {
                                     at >= 0
                                 });
                         if inside {
-                            f(&idx, body.values[j]);
+                            f(&idx, S::of_real(body.values[j]));
                         }
                     }
                     return;
@@ -317,20 +321,43 @@ impl Cx<'_> {
                     if moves && !lhs(env, &mut idx) {
                         continue;
                     }
-                    f(&idx, body.values[j]);
+                    f(&idx, S::of_real(body.values[j]));
                 }
             });
             return;
         }
         let end = root.levels.len();
         self.points(root, (0, end), env, &mut slots, &mut |cx, env, slots| {
-            let Some(v) = cx.eval(&root.body, env, slots) else {
+            let Some(v) = cx.value::<S>(&root.body, env, slots) else {
                 return;
             };
             if lhs(env, &mut idx) {
                 f(&idx, v);
             }
         });
+    }
+
+    /// [`Cx::run`] into an accumulator: an `int` tensor's values exactly, with E0406 where
+    /// one is no i64.
+    fn run_into(
+        &self,
+        n: &NestEquation,
+        env: &mut [i64],
+        (info, acc): (&crate::semantics::TensorInfo, &mut Accumulator),
+    ) -> Result<(), Diagnostics> {
+        if info.elem != crate::tensor::ElemType::Int {
+            self.run::<f64>(n, env, &mut |idx, v| acc.combine(idx, v));
+            return Ok(());
+        }
+        let mut overflowed = false;
+        self.run::<Exact>(n, env, &mut |idx, v| match v.0 {
+            Some(v) => acc.combine_int(idx, v),
+            None => overflowed = true,
+        });
+        match overflowed {
+            true => Err(super::accumulate::overflow(info).into()),
+            false => Ok(()),
+        }
     }
 
     /// [`Cx::run`] for an equation writing open axes (`axes`, §8): each point's value is
@@ -470,9 +497,14 @@ impl Cx<'_> {
 
     /// The value at one point; `None` is nothing.
     pub(super) fn eval(&self, v: &Value, env: &mut [i64], slots: &mut [usize]) -> Option<f64> {
+        self.value(v, env, slots)
+    }
+
+    /// [`Cx::eval`] in `S`: f64, or exactly for an `int` tensor ([`crate::eval::scalar`]).
+    fn value<S: Scalar>(&self, v: &Value, env: &mut [i64], slots: &mut [usize]) -> Option<S> {
         match v {
-            Value::Const(k) => Some(*k),
-            Value::Var(x) => Some(env[*x] as f64),
+            Value::Const(k) => Some(S::constant(*k)),
+            Value::Var(x) => Some(S::var(env[*x])),
             Value::Read {
                 tensor,
                 affine: Some(at),
@@ -482,7 +514,7 @@ impl Cx<'_> {
             } if at.len() <= MAX_AFFINE_RANK => {
                 let t = &self.values[*tensor];
                 let bits = self.indexes.bitmap(*tensor);
-                read_affine(t, bits, at, env, *total, *relational)
+                read_affine(t, bits, at, env, (*total, *relational))
             }
             Value::Read {
                 tensor,
@@ -498,42 +530,37 @@ impl Cx<'_> {
                     &axes,
                     (*total, *relational),
                 ),
-                None => read(&self.values[*tensor], index, env, *total, *relational),
+                None => read(&self.values[*tensor], index, env, (*total, *relational)),
             },
             Value::Slice {
                 index,
                 total,
                 relational,
-            } => read(self.slice?, index, env, *total, *relational),
+            } => read(self.slice?, index, env, (*total, *relational)),
             Value::Scanned(slot) => {
                 let row = slots.get(*slot).copied()?;
                 Some(row_value(self.values, self.indexes.scanned(*slot), row))
             }
-            Value::Sum(scope) => self.sum(scope, env, slots),
-            Value::Neg(x) => self.eval(x, env, slots).map(|x| -x),
-            Value::Not(x) => self.eval(x, env, slots).map(|x| 1.0 - x),
+            Value::Sum(scope) => self.sum::<S>(scope, env, slots),
+            Value::Neg(x) => self.value::<S>(x, env, slots).map(S::neg),
+            Value::Not(x) => self.value::<S>(x, env, slots).map(S::not),
             Value::Product(fs) => {
-                let mut acc = 1.0;
+                let mut acc = S::truth(true);
                 let mut skip = false;
                 for (div, f) in fs {
-                    match self.eval(f, env, slots) {
-                        Some(x) if *div => acc /= x,
-                        Some(x) => acc *= x,
+                    match self.value::<S>(f, env, slots) {
+                        Some(x) => acc = acc.mul(x, *div),
                         None => skip = true,
                     }
                 }
                 (!skip).then_some(acc)
             }
             Value::Binary(op, a, b) => {
-                let (a, b) = (self.eval(a, env, slots), self.eval(b, env, slots));
-                let (a, b) = (a?, b?);
-                Some(match op {
-                    BinOp::Add => a + b,
-                    BinOp::Sub => a - b,
-                    BinOp::Pow => a.powf(b),
-                    BinOp::Rem => a % b,
-                    BinOp::Quot => (a / b).trunc(),
-                })
+                let (a, b) = (
+                    self.value::<S>(a, env, slots),
+                    self.value::<S>(b, env, slots),
+                );
+                Some(a?.binary(*op, b?))
             }
             Value::Compare(op, a, b) => {
                 // Variables and constants compare exactly, as integers where they are.
@@ -543,16 +570,24 @@ impl Cx<'_> {
                     _ => None,
                 };
                 if let (Some(x), Some(y)) = (leaf(a), leaf(b)) {
-                    return Some(if op.holds_num(x, y) { 1.0 } else { 0.0 });
+                    return Some(S::truth(op.holds_num(x, y)));
                 }
-                let (a, b) = (self.eval(a, env, slots), self.eval(b, env, slots));
-                Some(if op.holds(a?, b?) { 1.0 } else { 0.0 })
+                // An integer equation may compare reals: those compare in f64.
+                if S::EXACT && !(self.integral(a) && self.integral(b)) {
+                    let (a, b) = (self.eval(a, env, slots), self.eval(b, env, slots));
+                    return Some(S::truth(op.holds(a?, b?)));
+                }
+                let (a, b) = (
+                    self.value::<S>(a, env, slots),
+                    self.value::<S>(b, env, slots),
+                );
+                Some(a?.compare(*op, b?))
             }
             Value::Call(f, args) => {
                 let mut xs = Vec::with_capacity(args.len());
                 let mut skip = false;
                 for a in args {
-                    match self.eval(a, env, slots) {
+                    match self.value::<S>(a, env, slots) {
                         Some(x) => xs.push(x),
                         None => skip = true,
                     }
@@ -561,12 +596,12 @@ impl Cx<'_> {
                     return None;
                 }
                 match f {
-                    Func::Builtin(b) => Some(b.apply(&xs)),
+                    Func::Builtin(b) => Some(S::builtin(*b, &xs)),
                     Func::User(name) => self
                         .o
                         .functions
                         .get(name)
-                        .map(|uf| (uf.f)(xs.first().copied().unwrap_or(0.0))),
+                        .map(|uf| S::of_real((uf.f)(xs.first().map_or(0.0, |x| x.real())))),
                 }
             }
             Value::Normalize(kind, var, range, arg) => {
@@ -579,7 +614,9 @@ impl Cx<'_> {
                 env[*var] = here;
                 let x = row.get(usize::try_from(here).ok()?).copied().flatten()?;
                 let defined: Vec<f64> = row.into_iter().flatten().collect();
-                Some(crate::functions::RowStats::of(*kind, &defined).apply(x))
+                Some(S::of_real(
+                    crate::functions::RowStats::of(*kind, &defined).apply(x),
+                ))
             }
             Value::Concat(out, parts, arg) => {
                 let mut rest = env[*out];
@@ -588,44 +625,68 @@ impl Cx<'_> {
                     env[part] = rest % r;
                     rest /= r;
                 }
-                self.eval(arg, env, slots)
+                self.value::<S>(arg, env, slots)
             }
         }
     }
 
+    /// Whether a value computes an integer (no real read, constant or operation), so an
+    /// integer equation compares it exactly.
+    fn integral(&self, v: &Value) -> bool {
+        match v {
+            Value::Const(c) => Num::of(*c).as_int().is_some(),
+            Value::Var(_) | Value::Compare(..) => true,
+            Value::Read { tensor, .. } => self.values[*tensor].elem.is_integral(),
+            Value::Slice { .. } => self.slice.is_some_and(|t| t.elem.is_integral()),
+            Value::Scanned(slot) => self
+                .indexes
+                .scanned(*slot)
+                .is_none_or(|t| self.values[t].elem.is_integral()),
+            Value::Sum(scope) => self.integral(&scope.body),
+            Value::Neg(x) | Value::Not(x) | Value::Concat(_, _, x) => self.integral(x),
+            Value::Product(fs) => fs.iter().all(|(div, f)| !div && self.integral(f)),
+            Value::Binary(op, a, b) => *op != BinOp::Pow && self.integral(a) && self.integral(b),
+            Value::Call(Func::Builtin(b), args) => {
+                matches!(
+                    b,
+                    Builtin::Step | Builtin::Relu | Builtin::Abs | Builtin::Max | Builtin::Min
+                ) && args.iter().all(|a| self.integral(a))
+            }
+            Value::Call(Func::User(_), _) | Value::Normalize(..) => false,
+        }
+    }
+
     /// A nested summation point: its points' values combined by its family, in loop order.
-    fn sum(&self, scope: &Scope, env: &mut [i64], slots: &mut [usize]) -> Option<f64> {
-        let mut acc: Option<f64> = None;
+    fn sum<S: Scalar>(&self, scope: &Scope, env: &mut [i64], slots: &mut [usize]) -> Option<S> {
+        let mut acc: Option<S> = None;
         let mut count = 0usize;
         let family = scope.family;
-        let mut add = |x: f64| {
+        let mut add = |x: S| {
             count += 1;
-            acc = Some(match (acc, family) {
-                (None, _) => x,
-                (Some(a), Family::Sum | Family::Avg) => a + x,
-                (Some(a), Family::Max) => a.max(x),
-                (Some(a), Family::Min) => a.min(x),
+            acc = Some(match acc {
+                None => x,
+                Some(a) => a.fold(family, x),
             });
         };
         let end = scope.levels.len();
-        match row_level(scope) {
+        match row_level(scope).filter(|_| !S::EXACT) {
             Some((r, along)) => {
                 self.points(scope, (0, r), env, slots, &mut |cx, env, slots| {
                     let (body, keep) = cx.row(scope, (r + 1, end), env, slots, along);
                     for j in (0..along.n).filter(|&j| keep[j] && body.defined[j]) {
-                        add(body.values[j]);
+                        add(S::of_real(body.values[j]));
                     }
                 });
             }
             None => self.points(scope, (0, end), env, slots, &mut |cx, env, slots| {
-                if let Some(x) = cx.eval(&scope.body, env, slots) {
+                if let Some(x) = cx.value::<S>(&scope.body, env, slots) {
                     add(x);
                 }
             }),
         }
         match (acc, family) {
-            (None, _) if scope.zero_when_empty => Some(0.0),
-            (Some(a), Family::Avg) => Some(a / count as f64),
+            (None, _) if scope.zero_when_empty => Some(S::truth(false)),
+            (Some(a), Family::Avg) => Some(S::of_real(a.real() / count as f64)),
             (acc, _) => acc,
         }
     }
@@ -650,18 +711,24 @@ fn row_level(scope: &Scope) -> Option<(usize, rows::Along)> {
 }
 
 /// The value of tuple `row` of `t`: its element's value, or 1 for a relation.
-pub(super) fn row_value(values: &[Tensor], t: Option<usize>, row: usize) -> f64 {
+pub(super) fn row_value<S: Scalar>(values: &[Tensor], t: Option<usize>, row: usize) -> S {
     match t.and_then(|t| values.get(t)).map(|t| &t.storage) {
-        Some(Storage::Sparse(s)) => s.values().get(row).copied().unwrap_or(0.0),
-        _ => 1.0,
+        Some(Storage::Sparse(s)) => S::row(s, row).unwrap_or(S::truth(false)),
+        _ => S::truth(true),
     }
 }
 
 /// One element of a tensor at positions computed from the point; `None` when a position
 /// leaves the tensor (or the element is undefined under relational semantics), unless
 /// `total`, which reads both as 0.
-fn read(t: &Tensor, index: &[IndexFn], env: &[i64], total: bool, relational: bool) -> Option<f64> {
-    let outside = if total { Some(0.0) } else { None };
+fn read<S: Scalar>(
+    t: &Tensor,
+    index: &[IndexFn],
+    env: &[i64],
+    (total, relational): (bool, bool),
+) -> Option<S> {
+    let zero = S::truth(false);
+    let outside = if total { Some(zero) } else { None };
     let mut key = [0u32; 8];
     let mut heap = Vec::new();
     let key: &mut [u32] = if index.len() <= key.len() {
@@ -676,23 +743,24 @@ fn read(t: &Tensor, index: &[IndexFn], env: &[i64], total: bool, relational: boo
             _ => return outside,
         }
     }
-    match t.get_at(key) {
+    match S::read(t, key) {
         Some(v) => Some(v),
         None if relational && !total => None,
-        None => Some(0.0),
+        None => Some(zero),
     }
 }
 
 /// [`read`] of a tensor with open axes (`axes`, §8): an index there is a value (open
 /// variables hold theirs at a point), looked up in the axis's table; a value the table
 /// lacks is in no tuple.
-fn read_open(
+fn read_open<S: Scalar>(
     t: &Tensor,
     index: &[IndexFn],
     env: &[i64],
     axes: &[Option<&ValueTable>],
     (total, relational): (bool, bool),
-) -> Option<f64> {
+) -> Option<S> {
+    let zero = S::truth(false);
     let mut key = Vec::with_capacity(index.len());
     let mut absent = false;
     for (ax, (f, &n)) in index.iter().zip(&t.shape).enumerate() {
@@ -702,14 +770,14 @@ fn read_open(
                 key.push(i as u32)
             }
             At::Absent => absent = true,
-            _ if total => return Some(0.0),
+            _ if total => return Some(zero),
             _ => return None,
         }
     }
-    match (!absent).then(|| t.get_at(&key)).flatten() {
+    match (!absent).then(|| S::read(t, &key)).flatten() {
         Some(v) => Some(v),
         None if relational && !total => None,
-        None => Some(0.0),
+        None => Some(zero),
     }
 }
 
@@ -718,14 +786,14 @@ pub(super) const MAX_AFFINE_RANK: usize = 8;
 
 /// [`read`] for positions given as `c + Σ k·v`; a relation with a bitmap of its tuples is
 /// looked up in it.
-pub(super) fn read_affine(
+pub(super) fn read_affine<S: Scalar>(
     t: &Tensor,
     bits: Option<&[u64]>,
     at: &[crate::plan::nest::Affine],
     env: &[i64],
-    total: bool,
-    relational: bool,
-) -> Option<f64> {
+    (total, relational): (bool, bool),
+) -> Option<S> {
+    let zero = S::truth(false);
     let mut offset = 0usize;
     let mut key = [0u32; MAX_AFFINE_RANK];
     for (ax, ((coefs, c), &n)) in at.iter().zip(&t.shape).enumerate() {
@@ -734,25 +802,25 @@ pub(super) fn read_affine(
             i += env[v] * k;
         }
         if i < 0 || i as u64 >= n as u64 {
-            return if total { Some(0.0) } else { None };
+            return if total { Some(zero) } else { None };
         }
         offset = offset * n + i as usize;
         key[ax] = i as u32;
     }
     let value = match (&t.storage, bits) {
-        (Storage::Dense(d), _) => d.get(offset),
+        (Storage::Dense(d), _) => S::dense(d, offset),
         (Storage::Relation(_), Some(bits)) => {
             let set = bits
                 .get(offset / 64)
                 .is_some_and(|w| w >> (offset % 64) & 1 == 1);
-            set.then_some(1.0)
+            set.then_some(S::truth(true))
         }
-        _ => t.get_at(&key[..at.len()]),
+        _ => S::read(t, &key[..at.len()]),
     };
     match value {
         Some(v) => Some(v),
         None if relational && !total => None,
-        None => Some(0.0),
+        None => Some(zero),
     }
 }
 

@@ -53,7 +53,7 @@ impl Cx<'_> {
             Value::Scanned(slot) => {
                 let value = slots
                     .get(*slot)
-                    .map(|&r| row_value(self.values, self.indexes.scanned(*slot), r));
+                    .map(|&r| row_value::<f64>(self.values, self.indexes.scanned(*slot), r));
                 match value {
                     Some(v) => Row::filled(n, v),
                     None => self.pointwise(v, env, slots, along),
@@ -80,7 +80,7 @@ impl Cx<'_> {
                 let mut out = Row::filled(n, 0.0);
                 for j in 0..n {
                     env[along.var] = j as i64;
-                    match read_affine(t, bits, at, env, *total, *relational) {
+                    match read_affine::<f64>(t, bits, at, env, (*total, *relational)) {
                         Some(x) => out.values[j] = x,
                         None => out.defined[j] = false,
                     }
