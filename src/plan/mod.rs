@@ -136,7 +136,8 @@ pub(crate) fn plan(p: &Checked) -> Plan {
         let mut sp = plan_stratum(p, st, &sparse);
         if reads_defined_only(&sp.kernel, &defined_only)
             || !shaped_as_read(p, &sp.kernel)
-            || (computes_in_floats(&sp.kernel) && integer_values(p, st))
+            || (computes_in_floats(&sp.kernel)
+                && integer_values(p, st, matches!(sp.kernel, Kernel::Extremum(_))))
         {
             sp.kernel = Kernel::Nest;
         }
@@ -166,27 +167,42 @@ fn computes_in_floats(kernel: &Kernel) -> bool {
 /// Whether an equation of the stratum computes an `int` tensor from integer values (an
 /// integer tensor's elements, a variable's value, a constant beyond ±1) rather than by
 /// counting Boolean reads: its elements may pass 2⁵³, so the loop nests compute it in exact
-/// i64 (§8). A count stays below 2⁵³ wherever the points it counts can be visited.
-fn integer_values(p: &Checked, st: &Stratum) -> bool {
+/// i64 (§8). A count stays below 2⁵³ wherever the points it counts can be visited. With
+/// `own`, reads of the stratum's own tensors do not count: a semi-naive `min=`/`max=` only
+/// chooses among and adds up counts then (path lengths in hops), bounded by its rounds.
+fn integer_values(p: &Checked, st: &Stratum, own: bool) -> bool {
     use crate::semantics::Node;
-    fn values(n: &Node, p: &Checked) -> bool {
-        match n {
-            Node::Const(c) => c.value().abs() > 1.0,
-            Node::Var(_) => true,
-            Node::Read { tensor, .. } => p.tensors[*tensor].elem == crate::tensor::ElemType::Int,
-            Node::Compare(..) => false,
-            Node::Sum { body, .. } | Node::Neg(body) | Node::Not(body) => values(body, p),
-            Node::Normalize(_, _, body) | Node::Concat { arg: body, .. } => values(body, p),
-            Node::Product(fs) => fs.iter().any(|(_, f)| values(f, p)),
-            Node::Binary(_, a, b) => values(a, p) || values(b, p),
-            Node::Call(_, args) => args.iter().any(|a| values(a, p)),
-        }
-    }
+    let values = |n: &Node| integer_values_in(n, p, &|t| own && st.tensors.contains(&t));
     p.equations.iter().any(|eq| {
         st.tensors.contains(&eq.target)
             && p.tensors[eq.target].elem == crate::tensor::ElemType::Int
-            && values(&eq.rhs, p)
+            && values(&eq.rhs)
     })
+}
+
+/// [`integer_values`] of one expression, reads of the tensors `skip` names aside.
+fn integer_values_in(
+    n: &crate::semantics::Node,
+    p: &Checked,
+    skip: &dyn Fn(usize) -> bool,
+) -> bool {
+    use crate::semantics::Node;
+    let values = |n: &Node| integer_values_in(n, p, skip);
+    {
+        match n {
+            Node::Const(c) => c.value().abs() > 1.0,
+            Node::Var(_) => true,
+            Node::Read { tensor, .. } => {
+                p.tensors[*tensor].elem == crate::tensor::ElemType::Int && !skip(*tensor)
+            }
+            Node::Compare(..) => false,
+            Node::Sum { body, .. } | Node::Neg(body) | Node::Not(body) => values(body),
+            Node::Normalize(_, _, body) | Node::Concat { arg: body, .. } => values(body),
+            Node::Product(fs) => fs.iter().any(|(_, f)| values(f)),
+            Node::Binary(_, a, b) => values(a) || values(b),
+            Node::Call(_, args) => args.iter().any(|a| values(a)),
+        }
+    }
 }
 
 /// What visiting one point of a loop nest costs, in the dense path's FLOPs: a point reads
