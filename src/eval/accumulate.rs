@@ -1,5 +1,6 @@
 //! Combining values that land on one left-hand-side element (§7), and finishing a tensor.
 
+use super::scalar::{Exact, Scalar};
 use crate::diagnostics::{codes, Diagnostic};
 use crate::semantics::{Family, Kind, TensorInfo};
 use crate::tensor::{Dense, Relation, Sparse, Storage, Tensor};
@@ -33,11 +34,7 @@ pub(super) trait Element: Copy + PartialEq + Default {
 
 impl Element for f64 {
     fn fold(family: Family, a: f64, b: f64) -> Option<f64> {
-        Some(match family {
-            Family::Sum | Family::Avg => a + b,
-            Family::Max => a.max(b),
-            Family::Min => a.min(b),
-        })
+        Some(Scalar::fold(a, family, b))
     }
     fn of_f64(v: f64) -> f64 {
         v
@@ -62,11 +59,7 @@ impl Element for f64 {
 
 impl Element for i64 {
     fn fold(family: Family, a: i64, b: i64) -> Option<i64> {
-        match family {
-            Family::Sum | Family::Avg => a.checked_add(b),
-            Family::Max => Some(a.max(b)),
-            Family::Min => Some(a.min(b)),
-        }
+        Exact(Some(a)).fold(family, Exact(Some(b))).0
     }
     fn of_f64(v: f64) -> i64 {
         v as i64

@@ -341,7 +341,10 @@ impl<'a> Cx<'a> {
             }
             return match value {
                 Some(Exact(Some(v))) => match self.lhs_at(env, v != 0) {
-                    Ok(Some(idx)) => Ok(acc.combine_int(&idx, v)),
+                    Ok(Some(idx)) => {
+                        acc.combine_int(&idx, v);
+                        Ok(())
+                    }
                     Ok(None) => Ok(()),
                     Err(()) => Err(super::open::overflow(self.eq.span, &info.name).into()),
                 },

@@ -94,14 +94,7 @@ impl Scalar for f64 {
     }
     #[inline]
     fn binary(self, op: BinOp, b: f64) -> f64 {
-        let a = self;
-        match op {
-            BinOp::Add => a + b,
-            BinOp::Sub => a - b,
-            BinOp::Pow => a.powf(b),
-            BinOp::Rem => a % b,
-            BinOp::Quot => (a / b).trunc(),
-        }
+        op.apply(self, b)
     }
     #[inline]
     fn compare(self, op: CmpOp, b: f64) -> f64 {

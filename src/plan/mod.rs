@@ -188,20 +188,18 @@ fn integer_values_in(
 ) -> bool {
     use crate::semantics::Node;
     let values = |n: &Node| integer_values_in(n, p, skip);
-    {
-        match n {
-            Node::Const(c) => c.value().abs() > 1.0,
-            Node::Var(_) => true,
-            Node::Read { tensor, .. } => {
-                p.tensors[*tensor].elem == crate::tensor::ElemType::Int && !skip(*tensor)
-            }
-            Node::Compare(..) => false,
-            Node::Sum { body, .. } | Node::Neg(body) | Node::Not(body) => values(body),
-            Node::Normalize(_, _, body) | Node::Concat { arg: body, .. } => values(body),
-            Node::Product(fs) => fs.iter().any(|(_, f)| values(f)),
-            Node::Binary(_, a, b) => values(a) || values(b),
-            Node::Call(_, args) => args.iter().any(|a| values(a)),
+    match n {
+        Node::Const(c) => c.value().abs() > 1.0,
+        Node::Var(_) => true,
+        Node::Read { tensor, .. } => {
+            p.tensors[*tensor].elem == crate::tensor::ElemType::Int && !skip(*tensor)
         }
+        Node::Compare(..) => false,
+        Node::Sum { body, .. } | Node::Neg(body) | Node::Not(body) => values(body),
+        Node::Normalize(_, _, body) | Node::Concat { arg: body, .. } => values(body),
+        Node::Product(fs) => fs.iter().any(|(_, f)| values(f)),
+        Node::Binary(_, a, b) => values(a) || values(b),
+        Node::Call(_, args) => args.iter().any(values),
     }
 }
 

@@ -547,17 +547,20 @@ impl Tensor {
         }
     }
 
+    /// Row-major offset of an in-bounds `index` (unchecked: the evaluators' reads).
+    #[inline]
+    fn offset_at(&self, index: &[u32]) -> usize {
+        index
+            .iter()
+            .zip(&self.shape)
+            .fold(0usize, |off, (&i, &n)| off * n + i as usize)
+    }
+
     /// The element at an in-bounds `index` if it is defined; the evaluator's allocation-free
     /// read.
     pub fn get_at(&self, index: &[u32]) -> Option<f64> {
         match &self.storage {
-            Storage::Dense(v) => {
-                let mut off = 0usize;
-                for (&i, &n) in index.iter().zip(&self.shape) {
-                    off = off * n + i as usize;
-                }
-                v.get(off)
-            }
+            Storage::Dense(v) => v.get(self.offset_at(index)),
             Storage::Sparse(m) => m.get(index),
             Storage::Relation(r) => r.contains(index).then_some(1.0),
         }
@@ -567,13 +570,7 @@ impl Tensor {
     /// toward zero for the others.
     pub fn get_int_at(&self, index: &[u32]) -> Option<i64> {
         match &self.storage {
-            Storage::Dense(v) => {
-                let mut off = 0usize;
-                for (&i, &n) in index.iter().zip(&self.shape) {
-                    off = off * n + i as usize;
-                }
-                v.get_int(off)
-            }
+            Storage::Dense(v) => v.get_int(self.offset_at(index)),
             Storage::Sparse(m) => m.get_int(index),
             Storage::Relation(r) => r.contains(index).then_some(1),
         }
