@@ -387,22 +387,37 @@ fn nest_plan(out: &mut String, p: &Checked, eq: &Equation, scope: &Scope, indent
     nested(out, p, eq, &scope.body, indent + 2);
 }
 
-/// Index arithmetic as written, with the equation's variable names.
+/// Index arithmetic as written, with the equation's variable names: an operand that binds
+/// more loosely than its operator (or as loosely, on the right) keeps its parentheses.
 fn index_text(f: &crate::semantics::IndexFn, eq: &Equation) -> String {
     use crate::semantics::IndexFn;
     use crate::syntax::ast::ArithOp;
+    let binding = |f: &IndexFn| match f {
+        IndexFn::Arith(_, ArithOp::Add | ArithOp::Sub, _) => 1,
+        IndexFn::Arith(..) => 2,
+        IndexFn::Var(_) | IndexFn::Const(_) => 3,
+    };
     match f {
         IndexFn::Var(v) => eq.vars[*v].name.clone(),
         IndexFn::Const(c) => c.to_string(),
         IndexFn::Arith(a, op, b) => {
-            let op = match op {
+            let tight = binding(f);
+            let operand = |x: &IndexFn, loose: bool| match loose {
+                true => format!("({})", index_text(x, eq)),
+                false => index_text(x, eq),
+            };
+            let sign = match op {
                 ArithOp::Add => "+",
                 ArithOp::Sub => "-",
                 ArithOp::Mul => "*",
                 ArithOp::Div => "/",
                 ArithOp::Rem => "%",
             };
-            format!("{} {op} {}", index_text(a, eq), index_text(b, eq))
+            let (a, b) = (
+                operand(a, binding(a) < tight),
+                operand(b, binding(b) <= tight),
+            );
+            format!("{a} {sign} {b}")
         }
     }
 }
@@ -902,6 +917,16 @@ mod tests {
         let src = "X = [1, 2, 3]\nY[i] = X[i + 1]\n";
         let text = explain_source(src);
         assert!(text.contains("term 1: X[window gathered]"), "{text}");
+        let src = "Fact(0, 1).\nFact(i + 1, n * (i + 1)) :- Fact(i, n), i < 5.\nG(i - (n - 1)) :- Fact(i, n).\n";
+        let text = explain_source(src);
+        assert!(
+            text.contains("head position n * (i + 1) computed"),
+            "{text}"
+        );
+        assert!(
+            text.contains("head position i - (n - 1) computed"),
+            "{text}"
+        );
         let src = "X = [1, 2, 3, 4]\nY[i / 2] = X[i]\n";
         let text = explain_source(src);
         assert!(

@@ -154,11 +154,7 @@ pub(crate) fn revalued(t: &Tensor, delta: &Delta) -> Tensor {
         Storage::Sparse(m) => m.changed(changes),
         _ => crate::tensor::Sparse::new(t.shape.len()).changed(changes),
     };
-    Tensor {
-        elem: t.elem,
-        shape: t.shape.clone(),
-        storage: Storage::Sparse(sparse),
-    }
+    Tensor::of_sparse(t.elem, t.shape.clone(), sparse)
 }
 
 /// [`revalued`] in place where `t` holds its elements sparsely (what a commit does to a

@@ -198,11 +198,11 @@ pub(super) fn evaluate_again(
     for &t in &st.tensors {
         fresh.push(match &p.data[t] {
             Some(d) => d.clone(),
-            None if plan.sparse[t] => Tensor {
-                elem: p.tensors[t].elem,
-                shape: p.tensors[t].shape.clone(),
-                storage: Storage::Sparse(Sparse::new(p.tensors[t].shape.len()).with_zeros()),
-            },
+            None if plan.sparse[t] => Tensor::of_sparse(
+                p.tensors[t].elem,
+                p.tensors[t].shape.clone(),
+                Sparse::new(p.tensors[t].shape.len()).with_zeros(),
+            ),
             None => initial::empty(&p.tensors[t], o)?,
         });
     }
@@ -275,11 +275,11 @@ impl<'a> State<'a> {
         for (t, info) in p.tensors.iter().enumerate() {
             values.push(match &p.data[t] {
                 Some(d) => d.clone(),
-                None if plan.sparse[t] => Tensor {
-                    elem: info.elem,
-                    shape: info.shape.clone(),
-                    storage: Storage::Sparse(Sparse::new(info.shape.len()).with_zeros()),
-                },
+                None if plan.sparse[t] => Tensor::of_sparse(
+                    info.elem,
+                    info.shape.clone(),
+                    Sparse::new(info.shape.len()).with_zeros(),
+                ),
                 None if pending[t] => {
                     initial::fits_dense(info, o)?;
                     Tensor {

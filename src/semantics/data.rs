@@ -936,7 +936,7 @@ impl Gather {
 
     fn finish(self) -> Tensor {
         let Gather {
-            mut tensor,
+            tensor,
             tuples,
             values,
             count,
@@ -947,9 +947,8 @@ impl Gather {
                 let elem = tensor.elem;
                 let s = Sparse::from_entries(tensor.shape.len(), tuples, values);
                 let rounded: Vec<f64> = s.values().iter().map(|&v| elem.round(v)).collect();
-                tensor.storage =
-                    Storage::Sparse(Sparse::from_sorted(s.positions().clone(), rounded));
-                tensor
+                let s = Sparse::from_sorted(s.positions().clone(), rounded);
+                Tensor::of_sparse(elem, tensor.shape, s)
             }
             Storage::Dense(_) => tensor,
         }

@@ -480,15 +480,29 @@ impl Tensor {
     pub fn sparse(elem: ElemType, shape: Vec<usize>) -> Tensor {
         let storage = if elem == ElemType::Bool {
             Storage::Relation(Relation::from_flat(shape.len(), Vec::new(), 0))
-        } else if elem == ElemType::Int {
-            Storage::Sparse(Sparse::new(shape.len()).as_ints())
         } else {
-            Storage::Sparse(Sparse::new(shape.len()))
+            let elements = Sparse::new(shape.len());
+            return Tensor::of_sparse(elem, shape, elements);
         };
         Tensor {
             elem,
             shape,
             storage,
+        }
+    }
+
+    /// A tensor holding `elements`: an `int` tensor's keep their integers beside the f64
+    /// image (kernels that compute in floating point build elements from f64 values).
+    pub fn of_sparse(elem: ElemType, shape: Vec<usize>, elements: Sparse) -> Tensor {
+        let elements = if elem == ElemType::Int {
+            elements.as_ints()
+        } else {
+            elements
+        };
+        Tensor {
+            elem,
+            shape,
+            storage: Storage::Sparse(elements),
         }
     }
 

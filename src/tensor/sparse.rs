@@ -21,7 +21,7 @@ pub fn worth_storing_sparsely(elements: u128, stored: usize) -> bool {
 }
 
 /// Defined elements: sorted positions and their values.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct Sparse {
     positions: Relation,
     values: Vec<f64>,
@@ -30,6 +30,18 @@ pub struct Sparse {
     ints: Option<Vec<i64>>,
     /// Elements not stored are 0 (every element is defined) rather than undefined.
     zeros: bool,
+}
+
+/// Equal elements, however they are held: an `int` tensor's elements built without `ints`
+/// (their f64 image only) equal the same elements with it when the integers agree.
+impl PartialEq for Sparse {
+    fn eq(&self, other: &Sparse) -> bool {
+        self.positions == other.positions
+            && self.zeros == other.zeros
+            && self.values == other.values
+            && (self.ints.is_none() && other.ints.is_none()
+                || (0..self.len()).all(|i| self.int_of(i) == other.int_of(i)))
+    }
 }
 
 impl Sparse {
@@ -171,11 +183,16 @@ impl Sparse {
     /// [`Sparse::get`] as an integer: exact where the elements are an `int` tensor's.
     pub fn get_int(&self, key: &[u32]) -> Option<i64> {
         match self.positions.find(key) {
-            Some(i) => Some(match &self.ints {
-                Some(ints) => ints[i],
-                None => self.values[i] as i64,
-            }),
+            Some(i) => Some(self.int_of(i)),
             None => self.zeros.then_some(0),
+        }
+    }
+
+    /// The `i`th stored element as an integer: exact where `ints` holds it.
+    fn int_of(&self, i: usize) -> i64 {
+        match &self.ints {
+            Some(ints) => ints[i],
+            None => self.values[i] as i64,
         }
     }
 
@@ -404,6 +421,19 @@ mod tests {
             in_place.apply(list());
             assert_eq!(in_place, s.changed(list()));
         }
+    }
+
+    /// Elements compare by what they are: integers held beside the f64 image, or not held
+    /// where the image is exact, are the same elements; an image that rounded is not.
+    #[test]
+    fn elements_compare_by_value_however_held() {
+        assert_eq!(Sparse::new(2).as_ints(), Sparse::new(2));
+        let one = Relation::from_sorted(1, vec![3]);
+        let image = Sparse::from_sorted(one.clone(), vec![7.0]);
+        assert_eq!(Sparse::from_sorted_ints(one.clone(), vec![7]), image);
+        let big = (1i64 << 53) + 1;
+        let rounded = Sparse::from_sorted(one.clone(), vec![big as f64]);
+        assert_ne!(Sparse::from_sorted_ints(one, vec![big]), rounded);
     }
 
     #[test]

@@ -404,11 +404,11 @@ fn extremes<'a>(p: &Checked, t: TensorId, rows: impl Iterator<Item = &'a [u32]>)
         keys.extend_from_slice(idx);
         values.push(v);
     }
-    Tensor {
-        elem: info.elem,
-        shape: info.shape.clone(),
-        storage: Storage::Sparse(Sparse::from_entries(arity, keys, values)),
-    }
+    Tensor::of_sparse(
+        info.elem,
+        info.shape.clone(),
+        Sparse::from_entries(arity, keys, values),
+    )
 }
 
 /// Count tensor `t`: its facts plus each head's count (the last two positions of a row).

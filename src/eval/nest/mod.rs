@@ -832,11 +832,11 @@ fn every_element(t: &Tensor) -> Tensor {
         keys.extend(idx.iter().map(|&i| i as u32));
         vals.push(v);
     }
-    Tensor {
-        elem: t.elem,
-        shape: t.shape.clone(),
-        storage: Storage::Sparse(crate::tensor::Sparse::from_entries(t.rank(), keys, vals)),
-    }
+    Tensor::of_sparse(
+        t.elem,
+        t.shape.clone(),
+        crate::tensor::Sparse::from_entries(t.rank(), keys, vals),
+    )
 }
 
 /// The tuples of a sparse tensor, or `None` for a dense one (nothing to scan).

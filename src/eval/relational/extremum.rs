@@ -17,7 +17,7 @@ use crate::eval::stop::Ticker;
 use crate::eval::EvalOptions;
 use crate::plan::datalog::ValuedRule;
 use crate::semantics::{Checked, Family, Kind, Stratum, TensorId};
-use crate::tensor::{Sparse, Storage, Tensor};
+use crate::tensor::{Sparse, Tensor};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 /// Head tuples derived in one round with their candidate values.
@@ -65,11 +65,11 @@ pub(in crate::eval) fn evaluate_extremum(
         let values_of: Vec<f64> = (0..store.count)
             .map(|r| info.elem.round(store.values[r as usize]))
             .collect();
-        values[t] = Tensor {
-            elem: info.elem,
-            shape: info.shape.clone(),
-            storage: Storage::Sparse(Sparse::from_entries(store.arity, store.data, values_of)),
-        };
+        values[t] = Tensor::of_sparse(
+            info.elem,
+            info.shape.clone(),
+            Sparse::from_entries(store.arity, store.data, values_of),
+        );
     }
     Ok(Ok(()))
 }

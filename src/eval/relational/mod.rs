@@ -423,13 +423,11 @@ pub(super) fn evaluate_counts(
         if let Some((keys, counts)) = product_of(p, r, *m, values, pool) {
             let positions = crate::tensor::Relation::from_sorted(2, keys);
             let counts = counts.into_iter().map(|n| info.elem.round(n)).collect();
-            values[t] = Tensor {
-                elem: info.elem,
-                shape: info.shape.clone(),
-                storage: crate::tensor::Storage::Sparse(
-                    crate::tensor::Sparse::from_sorted(positions, counts).with_zeros(),
-                ),
-            };
+            values[t] = Tensor::of_sparse(
+                info.elem,
+                info.shape.clone(),
+                crate::tensor::Sparse::from_sorted(positions, counts).with_zeros(),
+            );
             return Ok(());
         }
     }
