@@ -227,8 +227,9 @@ impl Explaining<'_> {
             .collect();
         let _ = writeln!(
             out,
-            "{}, in index order: {} steps along {}",
+            "{}, in index order{}: {} steps along {}",
             self.head,
+            if plan.exact { ", exact i64" } else { "" },
             plan.count,
             axes.join(", ")
         );

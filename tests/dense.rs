@@ -651,10 +651,10 @@ fn recursions_iterate_dense_equations_to_the_reference_fixpoint() {
             "A : real[6, 6]\nM[x, y] = 0.1 sig(A[x, y])\nY[x] = 0.15 + 0.85 M[x, y] Y[y]\n",
             "Y (recursive), dense",
         ),
-        // An int recursion that computes from values (`+ i`) is exact on the loop nests.
+        // An int recursion that computes from values (`+ i`) is exact, step by step.
         (
             "Y : int[10]\nY[0] = 1\nY[i] = 2 Y[i - 1] + i\n",
-            "Y (recursive), loop nests",
+            "Y (recursive), in index order, exact i64",
         ),
     ] {
         assert_engines_agree(src);

@@ -339,7 +339,9 @@ fn a_read_in_a_computed_value_ranges_its_variable() {
 /// negation, an accumulating loop, and aggregates over wide and negative values; and
 /// counters up and down bounded by another variable whose columns a tensor indexes, so that
 /// their extents are inferred before evaluation; and a Collatz trajectory started from a copy
-/// of such a column, which holds values no extent bounds.
+/// of such a column, which holds values no extent bounds; a doubling past 2⁵³ bounded by
+/// comparisons, sums of values past 2⁵³, and an `int` index recursion whose elements pass
+/// 2⁵³, all exact (§8).
 #[derive(Clone, Debug)]
 struct Recursion {
     start: i64,
@@ -349,17 +351,29 @@ struct Recursion {
     rounds: i64,
     scale: i64,
     wide: Vec<(u8, i64)>,
+    base: i64,
+}
+
+/// Values to 2⁴⁰, small ones, and ones past 2⁵³ (of either sign) up to 2⁵⁹: eight of them
+/// sum inside i64.
+fn wide() -> impl Strategy<Value = i64> {
+    prop_oneof![
+        -(1i64 << 40)..(1i64 << 40),
+        -5i64..5,
+        (1i64 << 53)..(1i64 << 59),
+        -(1i64 << 59)..-(1i64 << 53),
+    ]
 }
 
 fn recursion() -> impl Strategy<Value = Recursion> {
-    let wide = prop_oneof![-(1i64 << 40)..(1i64 << 40), -5i64..5];
     (
         (-40i64..40, 1i64..5, -40i64..60),
         (-40i64..40, 0i64..30, -3i64..4),
-        proptest::collection::vec((0u8..3, wide), 1..8),
+        proptest::collection::vec((0u8..3, wide()), 1..8),
+        wide(),
     )
         .prop_map(
-            |((start, step, limit), (stop, rounds, scale), wide)| Recursion {
+            |((start, step, limit), (stop, rounds, scale), wide, base)| Recursion {
                 start,
                 step,
                 limit,
@@ -367,9 +381,13 @@ fn recursion() -> impl Strategy<Value = Recursion> {
                 rounds,
                 scale,
                 wide,
+                base,
             },
         )
 }
+
+/// 2⁶¹, the bound of the doubling `W`.
+const HALF: i64 = 1 << 61;
 
 impl Recursion {
     fn program(&self) -> String {
@@ -380,6 +398,7 @@ impl Recursion {
             stop,
             rounds,
             scale,
+            base,
             ..
         } = self;
         let mut src = format!(
@@ -391,13 +410,17 @@ impl Recursion {
              Down[y] = F(x, y)\n\
              G(x, y, x) :- Start(x, y), x < 12.\nG(x, y, m / 2) :- G(x, y, m), m > 1, m % 2 = 0.\n\
              G(x, y, 3 * m + 1) :- G(x, y, m), m > 1, m % 2 = 1.\n\
-             Reach[x] max= G(x, y, m) m\n",
-            floor = start.max(&0)
+             Reach[x] max= G(x, y, m) m\n\
+             W(0, {base}).\nW(i + 1, v * 2 + {scale}) :- W(i, v), i < 80, v < {HALF}, v > -{HALF}.\n\
+             P : int[{steps}]\nP[0] = {start}\nP[i] = 3 P[i - 1] + i * {scale}\nLast = P[{last}]\n",
+            floor = start.max(&0),
+            steps = rounds + 6,
+            last = rounds + 5,
         );
         for (k, v) in &self.wide {
             src.push_str(&format!("V(K{k}, {v}).\n"));
         }
-        src.push_str("Top[k] max= V(k, v) v\nLow[k] min= V(k, v) v\n");
+        src.push_str("Top[k] max= V(k, v) v\nLow[k] min= V(k, v) v\nSum[k] += V(k, v) v\n");
         src
     }
 
@@ -410,6 +433,7 @@ impl Recursion {
             stop,
             rounds,
             scale,
+            base,
             ..
         } = *self;
         let mut a = vec![start];
@@ -436,6 +460,11 @@ impl Recursion {
             let s = c.last().unwrap().1 + i * scale;
             c.push((i + 1, s));
         }
+        let mut w = vec![(0, base)];
+        while let Some(&(i, v)) = w.last().filter(|(i, v)| *i < 80 && v.abs() < HALF) {
+            w.push((i + 1, v * 2 + scale));
+        }
+        let last = (1..rounds + 6).fold(start, |p, i| 3 * p + i * scale);
         // Symbols print in the order they first appear (§10).
         let mut keys: Vec<u8> = Vec::new();
         for (k, _) in &self.wide {
@@ -492,6 +521,18 @@ impl Recursion {
                     .map(|l| format!("Low{l}"))
                     .collect(),
             ),
+            (
+                "Sum[k]",
+                best(|a, b| a + b)
+                    .into_iter()
+                    .map(|l| format!("Sum{l}"))
+                    .collect(),
+            ),
+            (
+                "W(i, v)",
+                w.iter().map(|(i, v)| format!("W({i}, {v})")).collect(),
+            ),
+            ("Last", vec![format!("Last = {last}")]),
         ]
     }
 }

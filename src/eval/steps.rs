@@ -5,6 +5,7 @@
 //! (its windows moved to the step) or, where that cannot be used, its loop nest.
 
 use super::extreme::ExtremeRun;
+use super::scalar::{Exact, Scalar};
 use super::{dense, fixpoint, nest, EvalOptions};
 use crate::diagnostics::Diagnostics;
 use crate::plan::einsum::DenseEquation;
@@ -24,6 +25,9 @@ pub(super) fn evaluate(
     (o, pool): (&EvalOptions, Option<&rayon::ThreadPool>),
     mut keep: Option<&mut dense::StepTerms>,
 ) -> Result<(), Diagnostics> {
+    if plan.exact {
+        return evaluate_exact(p, st, plan, values, o);
+    }
     let mut writes: Vec<(usize, f64)> = Vec::new();
     let mut extremes: Vec<Option<ExtremeRun>> = plan
         .equations
@@ -112,6 +116,73 @@ pub(super) fn evaluate(
     Ok(())
 }
 
+/// [`evaluate`] for `int` tensors computed from integer values (`Steps::exact`, §8): each
+/// step's loop nests in exact i64, each element of the step written once as its data plus
+/// its contributions; E0406 where one leaves i64.
+fn evaluate_exact(
+    p: &Checked,
+    st: &Stratum,
+    plan: &Steps,
+    values: &mut [Tensor],
+    o: &EvalOptions,
+) -> Result<(), Diagnostics> {
+    let mut writes: Vec<(usize, Exact)> = Vec::new();
+    for s in 0..plan.count {
+        super::stop::check(p, st, &o.stop)?;
+        for group in plan.equations.chunk_by(|a, b| a.target == b.target) {
+            let target = group[0].target;
+            let shape = &p.tensors[target].shape;
+            writes.clear();
+            for eq in group {
+                let Some(x) = eq.at_step(s) else {
+                    continue;
+                };
+                let bound = eq.var.map(|v| (v, x as i64));
+                nest::contributions::<Exact>(&eq.nest, values, o, bound, &mut |idx, v| {
+                    if let Some(at) = offset(idx, shape) {
+                        writes.push((at, v));
+                    }
+                });
+            }
+            // Stable: an element's contributions add in the order written.
+            writes.sort_by_key(|w| w.0);
+            let Storage::Dense(d) = &mut values[target].storage else {
+                continue;
+            };
+            if !add_exact(d, &writes) {
+                return Err(super::accumulate::overflow(&p.tensors[target]).into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Adds sorted exact writes to the elements they name; `false` where a sum leaves i64.
+fn add_exact(d: &mut crate::tensor::Dense, writes: &[(usize, Exact)]) -> bool {
+    for run in writes.chunk_by(|a, b| a.0 == b.0) {
+        let at = run[0].0;
+        let held = Exact(d.get_int(at));
+        let sum = run.iter().fold(held, |a, w| a.fold(Family::Sum, w.1));
+        match sum.0 {
+            Some(v) => d.set_int(at, v),
+            None => return false,
+        }
+    }
+    true
+}
+
+/// The row-major offset of an in-bounds position of `shape`.
+fn offset(idx: &[usize], shape: &[usize]) -> Option<usize> {
+    let mut at = 0usize;
+    for (&i, &n) in idx.iter().zip(shape) {
+        if i >= n {
+            return None;
+        }
+        at = at * n + i;
+    }
+    Some(at)
+}
+
 /// Evaluates a virtual index on the dense path: each step computes the next slice from the
 /// last (starting from the data, or zeros) with the target holding the last while it runs;
 /// the tensor is then its data plus the final slice (§5.2, as the reference steps). A step
@@ -176,15 +247,10 @@ fn contribute(
 ) {
     let shape = &p.tensors[eq.target].shape;
     let bound = eq.var.map(|v| (v, x as i64));
-    nest::contributions(&eq.nest, values, o, bound, &mut |idx, v| {
-        let mut offset = 0usize;
-        for (&i, &n) in idx.iter().zip(shape) {
-            if i >= n {
-                return;
-            }
-            offset = offset * n + i;
+    nest::contributions::<f64>(&eq.nest, values, o, bound, &mut |idx, v| {
+        if let Some(at) = offset(idx, shape) {
+            writes.push((at, v));
         }
-        writes.push((offset, v));
     });
 }
 

@@ -134,12 +134,17 @@ pub(crate) fn plan(p: &Checked) -> Plan {
     let mut defined_only = vec![false; p.tensors.len()];
     for st in &p.strata {
         let mut sp = plan_stratum(p, st, &sparse);
-        if reads_defined_only(&sp.kernel, &defined_only)
-            || !shaped_as_read(p, &sp.kernel)
-            || (computes_in_floats(&sp.kernel)
-                && integer_values(p, st, matches!(sp.kernel, Kernel::Extremum(_))))
-        {
+        if reads_defined_only(&sp.kernel, &defined_only) || !shaped_as_read(p, &sp.kernel) {
             sp.kernel = Kernel::Nest;
+        }
+        if computes_in_floats(&sp.kernel)
+            && integer_values(p, st, matches!(sp.kernel, Kernel::Extremum(_)))
+        {
+            // Index order stays: step by step, in i64.
+            sp.kernel = match std::mem::replace(&mut sp.kernel, Kernel::Nest) {
+                Kernel::Steps(s) => s.exact().map_or(Kernel::Nest, Kernel::Steps),
+                _ => Kernel::Nest,
+            };
         }
         for &t in &st.tensors {
             sparse[t] |= stored_sparse(p, st, &sp, t);

@@ -38,6 +38,26 @@ pub struct Steps {
     /// (`learn::steps_backward`): sums, every equation on a one-step dense plan that moves
     /// to each of its steps.
     pub differentiable: bool,
+    /// Whether the stratum's `int` tensors are computed from integer values (§8): every
+    /// step runs its loop nests in exact i64, no dense plan (which computes in floats).
+    pub exact: bool,
+}
+
+impl Steps {
+    /// The plan computing in exact i64 on the loop nests: for sums only (a `max=`/`min=`
+    /// step keeps its elements in f64), `None` otherwise.
+    pub(crate) fn exact(mut self) -> Option<Steps> {
+        if self.family != Family::Sum {
+            return None;
+        }
+        for eq in &mut self.equations {
+            eq.dense = None;
+            eq.extreme = None;
+        }
+        self.differentiable = false;
+        self.exact = true;
+        Some(self)
+    }
 }
 
 /// One equation, planned for one step.
@@ -326,6 +346,7 @@ pub(crate) fn plan_steps(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<S
         family,
         equations: planned,
         differentiable,
+        exact: false,
     })
 }
 

@@ -186,12 +186,12 @@ fn run_equation(
 /// Calls `f` with the left-hand-side position and value of every point of an equation
 /// without a virtual index, the variable `bound` set outside the nest (one step of an index
 /// recursion, `eval::steps`).
-pub(super) fn contributions(
+pub(super) fn contributions<S: Scalar>(
     n: &NestEquation,
     values: &[Tensor],
     o: &EvalOptions,
     bound: Option<(usize, i64)>,
-    f: &mut dyn FnMut(&[usize], f64),
+    f: &mut dyn FnMut(&[usize], S),
 ) {
     let indexes = Indexes::build(n, values);
     // Index recursion runs over dense axes, which open columns never are.
@@ -206,7 +206,7 @@ pub(super) fn contributions(
     if let Some((v, x)) = bound {
         env[v] = x;
     }
-    cx.run::<f64>(n, &mut env, f);
+    cx.run::<S>(n, &mut env, f);
 }
 
 /// What a nest reads: the values, options, per scan a way to find its tuples, and the
