@@ -72,9 +72,9 @@ pub mod codes {
     /// A value that a rule computes into an integer column leaves the i64 range, or a
     /// column would hold more than 2³² distinct values (§8).
     pub const VALUE_OVERFLOW: &str = "E0406";
-    /// An integer this implementation cannot hold exactly where it is used: an integer
-    /// tensor's element, or a number in an expression, beyond ±2⁵³ (values pass through
-    /// f64 there; relation columns and head arithmetic are exact over all of i64).
+    /// An integer this implementation cannot hold exactly where it is used: a number in an
+    /// expression beyond ±2⁵³, or an integer `min=`/`max=` element past it in the
+    /// differential dataflow (values pass through f64 there).
     pub const INEXACT_INTEGER: &str = "E0407";
     /// A file could not be read or written.
     pub const FILE: &str = "E0501";

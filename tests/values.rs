@@ -6,7 +6,7 @@
 mod common;
 
 use proptest::prelude::*;
-use tensor_logic::eval::{Engine, Reference, Standard};
+use tensor_logic::eval::{Cluster, Differential, Engine, Ran, Reference, Standard};
 use tensor_logic::Session;
 
 /// One rule template and its constants.
@@ -189,6 +189,54 @@ fn integer_tensors_are_exact_over_all_of_i64() {
         let e = run(over, engine).err().unwrap();
         assert!(e.contains("E0406") && e.contains("`T`"), "{e}");
     }
+}
+
+/// Semi-naive `min=` over `int` tensors adds in f64 while every value is below 2⁵³ (it runs
+/// as planned), and past it gives the stratum to the loop nests, which add in i64: shortest
+/// paths whose lengths pass 2⁵³ are exact. The differential dataflow refuses them (E0407).
+#[test]
+fn int_shortest_paths_past_two_to_the_53_stay_exact() {
+    let src = |a: i64, b: i64| {
+        format!(
+            "Road(A, B, {a}). Road(B, C, {b}). Road(C, D, 1). Road(A, D, {}).\n\
+             W[x, y] min= Road(x, y, w) w\n\
+             Dist[x, y] min= W[x, y]\nDist[x, z] min= Dist[x, y] + W[y, z]\n",
+            a + b + 2
+        )
+    };
+    let ran = |s: &Session| {
+        let checked = s.checked().unwrap();
+        let dist = checked.tensor_id("Dist").unwrap();
+        let d = s
+            .decisions()
+            .iter()
+            .find(|d| checked.strata[d.stratum].tensors.contains(&dist));
+        d.map(|d| d.ran).unwrap()
+    };
+    let (a, b) = (1i64 << 52, (1i64 << 52) + 1);
+    for engine in [&Reference as &dyn Engine, &Standard] {
+        let s = run(&src(a, b), engine).unwrap();
+        assert_eq!(
+            s.query("Dist[A, z]").unwrap(),
+            vec![
+                format!("Dist[A, B] = {a}"),
+                format!("Dist[A, C] = {}", a + b),
+                format!("Dist[A, D] = {}", a + b + 1),
+            ]
+        );
+    }
+    assert_eq!(ran(&run(&src(a, b), &Standard).unwrap()), Ran::Nest);
+    let s = run(&src(4, 5), &Standard).unwrap();
+    assert_eq!(s.query("Dist[A, D]").unwrap(), vec!["Dist[A, D] = 10"]);
+    assert_eq!(ran(&s), Ran::Extremum);
+    // The dataflow holds `min=` values in f64: it agrees below 2⁵³ and refuses past it.
+    let dataflow = Differential {
+        cluster: Cluster::default(),
+    };
+    let s = run(&src(4, 5), &dataflow).unwrap();
+    assert_eq!(s.query("Dist[A, D]").unwrap(), vec!["Dist[A, D] = 10"]);
+    let e = run(&src(a, b), &dataflow).err().unwrap();
+    assert!(e.contains("E0407") && e.contains("`Dist`"), "{e}");
 }
 
 /// A rule over the real column of `P(k, v)`, for [`both_engines_agree_on_real_columns`].

@@ -85,6 +85,10 @@ pub(crate) struct RuleValue {
     /// What the head's elements are rounded to (each candidate, as the standard engine
     /// rounds it).
     pub elem: ElemType,
+    /// How the head combines candidates: an `int` candidate that f64 may not hold exactly
+    /// takes the family's extreme (−∞ under `min=`), which wins and is refused when the
+    /// answers are gathered (E0407).
+    pub family: crate::semantics::Family,
 }
 
 /// A rule as a dataflow: the first atom's rows, joins, then the rule's comparisons,
@@ -338,6 +342,7 @@ fn with_values(p: &Checked, vr: &ValuedRule) -> (Rule, Option<RuleValue>) {
         expr: vr.value.clone(),
         words,
         elem: p.tensors[rule.head].elem,
+        family: p.tensors[rule.head].family,
     };
     (rule, Some(value))
 }

@@ -659,6 +659,20 @@ impl ValueExpr {
             ValueExpr::Sub(a, b) => a.eval(atom) - b.eval(atom),
         }
     }
+
+    /// The value of an `int` tensor's element, given each atom's f64 image: `None` where an
+    /// atom, a constant or a partial result is not an integer below 2⁵³, which f64 may
+    /// have rounded (§8). Operands below 2⁵³ add exactly, and a sum that reaches 2⁵³ still
+    /// rounds to at least 2⁵³, so a result this accepts is the exact one.
+    pub fn eval_exact(&self, atom: &dyn Fn(usize) -> f64) -> Option<f64> {
+        let held = |x: f64| crate::tensor::sums_exactly(x).then_some(x);
+        match self {
+            ValueExpr::Atom(k) => held(atom(*k)),
+            ValueExpr::Const(c) => held(*c),
+            ValueExpr::Add(a, b) => held(a.eval_exact(atom)? + b.eval_exact(atom)?),
+            ValueExpr::Sub(a, b) => held(a.eval_exact(atom)? - b.eval_exact(atom)?),
+        }
+    }
 }
 
 /// The rules of a stratum whose tensors all accumulate with the same `min=` or `max=`, whose

@@ -137,9 +137,7 @@ pub(crate) fn plan(p: &Checked) -> Plan {
         if reads_defined_only(&sp.kernel, &defined_only) || !shaped_as_read(p, &sp.kernel) {
             sp.kernel = Kernel::Nest;
         }
-        if computes_in_floats(&sp.kernel)
-            && integer_values(p, st, matches!(sp.kernel, Kernel::Extremum(_)))
-        {
+        if computes_in_floats(&sp.kernel) && integer_values(p, st) {
             // Index order stays: step by step, in i64.
             sp.kernel = match std::mem::replace(&mut sp.kernel, Kernel::Nest) {
                 Kernel::Steps(s) => s.exact().map_or(Kernel::Nest, Kernel::Steps),
@@ -160,45 +158,36 @@ pub(crate) fn plan(p: &Checked) -> Plan {
     }
 }
 
-/// Whether a kernel computes its elements in floating point: exact for integers only below
-/// 2⁵³.
+/// Whether a kernel computes its elements in floating point, exact for integers only below
+/// 2⁵³. Semi-naive `min=`/`max=` is not one: it adds integers in f64 only while every
+/// operand and partial sum is below 2⁵³, and declines to the nests otherwise.
 fn computes_in_floats(kernel: &Kernel) -> bool {
     matches!(
         kernel,
-        Kernel::Dense(_) | Kernel::Extremum(_) | Kernel::Steps(_) | Kernel::Virtual(_)
+        Kernel::Dense(_) | Kernel::Steps(_) | Kernel::Virtual(_)
     )
 }
 
 /// Whether an equation of the stratum computes an `int` tensor from integer values (an
 /// integer tensor's elements, a variable's value, a constant beyond ±1) rather than by
 /// counting Boolean reads: its elements may pass 2⁵³, so the loop nests compute it in exact
-/// i64 (§8). A count stays below 2⁵³ wherever the points it counts can be visited. With
-/// `own`, reads of the stratum's own tensors do not count: a semi-naive `min=`/`max=` only
-/// chooses among and adds up counts then (path lengths in hops), bounded by its rounds.
-fn integer_values(p: &Checked, st: &Stratum, own: bool) -> bool {
-    use crate::semantics::Node;
-    let values = |n: &Node| integer_values_in(n, p, &|t| own && st.tensors.contains(&t));
+/// i64 (§8). A count stays below 2⁵³ wherever the points it counts can be visited.
+fn integer_values(p: &Checked, st: &Stratum) -> bool {
     p.equations.iter().any(|eq| {
         st.tensors.contains(&eq.target)
             && p.tensors[eq.target].elem == crate::tensor::ElemType::Int
-            && values(&eq.rhs)
+            && integer_values_in(&eq.rhs, p)
     })
 }
 
-/// [`integer_values`] of one expression, reads of the tensors `skip` names aside.
-fn integer_values_in(
-    n: &crate::semantics::Node,
-    p: &Checked,
-    skip: &dyn Fn(usize) -> bool,
-) -> bool {
+/// [`integer_values`] of one expression.
+fn integer_values_in(n: &crate::semantics::Node, p: &Checked) -> bool {
     use crate::semantics::Node;
-    let values = |n: &Node| integer_values_in(n, p, skip);
+    let values = |n: &Node| integer_values_in(n, p);
     match n {
         Node::Const(c) => c.value().abs() > 1.0,
         Node::Var(_) => true,
-        Node::Read { tensor, .. } => {
-            p.tensors[*tensor].elem == crate::tensor::ElemType::Int && !skip(*tensor)
-        }
+        Node::Read { tensor, .. } => p.tensors[*tensor].elem == crate::tensor::ElemType::Int,
         Node::Compare(..) => false,
         Node::Sum { body, .. } | Node::Neg(body) | Node::Not(body) => values(body),
         Node::Normalize(_, _, body) | Node::Concat { arg: body, .. } => values(body),

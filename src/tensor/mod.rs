@@ -753,6 +753,13 @@ impl Tensor {
     }
 }
 
+/// Whether `v` is an integer below 2⁵³ in magnitude: f64 holds it, and sums of two such
+/// are exact or reach 2⁵³ (rounding cannot bring them back below), so a kernel adding
+/// integers in f64 can tell when it is exact (§8).
+pub fn sums_exactly(v: f64) -> bool {
+    v.fract() == 0.0 && v.abs() < 9_007_199_254_740_992.0
+}
+
 /// Formats a number in the shortest form that reads back to the same value (§10).
 pub fn format_number(v: f64, elem: ElemType) -> String {
     if v == 0.0 {

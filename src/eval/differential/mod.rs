@@ -226,10 +226,27 @@ fn trouble(
             continue;
         };
         if let Some((_, bad)) = m.iter().find(|(_, v)| !v.is_finite()) {
+            if values[t].elem == crate::tensor::ElemType::Int {
+                return Some(inexact(&p.tensors[t]));
+            }
             return Some(super::fixpoint::diverged(p, stratum(t)?, t, bad));
         }
     }
     None
+}
+
+/// E0407 for an `int` `min=`/`max=` tensor whose candidates f64 may not have held exactly.
+fn inexact(info: &crate::semantics::TensorInfo) -> Diagnostic {
+    Diagnostic::error(
+        codes::INEXACT_INTEGER,
+        info.span,
+        format!(
+            "an element of `{}` reached an integer past 2⁵³, which the dataflow's f64 values do not hold exactly",
+            info.name
+        ),
+    )
+    .with_label("an integer tensor")
+    .with_note("the differential engine computes `min=`/`max=` in f64; the standard engine computes this tensor exactly (--engine standard)")
 }
 
 /// What input `t` of the dataflow starts with: the facts of a relation it defines, the value
@@ -404,11 +421,16 @@ fn extremes<'a>(p: &Checked, t: TensorId, rows: impl Iterator<Item = &'a [u32]>)
         keys.extend_from_slice(idx);
         values.push(v);
     }
-    Tensor::of_sparse(
-        info.elem,
-        info.shape.clone(),
-        Sparse::from_entries(arity, keys, values),
-    )
+    let elements = Sparse::from_entries(arity, keys, values);
+    if elements.values().iter().any(|v| v.is_infinite()) {
+        // Kept as they came, for `trouble` to find (an `int` one is E0407 there).
+        return Tensor {
+            elem: info.elem,
+            shape: info.shape.clone(),
+            storage: Storage::Sparse(elements),
+        };
+    }
+    Tensor::of_sparse(info.elem, info.shape.clone(), elements)
 }
 
 /// Count tensor `t`: its facts plus each head's count (the last two positions of a row).

@@ -401,12 +401,20 @@ fn rule<'s, T: Timestamp + Lattice>(
     })
 }
 
-/// A `min=`/`max=` rule's head value under assignment `a`, rounded to its element type.
+/// A `min=`/`max=` rule's head value under assignment `a`, rounded to its element type; an
+/// `int` one that f64 may not hold exactly is the family's extreme (`RuleValue::family`).
 fn valued(value: &RuleValue, a: &[u32]) -> f64 {
     let atom = |k: usize| match value.words.get(k).copied().flatten() {
         Some([hi, lo]) => Delta::value(&[a[hi], a[lo]]).1,
         None => 1.0,
     };
+    if value.elem == crate::tensor::ElemType::Int {
+        let extreme = match value.family {
+            crate::semantics::Family::Min => f64::NEG_INFINITY,
+            _ => f64::INFINITY,
+        };
+        return value.expr.eval_exact(&atom).unwrap_or(extreme);
+    }
     value.elem.round(value.expr.eval(&atom))
 }
 

@@ -25,6 +25,8 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 struct Candidates {
     tuples: Derived,
     values: Vec<f64>,
+    /// An `int` value f64 might not hold exactly was met (`ValueExpr::eval_exact`).
+    inexact: bool,
 }
 
 /// Why the rounds stopped without settling: the loop nests then decide the outcome (an
@@ -33,6 +35,9 @@ pub(in crate::eval) type Unsettled = &'static str;
 
 /// A value not finite: the loop nests report it or compute what it stands for.
 const NOT_FINITE: Unsettled = "semi-naive `min=`/`max=` met a value that is not finite";
+/// An integer at or past 2⁵³, which the rounds' f64 may not hold: the nests compute in i64.
+const PAST_EXACT: Unsettled =
+    "semi-naive `min=`/`max=` met an integer past 2⁵³, which its f64 values do not hold exactly";
 /// More rounds than `--max-iters`.
 const TOO_MANY_ROUNDS: Unsettled =
     "semi-naive `min=`/`max=` did not settle within --max-iters rounds";
@@ -47,6 +52,17 @@ pub(in crate::eval) fn evaluate_extremum(
     o: &EvalOptions,
 ) -> Result<Result<(), Unsettled>, Diagnostics> {
     let mut full = stores(st, rules, values);
+    // The stratum's own data keeps its values unless improved: f64 must hold them.
+    let exact = |t: &TensorId| {
+        p.tensors[*t].elem != crate::tensor::ElemType::Int
+            || full[t]
+                .values
+                .iter()
+                .all(|&v| crate::tensor::sums_exactly(v))
+    };
+    if !st.tensors.iter().all(exact) {
+        return Ok(Err(PAST_EXACT));
+    }
     let improving = Improving {
         p,
         st,
@@ -119,7 +135,7 @@ impl Improving<'_> {
         &self,
         (full, mut delta): (&mut HashMap<TensorId, Store>, HashMap<TensorId, Store>),
         (values, o): (&[Tensor], &EvalOptions),
-    ) -> Result<Vec<Candidate>, Diagnostics> {
+    ) -> Result<Result<Vec<Candidate>, Unsettled>, Diagnostics> {
         let open = crate::eval::open::Open::of(self.p);
         let checker = Checker {
             values,
@@ -138,6 +154,9 @@ impl Improving<'_> {
             }
         }
         let mut out = Vec::new();
+        if found.values().any(|c| c.inexact) {
+            return Ok(Err(PAST_EXACT));
+        }
         for (t, c) in found {
             let arity = c
                 .tuples
@@ -149,7 +168,7 @@ impl Improving<'_> {
                 out.push((t, c.tuples.values[k * arity..(k + 1) * arity].to_vec(), v));
             }
         }
-        Ok(out)
+        Ok(Ok(out))
     }
 
     /// Runs rounds until nothing improves, over `full`. With an empty `delta` the first round
@@ -203,6 +222,9 @@ impl Improving<'_> {
                 let Some(found) = candidates.remove(&t) else {
                     continue;
                 };
+                if found.inexact {
+                    return Ok(Err(PAST_EXACT));
+                }
                 let Some(store) = full.get_mut(&t) else {
                     continue;
                 };
@@ -285,6 +307,7 @@ fn run(
         })
         .collect();
     let found = out.entry(r.head).or_default();
+    let exact = checker.values[r.head].elem == crate::tensor::ElemType::Int;
     let mut walk = cx.walk();
     let mut ticks = Ticker::new(&checker.o.stop);
     let mut keep = |env: &[u32]| {
@@ -297,7 +320,14 @@ fn run(
             let k = step_of[j];
             stores[k].map_or(0.0, |s| s.value(env[r.vars + k]))
         };
-        found.values.push(vr.value.eval(&atom_value));
+        let value = match exact {
+            true => vr.value.eval_exact(&atom_value).unwrap_or_else(|| {
+                found.inexact = true;
+                0.0
+            }),
+            false => vr.value.eval(&atom_value),
+        };
+        found.values.push(value);
         found.tuples.push(r, env);
     };
     cx.join(0, &mut walk, &mut keep, &mut ticks);

@@ -44,11 +44,6 @@ pub(crate) struct KeptExtremum {
     integral: bool,
 }
 
-/// Whether `v` is an integer that f64 sums keep exact.
-fn integer(v: f64) -> bool {
-    v.fract() == 0.0 && v.abs() < 9_007_199_254_740_992.0
-}
-
 /// What the rules read: the stratum, its rules, and the evaluation's settings and values.
 type Reading<'a> = (&'a Checked, &'a Stratum, &'a [ValuedRule]);
 
@@ -80,7 +75,9 @@ impl KeptExtremum {
                     .chain(r.absent.iter().map(|a| a.tensor))
             })
             .collect();
-        let integral = full.values().all(|s| s.values.iter().all(|&v| integer(v)));
+        let integral = full
+            .values()
+            .all(|s| s.values.iter().all(|&v| crate::tensor::sums_exactly(v)));
         KeptExtremum {
             full,
             dead: Dead::default(),
@@ -135,7 +132,7 @@ impl KeptExtremum {
                 }
                 fresh.push(idx);
                 if valued {
-                    self.integral &= integer(v);
+                    self.integral &= crate::tensor::sums_exactly(v);
                     fresh.values.push(v);
                 }
             }
@@ -170,7 +167,7 @@ impl KeptExtremum {
             if let Some(old) = old {
                 d.removed.push(with_value(tuple, old));
             }
-            self.integral &= integer(new);
+            self.integral &= crate::tensor::sums_exactly(new);
             d.added.push(with_value(tuple, new));
         }
         Ok(Update::Done(out))
@@ -229,7 +226,10 @@ impl KeptExtremum {
             rules,
             dead: Some(&self.dead),
         };
-        let candidates = improving.candidates((&mut self.full, delta), (values, o))?;
+        let candidates = match improving.candidates((&mut self.full, delta), (values, o))? {
+            Ok(candidates) => candidates,
+            Err(why) => return Ok(Some(why)),
+        };
         let family = p.tensors[st.tensors[0]].family;
         let worse = |candidate: f64, now: f64| match family {
             Family::Min => candidate > now,
