@@ -522,7 +522,7 @@ impl<'a> Cx<'a> {
                     self.value::<S>(a, env, total),
                     self.value::<S>(b, env, total),
                 );
-                Some(a?.binary(*op, b?))
+                a?.binary(*op, b?)
             }
             Node::Compare(op, a, b) => {
                 // Variables and constants compare exactly, as integers where they are.

@@ -32,8 +32,9 @@ pub(crate) trait Scalar: Copy {
     fn neg(self) -> Self;
     /// `1 - self` (`not`).
     fn not(self) -> Self;
-    /// `self op b`.
-    fn binary(self, op: BinOp, b: Self) -> Self;
+    /// `self op b`; `None` for `%` or integer division of integers by zero, where the point
+    /// is nothing (a rule derives nothing there, as in an index and a value binding).
+    fn binary(self, op: BinOp, b: Self) -> Option<Self>;
     /// `self op b` as 0 or 1.
     fn compare(self, op: CmpOp, b: Self) -> Self;
     /// A built-in function of the arguments (integer ones only take integer arguments).
@@ -93,8 +94,9 @@ impl Scalar for f64 {
         1.0 - self
     }
     #[inline]
-    fn binary(self, op: BinOp, b: f64) -> f64 {
-        op.apply(self, b)
+    fn binary(self, op: BinOp, b: f64) -> Option<f64> {
+        let by_zero = matches!(op, BinOp::Rem | BinOp::Quot) && b == 0.0 && self.fract() == 0.0;
+        (!by_zero).then(|| op.apply(self, b))
     }
     #[inline]
     fn compare(self, op: CmpOp, b: f64) -> f64 {
@@ -170,14 +172,17 @@ impl Scalar for Exact {
     fn not(self) -> Exact {
         Exact(self.0.and_then(|a| 1i64.checked_sub(a)))
     }
-    fn binary(self, op: BinOp, b: Exact) -> Exact {
-        match op {
+    fn binary(self, op: BinOp, b: Exact) -> Option<Exact> {
+        if matches!(op, BinOp::Rem | BinOp::Quot) && b.0 == Some(0) {
+            return None;
+        }
+        Some(match op {
             BinOp::Add => self.with(b, i64::checked_add),
             BinOp::Sub => self.with(b, i64::checked_sub),
             BinOp::Rem => self.with(b, i64::checked_rem),
             BinOp::Quot => self.with(b, i64::checked_div),
             BinOp::Pow => self.with(b, |a, b| a.checked_pow(u32::try_from(b).ok()?)),
-        }
+        })
     }
     fn compare(self, op: CmpOp, b: Exact) -> Exact {
         match self.0.zip(b.0) {

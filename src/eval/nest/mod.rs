@@ -560,7 +560,7 @@ impl Cx<'_> {
                     self.value::<S>(a, env, slots),
                     self.value::<S>(b, env, slots),
                 );
-                Some(a?.binary(*op, b?))
+                a?.binary(*op, b?)
             }
             Value::Compare(op, a, b) => {
                 // Variables and constants compare exactly, as integers where they are.
