@@ -520,10 +520,12 @@ impl Recursion {
                 keys.push(*k);
             }
         }
+        // Facts are a set: a repeated `V(K1, -5).` is one fact.
+        let facts: std::collections::BTreeSet<(u8, i64)> = self.wide.iter().copied().collect();
         let best = |pick: fn(i64, i64) -> i64| -> Vec<String> {
             keys.iter()
                 .map(|k| {
-                    let vs = self.wide.iter().filter(|(j, _)| j == k).map(|(_, v)| *v);
+                    let vs = facts.iter().filter(|(j, _)| j == k).map(|(_, v)| *v);
                     (k, vs.reduce(pick).unwrap())
                 })
                 .map(|(k, v)| format!("[K{k}] = {v}"))
