@@ -293,7 +293,14 @@ fn unflowable(p: &Checked, rules: &[Lowering]) -> Option<&'static str> {
     if rules.iter().any(|(r, _)| r.joined().atoms.is_empty()) {
         return Some("a rule without a positive atom has no arrangement to start from");
     }
-    if rules.iter().any(|(r, _)| r.uses_open_values(p)) {
+    let open_valued = |(r, v): &Lowering| {
+        v.as_ref().is_some_and(|v| v.expr.reads_vars())
+            && p.equations[r.equation]
+                .vars
+                .iter()
+                .any(|x| x.open.is_some())
+    };
+    if rules.iter().any(|(r, _)| r.uses_open_values(p)) || rules.iter().any(open_valued) {
         return Some(
             "it computes with the values of open integer columns (§8), which are \
              numbered as they are met and so differ between workers",

@@ -635,12 +635,14 @@ pub struct ValuedRule {
     pub value: ValueExpr,
 }
 
-/// Sums and differences of read values and constants, in the order the equation writes them
-/// (floating-point addition is not associative, so the order is kept).
+/// Sums and differences of read values, variables' values and constants, in the order the
+/// equation writes them (floating-point addition is not associative, so the order is kept).
 #[derive(Clone, Debug, PartialEq)]
 pub enum ValueExpr {
     /// The value of atom `k` of the rule.
     Atom(usize),
+    /// The value of a variable an atom binds (`E(x, y, w) w`, §8).
+    Var(VarId),
     /// A number.
     Const(f64),
     /// `a + b`.
@@ -650,13 +652,35 @@ pub enum ValueExpr {
 }
 
 impl ValueExpr {
-    /// The value, given each atom's.
-    pub fn eval(&self, atom: &dyn Fn(usize) -> f64) -> f64 {
+    /// The value, given each atom's and each variable's.
+    pub fn eval(&self, atom: &dyn Fn(usize) -> f64, var: &dyn Fn(VarId) -> f64) -> f64 {
         match self {
             ValueExpr::Atom(k) => atom(*k),
+            ValueExpr::Var(v) => var(*v),
             ValueExpr::Const(c) => *c,
-            ValueExpr::Add(a, b) => a.eval(atom) + b.eval(atom),
-            ValueExpr::Sub(a, b) => a.eval(atom) - b.eval(atom),
+            ValueExpr::Add(a, b) => a.eval(atom, var) + b.eval(atom, var),
+            ValueExpr::Sub(a, b) => a.eval(atom, var) - b.eval(atom, var),
+        }
+    }
+
+    /// Whether a variable's value is part of it.
+    pub fn reads_vars(&self) -> bool {
+        match self {
+            ValueExpr::Var(_) => true,
+            ValueExpr::Atom(_) | ValueExpr::Const(_) => false,
+            ValueExpr::Add(a, b) | ValueExpr::Sub(a, b) => a.reads_vars() || b.reads_vars(),
+        }
+    }
+
+    /// Calls `f` with each variable whose value is part of it.
+    fn vars(&self, f: &mut dyn FnMut(VarId)) {
+        match self {
+            ValueExpr::Var(v) => f(*v),
+            ValueExpr::Atom(_) | ValueExpr::Const(_) => {}
+            ValueExpr::Add(a, b) | ValueExpr::Sub(a, b) => {
+                a.vars(f);
+                b.vars(f);
+            }
         }
     }
 
@@ -664,19 +688,26 @@ impl ValueExpr {
     /// atom, a constant or a partial result is not an integer below 2⁵³, which f64 may
     /// have rounded (§8). Operands below 2⁵³ add exactly, and a sum that reaches 2⁵³ still
     /// rounds to at least 2⁵³, so a result this accepts is the exact one.
-    pub fn eval_exact(&self, atom: &dyn Fn(usize) -> f64) -> Option<f64> {
+    pub fn eval_exact(
+        &self,
+        atom: &dyn Fn(usize) -> f64,
+        var: &dyn Fn(VarId) -> f64,
+    ) -> Option<f64> {
         let held = |x: f64| crate::tensor::sums_exactly(x).then_some(x);
+        let exact = |x: &ValueExpr| x.eval_exact(atom, var);
         match self {
             ValueExpr::Atom(k) => held(atom(*k)),
+            ValueExpr::Var(v) => held(var(*v)),
             ValueExpr::Const(c) => held(*c),
-            ValueExpr::Add(a, b) => held(a.eval_exact(atom)? + b.eval_exact(atom)?),
-            ValueExpr::Sub(a, b) => held(a.eval_exact(atom)? - b.eval_exact(atom)?),
+            ValueExpr::Add(a, b) => held(exact(a)? + exact(b)?),
+            ValueExpr::Sub(a, b) => held(exact(a)? - exact(b)?),
         }
     }
 }
 
 /// The rules of a stratum whose tensors all accumulate with the same `min=` or `max=`, whose
-/// bodies add up reads of relations and of tensors with defined elements, and in which the
+/// bodies add up reads of relations and of tensors with defined elements and the values of
+/// variables those bind (a relation in a product only restricts), and in which the
 /// stratum's own tensors are only ever added (never subtracted): then each iteration can only
 /// improve elements, and only joins through the last round's improvements can improve more.
 pub(crate) fn plan_extremum(p: &Checked, st: &Stratum) -> Option<Vec<ValuedRule>> {
@@ -721,7 +752,10 @@ pub(crate) fn plan_extremum(p: &Checked, st: &Stratum) -> Option<Vec<ValuedRule>
                     positive[*v] = true;
                 }
             }
+            let mut valued_bound = true;
+            value.vars(&mut |v| valued_bound &= positive[v]);
             let safe = !rule.atoms.is_empty()
+                && valued_bound
                 && rule
                     .head_terms
                     .iter()
@@ -749,6 +783,22 @@ fn value_expr(
         // subtracted: `a - min(b)` is `max(a - b)`.
         Node::Sum { vars, body } if adds || vars.is_empty() => value_expr(p, st, body, adds, atoms),
         Node::Const(c) => Some(ValueExpr::Const(c.value())),
+        Node::Var(v) => Some(ValueExpr::Var(*v)),
+        // Relations only restrict where the one other factor's value is taken (they are 1
+        // where they hold, and the join visits nothing else).
+        Node::Product(fs) if fs.iter().all(|(div, _)| !div) => {
+            let relation = |f: &Node| matches!(f, Node::Read { tensor, .. } if p.tensors[*tensor].kind == Kind::Bool);
+            let (relations, values): (Vec<&Node>, Vec<&Node>) =
+                fs.iter().map(|(_, f)| f).partition(|f| relation(f));
+            for r in relations {
+                value_expr(p, st, r, adds, atoms)?;
+            }
+            match values.as_slice() {
+                [] => Some(ValueExpr::Const(1.0)),
+                [v] => value_expr(p, st, v, adds, atoms),
+                _ => None,
+            }
+        }
         Node::Read {
             tensor,
             index,

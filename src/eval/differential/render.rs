@@ -408,14 +408,16 @@ fn valued(value: &RuleValue, a: &[u32]) -> f64 {
         Some([hi, lo]) => Delta::value(&[a[hi], a[lo]]).1,
         None => 1.0,
     };
+    // Rules that read an open column's values stay out of the dataflow (`unflowable`).
+    let position = |v: usize| f64::from(a[v]);
     if value.elem == crate::tensor::ElemType::Int {
         let extreme = match value.family {
             crate::semantics::Family::Min => f64::NEG_INFINITY,
             _ => f64::INFINITY,
         };
-        return value.expr.eval_exact(&atom).unwrap_or(extreme);
+        return value.expr.eval_exact(&atom, &position).unwrap_or(extreme);
     }
-    value.elem.round(value.expr.eval(&atom))
+    value.elem.round(value.expr.eval(&atom, &position))
 }
 
 /// The positions `terms` take under assignment `a`.

@@ -308,6 +308,8 @@ fn run(
         .collect();
     let found = out.entry(r.head).or_default();
     let exact = checker.values[r.head].elem == crate::tensor::ElemType::Int;
+    // A variable of an open column holds its value's handle (§8), others their position.
+    let tables = super::join::rule_tables(r, &checker);
     let mut walk = cx.walk();
     let mut ticks = Ticker::new(&checker.o.stop);
     let mut keep = |env: &[u32]| {
@@ -320,12 +322,19 @@ fn run(
             let k = step_of[j];
             stores[k].map_or(0.0, |s| s.value(env[r.vars + k]))
         };
+        let var_value = |v: usize| match tables.get(v).copied().flatten() {
+            Some(t) => t.value(env[v]) as f64,
+            None => f64::from(env[v]),
+        };
         let value = match exact {
-            true => vr.value.eval_exact(&atom_value).unwrap_or_else(|| {
-                found.inexact = true;
-                0.0
-            }),
-            false => vr.value.eval(&atom_value),
+            true => vr
+                .value
+                .eval_exact(&atom_value, &var_value)
+                .unwrap_or_else(|| {
+                    found.inexact = true;
+                    0.0
+                }),
+            false => vr.value.eval(&atom_value, &var_value),
         };
         found.values.push(value);
         found.tuples.push(r, env);
