@@ -487,6 +487,10 @@ impl Recursion {
             src.push_str(&format!("V(K{k}, {v}).\n"));
         }
         src.push_str("Top[k] max= V(k, v) v\nLow[k] min= V(k, v) v\nSum[k] += V(k, v) v\n");
+        for (i, (k, v)) in self.wide.iter().enumerate() {
+            src.push_str(&format!("E(K{k}, K{}, {}).\n", edge_end(i, *k), v.abs()));
+        }
+        src.push_str("Len[x, y] min= E(x, y, w) w\nLen[x, z] min= Len[x, y] + E(y, z, w) w\n");
         src
     }
 
@@ -605,6 +609,47 @@ impl Recursion {
     }
 }
 
+/// The node the `i`th weighted edge from `K{k}` goes to.
+fn edge_end(i: usize, k: u8) -> u8 {
+    (k + 1 + i as u8 % 2) % 3
+}
+
+impl Recursion {
+    /// The lightest walk of one edge or more between each pair of nodes, worked out here by
+    /// relaxing every edge until nothing shortens, as `Len[x, y]` prints them (sorted).
+    fn lightest_walks(&self) -> Vec<String> {
+        let mut len = std::collections::BTreeMap::<(u8, u8), i64>::new();
+        let edges: Vec<(u8, u8, i64)> = (self.wide.iter().enumerate())
+            .map(|(i, &(k, v))| (k, edge_end(i, k), v.abs()))
+            .collect();
+        for &(x, y, w) in &edges {
+            let e = len.entry((x, y)).or_insert(w);
+            *e = (*e).min(w);
+        }
+        loop {
+            let mut changed = false;
+            for ((x, y), d) in len.clone() {
+                for &(_, z, w) in edges.iter().filter(|e| e.0 == y) {
+                    let e = len.entry((x, z)).or_insert(i64::MAX);
+                    if d + w < *e {
+                        *e = d + w;
+                        changed = true;
+                    }
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        let mut out: Vec<String> = len
+            .iter()
+            .map(|((x, y), d)| format!("Len[K{x}, K{y}] = {d}"))
+            .collect();
+        out.sort();
+        out
+    }
+}
+
 /// The values of the Collatz trajectory from `n` (down to 1), sorted.
 fn collatz(n: i64) -> Vec<i64> {
     let mut seen = vec![n];
@@ -633,6 +678,11 @@ proptest! {
             prop_assert_eq!(&x, &y, "{} differs between engines in\n{}", query, src);
             prop_assert_eq!(&y, &want, "{} in\n{}", query, src);
         }
+        let (mut x, mut y) = (a.query("Len[x, y]").unwrap(), b.query("Len[x, y]").unwrap());
+        x.sort();
+        y.sort();
+        prop_assert_eq!(&x, &y, "Len differs between engines in\n{}", src);
+        prop_assert_eq!(&y, &r.lightest_walks(), "Len in\n{}", src);
         for query in ["Up[x]", "Down[y]"] {
             prop_assert_eq!(a.query(query).unwrap(), b.query(query).unwrap(), "{} in\n{}", query, src);
         }
