@@ -110,6 +110,18 @@ fn step_bytes(p: &Checked, active: &[bool], trainable: &[TensorId]) -> u128 {
         .fold(0u128, u128::saturating_add)
 }
 
+/// E0601 where the forward pass's tensors and a training step's state (`step_bytes`)
+/// would not fit `--max-memory` together (§15).
+pub(crate) fn fits_step(
+    p: &Checked,
+    plan: &Plan,
+    o: &EvalOptions,
+    (loss, trainable): (TensorId, &[TensorId]),
+) -> Result<(), Diagnostics> {
+    let active = gradient::active(p, loss, trainable);
+    crate::eval::fits_budget(p, plan, step_bytes(p, &active, trainable), o)
+}
+
 fn differentiate(
     p: &Checked,
     plan: Option<&Plan>,
@@ -121,7 +133,7 @@ fn differentiate(
     let needed = gradient::needed(p, loss);
     let (mut values, records) = match plan {
         Some(plan) => {
-            crate::eval::fits_budget(p, plan, step_bytes(p, &active, trainable), o)?;
+            fits_step(p, plan, o, (loss, trainable))?;
             let mut skip = vec![false; p.strata.len()];
             let record = gradient::strata_to_record(p, plan, &active, &skip);
             let (values, records) = evaluate_recorded(p, plan, o, &needed, &record)?;

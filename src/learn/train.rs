@@ -140,6 +140,10 @@ pub fn train(
     let per_epoch = batching
         .as_ref()
         .map_or(1, |b| b.examples.div_ceil(b.size).max(1)) as u64;
+    if batching.is_none() {
+        // Refused before the parameters' f64 copies and the program's copy are made.
+        super::fits_step(p, &crate::plan::plan(p), o, (loss, &trainable))?;
+    }
     let total = opts.steps.unwrap_or(per_epoch * opts.epochs);
     let mut config = opts.optimizer.clone();
     config.total_steps = total;
