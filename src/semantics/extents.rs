@@ -681,17 +681,23 @@ impl<'a, 's> Ranging<'a, 's> {
             .saturating_mul(scale)
             .saturating_add(64)
             .min(SCAN_LIMIT);
-        // Reads that shift `v` alone (`Temp(-x)`, `Obs(t + 1, o)`) keep it in an interval,
-        // known at once: the scan below would walk to it one value at a time.
-        let shifts: Option<Vec<(i64, i64, i64)>> = constraints
+        // Reads affine in `v` (`Temp(-x)`, `Obs(t + 1, o)`, `Img[3 * x + dx + c]`) keep it in
+        // an interval, known at once: the scan below would walk to it one value at a time
+        // (4·10⁶ values for a large constant).
+        let affine: Option<Vec<Read>> = constraints
             .iter()
             .map(|(t, ax, f)| {
                 let ext = tensors[*t].shape.get(*ax).copied().unwrap_or(0) as i64;
-                single_shift(f, v).map(|(k, c)| (k, c, ext))
+                let k = affine_coefficient(f, v)?;
+                // Where another variable's range is empty the read binds nothing (as below).
+                Some(match bounds(f, range, &[], Some((v, 0))) {
+                    Some((low, high)) => (k, low, high, ext),
+                    None => (0, 0, 0, 1),
+                })
             })
             .collect();
-        if let Some(shifts) = shifts {
-            return match valid_interval(&shifts, limit) {
+        if let Some(valid) = affine.and_then(|reads| valid_interval(&reads, limit)) {
+            return match valid {
                 Valid::Empty => Some(0),
                 Valid::Below(end) => Some(end as usize),
                 Valid::ToTheLimit => None,
@@ -734,35 +740,63 @@ enum Valid {
     ToTheLimit,
 }
 
-/// [`Valid`] for reads `(k, c, extent)`: each keeps `0 ≤ k·v + c < extent`, an interval of
-/// `v`; so does their intersection with `0..limit`. The same answer as a scan of every value.
-fn valid_interval(shifts: &[(i64, i64, i64)], limit: i64) -> Valid {
+/// A read `k·v + r` of an axis of extent `e`, the rest `r` ranging over `low..=high`:
+/// `(k, low, high, e)`.
+type Read = (i64, i64, i64, i64);
+
+/// [`Valid`] for reads each keeping `0 ≤ k·v + r < extent` for every value of the rest: an
+/// interval of `v`; so does their intersection with `0..limit`. The same answer as a scan
+/// of every value; `None` where the arithmetic leaves i64 (the scan decides then).
+fn valid_interval(reads: &[Read], limit: i64) -> Option<Valid> {
     let (mut lo, mut hi) = (0i64, limit - 1);
-    for &(k, c, ext) in shifts {
-        let top = ext - 1 - c;
+    let ceil = |a: i64, b: i64| Some(a.div_euclid(b) + i64::from(a.rem_euclid(b) != 0));
+    for &(k, low, high, ext) in reads {
+        // k·v ≥ -low and k·v ≤ ext - 1 - high.
+        let top = ext.checked_sub(1)?.checked_sub(high)?;
+        let bottom = low.checked_neg()?;
         let (from, to) = match k {
-            0 if (0..ext).contains(&c) => continue,
-            0 => return Valid::Empty,
-            // k·v ≥ -c and k·v ≤ ext - 1 - c.
-            k if k > 0 => (
-                (-c).div_euclid(k) + i64::from((-c).rem_euclid(k) != 0),
-                top.div_euclid(k),
-            ),
+            0 if bottom <= 0 && top >= 0 => continue,
+            0 => return Some(Valid::Empty),
+            k if k > 0 => (ceil(bottom, k)?, top.div_euclid(k)),
             k => {
-                let m = -k;
-                (
-                    (-top).div_euclid(m) + i64::from((-top).rem_euclid(m) != 0),
-                    c.div_euclid(m),
-                )
+                let m = k.checked_neg()?;
+                (ceil(top.checked_neg()?, m)?, low.div_euclid(m))
             }
         };
         lo = lo.max(from);
         hi = hi.min(to);
     }
-    match (lo > hi, hi >= limit - 1) {
+    Some(match (lo > hi, hi >= limit - 1) {
         (true, _) => Valid::Empty,
         (false, true) => Valid::ToTheLimit,
         (false, false) => Valid::Below(hi + 1),
+    })
+}
+
+/// The `k` of an index function that is `k·v` plus terms without `v` (other variables
+/// anywhere): `None` where `v` is multiplied by a variable or divided.
+fn affine_coefficient(f: &IndexFn, v: VarId) -> Option<i64> {
+    use crate::syntax::ast::ArithOp;
+    let mut vs = Vec::new();
+    f.vars(&mut vs);
+    if !vs.contains(&v) {
+        return Some(0);
+    }
+    match f {
+        IndexFn::Var(_) => Some(1),
+        IndexFn::Const(_) => Some(0),
+        IndexFn::Arith(a, op, b) => match (op, &**a, &**b) {
+            (ArithOp::Add, a, b) => {
+                affine_coefficient(a, v)?.checked_add(affine_coefficient(b, v)?)
+            }
+            (ArithOp::Sub, a, b) => {
+                affine_coefficient(a, v)?.checked_sub(affine_coefficient(b, v)?)
+            }
+            (ArithOp::Mul, IndexFn::Const(c), x) | (ArithOp::Mul, x, IndexFn::Const(c)) => {
+                affine_coefficient(x, v)?.checked_mul(*c)
+            }
+            _ => None,
+        },
     }
 }
 
@@ -1289,10 +1323,17 @@ mod tests {
     #[test]
     fn the_valid_interval_of_shifted_reads_is_what_a_scan_finds() {
         use super::{valid_interval, Valid};
-        // Every (k, c, extent) pair of reads in a small box, against a scan of 0..limit.
+        // Every (k, low, high, extent) pair of reads in a small box (the rest of the read
+        // over low..=high), against a scan of 0..limit.
         let limit = 40;
-        let reads: Vec<(i64, i64, i64)> = (-3..=3)
-            .flat_map(|k| (-8..=8).flat_map(move |c| [0, 1, 5, 30].map(|e| (k, c, e))))
+        let reads: Vec<(i64, i64, i64, i64)> = (-3..=3)
+            .flat_map(|k| {
+                (-8..=8).flat_map(move |c| {
+                    [0, 3]
+                        .into_iter()
+                        .flat_map(move |w| [1, 5, 30].map(|e| (k, c, c + w, e)))
+                })
+            })
             .collect();
         for (a, b) in reads.iter().zip(reads.iter().rev()) {
             let shifts = [*a, *b];
@@ -1300,7 +1341,7 @@ mod tests {
                 .filter(|&x| {
                     shifts
                         .iter()
-                        .all(|&(k, c, e)| (0..e).contains(&(k * x + c)))
+                        .all(|&(k, lo, hi, e)| (lo..=hi).all(|r| (0..e).contains(&(k * x + r))))
                 })
                 .collect();
             let want = match (valid.first(), valid.last()) {
@@ -1309,7 +1350,7 @@ mod tests {
                 (Some(_), Some(&l)) => Valid::Below(l + 1),
                 _ => unreachable!(),
             };
-            let got = valid_interval(&shifts, limit);
+            let got = valid_interval(&shifts, limit).unwrap();
             assert_eq!(format!("{got:?}"), format!("{want:?}"), "{shifts:?}");
         }
     }
