@@ -88,7 +88,7 @@ pub(super) fn evaluate(
                                 dense::keep_grid(d, kept, grid);
                             }
                         }
-                        None => contribute(p, eq, x, values, o, &mut writes),
+                        None => contribute(eq, x, values, o, &mut writes),
                     }
                 }
             }
@@ -131,7 +131,6 @@ fn evaluate_exact(
         super::stop::check(p, st, &o.stop)?;
         for group in plan.equations.chunk_by(|a, b| a.target == b.target) {
             let target = group[0].target;
-            let shape = &p.tensors[target].shape;
             writes.clear();
             for eq in group {
                 let Some(x) = eq.at_step(s) else {
@@ -139,7 +138,7 @@ fn evaluate_exact(
                 };
                 let bound = eq.var.map(|v| (v, x as i64));
                 nest::contributions::<Exact>(&eq.nest, values, o, bound, &mut |idx, v| {
-                    if let Some(at) = offset(idx, shape) {
+                    if let Some(at) = values[target].offset(idx) {
                         writes.push((at, v));
                     }
                 });
@@ -169,18 +168,6 @@ fn add_exact(d: &mut crate::tensor::Dense, writes: &[(usize, Exact)]) -> bool {
         }
     }
     true
-}
-
-/// The row-major offset of an in-bounds position of `shape`.
-fn offset(idx: &[usize], shape: &[usize]) -> Option<usize> {
-    let mut at = 0usize;
-    for (&i, &n) in idx.iter().zip(shape) {
-        if i >= n {
-            return None;
-        }
-        at = at * n + i;
-    }
-    Some(at)
 }
 
 /// Evaluates a virtual index on the dense path: each step computes the next slice from the
@@ -238,17 +225,15 @@ pub(super) fn evaluate_virtual(
 /// Appends the (offset, value) pairs that equation `eq`'s loop nest adds at step variable
 /// value `x`.
 fn contribute(
-    p: &Checked,
     eq: &StepEquation,
     x: usize,
     values: &[Tensor],
     o: &EvalOptions,
     writes: &mut Vec<(usize, f64)>,
 ) {
-    let shape = &p.tensors[eq.target].shape;
     let bound = eq.var.map(|v| (v, x as i64));
     nest::contributions::<f64>(&eq.nest, values, o, bound, &mut |idx, v| {
-        if let Some(at) = offset(idx, shape) {
+        if let Some(at) = values[eq.target].offset(idx) {
             writes.push((at, v));
         }
     });

@@ -532,7 +532,7 @@ impl Tensor {
     }
 
     /// Row-major offset of an in-bounds index.
-    fn offset(&self, index: &[usize]) -> Option<usize> {
+    pub(crate) fn offset(&self, index: &[usize]) -> Option<usize> {
         if index.len() != self.shape.len() {
             return None;
         }
