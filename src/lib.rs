@@ -27,6 +27,7 @@
 pub mod diagnostics;
 pub mod eval;
 pub(crate) mod explain;
+mod explain_backward;
 mod explain_dense;
 pub(crate) mod functions;
 pub mod ide;
@@ -44,6 +45,7 @@ pub mod why;
 
 pub use diagnostics::{Diagnostic, Diagnostics, Location, Severity};
 pub use functions::{Builtin, Structural, UserFunction};
+pub use plan::backward::{Backward, Route};
 pub use plan::Plan;
 pub use semantics::Settings;
 pub use session::{Cell, Change, Changes, Row, RunOptions, Session};

@@ -405,6 +405,25 @@ impl Session {
         Some(crate::explain::explain(checked, plan, &self.source))
     }
 
+    /// The backward plan of a training step for the loss `loss` with the parameters but
+    /// `freeze` trained (`tl explain --loss`): the route each stratum's adjoints take.
+    pub fn explain_backward(&self, loss: &str, freeze: &[String]) -> Result<String, Diagnostics> {
+        let (checked, plan) = (
+            self.checked.as_ref().ok_or_else(not_checked)?,
+            self.plan.as_ref().ok_or_else(not_checked)?,
+        );
+        let located = |d: Diagnostics| d.located(&self.file_name, &self.source);
+        let loss = crate::learn::loss_tensor(checked, loss).map_err(located)?;
+        let trainable = crate::learn::train::trainable(checked, freeze).map_err(located)?;
+        let b = crate::plan::backward::Backward::new(checked, plan, loss, &trainable);
+        let at = (checked, plan, &b);
+        Ok(crate::explain_backward::backward(
+            at,
+            &trainable,
+            &self.source,
+        ))
+    }
+
     /// The differential dataflow of the last check (`tl explain --engine differential`):
     /// where each stratum runs, the arrangements, and each rule's operators.
     pub fn explain_dataflow(&self) -> Option<String> {

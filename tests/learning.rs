@@ -4,7 +4,7 @@
 use std::path::Path;
 use tensor_logic::eval::EvalOptions;
 use tensor_logic::learn::{gradcheck, loss_tensor};
-use tensor_logic::{ElemType, Session, Settings};
+use tensor_logic::{ElemType, Route, Session, Settings};
 
 /// The worst relative error of any parameter of `src` (checked in f64), by name.
 fn worst(src: &str) -> Vec<(String, f64)> {
@@ -118,6 +118,23 @@ fn assert_fast_matches_reference(src: &str) {
     let plan = tensor_logic::Plan::new(&p);
     let fast = tensor_logic::learn::gradients(&p, &plan, &o, loss, &p.params).unwrap();
     let slow = tensor_logic::learn::reference_gradients(&p, &o, loss, &p.params).unwrap();
+    // Every route ran as the backward plan says, and the oracle's on the reference loops.
+    assert!(
+        fast.routes.iter().all(|r| r.reason.is_none()),
+        "{:?}",
+        fast.routes
+    );
+    let oracle = |r: &Route| {
+        matches!(
+            r,
+            Route::Iterations | Route::Reference { through_time: true }
+        )
+    };
+    assert!(
+        slow.routes.iter().all(|r| oracle(&r.ran)),
+        "{:?}",
+        slow.routes
+    );
     assert!((fast.loss - slow.loss).abs() <= 1e-12 * slow.loss.abs().max(1.0));
     for ((f, r), &t) in fast.grads.iter().zip(&slow.grads).zip(&p.params) {
         let scale = r.iter().fold(1e-12f64, |m, x| m.max(x.abs()));
@@ -194,6 +211,11 @@ fn assert_index_order_matches_reference(src: &str) {
     s.load_source("g.tl", src, Path::new(".")).unwrap();
     s.check(&Settings::default()).unwrap();
     assert!(s.explain().unwrap().contains("in index order"), "{src}");
+    let backward = s.explain_backward("Loss", &[]).unwrap();
+    assert!(
+        backward.contains("back step by step by the dense kernels"),
+        "{backward}"
+    );
     assert_fast_matches_reference(src);
 }
 
@@ -503,5 +525,70 @@ fn a_parameter_no_gradient_reaches_gets_zeros_of_its_length() {
         let g = tensor_logic::learn::gradients(&p, &plan, &o, loss, &trainable).unwrap();
         assert_eq!(g.loss, 14.0);
         assert_eq!(g.grads, vec![vec![0.0, 0.0, 2.0], vec![0.0; 4]]);
+    }
+}
+
+/// The backward plan names each stratum's route before training (`tl explain --loss`), and
+/// a step's log says each ran as planned: dense equations by their gradient contractions,
+/// a weighted sparse factor and a loop-nest equation by the reference loops with why, a
+/// recursion back through its recorded iterations, strata off the loss's path idle.
+#[test]
+fn backward_routes_are_planned_explained_and_followed() {
+    let src = "X = [[0.5, -1.0, 2.0], [1.5, 0.3, -0.7]]\nW1 : real[4, 3]\nW2 : real[2, 4]\n\
+               Node : 300\nA : real[Node, Node]\nA[0, 1] = 0.5\nA[1, 0] = 2\nZ : real[Node, 4]\n\
+               V : real[2, 4]\n\
+               H[e, h] = relu(W1[h, i] X[e, i])\nY[e, o] = W2[o, h] H[e, h]\n\
+               M[n, d] = A[n, m] Z[m, d]\nR[i] = 0.5 * R[i] + V[i, h] V[i, h]\n\
+               N[e, o.] = softmax(lnorm(Y[e, o]))\nG[e] max= Y[e, o]\nUnused[e] = H[e, 0]\n\
+               Loss = Y[e, o] Y[e, o] + M[n, d] + R[i] + G[e] + N[e, o] Y[e, o]\n";
+    let mut s = Session::new();
+    s.load_source("g.tl", src, Path::new(".")).unwrap();
+    let p = s.check(&Settings::default()).unwrap().clone();
+    let text = s.explain_backward("Loss", &[]).unwrap();
+    for line in [
+        "backward: d Loss / d W1, W2, Z, V",
+        ": H: dense gradient contractions",
+        "    d W1: ",
+        ": M: dense gradient contractions",
+        "    d Z: ",
+        ": N: dense gradient contractions, some equations by the reference loops",
+        "by the reference loops: a softmax or lnorm inside another",
+        ": R: back through every recorded iteration by the reference loops",
+        "no gradient through strata",
+    ] {
+        assert!(text.contains(line), "{line:?} in\n{text}");
+    }
+    let loss = loss_tensor(&p, "Loss").unwrap();
+    let plan = tensor_logic::Plan::new(&p);
+    let b = tensor_logic::Backward::new(&p, &plan, loss, &p.params);
+    let unused = p.tensor_id("Unused").unwrap();
+    let idle = p
+        .strata
+        .iter()
+        .position(|st| st.tensors.contains(&unused))
+        .unwrap();
+    assert_eq!(b.routes[idle], Route::Idle);
+    let o = EvalOptions::default();
+    let g = tensor_logic::learn::planned_gradients((&p, &plan, &b), &o, &p.params).unwrap();
+    assert!(g
+        .routes
+        .iter()
+        .all(|r| r.ran == b.routes[r.stratum] && r.reason.is_none()));
+    let ran: Vec<&Route> = g.routes.iter().map(|r| &r.ran).collect();
+    assert!(ran.contains(&&Route::Iterations), "{ran:?}");
+    assert!(ran.iter().any(|r| matches!(
+        r,
+        Route::Reference {
+            through_time: false
+        }
+    )));
+    let reference = tensor_logic::learn::reference_gradients(&p, &o, loss, &p.params).unwrap();
+    for (a, r) in g
+        .grads
+        .iter()
+        .flatten()
+        .zip(reference.grads.iter().flatten())
+    {
+        assert!((a - r).abs() <= 1e-4 * r.abs().max(1.0), "{a} vs {r}");
     }
 }

@@ -276,6 +276,65 @@ fn gnn_classifies_held_out_nodes_through_the_graph() {
     assert!(s["Accuracy"] >= 0.85, "{s:?}");
 }
 
+/// `tl explain --loss` prints the backward plan (routes, gradient contractions, frozen
+/// parameters left out) and `tl train --decisions` the routes a step took, each as planned;
+/// a loss that is no tensor is E0801 there too.
+#[test]
+fn explain_and_train_show_the_backward_routes() {
+    let file = "examples/gnn_classifier.tl";
+    let explained = |args: &[&str]| {
+        let out = common::tl(
+            root(),
+            &[&["explain", file, "--loss", "Loss"], args].concat(),
+        );
+        assert!(out.status.success(), "{}", common::stderr(&out));
+        common::stdout(&out)
+    };
+    let text = explained(&[]);
+    for line in [
+        "backward: d Loss / d W0, W1, B1, Wo, Bo, strata newest first",
+        ": Agg: dense gradient contractions",
+        "    d H: by the relation's tuples",
+        "    d W0: ",
+    ] {
+        assert!(text.contains(line), "{line:?} in\n{text}");
+    }
+    // Frozen, W0 takes no gradient, and neither does what only it feeds (H, Agg, Mean).
+    let text = explained(&["--freeze", "W0"]);
+    assert!(
+        text.contains("backward: d Loss / d W1, B1, Wo, Bo,"),
+        "{text}"
+    );
+    assert!(
+        text.contains("    d W1: ") && !text.contains("d Mean"),
+        "{text}"
+    );
+    assert!(!text.contains(": Agg: dense gradient"), "{text}");
+    let out = common::tl(root(), &["explain", file, "--loss", "Lost"]);
+    assert!(
+        common::stderr(&out).contains("E0801"),
+        "{}",
+        common::stderr(&out)
+    );
+
+    let out = common::tl(
+        root(),
+        &["train", file, "--steps", "3", "--decisions", "--quiet"],
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let log = common::stderr(&out);
+    assert_eq!(log.matches("backward routes at step").count(), 1, "{log}");
+    assert!(
+        log.contains("backward stratum 16: P: dense gradient contractions, as planned"),
+        "{log}"
+    );
+    let routes = log.lines().filter(|l| l.starts_with("backward stratum"));
+    assert!(
+        routes.clone().count() >= 5 && routes.clone().all(|l| l.ends_with("as planned")),
+        "{log}"
+    );
+}
+
 #[test]
 fn kg_embeddings_deduce_at_zero_temperature_and_rank_analogically() {
     let s = trained("kg_embeddings", &["--epochs", "150", "--lr", "0.02"]);

@@ -565,6 +565,15 @@ impl Program {
                         .and(d.set_item("epoch", epoch))
                         .and(d.set_item("metrics", m))
                 }
+                Event::Routes {
+                    step,
+                    log,
+                    declined,
+                } => d
+                    .set_item("kind", "routes")
+                    .and(d.set_item("step", step))
+                    .and(d.set_item("log", log))
+                    .and(d.set_item("declined", declined)),
                 Event::Saved { path, step } => d
                     .set_item("kind", "saved")
                     .and(d.set_item("path", path.display().to_string()))

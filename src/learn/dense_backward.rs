@@ -5,7 +5,7 @@
 //! then the einsum of `s · Gₖ` with the term's other factors onto that factor's variables
 //! (`dW[h, i] = Σₑ dPre[e, h] X[e, i]`), run as the same batched matrix products.
 
-use super::lifted::{lift_normalize, nested_normalize, one_pass, row_adjoint, Row};
+use super::lifted::{lift_normalize, one_pass, row_adjoint, Row};
 use super::pending::Pending;
 use super::term_adjoints::term_adjoints;
 use super::terms::{Term, Values};
@@ -17,6 +17,7 @@ use crate::eval::dense::{
 };
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
+use crate::plan::backward::nested_normalize;
 use crate::plan::einsum::{gradient_term, Contraction, DenseEquation, Expr, Factor, Path};
 use crate::plan::rows::{RowOp, RowProgram};
 use crate::semantics::VarId;
@@ -250,18 +251,26 @@ pub(crate) fn backward_dense(
 /// Whether [`backward_dense`] takes `d` with these values (it then returns `true`): the
 /// checks it makes before adding anything, so a caller can choose another path first. They
 /// do not depend on where windows lie, so one step of an index recursion answers for all.
-pub(crate) fn covers(d: &DenseEquation, values: &[Tensor], o: &EvalOptions) -> bool {
+pub(crate) fn covers(
+    d: &DenseEquation,
+    values: &[Tensor],
+    o: &EvalOptions,
+) -> Result<(), &'static str> {
+    let factors = || d.terms.iter().flat_map(|c| &c.sparse);
+    if factors().any(|f| !f.shift.is_empty()) {
+        return Err("a shifted relation as a factor");
+    }
     // The tuples of a tensor of defined elements weigh by their values, which the scatter's
     // backward pass does not apply.
-    let weighted = d.terms.iter().flat_map(|c| &c.sparse).any(|f| {
-        !f.shift.is_empty()
-            || !matches!(
-                values[f.tensor].storage,
-                crate::tensor::Storage::Relation(_)
-            )
-    });
-    if weighted || nested_normalize(&d.expr, false) || fits(d, values, o.max_memory).is_err() {
-        return false;
+    let relation = |t: usize| matches!(values[t].storage, crate::tensor::Storage::Relation(_));
+    if factors().any(|f| !relation(f.tensor)) {
+        return Err("a tensor of defined elements as a factor");
+    }
+    if nested_normalize(&d.expr, false) {
+        return Err("a softmax or lnorm inside another");
+    }
+    if fits(d, values, o.max_memory).is_err() {
+        return Err("its gradients' intermediates over --max-memory");
     }
     let binds = |p: &RowProgram| Program::binds(p, o);
     let mut lifted = d.terms.len();
@@ -276,7 +285,10 @@ pub(crate) fn covers(d: &DenseEquation, values: &[Tensor], o: &EvalOptions) -> b
         (None, Some(e)) => RowProgram::compile(&e).is_some_and(|c| binds(&c)),
         (None, None) => false,
     };
-    arguments && whole
+    match arguments && whole {
+        true => Ok(()),
+        false => Err("an elementwise expression the row programs do not take"),
+    }
 }
 
 /// Adds to each factor's adjoint the einsum of the term's adjoint `g` (over `vars`) with

@@ -1,4 +1,5 @@
-//! Which tensors a gradient flows through, and the backward sweep over the strata (§12).
+//! The backward sweep over the strata (§12), along the routes the backward plan chose
+//! (`plan::backward`), logging where a route declined at run time and why.
 //!
 //! The sweep visits strata in reverse evaluation order. A non-recursive stratum passes each
 //! tensor's adjoint back through its equations once; a recursive one through every iteration
@@ -10,338 +11,304 @@ use super::backprop::{self, Head, Sink};
 use super::dense_backward::{backward_dense, covers, Upstream};
 use super::steps_backward;
 use crate::eval::{EvalOptions, KeptTerms, Record, StratumRecord};
+use crate::plan::backward::{Backward, Route};
 use crate::plan::einsum::DenseEquation;
-use crate::plan::steps::Steps;
 use crate::plan::{Kernel, Plan};
-use crate::semantics::{Checked, Family, Kind, Node, TensorId};
+use crate::semantics::{Checked, Family, Kind, Stratum};
 use crate::tensor::Tensor;
 
-/// Which tensors lie on a path from a trainable parameter to the loss.
-pub(crate) fn active(p: &Checked, loss: TensorId, trainable: &[TensorId]) -> Vec<bool> {
-    let n = p.tensors.len();
-    let mut from_param = vec![false; n];
-    for &t in trainable {
-        from_param[t] = true;
-    }
-    let reads: Vec<Vec<TensorId>> = (0..n)
-        .map(|t| {
-            let mut r = Vec::new();
-            for eq in p.equations.iter().filter(|e| e.target == t) {
-                collect_reads(&eq.rhs, &mut r);
-            }
-            r
-        })
-        .collect();
-    let real = |t: usize| p.tensors[t].kind == Kind::Real;
-    loop {
-        let mut changed = false;
-        for t in 0..n {
-            if !from_param[t] && real(t) && reads[t].iter().any(|&r| from_param[r]) {
-                from_param[t] = true;
-                changed = true;
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
-    let mut to_loss = vec![false; n];
-    let mut stack = vec![loss];
-    while let Some(t) = stack.pop() {
-        if to_loss[t] || !from_param[t] {
-            continue;
-        }
-        to_loss[t] = true;
-        stack.extend(reads[t].iter().copied());
-    }
-    to_loss
+/// Where one stratum's adjoints went at run time: the route that ran, and why it is not
+/// the planned one where it is not (`tl train --decisions`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Routed {
+    /// Index into `Checked::strata`.
+    pub stratum: usize,
+    /// The route that ran.
+    pub ran: Route,
+    /// Why it differs from the planned route, where it does.
+    pub reason: Option<&'static str>,
 }
 
-fn collect_reads(n: &Node, out: &mut Vec<TensorId>) {
-    if let Node::Read { tensor, .. } = n {
-        out.push(*tensor);
-    }
-    for c in n.children() {
-        collect_reads(c, out);
-    }
+/// The forward pass's values of what a sweep reads, and the options it runs under.
+struct Sweep<'a> {
+    p: &'a Checked,
+    plan: &'a Plan,
+    o: &'a EvalOptions,
 }
 
-/// Strata the loss reads, directly or not: the only ones a training step evaluates.
-pub(crate) fn needed(p: &Checked, loss: TensorId) -> Vec<bool> {
-    let reads = crate::plan::demand::closure(p, [loss]);
-    p.strata
-        .iter()
-        .map(|st| st.tensors.iter().any(|t| reads.contains(t)))
-        .collect()
-}
-
-/// Strata whose evaluation must be recorded for the backward sweep: recursive ones and those
-/// with a virtual index, when they carry a gradient, except recursion along an index that
-/// the dense kernels differentiate step by step (`steps_backward`; `skip` says where their
-/// inputs turned out not to allow it).
-pub(crate) fn strata_to_record(
-    p: &Checked,
-    plan: &Plan,
-    active: &[bool],
-    skip: &[bool],
-) -> Vec<bool> {
-    p.strata
-        .iter()
-        .enumerate()
-        .map(|(i, st)| {
-            st.tensors.iter().any(|&t| active[t])
-                && (st.recursive
-                    || st
-                        .equations
-                        .iter()
-                        .any(|&e| p.equations[e].virtual_var.is_some()))
-                && (skip.get(i).copied().unwrap_or(false) || steps_of(plan, i).is_none())
-        })
-        .collect()
-}
-
-/// The stratum's index-order plan, when the dense kernels can differentiate it.
-pub(crate) fn steps_of(plan: &Plan, i: usize) -> Option<&Steps> {
-    match plan.strata.get(i).map(|s| &s.kernel) {
-        Some(Kernel::Steps(s)) if s.differentiable => Some(s),
-        _ => None,
-    }
-}
-
-/// Adjoints of every active tensor for d(loss)/d(·), the loss being a scalar; `values` are
-/// the forward values and `records` what [`strata_to_record`] asked to keep.
+/// Adjoints of every active tensor for d(loss)/d(·), the loss being a scalar, and the log
+/// of the routes taken; `values` are the forward values and `records` what the backward
+/// plan asked the forward pass to keep.
 pub(crate) fn backward(
-    p: &Checked,
-    plan: Option<&Plan>,
+    (p, plan, b): (&Checked, &Plan, &Backward),
     values: &mut [Tensor],
     records: &[Option<StratumRecord>],
     o: &EvalOptions,
-    loss: TensorId,
-    active: &[bool],
-) -> Vec<Option<Vec<f64>>> {
+) -> (Vec<Option<Vec<f64>>>, Vec<Routed>) {
     // An active tensor's adjoint starts empty, standing for zeros: the first gradient that
     // covers it whole is written rather than added to zeros made for it, and one that
     // receives none passes none back.
-    let mut adj: Vec<Option<Vec<f64>>> = active.iter().map(|&a| a.then(Vec::new)).collect();
-    if let Some(Some(l)) = adj.get_mut(loss) {
-        *l = vec![1.0; values[loss].shape.iter().product()];
+    let mut adj: Vec<Option<Vec<f64>>> = b.active.iter().map(|&a| a.then(Vec::new)).collect();
+    if let Some(Some(l)) = adj.get_mut(b.loss) {
+        *l = vec![1.0; values[b.loss].shape.iter().product()];
     }
+    let sweep = Sweep { p, plan, o };
+    let mut log = Vec::new();
     for (i, st) in p.strata.iter().enumerate().rev() {
-        if !st.tensors.iter().any(|&t| active[t]) || st.equations.is_empty() {
+        let planned = b.routes.get(i).unwrap_or(&Route::Idle);
+        if *planned == Route::Idle {
             continue;
         }
         let record = records.get(i).and_then(Option::as_ref);
-        let kept = match record {
-            Some(StratumRecord::Steps(terms)) => Some(terms),
+        let (ran, reason) = sweep.stratum((i, st, planned), values, record, &mut adj);
+        log.push(Routed {
+            stratum: i,
+            ran,
+            reason,
+        });
+    }
+    (adj, log)
+}
+
+impl Sweep<'_> {
+    /// Passes stratum `i`'s adjoints back by the route its record allows: the planned one
+    /// unless the forward pass declined it.
+    fn stratum(
+        &self,
+        (i, st, planned): (usize, &Stratum, &Route),
+        values: &mut [Tensor],
+        record: Option<&StratumRecord>,
+        adj: &mut [Option<Vec<f64>>],
+    ) -> (Route, Option<&'static str>) {
+        let steps = match &self.plan.strata.get(i).map(|s| &s.kernel) {
+            Some(Kernel::Steps(s)) if *planned == Route::Steps => Some(s),
             _ => None,
         };
-        if let (None | Some(StratumRecord::Steps(_)), Some(steps)) =
-            (record, plan.and_then(|pl| steps_of(pl, i)))
-        {
-            steps_backward::backward(steps, values, o, &mut adj, kept);
-            continue;
+        if let (Some(steps), None | Some(StratumRecord::Steps(_))) = (steps, record) {
+            let kept = match record {
+                Some(StratumRecord::Steps(terms)) => Some(terms),
+                _ => None,
+            };
+            steps_backward::backward(steps, values, self.o, adj, kept);
+            return (Route::Steps, None);
         }
         let upstream: Vec<Vec<f64>> = st
             .tensors
             .iter()
             .map(|&t| adj[t].take().unwrap_or_default())
             .collect();
-        let reference = match record {
-            Some(StratumRecord::Reference(r)) => Some(r),
-            _ => None,
-        };
-        match record {
+        let mut sink = Sink { adj, slice: None };
+        let ran = match record {
             Some(StratumRecord::Reference(r)) if st.recursive => {
-                through_iterations(p, st, values, r, o, upstream, &mut adj);
+                self.through_iterations(st, values, r, upstream, sink.adj);
+                Route::Iterations
+            }
+            Some(StratumRecord::Reference(r)) => {
+                let produced = produced(st, values);
+                let pass = self.pass(st, values, &upstream, &produced);
+                pass.reverse(Some((r, 0)), &mut sink, &|_| true);
+                Route::Reference { through_time: true }
             }
             Some(StratumRecord::Dense(terms)) => {
-                let dense = match plan.map(|pl| &pl.strata[i].kernel) {
+                let dense = match self.plan.strata.get(i).map(|s| &s.kernel) {
                     Some(Kernel::Dense(plans)) => plans.as_slice(),
                     _ => &[],
                 };
-                let mut sink = Sink {
-                    adj: &mut adj,
-                    slice: None,
-                };
-                one_pass(p, st, values, (dense, terms), o, &upstream, &mut sink);
+                let rest = self.one_pass(st, values, (dense, terms), &upstream, &mut sink);
+                Route::Dense(rest)
             }
             None | Some(StratumRecord::Steps(_)) => {
-                let mut sink = Sink {
-                    adj: &mut adj,
-                    slice: None,
-                };
-                one_pass(
-                    p,
-                    st,
-                    values,
-                    (&[], &KeptTerms::new()),
-                    o,
-                    &upstream,
-                    &mut sink,
-                );
+                let produced = produced(st, values);
+                let pass = self.pass(st, values, &upstream, &produced);
+                pass.reverse(None, &mut sink, &|_| true);
+                Route::Reference {
+                    through_time: false,
+                }
             }
-            Some(StratumRecord::Reference(_)) => {
-                let mut sink = Sink {
-                    adj: &mut adj,
-                    slice: None,
-                };
-                let produced: Vec<Tensor> = st.tensors.iter().map(|&t| values[t].clone()).collect();
-                reverse_pass(
-                    p,
-                    st,
-                    values,
-                    reference,
-                    0,
-                    o,
-                    &upstream,
-                    &produced,
-                    &mut sink,
-                    &|_| true,
-                );
-            }
-        }
-    }
-    adj
-}
-
-/// Backpropagates through the iterations a fixpoint ran: iteration k read iterate k and
-/// produced iterate k + 1 (the last one produced the final value).
-fn through_iterations(
-    p: &Checked,
-    st: &crate::semantics::Stratum,
-    values: &mut [Tensor],
-    r: &Record,
-    o: &EvalOptions,
-    mut upstream: Vec<Vec<f64>>,
-    adj: &mut [Option<Vec<f64>>],
-) {
-    let finals: Vec<Tensor> = st.tensors.iter().map(|&t| values[t].clone()).collect();
-    for k in (0..r.iterates.len()).rev() {
-        let produced: Vec<Tensor> = match r.iterates.get(k + 1) {
-            Some(next) => next.clone(),
-            None => finals.clone(),
         };
-        for (j, &t) in st.tensors.iter().enumerate() {
-            values[t] = r.iterates[k][j].clone();
-            adj[t] = Some(vec![0.0; values[t].shape.iter().product()]);
-        }
-        let mut sink = Sink { adj, slice: None };
-        reverse_pass(
-            p,
+        let reason = (ran != *planned).then_some(match (planned, &ran) {
+            (Route::Steps, _) => "the dense kernels do not take its inputs as they are",
+            (Route::Dense(_), Route::Dense(_)) => {
+                "the dense kernels declined some equations' inputs, each below"
+            }
+            (Route::Dense(_), _) => "its forward pass declined the dense kernels",
+            _ => "its forward pass ran otherwise than planned",
+        });
+        (ran, reason)
+    }
+
+    fn pass<'v>(
+        &'v self,
+        st: &'v Stratum,
+        values: &'v [Tensor],
+        upstream: &'v [Vec<f64>],
+        produced: &'v [Tensor],
+    ) -> Pass<'v> {
+        Pass {
+            p: self.p,
+            o: self.o,
             st,
             values,
-            Some(r),
-            k,
-            o,
-            &upstream,
-            &produced,
-            &mut sink,
-            &|_| true,
-        );
-        upstream = st
-            .tensors
-            .iter()
-            .map(|&t| adj[t].take().unwrap_or_default())
-            .collect();
-    }
-    for (j, &t) in st.tensors.iter().enumerate() {
-        values[t] = finals[j].clone();
-    }
-}
-
-/// One evaluation of a non-recursive stratum's equations, backwards: the planned dense
-/// equations by their kernels (`eval::backward_dense`), the rest by the reference loops.
-fn one_pass(
-    p: &Checked,
-    st: &crate::semantics::Stratum,
-    values: &[Tensor],
-    (dense, kept): (&[DenseEquation], &KeptTerms),
-    o: &EvalOptions,
-    upstream: &[Vec<f64>],
-    sink: &mut Sink,
-) {
-    // An equation planned in parts is done by its kernels only if every part is: each part
-    // is checked before any adds its gradients.
-    let mut done = vec![false; p.equations.len()];
-    let mut declined = vec![false; p.equations.len()];
-    for d in dense {
-        declined[d.equation] |= !covers(d, values, o);
-    }
-    for (j, &t) in st.tensors.iter().enumerate() {
-        if upstream[j].is_empty() {
-            continue;
+            upstream,
+            produced,
         }
-        for (i, d) in dense.iter().enumerate().filter(|(_, d)| d.target == t) {
-            if declined[d.equation] {
+    }
+
+    /// Backpropagates through the iterations a fixpoint ran: iteration k read iterate k and
+    /// produced iterate k + 1 (the last one produced the final value).
+    fn through_iterations(
+        &self,
+        st: &Stratum,
+        values: &mut [Tensor],
+        r: &Record,
+        mut upstream: Vec<Vec<f64>>,
+        adj: &mut [Option<Vec<f64>>],
+    ) {
+        let finals: Vec<Tensor> = produced(st, values);
+        for k in (0..r.iterates.len()).rev() {
+            let produced: Vec<Tensor> = match r.iterates.get(k + 1) {
+                Some(next) => next.clone(),
+                None => finals.clone(),
+            };
+            for (j, &t) in st.tensors.iter().enumerate() {
+                values[t] = r.iterates[k][j].clone();
+                adj[t] = Some(vec![0.0; values[t].shape.iter().product()]);
+            }
+            let mut sink = Sink { adj, slice: None };
+            let pass = self.pass(st, values, &upstream, &produced);
+            pass.reverse(Some((r, k)), &mut sink, &|_| true);
+            upstream = st
+                .tensors
+                .iter()
+                .map(|&t| adj[t].take().unwrap_or_default())
+                .collect();
+        }
+        for (j, &t) in st.tensors.iter().enumerate() {
+            values[t] = finals[j].clone();
+        }
+    }
+
+    /// One evaluation of a non-recursive stratum's equations, backwards: the planned dense
+    /// equations by their kernels (`backward_dense`), the rest by the reference loops, which
+    /// it returns with why.
+    fn one_pass(
+        &self,
+        st: &Stratum,
+        values: &[Tensor],
+        (dense, kept): (&[DenseEquation], &KeptTerms),
+        upstream: &[Vec<f64>],
+        sink: &mut Sink,
+    ) -> Vec<(usize, &'static str)> {
+        let p = self.p;
+        // An equation planned in parts is done by its kernels only if every part is: each
+        // part is checked before any adds its gradients.
+        let mut done = vec![false; p.equations.len()];
+        let mut declined: Vec<Option<&'static str>> = vec![None; p.equations.len()];
+        for d in dense {
+            if let Err(why) = covers(d, values, self.o) {
+                declined[d.equation].get_or_insert(why);
+            }
+        }
+        for (j, &t) in st.tensors.iter().enumerate() {
+            if upstream[j].is_empty() {
                 continue;
             }
-            let kept = kept.get(&i).map(Vec::as_slice);
-            let up = Upstream::Target(&upstream[j]);
-            done[d.equation] = backward_dense(d, values, up, o, (sink.adj, None), kept);
+            for (i, d) in dense.iter().enumerate().filter(|(_, d)| d.target == t) {
+                if declined[d.equation].is_some() {
+                    continue;
+                }
+                let kept = kept.get(&i).map(Vec::as_slice);
+                let up = Upstream::Target(&upstream[j]);
+                done[d.equation] = backward_dense(d, values, up, self.o, (sink.adj, None), kept);
+            }
         }
-    }
-    if st.equations.iter().all(|&e| done[e]) {
-        return;
-    }
-    let produced: Vec<Tensor> = st.tensors.iter().map(|&t| values[t].clone()).collect();
-    let rest = |e: usize| !done[e];
-    reverse_pass(p, st, values, None, 0, o, upstream, &produced, sink, &rest);
-}
-
-/// One evaluation of a stratum's equations that `include` accepts, backwards; `produced`
-/// holds what it computed (needed where `max=`/`min=` pick a winner), `record` the slices of
-/// its virtual indices in fixpoint iteration `iteration`.
-#[allow(clippy::too_many_arguments)]
-fn reverse_pass(
-    p: &Checked,
-    st: &crate::semantics::Stratum,
-    values: &[Tensor],
-    record: Option<&Record>,
-    iteration: usize,
-    o: &EvalOptions,
-    upstream: &[Vec<f64>],
-    produced: &[Tensor],
-    sink: &mut Sink,
-    include: &dyn Fn(usize) -> bool,
-) {
-    for (j, &t) in st.tensors.iter().enumerate() {
-        let info = &p.tensors[t];
-        if info.kind != Kind::Real || upstream[j].is_empty() {
-            continue;
-        }
-        let mut claimed = claimed_by_data(p.data[t].as_ref(), &produced[j], info.family);
-        for (e, eq) in p
+        let carries = |e: usize| {
+            let t = p.equations[e].target;
+            p.tensors[t].kind == Kind::Real
+                && st
+                    .tensors
+                    .iter()
+                    .position(|&s| s == t)
+                    .is_some_and(|j| !upstream[j].is_empty())
+        };
+        let rest: Vec<(usize, &'static str)> = st
             .equations
             .iter()
-            .enumerate()
-            .filter(|&(e, eq)| eq.target == t && include(e))
-        {
-            let slices = record.and_then(|r| r.slices.get(&(iteration, e)));
-            match (eq.virtual_var, slices) {
-                (Some(_), Some(slices)) => {
-                    through_time(p, eq, values, slices, o, &upstream[j], sink)
+            .filter(|&&e| !done[e] && carries(e))
+            .map(|&e| {
+                let why = match (dense.iter().any(|d| d.equation == e), declined[e]) {
+                    (false, _) => "no dense plan",
+                    (true, Some(why)) => why,
+                    (true, None) => "its normalizations could not be lifted",
+                };
+                (e, why)
+            })
+            .collect();
+        if !rest.is_empty() {
+            let produced = produced(st, values);
+            let pass = self.pass(st, values, upstream, &produced);
+            pass.reverse(None, sink, &|e| !done[e]);
+        }
+        rest
+    }
+}
+
+/// The stratum's tensors as its evaluation left them.
+fn produced(st: &Stratum, values: &[Tensor]) -> Vec<Tensor> {
+    st.tensors.iter().map(|&t| values[t].clone()).collect()
+}
+
+/// One backward pass over a stratum's equations by the reference loops: the values read,
+/// the adjoints of its tensors (`upstream`) and what it computed (`produced`, needed where
+/// `max=`/`min=` pick a winner).
+struct Pass<'a> {
+    p: &'a Checked,
+    o: &'a EvalOptions,
+    st: &'a Stratum,
+    values: &'a [Tensor],
+    upstream: &'a [Vec<f64>],
+    produced: &'a [Tensor],
+}
+
+impl Pass<'_> {
+    /// The equations `include` accepts, backwards; `record` holds the slices of their
+    /// virtual indices, read at fixpoint iteration `iteration`.
+    fn reverse(
+        &self,
+        record: Option<(&Record, usize)>,
+        sink: &mut Sink,
+        include: &dyn Fn(usize) -> bool,
+    ) {
+        let (p, o, values) = (self.p, self.o, self.values);
+        for (j, &t) in self.st.tensors.iter().enumerate() {
+            let info = &p.tensors[t];
+            let upstream = &self.upstream[j];
+            if info.kind != Kind::Real || upstream.is_empty() {
+                continue;
+            }
+            let produced = &self.produced[j];
+            let mut claimed = claimed_by_data(p.data[t].as_ref(), produced, info.family);
+            for (e, eq) in p
+                .equations
+                .iter()
+                .enumerate()
+                .filter(|&(e, eq)| eq.target == t && include(e))
+            {
+                let slices = record.and_then(|(r, k)| r.slices.get(&(k, e)));
+                if let (Some(_), Some(slices)) = (eq.virtual_var, slices) {
+                    through_time(p, eq, values, slices, o, upstream, sink);
+                    continue;
                 }
-                _ => {
-                    let head = match info.family {
-                        Family::Sum => Head::Sum,
-                        Family::Avg => Head::Avg,
-                        Family::Max | Family::Min => Head::Extremum {
-                            value: &produced[j],
-                            claimed: &mut claimed,
-                        },
-                    };
-                    backprop::equation(
-                        p,
-                        eq,
-                        values,
-                        None,
-                        o,
-                        &info.shape,
-                        &upstream[j],
-                        head,
-                        sink,
-                    );
-                }
+                let head = match info.family {
+                    Family::Sum => Head::Sum,
+                    Family::Avg => Head::Avg,
+                    Family::Max | Family::Min => Head::Extremum {
+                        value: produced,
+                        claimed: &mut claimed,
+                    },
+                };
+                let shape = &info.shape;
+                backprop::equation(p, eq, values, None, o, shape, upstream, head, sink);
             }
         }
     }

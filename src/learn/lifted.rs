@@ -13,20 +13,6 @@ use crate::plan::einsum::{DenseEquation, Expr};
 use crate::plan::rows::RowProgram;
 use std::borrow::Cow;
 
-/// Whether a `softmax`/`lnorm` lies inside another (this path handles one level).
-pub(super) fn nested_normalize(e: &Expr, inside: bool) -> bool {
-    match e {
-        Expr::Normalize(_, _, x) => inside || nested_normalize(x, true),
-        Expr::Term(_) | Expr::Const(_) | Expr::Var(_) => false,
-        Expr::Neg(x) | Expr::Not(x) => nested_normalize(x, inside),
-        Expr::Product(fs) => fs.iter().any(|(_, f)| nested_normalize(f, inside)),
-        Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => {
-            nested_normalize(a, inside) || nested_normalize(b, inside)
-        }
-        Expr::Call(_, args) => args.iter().any(|a| nested_normalize(a, inside)),
-    }
-}
-
 /// A `softmax`/`lnorm` lifted out of the expression: the term holding its value, and what
 /// its Jacobian needs.
 pub(super) struct Row {

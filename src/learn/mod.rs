@@ -12,6 +12,7 @@ pub mod checkpoint;
 mod dense_backward;
 pub mod gradcheck;
 mod gradient;
+pub use gradient::Routed;
 mod lifted;
 pub mod optim;
 mod pending;
@@ -22,7 +23,8 @@ pub mod train;
 
 use crate::diagnostics::{codes, Diagnostic, Diagnostics};
 use crate::eval::{evaluate_recorded, EvalOptions};
-use crate::plan::Plan;
+use crate::plan::backward::{Backward, Route};
+use crate::plan::{Kernel, Plan};
 use crate::semantics::{Checked, Kind, TensorId};
 use crate::tensor::Tensor;
 
@@ -35,6 +37,8 @@ pub struct Gradients {
     pub values: Vec<Tensor>,
     /// d(loss)/d(parameter), row-major, one per entry of `trainable`.
     pub grads: Vec<Vec<f64>>,
+    /// The route each stratum's adjoints took, in the order the sweep ran them.
+    pub routes: Vec<Routed>,
 }
 
 /// The id of the loss tensor `name`, which must be a real scalar.
@@ -74,7 +78,20 @@ pub fn gradients(
     loss: TensorId,
     trainable: &[TensorId],
 ) -> Result<Gradients, Diagnostics> {
-    differentiate(p, Some(plan), o, loss, trainable)
+    let backward = Backward::new(p, plan, loss, trainable);
+    fits_step(p, plan, o, (loss, trainable))?;
+    differentiate((p, plan, &backward), o, trainable)
+}
+
+/// As [`gradients`], along a backward plan made once for many steps
+/// ([`Backward::new`] of the same plan, loss and parameters).
+pub fn planned_gradients(
+    (p, plan, backward): (&Checked, &Plan, &Backward),
+    o: &EvalOptions,
+    trainable: &[TensorId],
+) -> Result<Gradients, Diagnostics> {
+    fits_step(p, plan, o, (backward.loss, trainable))?;
+    differentiate((p, plan, backward), o, trainable)
 }
 
 /// As [`gradients`], entirely by the reference evaluator's loops: the oracle the fast path is
@@ -85,7 +102,8 @@ pub fn reference_gradients(
     loss: TensorId,
     trainable: &[TensorId],
 ) -> Result<Gradients, Diagnostics> {
-    differentiate(p, None, o, loss, trainable)
+    let backward = Backward::reference(p, loss, trainable);
+    differentiate((p, &Plan::reference(p), &backward), o, trainable)
 }
 
 /// Bytes a training step holds beside the forward pass's tensors (§15), an upper estimate:
@@ -118,50 +136,36 @@ pub(crate) fn fits_step(
     o: &EvalOptions,
     (loss, trainable): (TensorId, &[TensorId]),
 ) -> Result<(), Diagnostics> {
-    let active = gradient::active(p, loss, trainable);
+    let active = crate::plan::backward::active(p, loss, trainable);
     crate::eval::fits_budget(p, plan, step_bytes(p, &active, trainable), o)
 }
 
 fn differentiate(
-    p: &Checked,
-    plan: Option<&Plan>,
+    (p, plan, b): (&Checked, &Plan, &Backward),
     o: &EvalOptions,
-    loss: TensorId,
     trainable: &[TensorId],
 ) -> Result<Gradients, Diagnostics> {
-    let active = gradient::active(p, loss, trainable);
-    let needed = gradient::needed(p, loss);
-    let (mut values, records) = match plan {
-        Some(plan) => {
-            fits_step(p, plan, o, (loss, trainable))?;
-            let mut skip = vec![false; p.strata.len()];
-            let record = gradient::strata_to_record(p, plan, &active, &skip);
-            let (values, records) = evaluate_recorded(p, plan, o, &needed, &record)?;
-            // Recursion along an index whose inputs the dense backward pass does not take
-            // (checked before it adds anything) is evaluated again, recorded.
-            for (i, st) in p.strata.iter().enumerate() {
-                skip[i] = needed[i]
-                    && st.tensors.iter().any(|&t| active[t])
-                    && gradient::steps_of(plan, i)
-                        .is_some_and(|s| !steps_backward::covered(s, &values, o));
-            }
-            match skip.contains(&true) {
-                true => {
-                    let record = gradient::strata_to_record(p, plan, &active, &skip);
-                    evaluate_recorded(p, plan, o, &needed, &record)?
-                }
-                false => (values, records),
+    let mut record = b.record();
+    let (values, records) = evaluate_recorded(p, plan, o, &b.needed, &record)?;
+    // A recursion along an index whose inputs the dense backward pass does not take (checked
+    // before it adds anything) is evaluated again, recorded, for the reference loops.
+    let mut again = false;
+    for (i, r) in b.routes.iter().enumerate() {
+        if let (Route::Steps, Some(Kernel::Steps(s))) = (r, plan.strata.get(i).map(|s| &s.kernel)) {
+            if !steps_backward::covered(s, &values, o) {
+                record[i] = true;
+                again = true;
             }
         }
-        None => {
-            let all = vec![true; p.strata.len()];
-            evaluate_recorded(p, &Plan::reference(p), o, &needed, &all)?
-        }
+    }
+    let (mut values, records) = match again {
+        true => evaluate_recorded(p, plan, o, &b.needed, &record)?,
+        false => (values, records),
     };
-    let loss_value = values[loss].get(&[]).unwrap_or(0.0);
+    let loss_value = values[b.loss].get(&[]).unwrap_or(0.0);
     // Work the backward pass splits goes to the `--threads` pool, as the forward pass's does.
-    let mut sweep = || gradient::backward(p, plan, &mut values, &records, o, loss, &active);
-    let mut adj = match crate::eval::thread_pool(o) {
+    let mut sweep = || gradient::backward((p, plan, b), &mut values, &records, o);
+    let (mut adj, routes) = match crate::eval::thread_pool(o) {
         Some(pool) => pool.install(sweep),
         None => sweep(),
     };
@@ -183,5 +187,6 @@ fn differentiate(
         loss: loss_value,
         values,
         grads,
+        routes,
     })
 }

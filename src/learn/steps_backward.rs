@@ -29,10 +29,11 @@ use crate::tensor::Tensor;
 /// Whether the dense backward pass takes every equation with these values (checked once
 /// per evaluation, before anything is added: the answer is the same at every step).
 pub(crate) fn covered(steps: &Steps, values: &[Tensor], o: &EvalOptions) -> bool {
-    steps
-        .equations
-        .iter()
-        .all(|eq| eq.dense.as_ref().is_some_and(|d| covers(d, values, o)))
+    steps.equations.iter().all(|eq| {
+        eq.dense
+            .as_ref()
+            .is_some_and(|d| covers(d, values, o).is_ok())
+    })
 }
 
 /// Adds the stratum's contributions to `adj`, whose entries for the stratum's own tensors

@@ -8,9 +8,10 @@
 use super::batch::{self, Batching};
 use super::checkpoint::{self, Checkpoint};
 use super::optim::{self, State};
-use super::{gradients, loss_tensor};
+use super::{loss_tensor, planned_gradients};
 use crate::diagnostics::{codes, Diagnostic, Diagnostics};
 use crate::eval::{Engine, EvalOptions, Standard};
+use crate::plan::backward::Backward;
 use crate::plan::Plan;
 use crate::semantics::{Checked, TensorId};
 use crate::tensor::{ElemType, Tensor};
@@ -97,6 +98,16 @@ pub enum Event {
         /// `(name, value)` per metric.
         metrics: Vec<(String, f64)>,
     },
+    /// The route each stratum's adjoints took in a step (`tl train --decisions`): reported
+    /// at the first step, and again whenever a step's routes differ from the last reported.
+    Routes {
+        /// The step (from 1).
+        step: u64,
+        /// One line per stratum, as the decision log prints it.
+        log: String,
+        /// Whether a route declined at run time (it differs from the backward plan).
+        declined: bool,
+    },
     /// A checkpoint was written.
     Saved {
         /// Where.
@@ -151,7 +162,8 @@ pub fn train(
     let elems: Vec<ElemType> = trainable.iter().map(|&t| p.tensors[t].elem).collect();
     let mut state = resume_state(p, &trainable, opts.resume.as_ref());
     let mut program = p.clone();
-    let mut plans: BTreeMap<usize, Plan> = BTreeMap::new();
+    let mut plans: BTreeMap<usize, (Plan, Backward)> = BTreeMap::new();
+    let mut shown_routes = None;
     let mut losses = Vec::new();
     let mut order = EpochOrder::default();
     let _awake = crate::eval::keep_awake(o);
@@ -174,10 +186,20 @@ pub fn train(
         for (&t, values) in trainable.iter().zip(&params) {
             step_program.data[t] = to_tensor(p, t, values);
         }
-        let plan = plans
-            .entry(examples)
-            .or_insert_with(|| crate::plan::plan(step_program));
-        let g = gradients(step_program, plan, o, loss, &trainable)?;
+        let (plan, backward) = plans.entry(examples).or_insert_with(|| {
+            let plan = crate::plan::plan(step_program);
+            let backward = Backward::new(step_program, &plan, loss, &trainable);
+            (plan, backward)
+        });
+        let g = planned_gradients((step_program, plan, backward), o, &trainable)?;
+        if shown_routes.as_ref() != Some(&g.routes) {
+            report(Event::Routes {
+                step: state.step + 1,
+                log: crate::explain_backward::routes(p, backward, &g.routes),
+                declined: g.routes.iter().any(|r| r.reason.is_some()),
+            });
+            shown_routes = Some(g.routes.clone());
+        }
         if !g.loss.is_finite() {
             return Err(not_finite(g.loss, (step, epoch), opts.save.as_deref()));
         }
@@ -272,7 +294,7 @@ fn depends_on_parameters(
     loss: TensorId,
     trainable: &[TensorId],
 ) -> Result<(), Diagnostics> {
-    match super::gradient::active(p, loss, trainable)[loss] {
+    match crate::plan::backward::active(p, loss, trainable)[loss] {
         true => Ok(()),
         false => Err(Diagnostic::error(
             codes::TRAIN,
@@ -358,8 +380,8 @@ fn check_options(c: &optim::Config) -> Result<(), Diagnostics> {
     }
 }
 
-/// The parameters that train: all but the frozen ones.
-fn trainable(p: &Checked, freeze: &[String]) -> Result<Vec<TensorId>, Diagnostics> {
+/// The parameters a run trains: every one but those frozen (E0801 for a name that is none).
+pub(crate) fn trainable(p: &Checked, freeze: &[String]) -> Result<Vec<TensorId>, Diagnostics> {
     let mut errors = Vec::new();
     for name in freeze {
         if !p.params.iter().any(|&t| &p.tensors[t].name == name) {

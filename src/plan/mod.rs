@@ -18,6 +18,7 @@
 //! Every equation has a loop nest, so no stratum is left to the reference evaluator's
 //! loops: they are the oracle (`--engine reference`, `--verify`, tests), not a fallback.
 
+pub(crate) mod backward;
 pub(crate) mod chains;
 pub(crate) mod constants;
 mod contraction_path;

@@ -46,6 +46,13 @@ enum Command {
     Explain {
         /// Program file.
         file: PathBuf,
+        /// Also print the backward plan of a training step minimising this scalar tensor:
+        /// the route each stratum's gradient takes.
+        #[arg(long)]
+        loss: Option<String>,
+        /// With --loss: a parameter held fixed (repeatable).
+        #[arg(long, value_name = "NAME", requires = "loss")]
+        freeze: Vec<String>,
         #[command(flatten)]
         common: Common,
     },
@@ -543,13 +550,24 @@ fn run(command: Command) -> Result<(), String> {
             }
             Ok(())
         }
-        Command::Explain { file, common } => {
+        Command::Explain {
+            file,
+            loss,
+            freeze,
+            common,
+        } => {
             let session = load_checked(&file, &common)?;
             let text = match common.engine.as_str() {
                 "differential" => session.explain_dataflow(),
                 _ => session.explain(),
             };
             if let Some(text) = text {
+                print!("{text}");
+            }
+            if let Some(loss) = loss {
+                let text = session
+                    .explain_backward(&loss, &freeze)
+                    .map_err(|d| render(&session, &d))?;
                 print!("{text}");
             }
             Ok(())

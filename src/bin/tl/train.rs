@@ -30,7 +30,7 @@ pub(crate) fn command(
     if args.check_grad() {
         return check_gradients(&mut session, &opts, args);
     }
-    let mut progress = Progress::new(common.quiet);
+    let mut progress = Progress::new(common.quiet, args.decisions);
     let result = session.train(&opts, &args.options(resume, common.seed), &mut |e| {
         progress.event(e)
     });
@@ -177,6 +177,10 @@ pub struct TrainArgs {
     /// Compare analytic gradients with finite differences (in f64) instead of training.
     #[arg(long)]
     check_grad: bool,
+    /// Print, on stderr, the route each stratum's gradient took in the first step (and in
+    /// any later step whose routes change), the planned one where they differ, and why.
+    #[arg(long)]
+    decisions: bool,
 }
 
 fn parse_batch(s: &str) -> Result<(String, usize), String> {
@@ -274,15 +278,18 @@ struct Row {
 pub struct Progress {
     bar: Option<indicatif::ProgressBar>,
     quiet: bool,
+    /// Print every report of the backward routes, not only those where one declined.
+    decisions: bool,
     rows: Vec<Row>,
 }
 
 impl Progress {
-    /// A display for a run; `quiet` prints nothing.
-    pub fn new(quiet: bool) -> Progress {
+    /// A display for a run; `quiet` prints nothing, `decisions` the backward routes.
+    pub fn new(quiet: bool, decisions: bool) -> Progress {
         Progress {
             bar: None,
             quiet,
+            decisions,
             rows: Vec::new(),
         }
     }
@@ -344,6 +351,20 @@ impl Progress {
                 match &self.bar {
                     Some(bar) => bar.println(line),
                     None => eprintln!("{line}"),
+                }
+            }
+            Event::Routes {
+                step,
+                log,
+                declined,
+            } => {
+                // A route that declined to the reference loops is never silent.
+                if self.decisions || (declined && !self.quiet) {
+                    let text = format!("backward routes at step {step}:\n{log}");
+                    match &self.bar {
+                        Some(bar) => bar.println(text.trim_end()),
+                        None => eprint!("{text}"),
+                    }
                 }
             }
             Event::Saved { path, step } => {
