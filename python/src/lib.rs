@@ -464,8 +464,9 @@ impl Program {
     }
 
     /// Trains the program's parameters as `tl train` does; `callback(event)` receives a
-    /// dict per step (`kind="step"`, `step`, `total`, `epoch`, `loss`, `lr`) and per epoch
-    /// (`kind="epoch"`, `epoch`, `metrics`) and stops training by returning `False`.
+    /// dict per step (`kind="step"`, `step`, `total`, `epoch`, `loss`, `lr`), per epoch
+    /// (`kind="epoch"`, `epoch`, `metrics`) and for the backward routes taken (`kind="routes"`,
+    /// `step`, `log`, `declined`), and stops training by returning `False`.
     #[pyo3(signature = (loss = "Loss", optimizer = "adam", lr = 1e-3, epochs = 1, steps = None,
         batch = None, shuffle = false, seed = 0, freeze = Vec::new(), eval = Vec::new(),
         save = None, save_every = None, momentum = 0.0, weight_decay = 0.0, clip = None,

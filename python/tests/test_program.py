@@ -310,6 +310,9 @@ def test_training_reports_each_step_and_stops_when_asked():
     steps = [e for e in seen if e["kind"] == "step"]
     assert [e["step"] for e in steps] == [1, 2, 3] and out["step"] == 3
     assert len(out["losses"]) == 3 and steps[0]["loss"] == out["losses"][0]
+    routes = [e for e in seen if e["kind"] == "routes"]
+    assert len(routes) == 1 and routes[0]["step"] == 1 and not routes[0]["declined"]
+    assert "dense gradient contractions, as planned" in routes[0]["log"]
     prog.run()
     assert 0.5 < float(prog["Accuracy"]) <= 1.0
 
