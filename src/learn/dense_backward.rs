@@ -52,33 +52,7 @@ pub(crate) fn backward_dense(
     kept: Option<&[Option<KeptTerm>]>,
 ) -> bool {
     let threads = o.threads.max(1);
-    // Terms the forward pass kept are read back; the others (reads of a tensor) are cheap,
-    // and those whose values the backward pass does not read are not computed, unless a
-    // normalisation's value must be computed again from them: the forward pass kept none,
-    // or for an `lnorm`, kept no divisors (which its Jacobian reads otherwise).
-    let after = |i: usize| {
-        kept.and_then(|t| t.get(d.terms.len() + i))
-            .is_some_and(Option::is_some)
-    };
-    let softmax = matches!(d.expr, Expr::Normalize(Structural::Softmax, ..));
-    let normalized = after(0) && (softmax || after(1));
-    let skips =
-        |k: usize| d.read_back.get(k) == Some(&false) && (normalized || !d.expr.normalizes());
-    let mut terms: Vec<Term> = d
-        .terms
-        .iter()
-        .enumerate()
-        .map(
-            |(k, c)| match kept.and_then(|t| t.get(k)).and_then(Option::as_ref) {
-                Some((vars, data)) => Term::kept(vars, data),
-                None if skips(k) => Term {
-                    vars: Vars::from_slice(&c.out),
-                    values: Values::F64(Cow::Borrowed(&[])),
-                },
-                None => Term::from(term(c, values, threads)),
-            },
-        )
-        .collect();
+    let mut terms = kept_terms(d, values, kept, threads);
     // softmax/lnorm nodes become terms holding their values; their adjoints are then passed
     // through each row's Jacobian to their arguments.
     let mut lifted: Vec<Row> = Vec::new();
@@ -109,37 +83,106 @@ pub(crate) fn backward_dense(
             .map(|_| k),
         _ => None,
     };
-    // Of an f32 term, the products read it rounded to f32: it is gathered, scaled and
-    // rounded in one pass, the other terms (which the expression does not read) adding
-    // nothing.
     let single = whole.and_then(|k| d.terms.get(k).map(|c| (k, c)));
     if let Some((k, c)) = single.filter(|(_, c)| c.single && c.sparse.is_none() && block == 1) {
-        let narrow = |x: f64| (x * c.scale) as f32;
-        let g: Option<Cow<[f32]>> = match upstream {
-            // A window's gradient held as it came is already what the products read.
-            Upstream::Grid(Grid::F32(u)) if c.scale == 1.0 => Some(Cow::Borrowed(u)),
-            Upstream::Grid(Grid::F32(u)) => {
-                Some(split::mapped(u, |&x| narrow(x.into()), threads).into())
-            }
-            Upstream::Grid(Grid::F64(u)) => Some(split::mapped(u, |&x| narrow(x), threads).into()),
-            Upstream::Target(u) => {
-                let at = match d.scatter {
-                    Some(_) => Some(placement(d)),
-                    None => (u.len() == grid).then_some(Placement::Same),
-                };
-                at.map(|at| Cow::Owned(at.gather_as(grid, u, 0.0, narrow, threads)))
-            }
-        };
-        if let Some(g) = g {
+        if let Some(g) = rounded_upstream(d, c, &upstream, grid, threads) {
             let sums = (adj, pending);
             factor_gradients(c, &terms[k].vars, (&[], Some(g)), values, threads, sums);
             return true;
         }
     }
-    let upstream: Values = match upstream {
+    let upstream = grid_upstream(d, upstream, (block, grid), threads);
+    let whole = whole.filter(|_| upstream.len() == grid);
+    let at = Adjoints {
+        d,
+        o,
+        terms: &terms,
+        program: (&*compiled, &program),
+    };
+    let Some((g, narrow)) = at.of_terms(whole, lifted, upstream) else {
+        return false;
+    };
+    for (((c, gk), nk), t) in d.terms.iter().zip(g).zip(narrow).zip(&terms) {
+        let sums = (&mut *adj, pending.as_deref_mut());
+        to_factors(c, (&t.vars, gk, nk), values, threads, sums);
+    }
+    true
+}
+
+/// The equation's terms as the backward pass reads them. Terms the forward pass kept are
+/// read back; the others (reads of a tensor) are cheap, and those whose values the backward
+/// pass does not read are not computed, unless a normalisation's value must be computed
+/// again from them: the forward pass kept none, or for an `lnorm`, kept no divisors (which
+/// its Jacobian reads otherwise).
+fn kept_terms<'a>(
+    d: &'a DenseEquation,
+    values: &'a [Tensor],
+    kept: Option<&'a [Option<KeptTerm>]>,
+    threads: usize,
+) -> Vec<Term<'a>> {
+    let after = |i: usize| {
+        kept.and_then(|t| t.get(d.terms.len() + i))
+            .is_some_and(Option::is_some)
+    };
+    let softmax = matches!(d.expr, Expr::Normalize(Structural::Softmax, ..));
+    let normalized = after(0) && (softmax || after(1));
+    let skips =
+        |k: usize| d.read_back.get(k) == Some(&false) && (normalized || !d.expr.normalizes());
+    d.terms
+        .iter()
+        .enumerate()
+        .map(
+            |(k, c)| match kept.and_then(|t| t.get(k)).and_then(Option::as_ref) {
+                Some((vars, data)) => Term::kept(vars, data),
+                None if skips(k) => Term {
+                    vars: Vars::from_slice(&c.out),
+                    values: Values::F64(Cow::Borrowed(&[])),
+                },
+                None => Term::from(term(c, values, threads)),
+            },
+        )
+        .collect()
+}
+
+/// Of an f32 term that is the whole expression, the adjoint its products read, rounded to
+/// f32 and scaled, gathered in one pass (the other terms, which the expression does not
+/// read, adding nothing); `None` where the upstream does not cover the grid.
+fn rounded_upstream<'u>(
+    d: &DenseEquation,
+    c: &Contraction,
+    upstream: &Upstream<'u>,
+    grid: usize,
+    threads: usize,
+) -> Option<Cow<'u, [f32]>> {
+    let narrow = |x: f64| (x * c.scale) as f32;
+    match *upstream {
+        // A window's gradient held as it came is already what the products read.
+        Upstream::Grid(Grid::F32(u)) if c.scale == 1.0 => Some(Cow::Borrowed(u)),
+        Upstream::Grid(Grid::F32(u)) => {
+            Some(split::mapped(u, |&x| narrow(x.into()), threads).into())
+        }
+        Upstream::Grid(Grid::F64(u)) => Some(split::mapped(u, |&x| narrow(x), threads).into()),
+        Upstream::Target(u) => {
+            let at = match d.scatter {
+                Some(_) => Some(placement(d)),
+                None => (u.len() == grid).then_some(Placement::Same),
+            };
+            at.map(|at| Cow::Owned(at.gather_as(grid, u, 0.0, narrow, threads)))
+        }
+    }
+}
+
+/// The adjoint of every grid element: each one added at its left-hand-side position gets
+/// that position's adjoint (none where it was skipped), and every element of a summed
+/// block its sum's.
+fn grid_upstream<'u>(
+    d: &DenseEquation,
+    upstream: Upstream<'u>,
+    (block, grid): (usize, usize),
+    threads: usize,
+) -> Values<'u> {
+    match upstream {
         Upstream::Grid(g) => Values::from(g),
-        // Each grid element was added at its left-hand-side position: it gets that
-        // position's adjoint (none where it was skipped).
         Upstream::Target(u) if d.scatter.is_some() => {
             Values::F64(Cow::Owned(placement(d).gather(grid, u, 0.0, threads)))
         }
@@ -149,103 +192,143 @@ pub(crate) fn backward_dense(
                 .flat_map(|&a| std::iter::repeat_n(a, block))
                 .collect(),
         )),
-    };
-    let whole = whole.filter(|_| upstream.len() == grid);
-    // Each term's adjoint: empty, standing for zeros, until an adjoint reaches it.
-    let mut g: Vec<Vec<f64>> = vec![Vec::new(); terms.len()];
-    // An f32 term's adjoint made in the pass that gives it, where that pass is the only
-    // one that reaches the plan's terms: the expression's own when nothing was lifted, the
-    // lifted node's argument when the expression is that node alone.
-    let mut narrow: Vec<Vec<f32>> = vec![Vec::new(); d.terms.len()];
-    let only = whole.is_some_and(|k| k >= d.terms.len()) && lifted.len() == 1;
-    let at_once = match (only, lifted.first()) {
-        (true, Some(r)) => one_pass(d, r, &terms, &upstream, threads),
-        _ => None,
-    };
-    match whole {
-        Some(_) if at_once.is_some() => {
-            narrow = at_once.unwrap_or_default();
-            lifted.clear();
-        }
-        Some(k) => g[k] = upstream.into_wide(threads),
-        None => {
-            let narrow = lifted.is_empty().then_some(&mut narrow[..]);
-            let program = (&*compiled, &program);
-            term_adjoints(program, (d, &terms), &upstream, (&mut g, narrow), threads);
-        }
     }
-    for r in lifted {
-        // The lifted term's adjoint is read only here: it becomes its argument's in place.
-        let mut adjoint = std::mem::take(&mut g[r.term]);
-        if adjoint.is_empty() {
-            continue;
-        }
-        row_adjoint(d, &r, (&terms[r.term].values, &mut adjoint), threads);
-        let Some(arg) = Program::bind(&r.arg, d, o) else {
-            return false;
+}
+
+/// What the terms' adjoints are computed from: the equation, its terms and its compiled
+/// row program, bound.
+struct Adjoints<'a> {
+    d: &'a DenseEquation,
+    o: &'a EvalOptions,
+    terms: &'a [Term<'a>],
+    program: (&'a RowProgram, &'a Program<'a>),
+}
+
+/// Per term of the plan, its adjoint in f64 and, where the pass that gives it is the only
+/// one reaching it, already rounded to f32; each empty where no adjoint reached it.
+type TermAdjoints = (Vec<Vec<f64>>, Vec<Vec<f32>>);
+
+impl Adjoints<'_> {
+    /// Each term's adjoint given the grid's (`None` if a lifted node's argument does not
+    /// bind after all): `whole` is the term that is the whole expression, if one is, and
+    /// `lifted` the normalizations lifted out as terms, whose adjoints pass through their
+    /// rows' Jacobians to their arguments.
+    fn of_terms(
+        &self,
+        whole: Option<usize>,
+        mut lifted: Vec<Row>,
+        upstream: Values,
+    ) -> Option<TermAdjoints> {
+        let (d, terms, threads) = (self.d, self.terms, self.o.threads.max(1));
+        let mut g: Vec<Vec<f64>> = vec![Vec::new(); terms.len()];
+        // An f32 term's adjoint made in the pass that gives it, where that pass is the only
+        // one that reaches the plan's terms: the expression's own when nothing was lifted,
+        // the lifted node's argument when the expression is that node alone.
+        let mut narrow: Vec<Vec<f32>> = vec![Vec::new(); d.terms.len()];
+        let only = whole.is_some_and(|k| k >= d.terms.len()) && lifted.len() == 1;
+        let at_once = match (only, lifted.first()) {
+            (true, Some(r)) => one_pass(d, r, terms, &upstream, threads),
+            _ => None,
         };
-        let narrow = only.then_some(&mut narrow[..]);
-        term_adjoints(
-            (&r.arg, &arg),
-            (d, &terms),
-            &Values::F64(Cow::Borrowed(&adjoint)),
-            (&mut g, narrow),
-            threads,
-        );
-    }
-    for (((c, gk), nk), t) in d.terms.iter().zip(g).zip(narrow).zip(&terms) {
-        if !nk.is_empty() {
-            let sums = (&mut *adj, pending.as_deref_mut());
-            factor_gradients(c, &t.vars, (&[], Some(nk.into())), values, threads, sums);
-            continue;
-        }
-        // No adjoint reached the term: it passes nothing on.
-        if gk.is_empty() {
-            continue;
-        }
-        // The products of an f32 term read its adjoint scaled and rounded, made in one pass.
-        if c.single && c.sparse.is_none() {
-            let g = split::mapped(&gk, |&x| (x * c.scale) as f32, threads).into();
-            let sums = (&mut *adj, pending.as_deref_mut());
-            factor_gradients(c, &t.vars, (&[], Some(g)), values, threads, sums);
-            continue;
-        }
-        let mut gk = gk;
-        if c.scale != 1.0 {
-            gk.iter_mut().for_each(|x| *x *= c.scale);
-        }
-        match &c.sparse {
+        match whole {
+            Some(_) if at_once.is_some() => {
+                narrow = at_once.unwrap_or_default();
+                lifted.clear();
+            }
+            Some(k) => g[k] = upstream.into_wide(threads),
             None => {
-                let sums = (&mut *adj, pending.as_deref_mut());
-                factor_gradients(c, &t.vars, (&gk, None), values, threads, sums);
-            }
-            Some(r) => {
-                let crate::tensor::Storage::Relation(rel) = &values[r.tensor].storage else {
-                    continue;
-                };
-                let parts = sparse_operands::<f64>(c, values, threads);
-                let gparts = scatter_back(c, &r.vars, rel, &parts, &gk);
-                if parts.len() == c.factors.len() {
-                    // One operand per factor, each the factor summed over what only it
-                    // reads: its gradient spreads back over those variables.
-                    for ((f, part), gp) in c.factors.iter().zip(&parts).zip(gparts) {
-                        let grad = Operand {
-                            vars: Vars::from_slice(&part.vars),
-                            data: gp.into(),
-                        };
-                        let (order, onto) = f.memory_order();
-                        let grad = permute(grad, &onto, &c.extents, threads);
-                        let sums = (&mut *adj, pending.as_deref_mut());
-                        add_factor(sums, f, (&order, &c.extents, values), grad.data, threads);
-                    }
-                } else if let (Some(part), Some(gp)) = (parts.first(), gparts.into_iter().next()) {
-                    let sums = (&mut *adj, pending.as_deref_mut());
-                    factor_gradients(c, &part.vars, (&gp, None), values, threads, sums);
-                }
+                let narrow = lifted.is_empty().then_some(&mut narrow[..]);
+                term_adjoints(
+                    self.program,
+                    (d, terms),
+                    &upstream,
+                    (&mut g, narrow),
+                    threads,
+                );
             }
         }
+        for r in lifted {
+            // The lifted term's adjoint is read only here: it becomes its argument's in place.
+            let mut adjoint = std::mem::take(&mut g[r.term]);
+            if adjoint.is_empty() {
+                continue;
+            }
+            row_adjoint(d, &r, (&terms[r.term].values, &mut adjoint), threads);
+            let arg = Program::bind(&r.arg, d, self.o)?;
+            let narrow = only.then_some(&mut narrow[..]);
+            term_adjoints(
+                (&r.arg, &arg),
+                (d, terms),
+                &Values::F64(Cow::Borrowed(&adjoint)),
+                (&mut g, narrow),
+                threads,
+            );
+        }
+        g.truncate(d.terms.len());
+        Some((g, narrow))
     }
-    true
+}
+
+/// Passes one term's adjoint (`gk` over `vars`, or `nk` already rounded to f32) on to its
+/// factors, scaled by the term's constant: by the einsums of the other factors, or for a
+/// term a relation multiplies, back through the relation's tuples.
+fn to_factors(
+    c: &Contraction,
+    (vars, gk, nk): (&[VarId], Vec<f64>, Vec<f32>),
+    values: &[Tensor],
+    threads: usize,
+    (adj, mut pending): (&mut [Option<Vec<f64>>], Option<&mut Pending>),
+) {
+    if !nk.is_empty() {
+        factor_gradients(
+            c,
+            vars,
+            (&[], Some(nk.into())),
+            values,
+            threads,
+            (adj, pending),
+        );
+        return;
+    }
+    // No adjoint reached the term: it passes nothing on.
+    if gk.is_empty() {
+        return;
+    }
+    // The products of an f32 term read its adjoint scaled and rounded, made in one pass.
+    if c.single && c.sparse.is_none() {
+        let g = split::mapped(&gk, |&x| (x * c.scale) as f32, threads).into();
+        factor_gradients(c, vars, (&[], Some(g)), values, threads, (adj, pending));
+        return;
+    }
+    let mut gk = gk;
+    if c.scale != 1.0 {
+        gk.iter_mut().for_each(|x| *x *= c.scale);
+    }
+    let Some(r) = &c.sparse else {
+        factor_gradients(c, vars, (&gk, None), values, threads, (adj, pending));
+        return;
+    };
+    let crate::tensor::Storage::Relation(rel) = &values[r.tensor].storage else {
+        return;
+    };
+    let parts = sparse_operands::<f64>(c, values, threads);
+    let gparts = scatter_back(c, &r.vars, rel, &parts, &gk);
+    if parts.len() == c.factors.len() {
+        // One operand per factor, each the factor summed over what only it reads: its
+        // gradient spreads back over those variables.
+        for ((f, part), gp) in c.factors.iter().zip(&parts).zip(gparts) {
+            let grad = Operand {
+                vars: Vars::from_slice(&part.vars),
+                data: gp.into(),
+            };
+            let (order, onto) = f.memory_order();
+            let grad = permute(grad, &onto, &c.extents, threads);
+            let sums = (&mut *adj, pending.as_deref_mut());
+            add_factor(sums, f, (&order, &c.extents, values), grad.data, threads);
+        }
+    } else if let (Some(part), Some(gp)) = (parts.first(), gparts.into_iter().next()) {
+        factor_gradients(c, &part.vars, (&gp, None), values, threads, (adj, pending));
+    }
 }
 
 /// Whether [`backward_dense`] takes `d` with these values (it then returns `true`): the

@@ -144,13 +144,7 @@ pub fn train(
         .iter()
         .map(|n| metric(p, n))
         .collect::<Result<_, _>>()?;
-    let batching = match &opts.batch {
-        Some((name, size)) => Some(batch::batching(p, name, *size)?),
-        None => None,
-    };
-    let per_epoch = batching
-        .as_ref()
-        .map_or(1, |b| b.examples.div_ceil(b.size).max(1)) as u64;
+    let (batching, per_epoch) = batches(p, opts)?;
     if batching.is_none() {
         // Refused before the parameters' f64 copies and the program's copy are made.
         super::fits_step(p, &crate::plan::plan(p), o, (loss, &trainable))?;
@@ -162,8 +156,12 @@ pub fn train(
     let elems: Vec<ElemType> = trainable.iter().map(|&t| p.tensors[t].elem).collect();
     let mut state = resume_state(p, &trainable, opts.resume.as_ref());
     let mut program = p.clone();
-    let mut plans: BTreeMap<usize, (Plan, Backward)> = BTreeMap::new();
-    let mut shown_routes = None;
+    let mut plans = Plans {
+        loss,
+        trainable: &trainable,
+        by_size: BTreeMap::new(),
+        shown: None,
+    };
     let mut losses = Vec::new();
     let mut order = EpochOrder::default();
     let _awake = crate::eval::keep_awake(o);
@@ -186,20 +184,7 @@ pub fn train(
         for (&t, values) in trainable.iter().zip(&params) {
             step_program.data[t] = to_tensor(p, t, values);
         }
-        let (plan, backward) = plans.entry(examples).or_insert_with(|| {
-            let plan = crate::plan::plan(step_program);
-            let backward = Backward::new(step_program, &plan, loss, &trainable);
-            (plan, backward)
-        });
-        let g = planned_gradients((step_program, plan, backward), o, &trainable)?;
-        if shown_routes.as_ref() != Some(&g.routes) {
-            report(Event::Routes {
-                step: state.step + 1,
-                log: crate::explain_backward::routes(p, backward, &g.routes),
-                declined: g.routes.iter().any(|r| r.reason.is_some()),
-            });
-            shown_routes = Some(g.routes.clone());
-        }
+        let g = plans.gradients((p, step_program), examples, o, (state.step + 1, report))?;
         if !g.loss.is_finite() {
             return Err(not_finite(g.loss, (step, epoch), opts.save.as_deref()));
         }
@@ -243,6 +228,57 @@ pub fn train(
         losses,
         step: state.step,
     })
+}
+
+/// The run's minibatches (`--batch`), if any, and the steps an epoch takes.
+fn batches(p: &Checked, opts: &TrainOptions) -> Result<(Option<Batching>, u64), Diagnostics> {
+    let batching = match &opts.batch {
+        Some((name, size)) => Some(batch::batching(p, name, *size)?),
+        None => None,
+    };
+    let per_epoch = batching
+        .as_ref()
+        .map_or(1, |b| b.examples.div_ceil(b.size).max(1)) as u64;
+    Ok((batching, per_epoch))
+}
+
+/// The plans of a run, made once each: one per batch size (a last, smaller batch has its
+/// own), each with its backward plan; and the backward routes last reported.
+struct Plans<'a> {
+    loss: TensorId,
+    trainable: &'a [TensorId],
+    by_size: BTreeMap<usize, (Plan, Backward)>,
+    shown: Option<Vec<super::Routed>>,
+}
+
+impl Plans<'_> {
+    /// The gradients of one step's program (`p` the program as checked, for names), over
+    /// `examples` examples; reports the backward routes the step took where they differ
+    /// from those last reported.
+    fn gradients(
+        &mut self,
+        (p, program): (&Checked, &Checked),
+        examples: usize,
+        o: &EvalOptions,
+        (step, report): (u64, &mut dyn FnMut(Event)),
+    ) -> Result<super::Gradients, Diagnostics> {
+        let (loss, trainable) = (self.loss, self.trainable);
+        let (plan, backward) = self.by_size.entry(examples).or_insert_with(|| {
+            let plan = crate::plan::plan(program);
+            let backward = Backward::new(program, &plan, loss, trainable);
+            (plan, backward)
+        });
+        let g = planned_gradients((program, plan, backward), o, trainable)?;
+        if self.shown.as_ref() != Some(&g.routes) {
+            report(Event::Routes {
+                step,
+                log: crate::explain_backward::routes(p, backward, &g.routes),
+                declined: g.routes.iter().any(|r| r.reason.is_some()),
+            });
+            self.shown = Some(g.routes.clone());
+        }
+        Ok(g)
+    }
 }
 
 /// Whether the caller asked training to stop (Ctrl-C): it stops after the step under way.
