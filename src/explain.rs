@@ -58,8 +58,9 @@ pub(crate) fn decisions(p: &Checked, plan: &Plan, log: &[crate::eval::Decision])
     out
 }
 
-/// The plan of every stratum, in evaluation order: `plan` is the value evaluation executes.
-pub(crate) fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
+/// The plan of every stratum, in evaluation order (`plan` is the value evaluation executes),
+/// dense equations with where they run at `threads` threads.
+pub(crate) fn explain(p: &Checked, plan: &Plan, source: &str, threads: usize) -> String {
     let mut out = String::new();
     for (k, (st, sp)) in p.strata.iter().zip(&plan.strata).enumerate() {
         let names: Vec<&str> = st
@@ -92,7 +93,7 @@ pub(crate) fn explain(p: &Checked, plan: &Plan, source: &str) -> String {
             Kernel::Counts(rules) => at.counts(&mut out, rules),
             Kernel::Dense(plans) => {
                 let _ = writeln!(out, "{}, dense contractions (matrix products)", at.head);
-                crate::explain_dense::dense(&mut out, (p, source), plans);
+                crate::explain_dense::dense(&mut out, (p, source, threads), plans);
             }
             Kernel::Steps(plan) => at.steps(&mut out, plan),
             Kernel::Virtual(plan) => at.virtual_index(&mut out, plan),
@@ -859,6 +860,19 @@ fn arrangement_text(p: &Checked, a: &Arrangement) -> String {
     s
 }
 
+/// The schedule's table (`tl explain --schedule`): every threshold of work under which an
+/// operation stays on the calling thread, and every block split work comes in, with what
+/// set it.
+pub(crate) fn schedule() -> String {
+    let mut out = String::from("schedule: when work splits among --threads, and in what blocks\n");
+    for s in crate::plan::schedule::TABLE {
+        let _ = writeln!(out, "{}: {} {}", s.name, s.at, s.unit);
+        let _ = writeln!(out, "  decides: {}", s.decides);
+        let _ = writeln!(out, "  set by: {}", s.set_by);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -866,7 +880,7 @@ mod tests {
 
     fn explain_source(src: &str) -> String {
         let c = checked(src);
-        explain(&c, &crate::plan::plan(&c), src)
+        explain(&c, &crate::plan::plan(&c), src, 1)
     }
 
     #[test]

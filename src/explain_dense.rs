@@ -9,7 +9,11 @@ use std::fmt::Write;
 
 /// The planned equations of a dense stratum, an equation planned in parts (`einsum::parts`)
 /// quoted once.
-pub(crate) fn dense(out: &mut String, (p, source): (&Checked, &str), plans: &[DenseEquation]) {
+pub(crate) fn dense(
+    out: &mut String,
+    (p, source, threads): (&Checked, &str, usize),
+    plans: &[DenseEquation],
+) {
     for (i, d) in plans.iter().enumerate() {
         let eq = &p.equations[d.equation];
         let same = |x: &&DenseEquation| x.equation == d.equation;
@@ -26,6 +30,9 @@ pub(crate) fn dense(out: &mut String, (p, source): (&Checked, &str), plans: &[De
             let _ = writeln!(out, "    term {}: {}", k + 1, term(p, eq, c));
         }
         let _ = writeln!(out, "    {:.3e} FLOPs{}", d.flops, fused(p, eq, d));
+        let scatters = d.terms.iter().any(|c| c.sparse.is_some());
+        let runs = crate::plan::schedule::equation_text(d.flops, scatters, threads);
+        let _ = writeln!(out, "    threads: {runs}");
         if let Some(line) = in_place(d) {
             let _ = writeln!(out, "    {line}");
         }

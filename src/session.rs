@@ -401,8 +401,25 @@ impl Session {
     /// How each stratum of the last check will be evaluated (`tl explain`): the plan that
     /// runs, as text.
     pub fn explain(&self) -> Option<String> {
+        self.explain_at(crate::eval::default_threads())
+    }
+
+    /// [`Session::explain`], saying where each dense equation runs with `threads` threads.
+    pub fn explain_at(&self, threads: usize) -> Option<String> {
         let (checked, plan) = (self.checked.as_ref()?, self.plan.as_ref()?);
-        Some(crate::explain::explain(checked, plan, &self.source))
+        Some(crate::explain::explain(
+            checked,
+            plan,
+            &self.source,
+            threads,
+        ))
+    }
+
+    /// Every thread split of the engine in one table (`tl explain --schedule`): the work
+    /// under which an operation stays on the calling thread and the blocks split work
+    /// comes in, each with what set it.
+    pub fn schedule_table() -> String {
+        crate::explain::schedule()
     }
 
     /// The backward plan of a training step for the loss `loss` with the parameters but

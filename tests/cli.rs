@@ -239,6 +239,32 @@ fn explain_shows_each_strata_plan() {
     );
 }
 
+/// Each dense equation says where it runs at `--threads N`, and `--schedule` prints every
+/// thread split of the engine with what set it.
+#[test]
+fn explain_says_where_dense_equations_run_and_prints_the_schedule() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let at = |threads: &str| {
+        let out = common::tl(root, &["explain", "examples/mlp.tl", "--threads", threads]);
+        assert!(out.status.success(), "{}", common::stderr(&out));
+        common::stdout(&out)
+    };
+    assert!(
+        at("1").contains("    threads: one thread (--threads 1)"),
+        "{}",
+        at("1")
+    );
+    assert!(at("2").contains("    threads: on the calling thread (under 2^25 FLOPs)"));
+    let out = common::tl(root, &["explain", "examples/mlp.tl", "--schedule"]);
+    let text = common::stdout(&out);
+    assert!(text.contains("equation work: 33554432 FLOPs"), "{text}");
+    assert!(
+        text.contains("rule rows: 4096 rows of the first atom"),
+        "{text}"
+    );
+    assert_eq!(text.matches("  set by: ").count(), 15, "{text}");
+}
+
 #[test]
 fn verify_reports_the_largest_difference_per_tensor_on_stderr() {
     let dir = tempfile::tempdir().unwrap();

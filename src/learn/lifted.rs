@@ -11,6 +11,7 @@ use crate::functions::widest::{widest, Inlined};
 use crate::functions::{RowStats, Structural};
 use crate::plan::einsum::{DenseEquation, Expr};
 use crate::plan::rows::RowProgram;
+use crate::plan::schedule::JACOBIAN_BLOCK;
 use std::borrow::Cow;
 
 /// A `softmax`/`lnorm` lifted out of the expression: the term holding its value, and what
@@ -151,7 +152,7 @@ fn rows_adjoint<T: Num>(d: &DenseEquation, r: &Row, (y, g): (&[T], &mut [f64]), 
     let stride: usize = dims[axis + 1..].iter().product::<usize>().max(1);
     let split = split::splits(threads, g.len());
     // Blocks of whole rows (each block's first element starts a group of `n · stride`).
-    let per = (ROWS_PER_BLOCK * n * stride).min(g.len().max(1));
+    let per = (JACOBIAN_BLOCK.at * n * stride).min(g.len().max(1));
     if stride == 1 {
         // Rows are contiguous: read and written in place.
         split::each_block(g, per, split, |first, block| {
@@ -251,7 +252,7 @@ pub(super) fn one_pass(
         outs[k] = split::zeros(grid, threads);
     }
     // Blocks of rows, each with its piece of every term's adjoint, on the pool's workers.
-    let per = ROWS_PER_BLOCK * n;
+    let per = JACOBIAN_BLOCK.at * n;
     let mut blocks: Vec<Vec<&mut [f32]>> = (0..grid.div_ceil(per)).map(|_| Vec::new()).collect();
     let mut by_term: Vec<Option<&mut Vec<f32>>> = outs.iter_mut().map(Some).collect();
     for &(k, _) in &coefficients {
@@ -267,7 +268,7 @@ pub(super) fn one_pass(
         .for_each(|(i, mut block)| {
             let (mut ys, mut back) = (vec![0.0; n], vec![0.0; n]);
             for o in 0..block.first().map_or(0, |b| b.len() / n) {
-                adjoint(i * ROWS_PER_BLOCK + o, (&mut ys, &mut back));
+                adjoint(i * JACOBIAN_BLOCK.at + o, (&mut ys, &mut back));
                 for ((out, &(_, c)), &s) in block.iter_mut().zip(&coefficients).zip(&scales) {
                     let out = &mut out[o * n..(o + 1) * n];
                     widest(Inlined(|| {
@@ -280,6 +281,3 @@ pub(super) fn one_pass(
         });
     Some(outs)
 }
-
-/// Groups of rows a block of [`row_adjoint`] takes.
-const ROWS_PER_BLOCK: usize = 64;

@@ -154,7 +154,7 @@ impl Config {
             }
             let step =
                 |(((w, g), (m, v)), elem): (AdamBlock, ElemType)| adam.apply(w, g, (m, v), elem);
-            if split::splits_from(threads, total, ADAM_SPLIT) {
+            if split::splits_from(threads, total, crate::plan::schedule::UPDATE_ELEMENTS.at) {
                 use rayon::prelude::*;
                 blocks.into_par_iter().for_each(step);
             } else {
@@ -182,10 +182,6 @@ impl Config {
         clip
     }
 }
-
-/// Parameter elements under which Adam's update stays on the calling thread (each element
-/// costs a square root and a division, so fewer are worth splitting than for a copy).
-const ADAM_SPLIT: usize = 1 << 15;
 
 /// Elements of a block of an Adam update.
 const ADAM_BLOCK: usize = 1 << 13;

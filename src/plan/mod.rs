@@ -31,6 +31,7 @@ pub(crate) mod maintenance;
 pub(crate) mod nest;
 mod opt_einsum_greedy;
 pub(crate) mod rows;
+pub(crate) mod schedule;
 pub(crate) mod steps;
 pub(crate) mod valid;
 

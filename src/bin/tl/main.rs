@@ -53,6 +53,10 @@ enum Command {
         /// With --loss: a parameter held fixed (repeatable).
         #[arg(long, value_name = "NAME", requires = "loss")]
         freeze: Vec<String>,
+        /// Also print the schedule: every threshold of work under which an operation stays
+        /// on one thread, and the blocks split work comes in, with what set each.
+        #[arg(long)]
+        schedule: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -554,12 +558,13 @@ fn run(command: Command) -> Result<(), String> {
             file,
             loss,
             freeze,
+            schedule,
             common,
         } => {
             let session = load_checked(&file, &common)?;
             let text = match common.engine.as_str() {
                 "differential" => session.explain_dataflow(),
-                _ => session.explain(),
+                _ => session.explain_at(common.threads()),
             };
             if let Some(text) = text {
                 print!("{text}");
@@ -569,6 +574,9 @@ fn run(command: Command) -> Result<(), String> {
                     .explain_backward(&loss, &freeze)
                     .map_err(|d| render(&session, &d))?;
                 print!("{text}");
+            }
+            if schedule {
+                print!("{}", tensor_logic::Session::schedule_table());
             }
             Ok(())
         }

@@ -3,17 +3,13 @@
 
 use super::*;
 
-/// Equations of less work (FLOPs, [`work`]) stay on the calling thread: moving them to the
-/// pool costs more than they do.
-pub(super) const PARALLEL_WORK: f64 = (1u64 << 25) as f64;
-
 /// Whether an equation is worth splitting among the `--threads` pool.
 pub(super) fn split(
     d: &DenseEquation,
     values: &[Tensor],
     pool: Option<&rayon::ThreadPool>,
 ) -> bool {
-    pool.is_some() && work(d, values) >= PARALLEL_WORK
+    pool.is_some() && work(d, values) >= crate::plan::schedule::EQUATION_WORK.at as f64
 }
 
 /// An equation's work, in FLOPs: its plan's estimate plus, for each term a relation

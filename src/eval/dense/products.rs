@@ -5,11 +5,8 @@
 //! count (§9).
 
 use super::operand::Num;
+use crate::plan::schedule::{INNER_BLOCKS, INNER_OUTPUT, INNER_RATIO, PRODUCT_WORK};
 use std::mem::MaybeUninit;
-
-/// Products of fewer multiply-adds run on one thread: below it, waking workers and their
-/// packing buffers cost more than they save (results are the same either way).
-const THREADED_PRODUCT: usize = 1 << 22;
 
 /// One loop around a contraction's matrix products: its extent and its stride in each
 /// operand (0 where the operand does not vary along it).
@@ -78,7 +75,7 @@ pub(super) fn looped<T: Num>(
     // as on one thread): a batch of small products (attention's per-head scores, a layer's
     // rows read through a window) is split where no single product is big enough to be.
     let spare = &mut out.spare_capacity_mut()[..len];
-    if threads > 1 && count > 1 && count * m * n * k >= THREADED_PRODUCT {
+    if threads > 1 && count > 1 && count * m * n * k >= PRODUCT_WORK.at {
         use rayon::prelude::*;
         spare
             .par_chunks_exact_mut(m * n)
@@ -192,17 +189,17 @@ pub(super) fn matmul<T: Num>(
         rhs: (rhs, ro, [rr, rc]),
     };
     if threads > 1
-        && m * n * k >= THREADED_PRODUCT
-        && (threads..=INNER_BLOCKS_SPLIT).contains(&k.div_ceil(KC))
-        && m * n <= INNER_SPLIT_OUTPUT
-        && k >= SPLIT_INNER * m.max(n)
+        && m * n * k >= PRODUCT_WORK.at
+        && (threads..=INNER_BLOCKS.at).contains(&k.div_ceil(KC))
+        && m * n <= INNER_OUTPUT.at
+        && k >= INNER_RATIO.at * m.max(n)
     {
         return by_inner_blocks((m, n, k), operands, dst, (zero, one), threads);
     }
     // With threads, blocks of rows go to workers, each a whole product on one thread: a
     // row's sums never depend on the other rows (§9), so the result is the same, and one
     // fork per product beats gemm's own splitting on the moderate shapes of layers.
-    if threads > 1 && m * n * k >= THREADED_PRODUCT && m >= 64 * threads {
+    if threads > 1 && m * n * k >= PRODUCT_WORK.at && m >= 64 * threads {
         use rayon::prelude::*;
         let per = m.div_ceil(threads).next_multiple_of(16);
         dst[..m * n]
@@ -217,7 +214,7 @@ pub(super) fn matmul<T: Num>(
     }
     // Below ~4M multiply-adds splitting costs more than it saves (thread wake-ups and
     // per-thread packing buffers); results are the same either way (tiles only are split).
-    let parallelism = if threads > 1 && m * n * k >= THREADED_PRODUCT {
+    let parallelism = if threads > 1 && m * n * k >= PRODUCT_WORK.at {
         gemm::Parallelism::Rayon(threads)
     } else {
         gemm::Parallelism::None
@@ -282,18 +279,6 @@ fn padded_product<T: Num>(
 /// blocks into dst one after another; fixed blocks of KC (within which it never splits: its
 /// own blocks are at least 512 long) make that order the same for every batch size (§9).
 const KC: usize = 512;
-
-/// A reduction at least this many times longer than the output's longer side splits by
-/// its KC blocks rather than by rows.
-const SPLIT_INNER: usize = 4;
-
-/// The most KC blocks of a product split by its inner blocks: each later block holds a
-/// buffer the size of the output until all are added.
-const INNER_BLOCKS_SPLIT: usize = 16;
-
-/// The most output elements of a product split by its inner blocks: with at most 15 later
-/// blocks, at most 15 buffers of 2²⁰ elements beside the result.
-const INNER_SPLIT_OUTPUT: usize = 1 << 20;
 
 /// A matrix product's two operands: each its elements, the offset of its first one and
 /// its row and column strides.

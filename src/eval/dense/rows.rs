@@ -14,6 +14,7 @@ use crate::functions::widest::{widest, Vectorised};
 use crate::functions::{Builtin, RowStats, Structural, UserFunction};
 use crate::plan::einsum::DenseEquation;
 use crate::plan::rows::{RowLayout, RowOp, RowProgram, Table};
+use crate::plan::schedule::{ROW_BLOCK, ROW_WORK};
 use crate::semantics::VarId;
 use crate::syntax::ast::CmpOp;
 use smallvec::{smallvec, SmallVec};
@@ -498,9 +499,9 @@ pub(crate) fn values(p: &Program, d: &DenseEquation, terms: &[Operand]) -> Vec<f
     };
     if worth_splitting(p, || rows.elements(d, terms)) {
         use rayon::prelude::*;
-        out.par_chunks_mut(BLOCK_ROWS * n)
+        out.par_chunks_mut(ROW_BLOCK.at * n)
             .enumerate()
-            .for_each(|(i, chunk)| block(i * BLOCK_ROWS, chunk));
+            .for_each(|(i, chunk)| block(i * ROW_BLOCK.at, chunk));
     } else {
         block(0, &mut out);
     }
@@ -560,12 +561,12 @@ pub(super) fn in_place(
     let divisors = divisors.filter(|d| d.len() == rows.0.count);
     if split {
         use rayon::prelude::*;
-        let chunks = buf.par_chunks_mut(BLOCK_ROWS * n).enumerate();
+        let chunks = buf.par_chunks_mut(ROW_BLOCK.at * n).enumerate();
         match divisors {
             Some(divisors) => chunks
-                .zip(divisors.par_chunks_mut(BLOCK_ROWS))
-                .for_each(|((i, chunk), ds)| block(i * BLOCK_ROWS, chunk, Some(ds))),
-            None => chunks.for_each(|(i, chunk)| block(i * BLOCK_ROWS, chunk, None)),
+                .zip(divisors.par_chunks_mut(ROW_BLOCK.at))
+                .for_each(|((i, chunk), ds)| block(i * ROW_BLOCK.at, chunk, Some(ds))),
+            None => chunks.for_each(|(i, chunk)| block(i * ROW_BLOCK.at, chunk, None)),
         }
     } else {
         block(0, buf, divisors);
@@ -607,12 +608,6 @@ pub(crate) fn backward(
     });
 }
 
-/// Rows per block of a split pass.
-const BLOCK_ROWS: usize = 64;
-
-/// Row operations times elements under which a pass stays on the calling thread.
-const SPLIT_WORK: usize = 1 << 19;
-
 /// Whether a pass of `p` over `elements` grid elements (counted only when the rest allows
 /// a split: under a mask that is a scan of its term) is worth splitting: only where more
 /// than one thread was asked for and inside a pool of workers, never on rayon's global pool.
@@ -620,7 +615,7 @@ fn worth_splitting(p: &Program, elements: impl FnOnce() -> usize) -> bool {
     p.threads > 1
         && rayon::current_thread_index().is_some()
         && rayon::current_num_threads() > 1
-        && elements().saturating_mul(p.ops.len()) >= SPLIT_WORK
+        && elements().saturating_mul(p.ops.len()) >= ROW_WORK.at
 }
 
 /// [`backward`] with blocks of rows on the current pool's workers.
@@ -646,7 +641,7 @@ fn backward_split(
             _ => None,
         })
         .collect();
-    let per = BLOCK_ROWS * n;
+    let per = ROW_BLOCK.at * n;
     let mut own: Vec<(usize, std::slice::ChunksMut<f64>)> = g
         .iter_mut()
         .enumerate()
@@ -657,14 +652,20 @@ fn backward_split(
         .iter_mut()
         .map(|(i, _, buf)| (*i, buf.chunks_mut(per)))
         .collect();
-    let blocks: Vec<(usize, Slices, Slices)> = (0..count.div_ceil(BLOCK_ROWS))
-        .map(|b| (b * BLOCK_ROWS, next_block(&mut own), next_block(&mut later)))
+    let blocks: Vec<(usize, Slices, Slices)> = (0..count.div_ceil(ROW_BLOCK.at))
+        .map(|b| {
+            (
+                b * ROW_BLOCK.at,
+                next_block(&mut own),
+                next_block(&mut later),
+            )
+        })
         .collect();
     blocks
         .into_par_iter()
         .for_each(|(first, mut own, mut later)| {
             let mut scratch = Scratch::new(p, n);
-            let last = (first + BLOCK_ROWS).min(count);
+            let last = (first + ROW_BLOCK.at).min(count);
             rows.each(d, first..last, &mut |row, at, env| {
                 let up = &upstream[row * n..(row + 1) * n];
                 let at_row = (row - first) * n;

@@ -2,15 +2,11 @@
 //! for the `--threads` pool. Each block computes what one thread computes for those
 //! elements, so the bits do not depend on the split.
 
-/// Elements under which a pass stays on the calling thread: a worker's wake-up costs more
-/// than copying fewer.
-const SPLIT_ELEMENTS: usize = 1 << 17;
-
 /// Whether a pass over `elements` independent elements is split: only where more than one
 /// thread was asked for and the caller is inside a pool of workers (never rayon's global
 /// pool).
 pub(crate) fn splits(threads: usize, elements: usize) -> bool {
-    splits_from(threads, elements, SPLIT_ELEMENTS)
+    splits_from(threads, elements, crate::plan::schedule::PASS_ELEMENTS.at)
 }
 
 /// [`splits`] for a pass that is worth splitting from `least` elements on.
@@ -42,12 +38,6 @@ pub(crate) fn each_block<T: Send>(
     }
 }
 
-/// Elements of a block that [`filled`] hands to one worker: the loop over them is a plain
-/// one the compiler vectorises. Made through rayon's element-by-element `collect` instead,
-/// the character LM's ReLU adjoints, narrowings and zeroings took longer on two threads
-/// than on one (its two-thread step 82.5 → 76.7 ms).
-const FILL_BLOCK: usize = 1 << 14;
-
 /// `len` values made in consecutive blocks, each block's values the items of
 /// `block(range)` for its range of indices (as one thread would make them, so the bits do
 /// not depend on the split), on the pool's workers when `split`. An iterator that ends
@@ -72,7 +62,7 @@ pub(crate) fn filled<T: Copy + Send + Sync, I: Iterator<Item = T>>(
     let mut out = Vec::with_capacity(len);
     each_block(
         &mut out.spare_capacity_mut()[..len],
-        FILL_BLOCK,
+        crate::plan::schedule::FILL_BLOCK.at,
         split,
         fill,
     );
@@ -131,7 +121,7 @@ mod tests {
             .num_threads(2)
             .build()
             .unwrap();
-        let len = 5 * super::FILL_BLOCK + 7;
+        let len = 5 * crate::plan::schedule::FILL_BLOCK.at + 7;
         let xs: Vec<f64> = (0..len).map(|i| (i as f64).sin()).collect();
         let make = |split| {
             super::filled((len, 0.0f32), split, |r| {

@@ -148,7 +148,7 @@ impl BitRows {
         if words == 0 {
             return BitRows::new(self.n);
         }
-        let chunk = (PARALLEL_MIN_WORDS / words).max(1);
+        let chunk = (crate::plan::schedule::BIT_WORDS.at / words).max(1);
         let (rows, bits) = match pool {
             Some(pool) if self.rows.len() > chunk => {
                 let parts: Vec<(Vec<u32>, Vec<u64>)> = pool.install(|| {
@@ -272,9 +272,6 @@ pub(super) fn ones(row: &[u64]) -> impl Iterator<Item = usize> + '_ {
         })
     })
 }
-
-/// Below this many words of rows, a product runs on one thread.
-const PARALLEL_MIN_WORDS: usize = 1 << 16;
 
 /// The product of a chain's factors, left to right, with factor `at` reading the last
 /// round's new pairs; `None` when a factor has nothing to read.

@@ -13,6 +13,7 @@ use super::EvalOptions;
 use crate::diagnostics::{codes, Diagnostic, Diagnostics};
 use crate::plan::datalog::{Product, Rule};
 use crate::plan::demand::DemandPlan;
+use crate::plan::schedule::RULE_ROWS;
 use crate::semantics::{Checked, Stratum, TensorId};
 use crate::tensor::Tensor;
 use rayon::prelude::*;
@@ -623,12 +624,12 @@ fn run_rule_reading(
     };
     let scan_first = steps.first().is_some_and(|s| s.key_cols.is_empty());
     match pool {
-        Some(pool) if scan_first && first_rows >= PARALLEL_MIN_ROWS => {
+        Some(pool) if scan_first && first_rows >= RULE_ROWS.at => {
             // Split the first atom's rows among the workers; concatenating their results in
             // chunk order keeps the derivation order the same for every thread count.
             let chunk = first_rows
                 .div_ceil(pool.current_num_threads() * 8)
-                .max(PARALLEL_MIN_ROWS / 8);
+                .max(RULE_ROWS.at / 8);
             let starts: Vec<usize> = (0..first_rows).step_by(chunk).collect();
             let parts: Vec<Result<Derived, Halt>> = pool.install(|| {
                 starts
@@ -677,6 +678,3 @@ fn run_rule_reading(
     }
     Ok(())
 }
-
-/// Below this many rows in the first atom, a rule runs on one thread.
-const PARALLEL_MIN_ROWS: usize = 4096;

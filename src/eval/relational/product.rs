@@ -4,6 +4,7 @@
 //! accumulator over `c`, whose touched positions are then emitted in order. Work is the
 //! number of products, memory one accumulator and the result's non-zeros; nothing is sorted.
 
+use crate::plan::schedule::PRODUCT_TUPLES;
 use crate::tensor::Relation;
 
 /// Accumulators over `c` up to this extent are dense arrays; wider ones sort what they got.
@@ -23,7 +24,7 @@ pub(super) fn product(
     let rows = Rows::new(b);
     let fa = a.flat();
     let blocks = match pool {
-        Some(pool) if a.len() >= PARALLEL_MIN_TUPLES => {
+        Some(pool) if a.len() >= PRODUCT_TUPLES.at => {
             row_blocks(fa, pool.current_num_threads() * 4)
         }
         _ => std::iter::once(0..a.len()).collect(),
@@ -40,9 +41,6 @@ pub(super) fn product(
     let (keys, counts): (Vec<Vec<u32>>, Vec<Vec<f64>>) = parts.into_iter().unzip();
     (keys.concat(), counts.concat())
 }
-
-/// Below this many tuples in A, a product runs on one thread.
-const PARALLEL_MIN_TUPLES: usize = 1 << 14;
 
 /// About `n` ranges of A's tuples, each starting at a new first position.
 fn row_blocks(fa: &[u32], n: usize) -> Vec<std::ops::Range<usize>> {
@@ -183,7 +181,7 @@ mod tests {
     fn threads_split_rows_without_changing_the_counts() {
         let mut pairs = std::collections::BTreeSet::new();
         let mut x = 12345u64;
-        while pairs.len() < 3 * PARALLEL_MIN_TUPLES {
+        while pairs.len() < 3 * PRODUCT_TUPLES.at {
             x = x
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);

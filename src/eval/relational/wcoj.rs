@@ -11,6 +11,7 @@ use super::{Derived, Halt};
 use crate::eval::nest::Checker;
 use crate::eval::stop::Ticker;
 use crate::plan::datalog::{variable_order, Rule, Term};
+use crate::plan::schedule::JOIN_CANDIDATES;
 use crate::semantics::{TensorId, VarId};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap as HashMap;
@@ -175,11 +176,11 @@ impl<'a> GenericJoin<'a> {
         }
         let first = self.candidates(0, &env);
         match pool {
-            Some(pool) if first.len() >= PARALLEL_MIN_CANDIDATES => {
+            Some(pool) if first.len() >= JOIN_CANDIDATES.at => {
                 let chunk = first
                     .len()
                     .div_ceil(pool.current_num_threads() * 8)
-                    .max(PARALLEL_MIN_CANDIDATES / 8);
+                    .max(JOIN_CANDIDATES.at / 8);
                 let parts: Vec<Result<Derived, Halt>> = pool.install(|| {
                     first
                         .par_chunks(chunk)
@@ -330,6 +331,3 @@ fn key_of<'k>(
         part.key_terms.len(),
     )
 }
-
-/// Below this many candidates for the first variable, a generic join runs on one thread.
-const PARALLEL_MIN_CANDIDATES: usize = 1024;
