@@ -796,6 +796,55 @@ impl Vectorised for Backward<'_, '_> {
     }
 }
 
+/// The elements of a masked row that its pass computes (`Some(None)`: the row is not
+/// masked, every element; `None`: none, nothing to do).
+#[inline(always)]
+fn masked_picks<'s>(
+    (d, rows, terms): (&DenseEquation, &Rows, &[Operand]),
+    at: &[usize],
+    picks: &'s mut Vec<usize>,
+) -> Option<Option<&'s [usize]>> {
+    match rows.mask(d) {
+        Some(k) => {
+            rows.picks(k, terms, at, picks);
+            (!picks.is_empty()).then_some(Some(picks.as_slice()))
+        }
+        None => Some(None),
+    }
+}
+
+/// Zeroes the adjoints of the live operations over a row's `n` elements and seeds the
+/// root's with the row's upstream adjoint (at the picked elements of a masked row).
+#[inline(always)]
+fn seed(
+    adj: &mut [Vec<f64>],
+    (live, root, n): (&[bool], usize, usize),
+    picks: Option<&[usize]>,
+    up: &[f64],
+) {
+    for (a, _) in adj.iter_mut().zip(live).filter(|(_, &l)| l) {
+        a[..n].fill(0.0);
+    }
+    match picks {
+        Some(js) => {
+            for (a, &j) in adj[root].iter_mut().zip(js) {
+                *a = up[j];
+            }
+        }
+        None => adj[root].copy_from_slice(up),
+    }
+}
+
+/// d(x^y)/dy: x^y ln x, taken as 0 where x ≤ 0 (as the reference's backward pass does).
+#[inline(always)]
+fn exponent_partial(x: f64, y: f64) -> f64 {
+    if x > 0.0 {
+        x.powf(y) * x.ln()
+    } else {
+        0.0
+    }
+}
+
 /// [`backward_row`]'s loops, inlined into each vector width's copy.
 #[inline(always)]
 fn backward_loops(
@@ -813,32 +862,15 @@ fn backward_loops(
     let Some(root) = p.ops.len().checked_sub(1) else {
         return;
     };
-    let picks = match rows.mask(d) {
-        Some(k) => {
-            rows.picks(k, terms, at, picks);
-            if picks.is_empty() {
-                return;
-            }
-            Some(picks.as_slice())
-        }
-        None => None,
+    let Some(picks) = masked_picks((d, rows, terms), at, picks) else {
+        return;
     };
     let n = picks.map_or(rows.0.len, <[usize]>::len);
     if p.needed.contains(&true) {
         let only = Some(p.needed);
         forward_loops(p, (d, rows, terms), (at, env), (None, picks, only), vals);
     }
-    for (a, _) in adj.iter_mut().zip(p.live).filter(|(_, &l)| l) {
-        a[..n].fill(0.0);
-    }
-    match picks {
-        Some(js) => {
-            for (a, &j) in adj[root].iter_mut().zip(js) {
-                *a = up[j];
-            }
-        }
-        None => adj[root].copy_from_slice(up),
-    }
+    seed(adj, (p.live, root, n), picks, up);
     for (i, op) in p.ops.iter().enumerate().rev() {
         if !p.live[i] {
             continue;
@@ -886,13 +918,7 @@ fn backward_loops(
             RowOp::Pow(x, y) => {
                 let (vx, vy) = (v(*x), v(*y));
                 pass!(*x, |j| vy[j] * vx[j].powf(vy[j] - 1.0));
-                pass!(*y, |j| {
-                    if vx[j] > 0.0 {
-                        vx[j].powf(vy[j]) * vx[j].ln()
-                    } else {
-                        0.0
-                    }
-                });
+                pass!(*y, |j| exponent_partial(vx[j], vy[j]));
             }
             RowOp::Builtin(Builtin::Relu, args) if args.len() == 1 => {
                 let vx = v(args[0]);

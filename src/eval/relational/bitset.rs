@@ -363,17 +363,7 @@ pub(super) fn evaluate_bitsets(
             delta.insert(t, matrix(s, false));
         }
     }
-    let mut fixed: HashMap<(TensorId, bool), BitRows> = HashMap::default();
-    for f in chains
-        .iter()
-        .flat_map(|c| c.factors.iter().chain(&c.negated))
-    {
-        if let (false, Some(s)) = (st.tensors.contains(&f.tensor), state.full.get(&f.tensor)) {
-            fixed
-                .entry((f.tensor, f.transposed))
-                .or_insert_with(|| matrix(s, f.transposed));
-        }
-    }
+    let fixed = fixed_matrices(st, chains, &state);
     let used_transposed = |t: &TensorId| {
         chains
             .iter()
@@ -411,30 +401,7 @@ pub(super) fn evaluate_bitsets(
                 };
                 let negated: Vec<&BitRows> =
                     c.negated.iter().filter_map(|f| read(f, false)).collect();
-                let words = product.words;
-                for (x, row) in product
-                    .rows
-                    .iter()
-                    .zip(product.bits.chunks_exact_mut(words))
-                {
-                    let x = *x as usize;
-                    for m in &negated {
-                        if let Some(not) = m.row(x) {
-                            for (d, &b) in row.iter_mut().zip(not) {
-                                *d &= !b;
-                            }
-                        }
-                    }
-                    let bit = row[x / 64] & (1 << (x % 64));
-                    match c.diagonal {
-                        Some(true) => {
-                            row.fill(0);
-                            row[x / 64] = bit;
-                        }
-                        Some(false) => row[x / 64] &= !bit,
-                        None => {}
-                    }
-                }
+                restrict(&mut product, &negated, c.diagonal);
                 match new.get_mut(&c.head) {
                     Some(acc) => acc.or(&product),
                     None => {
@@ -444,21 +411,7 @@ pub(super) fn evaluate_bitsets(
             }
         }
         drop(delta_t);
-        delta.clear();
-        let mut heads: Vec<TensorId> = new.keys().copied().collect();
-        heads.sort_unstable();
-        for t in heads {
-            let (Some(fresh), Some(known)) = (new.get(&t), full.get_mut(&t)) else {
-                continue;
-            };
-            let added = known.absorb(fresh);
-            if !added.rows.is_empty() {
-                if let Some(known_t) = full_t.get_mut(&t) {
-                    known_t.or(&added.transpose());
-                }
-                delta.insert(t, added);
-            }
-        }
+        delta = absorb(new, &mut full, &mut full_t);
         let Some(max_rounds) = max_rounds.filter(|_| !delta.is_empty()) else {
             break Ok(());
         };
@@ -481,4 +434,80 @@ pub(super) fn evaluate_bitsets(
         }
     }
     outcome
+}
+
+/// Bit matrices of the relations from lower strata that the chains read (as factors or
+/// negated), each in the orientation it is read in; they do not change in the fixpoint.
+fn fixed_matrices(
+    st: &Stratum,
+    chains: &[Chain],
+    state: &State,
+) -> HashMap<(TensorId, bool), BitRows> {
+    let mut fixed: HashMap<(TensorId, bool), BitRows> = HashMap::default();
+    for f in chains
+        .iter()
+        .flat_map(|c| c.factors.iter().chain(&c.negated))
+    {
+        if let (false, Some(s)) = (st.tensors.contains(&f.tensor), state.full.get(&f.tensor)) {
+            fixed
+                .entry((f.tensor, f.transposed))
+                .or_insert_with(|| BitRows::from_store(s, state.n, f.transposed));
+        }
+    }
+    fixed
+}
+
+/// Removes from each row `x` of a chain's product what a negated relation holds at `x`, and
+/// keeps only (or drops) the diagonal where the rule's head requires its two variables
+/// equal (or different).
+fn restrict(product: &mut BitRows, negated: &[&BitRows], diagonal: Option<bool>) {
+    let words = product.words;
+    for (x, row) in product
+        .rows
+        .iter()
+        .zip(product.bits.chunks_exact_mut(words))
+    {
+        let x = *x as usize;
+        for m in negated {
+            if let Some(not) = m.row(x) {
+                for (d, &b) in row.iter_mut().zip(not) {
+                    *d &= !b;
+                }
+            }
+        }
+        let bit = row[x / 64] & (1 << (x % 64));
+        match diagonal {
+            Some(true) => {
+                row.fill(0);
+                row[x / 64] = bit;
+            }
+            Some(false) => row[x / 64] &= !bit,
+            None => {}
+        }
+    }
+}
+
+/// Adds a round's products to the known relations (and their kept transposes), in a fixed
+/// order of heads; the pairs that were new are the next round's delta.
+fn absorb(
+    new: HashMap<TensorId, BitRows>,
+    full: &mut HashMap<TensorId, BitRows>,
+    full_t: &mut HashMap<TensorId, BitRows>,
+) -> HashMap<TensorId, BitRows> {
+    let mut delta = HashMap::default();
+    let mut heads: Vec<TensorId> = new.keys().copied().collect();
+    heads.sort_unstable();
+    for t in heads {
+        let (Some(fresh), Some(known)) = (new.get(&t), full.get_mut(&t)) else {
+            continue;
+        };
+        let added = known.absorb(fresh);
+        if !added.rows.is_empty() {
+            if let Some(known_t) = full_t.get_mut(&t) {
+                known_t.or(&added.transpose());
+            }
+            delta.insert(t, added);
+        }
+    }
+    delta
 }
