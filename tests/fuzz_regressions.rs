@@ -154,3 +154,47 @@ fn a_division_by_zero_at_a_corner_writes_nothing_below_zero() {
         "P[0, 0] = 4\nP[0, 1] = 3\nP[1, 0] = 8\nP[1, 1] = 7"
     );
 }
+
+/// A `min=` recursion whose weight is scaled by a constant (`Dist[x, y] + 2 W[y, z]`, also
+/// written `+1 W[y, z]`) runs on the semi-naive kernel, not on loop nests over every row of
+/// a huge extent: the fuzzer's program ends at once, and on a small extent agrees with the
+/// reference; a negative scale of the recursive tensor itself (which reverses which value
+/// is the extreme) is left to the loop nests.
+#[test]
+fn a_scaled_weight_keeps_min_recursion_semi_naive() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_regressions");
+    let out = common::tl(
+        &dir,
+        &["run", "slow_check_of_a_scaled_min_weight.tl", "--decisions"],
+    );
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("Dist: semi-naive min=/max=, as planned"),
+        "{err}"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let program = |body: &str| {
+        format!(
+            "W[0, 1] = 2\nW[1, 2] = 3\nW[0, 2] = 7\nW[2, 3] = 1\n\
+             D[x, y] min= W[x, y]\nD[x, z] min= {body}\nD?\n"
+        )
+    };
+    let bodies = [
+        ("D[x, y] + 2 W[y, z]", true),
+        ("D[x, y] + 0.5 W[y, z]", true),
+        ("D[x, y] + -1 W[y, z]", true),
+        ("2 D[x, y] + W[y, z]", true),
+        ("-1 D[x, y] + W[y, z]", false),
+    ];
+    for (scale, planned) in bodies {
+        common::write(tmp.path(), "s.tl", &program(scale));
+        let out = common::tl(tmp.path(), &["run", "s.tl", "--verify", "--decisions"]);
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{scale}: {err}");
+        assert_eq!(
+            err.contains("D: semi-naive min=/max="),
+            planned,
+            "{scale}: {err}"
+        );
+    }
+}

@@ -8,7 +8,7 @@ use libfuzzer_sys::fuzz_target;
 #[path = "common.rs"]
 #[allow(dead_code)]
 mod common;
-use tensor_logic::eval::{Engine, EvalOptions, Reference, Standard};
+use tensor_logic::eval::{Engine, EvalOptions, Reference, Standard, Stop};
 use tensor_logic::semantics::{Checked, Func, Kind, Node};
 use tensor_logic::{Builtin, ElemType, Session, Settings};
 
@@ -77,7 +77,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let checked = checked.clone();
-    let o = EvalOptions { max_iters: 50, max_memory: 1 << 20, ..EvalOptions::default() };
+    // The reference loops visit every point of an equation's iteration space, so a small
+    // program over a large extent can keep them busy for minutes: a run that ends by its
+    // deadline is skipped, like one that fails.
+    let stop = Stop::new(Some(std::time::Duration::from_secs(5)), None);
+    let o = EvalOptions { max_iters: 50, max_memory: 1 << 20, stop, ..EvalOptions::default() };
     let (Ok(engine), Ok(reference)) = (Standard.evaluate(&checked, &o), Reference.evaluate(&checked, &o)) else {
         return;
     };

@@ -649,6 +649,8 @@ pub enum ValueExpr {
     Add(Box<ValueExpr>, Box<ValueExpr>),
     /// `a - b`.
     Sub(Box<ValueExpr>, Box<ValueExpr>),
+    /// `c · a`, the product of a value and the constants beside it (`1.5 W[y, z]`).
+    Scale(f64, Box<ValueExpr>),
 }
 
 impl ValueExpr {
@@ -660,6 +662,7 @@ impl ValueExpr {
             ValueExpr::Const(c) => *c,
             ValueExpr::Add(a, b) => a.eval(atom, var) + b.eval(atom, var),
             ValueExpr::Sub(a, b) => a.eval(atom, var) - b.eval(atom, var),
+            ValueExpr::Scale(c, a) => c * a.eval(atom, var),
         }
     }
 
@@ -669,6 +672,7 @@ impl ValueExpr {
             ValueExpr::Var(_) => true,
             ValueExpr::Atom(_) | ValueExpr::Const(_) => false,
             ValueExpr::Add(a, b) | ValueExpr::Sub(a, b) => a.reads_vars() || b.reads_vars(),
+            ValueExpr::Scale(_, a) => a.reads_vars(),
         }
     }
 
@@ -681,6 +685,7 @@ impl ValueExpr {
                 a.vars(f);
                 b.vars(f);
             }
+            ValueExpr::Scale(_, a) => a.vars(f),
         }
     }
 
@@ -701,6 +706,8 @@ impl ValueExpr {
             ValueExpr::Const(c) => held(*c),
             ValueExpr::Add(a, b) => held(exact(a)? + exact(b)?),
             ValueExpr::Sub(a, b) => held(exact(a)? - exact(b)?),
+            // Integers whose exact product is below 2⁵³ multiply exactly in f64.
+            ValueExpr::Scale(c, a) => held(held(*c)? * exact(a)?),
         }
     }
 }
@@ -793,9 +800,25 @@ fn value_expr(
             for r in relations {
                 value_expr(p, st, r, adds, atoms)?;
             }
+            // Constants scale the one value; a negative scale reverses which value is the
+            // extreme, so the stratum's own tensors may not be under it.
+            let (constants, values): (Vec<&Node>, Vec<&Node>) = values
+                .into_iter()
+                .partition(|f| matches!(f, Node::Const(_)));
+            let scale: f64 = constants
+                .iter()
+                .map(|f| match f {
+                    Node::Const(c) => c.value(),
+                    _ => 1.0,
+                })
+                .product();
+            let scaled = |v: ValueExpr| match scale == 1.0 {
+                true => v,
+                false => ValueExpr::Scale(scale, Box::new(v)),
+            };
             match values.as_slice() {
-                [] => Some(ValueExpr::Const(1.0)),
-                [v] => value_expr(p, st, v, adds, atoms),
+                [] => Some(ValueExpr::Const(scale)),
+                [v] => Some(scaled(value_expr(p, st, v, adds && scale > 0.0, atoms)?)),
                 _ => None,
             }
         }
