@@ -24,38 +24,57 @@ pub(crate) fn decisions(p: &Checked, plan: &Plan, log: &[crate::eval::Decision])
     use crate::eval::Ran;
     let mut out = String::new();
     for d in log {
-        let Some(st) = p.strata.get(d.stratum) else {
-            continue;
+        let planned = plan
+            .strata
+            .get(d.stratum)
+            .map(|sp| Ran::planned(&sp.kernel));
+        let line = LogLine {
+            stratum: d.stratum,
+            ran: d.ran.describe(),
+            planned: planned.map(|r| (r == d.ran, r.describe())),
+            reason: d.reason.as_deref(),
+        };
+        line.write(&mut out, p, "stratum");
+    }
+    out
+}
+
+/// One line of a decision log: a stratum, what ran it, whether that is what was planned
+/// (and if not, what was), and why.
+pub(crate) struct LogLine<'a> {
+    pub(crate) stratum: usize,
+    pub(crate) ran: &'a str,
+    /// `(same, planned)`, where the plan is known.
+    pub(crate) planned: Option<(bool, &'a str)>,
+    pub(crate) reason: Option<&'a str>,
+}
+
+impl LogLine<'_> {
+    /// Appends the line, `label` before the stratum's number; nothing for a stratum that
+    /// is not the program's.
+    pub(crate) fn write(&self, out: &mut String, p: &Checked, label: &str) {
+        let Some(st) = p.strata.get(self.stratum) else {
+            return;
         };
         let names: Vec<&str> = st
             .tensors
             .iter()
             .map(|&t| p.tensors[t].name.as_str())
             .collect();
-        let _ = write!(
-            out,
-            "stratum {}: {}: {}",
-            d.stratum + 1,
-            names.join(", "),
-            d.ran.describe()
-        );
-        let planned = plan
-            .strata
-            .get(d.stratum)
-            .map(|sp| Ran::planned(&sp.kernel));
-        match planned {
-            Some(r) if r == d.ran => out.push_str(", as planned"),
-            Some(r) => {
-                let _ = write!(out, ", planned {}", r.describe());
+        let (k, names) = (self.stratum + 1, names.join(", "));
+        let _ = write!(out, "{label} {k}: {names}: {}", self.ran);
+        match self.planned {
+            Some((true, _)) => out.push_str(", as planned"),
+            Some((false, planned)) => {
+                let _ = write!(out, ", planned {planned}");
             }
             None => {}
         }
-        if let Some(why) = &d.reason {
+        if let Some(why) = self.reason {
             let _ = write!(out, " ({why})");
         }
         out.push('\n');
     }
-    out
 }
 
 /// The plan of every stratum, in evaluation order (`plan` is the value evaluation executes),

@@ -112,32 +112,14 @@ fn gradient_contractions(
 pub(crate) fn routes(p: &Checked, b: &Backward, log: &[Routed]) -> String {
     let mut out = String::new();
     for r in log {
-        let Some(st) = p.strata.get(r.stratum) else {
-            continue;
+        let planned = b.routes.get(r.stratum);
+        let line = crate::explain::LogLine {
+            stratum: r.stratum,
+            ran: r.ran.describe(),
+            planned: planned.map(|planned| (*planned == r.ran, planned.describe())),
+            reason: r.reason,
         };
-        let names: Vec<&str> = st
-            .tensors
-            .iter()
-            .map(|&t| p.tensors[t].name.as_str())
-            .collect();
-        let _ = write!(
-            out,
-            "backward stratum {}: {}: {}",
-            r.stratum + 1,
-            names.join(", "),
-            r.ran.describe()
-        );
-        match b.routes.get(r.stratum) {
-            Some(planned) if *planned == r.ran => out.push_str(", as planned"),
-            Some(planned) => {
-                let _ = write!(out, ", planned {}", planned.describe());
-            }
-            None => {}
-        }
-        if let Some(why) = r.reason {
-            let _ = write!(out, " ({why})");
-        }
-        out.push('\n');
+        line.write(&mut out, p, "backward stratum");
         if let Route::Dense(rest) = &r.ran {
             for (e, why) in rest {
                 let target = p.equations[*e].target;
