@@ -41,13 +41,7 @@ pub use standard::{evaluate_recorded, Standard, StratumRecord};
 pub(crate) use standard::{fits_budget, thread_pool};
 pub use stop::Stop;
 
-/// Every core this process may use (its affinity mask and cgroup quota counted): the default
-/// thread count of the CLI, Python and the library (§14). Results are bit-identical for any
-/// count, so there is nothing to gain from a smaller default, as NumPy and PyTorch users
-/// expect.
-pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
-}
+pub use crate::plan::schedule::default_threads;
 
 /// Options that affect evaluation but not meaning.
 #[derive(Clone, Debug)]

@@ -136,7 +136,12 @@ impl Analysis {
         let checked = self.checked.as_ref()?;
         Some(self.explain.get_or_init(|| {
             let plan = crate::plan::plan(checked);
-            crate::explain::explain(checked, &plan, &self.source, crate::eval::default_threads())
+            crate::explain::explain(
+                checked,
+                &plan,
+                &self.source,
+                crate::plan::schedule::default_threads(),
+            )
         }))
     }
 

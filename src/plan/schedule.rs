@@ -6,6 +6,14 @@
 //! split. `tl explain` prints, per dense equation, which side of [`EQUATION_WORK`] it is
 //! on; `docs/design.md` lists the table (a unit test keeps the two the same).
 
+/// Every core this process may use (its affinity mask and cgroup quota counted): the default
+/// thread count of the CLI, Python and the library (§14). Results are bit-identical for any
+/// count, so there is nothing to gain from a smaller default, as NumPy and PyTorch users
+/// expect.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
 /// One threshold or block size of the schedule.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Split {
