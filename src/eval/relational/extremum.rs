@@ -257,14 +257,7 @@ impl Improving<'_> {
                         }
                     }
                 }
-                improved.sort_unstable();
-                improved.dedup();
-                if !improved.is_empty() {
-                    let mut fresh = Store::new(arity);
-                    for r in improved {
-                        fresh.push(super::store::row(&store.data, arity, r));
-                        fresh.values.push(store.values[r as usize]);
-                    }
+                if let Some(fresh) = rows_of(store, improved) {
                     delta.insert(t, fresh);
                 }
             }
@@ -279,6 +272,22 @@ impl Improving<'_> {
             }
         }
     }
+}
+
+/// The rows `rows` of `store` (each once, in order) with their values, as the next round's
+/// delta; `None` for no rows.
+fn rows_of(store: &Store, mut rows: Vec<u32>) -> Option<Store> {
+    rows.sort_unstable();
+    rows.dedup();
+    if rows.is_empty() {
+        return None;
+    }
+    let mut fresh = Store::new(store.arity);
+    for r in rows {
+        fresh.push(super::store::row(&store.data, store.arity, r));
+        fresh.values.push(store.values[r as usize]);
+    }
+    Some(fresh)
 }
 
 /// Runs one rule, with atom `delta_at` reading the last round's improvements, and collects
