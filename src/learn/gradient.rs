@@ -29,7 +29,8 @@ pub struct Routed {
     pub reason: Option<&'static str>,
 }
 
-/// The forward pass's values of what a sweep reads, and the options it runs under.
+/// What a sweep runs along: the program, its plan (the stratum's dense and step plans), and
+/// the options.
 struct Sweep<'a> {
     p: &'a Checked,
     plan: &'a Plan,

@@ -102,8 +102,9 @@ pub fn reference_gradients(
     loss: TensorId,
     trainable: &[TensorId],
 ) -> Result<Gradients, Diagnostics> {
-    let backward = Backward::reference(p, loss, trainable);
-    differentiate((p, &Plan::reference(p), &backward), o, trainable)
+    let plan = Plan::reference(p);
+    let backward = Backward::reference(p, &plan, loss, trainable);
+    differentiate((p, &plan, &backward), o, trainable)
 }
 
 /// Bytes a training step holds beside the forward pass's tensors (§15), an upper estimate:

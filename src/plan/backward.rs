@@ -109,10 +109,15 @@ impl Backward {
         }
     }
 
-    /// The oracle's backward plan: every stratum carrying a gradient recorded by the
-    /// reference loops (`learn::reference_gradients`).
-    pub fn reference(p: &Checked, loss: TensorId, trainable: &[TensorId]) -> Backward {
-        let mut b = Backward::new(p, &Plan::reference(p), loss, trainable);
+    /// The oracle's backward plan over `reference` (`Plan::reference`): every stratum
+    /// carrying a gradient recorded by the reference loops (`learn::reference_gradients`).
+    pub fn reference(
+        p: &Checked,
+        reference: &Plan,
+        loss: TensorId,
+        trainable: &[TensorId],
+    ) -> Backward {
+        let mut b = Backward::new(p, reference, loss, trainable);
         for (r, st) in b.routes.iter_mut().zip(&p.strata) {
             if *r != Route::Idle {
                 *r = match st.recursive {

@@ -193,12 +193,11 @@ pub(crate) fn equation_text(flops: f64, scatters: bool, threads: usize) -> Strin
     let least = EQUATION_WORK.at as f64;
     match (threads, scatters) {
         (0 | 1, _) => "one thread (--threads 1)".to_string(),
-        (_, true) if flops >= least => format!("on the pool of {threads} threads"),
+        _ if flops >= least => format!("on the pool of {threads} threads"),
         (_, true) => format!(
             "on the pool of {threads} threads if its relation's tuples bring it to \
              2^25 FLOPs"
         ),
-        (_, false) if flops >= least => format!("on the pool of {threads} threads"),
         (_, false) => "on the calling thread (under 2^25 FLOPs)".to_string(),
     }
 }
