@@ -198,3 +198,20 @@ fn a_scaled_weight_keeps_min_recursion_semi_naive() {
         );
     }
 }
+
+#[test]
+fn masks_leave_points_out_beside_infinities_on_both_engines() {
+    // docs/language.md, "masks": a false atom or comparison, or an undefined element, makes
+    // its product 0 beside an infinity; a defined 0 and a divisor do not (`F[1]`, `G`).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_regressions/agreement");
+    let expected = "A[0] = inf\nA[1] = 1\nB[0] = inf\nB[1] = 0\nC[0] = 2\nC[1] = 3\n\
+                    F[0] = 3\nF[1] = NaN\nG[0, 0] = 0.4\nG[0, 1] = inf\nG[1, 0] = inf\n\
+                    G[1, 1] = 2.5\n";
+    for engine in ["standard", "reference"] {
+        let out = common::tl(
+            &dir,
+            &["run", "masks_beside_infinities.tl", "--engine", engine],
+        );
+        assert_eq!(common::stdout(&out), expected, "{engine}");
+    }
+}

@@ -8,11 +8,11 @@ use super::accumulate::Accumulator;
 use super::fixpoint;
 use super::initial::empty;
 use super::open::{axis_table, index_at, At, OpenVars};
-use super::scalar::{Exact, Scalar};
+use super::scalar::{Element, Exact, Scalar};
 use super::{Decision, Engine, EvalOptions, Evaluation, Ran};
 use crate::diagnostics::Diagnostics;
 use crate::functions::RowStats;
-use crate::semantics::{Checked, Equation, Family, Func, Node, Stratum};
+use crate::semantics::{Checked, Equation, Family, Func, Mask, Node, Stratum};
 use crate::syntax::ast::Num;
 use crate::tensor::Tensor;
 use std::collections::BTreeMap;
@@ -467,53 +467,31 @@ impl<'a> Cx<'a> {
                 tensor,
                 index,
                 slice,
-            } => {
-                let t = if *slice {
-                    self.slice?
-                } else {
-                    &self.values[*tensor]
-                };
-                if self.open.any()
-                    || self.p.tensors[*tensor]
-                        .domains
-                        .iter()
-                        .any(|&d| self.p.domains[d].is_open())
-                {
-                    return self.read_open(t, *tensor, index, env, total);
-                }
-                let mut key = [0u32; MAX_STACK_RANK];
-                let mut heap = Vec::new();
-                let key: &mut [u32] = if index.len() <= MAX_STACK_RANK {
-                    &mut key[..index.len()]
-                } else {
-                    heap.resize(index.len(), 0);
-                    &mut heap
-                };
-                for ((f, &n), k) in index.iter().zip(&t.shape).zip(key.iter_mut()) {
-                    // Out of range, the point is nothing; under `not` the atom is false.
-                    match f.eval(env) {
-                        Some(i) if i >= 0 && (i as u64) < n as u64 => *k = i as u32,
-                        _ if total => return Some(zero),
-                        _ => return None,
-                    }
-                }
-                match S::read(t, key) {
-                    Some(v) => Some(v),
-                    None if self.relational() && !total => None,
-                    None => Some(zero),
-                }
-            }
+            } => self
+                .element::<S>(*tensor, index, *slice, env)?
+                .resolve(total, self.relational()),
             Node::Sum { vars, body } => self.sum::<S>(vars, body, env, total),
             Node::Product(fs) => {
                 let mut acc = S::truth(true);
-                let mut skip = false;
+                let (mut skip, mut masked) = (false, false);
+                // Undefined elements are nothing under `max=`/`min=`, not masks.
+                let nothing = self.relational() && !total;
                 for (div, f) in fs {
+                    let mask = if *div { None } else { self.p.mask(f) };
+                    if mask == Some(Mask::Undefined) && !nothing && self.undefined(f, env) {
+                        masked = true;
+                        continue;
+                    }
                     match self.value::<S>(f, env, total) {
-                        Some(v) => acc = acc.mul(v, *div),
+                        Some(v) => {
+                            masked |= mask == Some(Mask::False) && v.real() == 0.0;
+                            acc = acc.mul(v, *div);
+                        }
                         None => skip = true,
                     }
                 }
-                (!skip).then_some(acc)
+                // A mask makes the product 0 (0 · inf included), unless it is nothing.
+                (!skip).then_some(if masked { zero } else { acc })
             }
             Node::Neg(x) => self.value::<S>(x, env, total).map(S::neg),
             Node::Not(x) => self.value::<S>(x, env, true).map(S::not),
@@ -598,17 +576,68 @@ impl<'a> Cx<'a> {
         }
     }
 
-    /// A read where open columns take part (`eval/open.rs`): an open axis has no extent,
-    /// and a value its table lacks is in no tuple (false, or undefined under `max=`).
-    fn read_open<S: Scalar>(
+    /// The element a read finds (`None` for a slice the step has not made yet).
+    fn element<S: Scalar>(
+        &self,
+        tensor: usize,
+        index: &[crate::semantics::IndexFn],
+        slice: bool,
+        env: &[i64],
+    ) -> Option<Element<S>> {
+        let t = if slice {
+            self.slice?
+        } else {
+            &self.values[tensor]
+        };
+        let open = self.open.any()
+            || self.p.tensors[tensor]
+                .domains
+                .iter()
+                .any(|&d| self.p.domains[d].is_open());
+        if open {
+            return Some(self.element_open(t, tensor, index, env));
+        }
+        let mut key = [0u32; MAX_STACK_RANK];
+        let mut heap = Vec::new();
+        let key: &mut [u32] = if index.len() <= MAX_STACK_RANK {
+            &mut key[..index.len()]
+        } else {
+            heap.resize(index.len(), 0);
+            &mut heap
+        };
+        for ((f, &n), k) in index.iter().zip(&t.shape).zip(key.iter_mut()) {
+            match f.eval(env) {
+                Some(i) if i >= 0 && (i as u64) < n as u64 => *k = i as u32,
+                _ => return Some(Element::Outside),
+            }
+        }
+        Some(S::read(t, key).map_or(Element::Undefined, Element::Defined))
+    }
+
+    /// Whether a factor that masks where its element is undefined has none at the point.
+    fn undefined(&self, f: &Node, env: &[i64]) -> bool {
+        match f.inside_empty_sums() {
+            Node::Read {
+                tensor,
+                index,
+                slice,
+            } => matches!(
+                self.element::<f64>(*tensor, index, *slice, env),
+                Some(Element::Undefined)
+            ),
+            _ => false,
+        }
+    }
+
+    /// [`Cx::element`] where open columns take part (`eval/open.rs`): an open axis has no
+    /// extent, and a value its table lacks is in no tuple (undefined).
+    fn element_open<S: Scalar>(
         &self,
         t: &Tensor,
         tensor: usize,
         index: &[crate::semantics::IndexFn],
         env: &[i64],
-        total: bool,
-    ) -> Option<S> {
-        let zero = S::truth(false);
+    ) -> Element<S> {
         let mut numbers = Vec::new();
         self.open.numbers(env, &mut numbers);
         let mut key = Vec::with_capacity(index.len());
@@ -620,14 +649,12 @@ impl<'a> Cx<'a> {
                     key.push(i as u32)
                 }
                 At::Absent => absent = true,
-                _ if total => return Some(zero),
-                _ => return None,
+                _ => return Element::Outside,
             }
         }
         match (!absent).then(|| S::read(t, &key)).flatten() {
-            Some(v) => Some(v),
-            None if self.relational() && !total => None,
-            None => Some(zero),
+            Some(v) => Element::Defined(v),
+            None => Element::Undefined,
         }
     }
 

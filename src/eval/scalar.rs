@@ -9,6 +9,32 @@ use crate::semantics::Family;
 use crate::syntax::ast::{BinOp, CmpOp, Num};
 use crate::tensor::{Dense, Sparse, Tensor};
 
+/// An element as a read finds it.
+pub(crate) enum Element<S> {
+    /// A position outside the tensor.
+    Outside,
+    /// No element there.
+    Undefined,
+    /// Its value.
+    Defined(S),
+}
+
+impl<S: Scalar> Element<S> {
+    /// The value an expression reads: outside the tensor the point is nothing (false under
+    /// `not`, `total`); an undefined element is 0, or nothing under `max=`/`min=`
+    /// (`relational`, §7) outside `not`. A mask's undefined element is the product's 0
+    /// instead (the evaluators' products see to it).
+    pub(crate) fn resolve(self, total: bool, relational: bool) -> Option<S> {
+        match self {
+            Element::Defined(v) => Some(v),
+            Element::Outside if total => Some(S::truth(false)),
+            Element::Outside => None,
+            Element::Undefined if relational && !total => None,
+            Element::Undefined => Some(S::truth(false)),
+        }
+    }
+}
+
 /// What an element is computed in.
 pub(crate) trait Scalar: Copy {
     /// Whether this is the exact integer type (a comparison of reals in an integer equation

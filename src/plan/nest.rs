@@ -20,7 +20,9 @@
 
 use super::einsum::affine;
 use crate::functions::Structural;
-use crate::semantics::{Checked, Equation, Family, Func, IndexFn, Kind, Node, TensorId, VarId};
+use crate::semantics::{
+    Checked, Equation, Family, Func, IndexFn, Kind, Mask, Node, TensorId, VarId,
+};
 use crate::syntax::ast::{BinOp, CmpOp};
 
 /// A planned loop-nest equation.
@@ -214,8 +216,8 @@ pub enum Value {
     Neg(Box<Value>),
     /// `1 - x`.
     Not(Box<Value>),
-    /// Factors, multiplied (`false`) or divided by (`true`), left to right.
-    Product(Vec<(bool, Value)>),
+    /// Factors, each multiplied, divided by or a mask, left to right.
+    Product(Vec<(By, Value)>),
     /// `+`, `-`, `^`.
     Binary(BinOp, Box<Value>, Box<Value>),
     /// A comparison: 1 or 0.
@@ -227,6 +229,32 @@ pub enum Value {
     /// `concat`: `out`'s position sets the flattened `parts` (variable, extent), outermost
     /// first (§6.4).
     Concat(VarId, Vec<(VarId, usize)>, Box<Value>),
+}
+
+/// How a factor enters a product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum By {
+    /// Multiplied.
+    Times,
+    /// Divided by.
+    Over,
+    /// Multiplied, and where it is 0 the product is 0 whatever the others are (a relation's
+    /// atom, a comparison: [`Mask::False`]).
+    Mask,
+    /// Multiplied, and where its element is undefined the product is 0 whatever the others
+    /// are (a tensor of defined elements: [`Mask::Undefined`]).
+    Defined,
+}
+
+impl By {
+    fn of(p: &Checked, div: bool, factor: &Node) -> By {
+        match (div, p.mask(factor)) {
+            (true, _) => By::Over,
+            (false, Some(Mask::False)) => By::Mask,
+            (false, Some(Mask::Undefined)) => By::Defined,
+            (false, None) => By::Times,
+        }
+    }
 }
 
 /// Plans an equation as a loop nest (every equation has one). `sparse` marks the tensors
@@ -412,18 +440,21 @@ impl Compiler<'_> {
         // Scanned factors read their tuple's value; filters that passed are worth 1 and drop
         // out of the product. The others keep their order, so the arithmetic is the
         // reference's.
-        let mut rest: Vec<(bool, Value)> = Vec::with_capacity(factors.len());
+        let mut rest: Vec<(By, Value)> = Vec::with_capacity(factors.len());
         for (k, &(div, f)) in factors.iter().enumerate() {
             if placed.filters.contains(&k) {
                 continue;
             }
+            // A scanned factor is at a tuple: defined, and true.
             rest.push(match placed.scanned.iter().find(|(s, _)| *s == k) {
-                Some(&(_, slot)) => (false, Value::Scanned(slot)),
-                None => (div, self.value(f, total)),
+                Some(&(_, slot)) => (By::Times, Value::Scanned(slot)),
+                None => (By::of(self.p, div, f), self.value(f, total)),
             });
         }
         let body = match rest.as_slice() {
-            [(false, _)] => rest.pop().map(|(_, v)| v).unwrap_or(Value::Const(1.0)),
+            [(By::Times | By::Mask | By::Defined, _)] => {
+                rest.pop().map(|(_, v)| v).unwrap_or(Value::Const(1.0))
+            }
             [] => Value::Const(1.0),
             _ => Value::Product(rest),
         };
@@ -759,7 +790,7 @@ impl Compiler<'_> {
             Node::Not(x) => Value::Not(Box::new(self.value(x, true))),
             Node::Product(fs) => Value::Product(
                 fs.iter()
-                    .map(|(div, f)| (*div, self.value(f, total)))
+                    .map(|(div, f)| (By::of(self.p, *div, f), self.value(f, total)))
                     .collect(),
             ),
             Node::Binary(op, a, b) => {

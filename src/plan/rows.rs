@@ -24,6 +24,9 @@ pub enum RowOp {
     Not(usize),
     /// `x · y`.
     Mul(usize, usize),
+    /// `x · m`, but 0 where the mask `m` is 0, whatever `x` is (`Checked::masks`: a
+    /// comparison multiplying the expression).
+    Mask(usize, usize),
     /// `x / y`.
     Div(usize, usize),
     /// `x + y`.
@@ -244,9 +247,15 @@ impl RowProgram {
             Expr::Neg(x) => RowOp::Neg(self.push(x)?),
             Expr::Not(x) => RowOp::Not(self.push(x)?),
             Expr::Product(fs) => {
-                // acc = 1; acc *= f or acc /= f, left to right, as the reference multiplies.
+                // acc = 1; acc *= f or acc /= f, left to right, as the reference multiplies;
+                // then each comparison masks it (a multiplication by 1 changes no bit).
                 let mut acc: Option<usize> = None;
+                let mut masks = Vec::new();
                 for (div, f) in fs {
+                    if !*div && matches!(f, Expr::Compare(..)) {
+                        masks.push(self.push(f)?);
+                        continue;
+                    }
                     let x = self.push(f)?;
                     let left = match acc {
                         Some(a) => a,
@@ -261,10 +270,14 @@ impl RowProgram {
                         false => RowOp::Mul(left, x),
                     }));
                 }
-                match acc {
-                    Some(a) => return Some(a),
-                    None => RowOp::Const(1.0),
+                let mut acc = match acc {
+                    Some(a) => a,
+                    None => self.op(RowOp::Const(1.0)),
+                };
+                for m in masks {
+                    acc = self.op(RowOp::Mask(acc, m));
                 }
+                return Some(acc);
             }
             Expr::Binary(op, a, b) => {
                 let (a, b) = (self.push(a)?, self.push(b)?);
@@ -318,6 +331,7 @@ fn map_inputs(op: &RowOp, f: impl Fn(usize) -> usize) -> RowOp {
         RowOp::Not(x) => RowOp::Not(f(*x)),
         RowOp::User(slot, x) => RowOp::User(*slot, f(*x)),
         RowOp::Mul(a, b) => RowOp::Mul(f(*a), f(*b)),
+        RowOp::Mask(a, b) => RowOp::Mask(f(*a), f(*b)),
         RowOp::Div(a, b) => RowOp::Div(f(*a), f(*b)),
         RowOp::Add(a, b) => RowOp::Add(f(*a), f(*b)),
         RowOp::Sub(a, b) => RowOp::Sub(f(*a), f(*b)),
@@ -335,6 +349,7 @@ fn inputs(op: &RowOp) -> Vec<usize> {
         RowOp::Term(_) | RowOp::Const(_) | RowOp::Var(_) | RowOp::Table(_) => Vec::new(),
         RowOp::Neg(x) | RowOp::Not(x) | RowOp::User(_, x) => vec![*x],
         RowOp::Mul(a, b)
+        | RowOp::Mask(a, b)
         | RowOp::Div(a, b)
         | RowOp::Add(a, b)
         | RowOp::Sub(a, b)
@@ -370,7 +385,7 @@ fn needed(ops: &[RowOp], live: &[bool]) -> Vec<bool> {
     for (i, op) in ops.iter().enumerate().rev() {
         if live[i] {
             let reads: Vec<usize> = match op {
-                RowOp::Mul(a, b) => [(live[*a], *b), (live[*b], *a)]
+                RowOp::Mul(a, b) | RowOp::Mask(a, b) => [(live[*a], *b), (live[*b], *a)]
                     .into_iter()
                     .filter_map(|(l, x)| l.then_some(x))
                     .collect(),
@@ -514,7 +529,7 @@ mod tests {
         );
         assert_eq!(p.tables.len(), 1);
         assert_eq!(p.tables[0].vars, vec![1, 2]);
-        assert_eq!(p.tables[0].ops.last(), Some(&RowOp::Mul(0, 3)));
+        assert_eq!(p.tables[0].ops.last(), Some(&RowOp::Mask(0, 3)));
         assert_eq!(p.linear(), compiled.linear());
         assert_eq!(p.needed, vec![false, true, false, false, false]);
         // Without a batch axis to repeat over, the table would be as large as the output.

@@ -56,10 +56,40 @@ impl Checked {
         out
     }
 
+    /// How a multiplied factor masks its product, if it does: where a relation's atom or a
+    /// comparison is false, or a tensor of defined elements has no element, the product is
+    /// 0 whatever its other factors are, infinite or NaN included, as a join leaves out the
+    /// tuples it does not meet and `torch.sparse` and SciPy leave out a sparse matrix's
+    /// missing entries (docs/language.md, "Masks"). A defined element multiplies as any
+    /// number does.
+    pub fn mask(&self, factor: &Node) -> Option<Mask> {
+        match factor.inside_empty_sums() {
+            Node::Read { tensor, .. } => {
+                let info = &self.tensors[*tensor];
+                match (info.kind == Kind::Bool, info.sparse_values) {
+                    (true, _) => Some(Mask::False),
+                    (false, true) => Some(Mask::Undefined),
+                    (false, false) => None,
+                }
+            }
+            Node::Compare(..) => Some(Mask::False),
+            _ => None,
+        }
+    }
+
     /// The id of the tensor called `name`.
     pub fn tensor_id(&self, name: &str) -> Option<TensorId> {
         self.tensors.iter().position(|t| t.name == name)
     }
+}
+
+/// Where a factor masks its product ([`Checked::mask`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mask {
+    /// Where it is 0: a relation's atom that is false, a comparison that fails.
+    False,
+    /// Where its element is undefined: a tensor of defined elements.
+    Undefined,
 }
 
 /// How values combine at summation points and on the left-hand side (§7).

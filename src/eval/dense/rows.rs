@@ -128,6 +128,7 @@ fn scalar(op: &RowOp, vals: &[f64], env: &[usize]) -> f64 {
         RowOp::Neg(a) => -vals[a],
         RowOp::Not(a) => 1.0 - vals[a],
         RowOp::Mul(a, b) => vals[a] * vals[b],
+        RowOp::Mask(a, m) => masked(vals[a], vals[m]),
         RowOp::Div(a, b) => vals[a] / vals[b],
         RowOp::Add(a, b) => vals[a] + vals[b],
         RowOp::Sub(a, b) => vals[a] - vals[b],
@@ -364,6 +365,7 @@ fn forward_loops(
             RowOp::Neg(a) => un(*a, out, |x| -x),
             RowOp::Not(a) => un(*a, out, |x| 1.0 - x),
             RowOp::Mul(a, b) => map2((row(*a), row(*b)), out, |x, y| x * y),
+            RowOp::Mask(a, m) => map2((row(*a), row(*m)), out, masked),
             RowOp::Div(a, b) => map2((row(*a), row(*b)), out, |x, y| x / y),
             RowOp::Add(a, b) => map2((row(*a), row(*b)), out, |x, y| x + y),
             RowOp::Sub(a, b) => map2((row(*a), row(*b)), out, |x, y| x - y),
@@ -437,6 +439,15 @@ fn compare(c: CmpOp, ab: (&[f64], &[f64]), out: &mut [f64]) {
 
 /// `out[j] = f(a[j], b[j])`, monomorphised so that simple functions vectorise.
 #[inline(always)]
+/// `x · m`, but 0 where the mask `m` is 0 (0 · inf is 0 there: [`RowOp::Mask`]).
+fn masked(x: f64, m: f64) -> f64 {
+    if m == 0.0 {
+        0.0
+    } else {
+        x * m
+    }
+}
+
 fn map2((a, b): (&[f64], &[f64]), out: &mut [f64], f: impl Fn(f64, f64) -> f64) {
     for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
         *o = f(x, y);
@@ -903,6 +914,11 @@ fn backward_loops(
                 let (vx, vy) = (v(*x), v(*y));
                 pass!(*x, |j| vy[j]);
                 pass!(*y, |j| vx[j]);
+            }
+            RowOp::Mask(x, m) => {
+                let (vx, vm) = (v(*x), v(*m));
+                pass!(*x, |j| masked(1.0, vm[j]));
+                pass!(*m, |j| masked(vx[j], 1.0));
             }
             RowOp::Div(x, y) => {
                 let (vx, vy) = (v(*x), v(*y));

@@ -13,9 +13,10 @@ use super::fixpoint;
 use super::EvalOptions;
 use crate::diagnostics::Diagnostics;
 use crate::eval::open::{place, At, Open, OpenVars};
+use crate::eval::scalar::Element;
 use crate::eval::scalar::{Exact, Scalar};
 use crate::functions::Builtin;
-use crate::plan::nest::{Level, NestEquation, Position, Scan, Scope, Value};
+use crate::plan::nest::{By, Level, NestEquation, Position, Scan, Scope, Value};
 use crate::semantics::{Checked, Family, Func, IndexFn, Stratum};
 use crate::syntax::ast::{BinOp, Num};
 use crate::tensor::{Relation, Storage, Tensor, ValueTable};
@@ -500,43 +501,54 @@ impl Cx<'_> {
         self.value(v, env, slots)
     }
 
+    /// The element a read or a slice finds (`None` for anything else, or a slice the step
+    /// has not made yet).
+    fn element<S: Scalar>(&self, v: &Value, env: &[i64]) -> Option<Element<S>> {
+        match v {
+            Value::Read {
+                tensor,
+                affine: Some(at),
+                ..
+            } if at.len() <= MAX_AFFINE_RANK => {
+                let t = &self.values[*tensor];
+                Some(read_affine(t, self.indexes.bitmap(*tensor), at, env))
+            }
+            Value::Read { tensor, index, .. } => match self.open.and_then(|o| o.axes(*tensor)) {
+                Some(axes) => Some(read_open(&self.values[*tensor], index, env, &axes)),
+                None => Some(read(&self.values[*tensor], index, env)),
+            },
+            Value::Slice { index, .. } => Some(read(self.slice?, index, env)),
+            _ => None,
+        }
+    }
+
+    /// Whether a read masks its product at the point: its element is undefined, and an
+    /// undefined element is not nothing there (`max=`/`min=`, outside `not`).
+    fn undefined(&self, f: &Value, env: &[i64]) -> bool {
+        match f {
+            Value::Read {
+                total, relational, ..
+            }
+            | Value::Slice {
+                total, relational, ..
+            } if *total || !*relational => {
+                matches!(self.element::<f64>(f, env), Some(Element::Undefined))
+            }
+            _ => false,
+        }
+    }
+
     /// [`Cx::eval`] in `S`: f64, or exactly for an `int` tensor ([`crate::eval::scalar`]).
     fn value<S: Scalar>(&self, v: &Value, env: &mut [i64], slots: &mut [usize]) -> Option<S> {
         match v {
             Value::Const(k) => Some(S::constant(*k)),
             Value::Var(x) => Some(S::var(env[*x])),
             Value::Read {
-                tensor,
-                affine: Some(at),
-                total,
-                relational,
-                ..
-            } if at.len() <= MAX_AFFINE_RANK => {
-                let t = &self.values[*tensor];
-                let bits = self.indexes.bitmap(*tensor);
-                read_affine(t, bits, at, env, (*total, *relational))
+                total, relational, ..
             }
-            Value::Read {
-                tensor,
-                index,
-                total,
-                relational,
-                ..
-            } => match self.open.and_then(|o| o.axes(*tensor)) {
-                Some(axes) => read_open(
-                    &self.values[*tensor],
-                    index,
-                    env,
-                    &axes,
-                    (*total, *relational),
-                ),
-                None => read(&self.values[*tensor], index, env, (*total, *relational)),
-            },
-            Value::Slice {
-                index,
-                total,
-                relational,
-            } => read(self.slice?, index, env, (*total, *relational)),
+            | Value::Slice {
+                total, relational, ..
+            } => self.element(v, env)?.resolve(*total, *relational),
             Value::Scanned(slot) => {
                 let row = slots.get(*slot).copied()?;
                 Some(row_value(self.values, self.indexes.scanned(*slot), row))
@@ -546,14 +558,22 @@ impl Cx<'_> {
             Value::Not(x) => self.value::<S>(x, env, slots).map(S::not),
             Value::Product(fs) => {
                 let mut acc = S::truth(true);
-                let mut skip = false;
-                for (div, f) in fs {
+                let (mut skip, mut masked) = (false, false);
+                for (by, f) in fs {
+                    if *by == By::Defined && self.undefined(f, env) {
+                        masked = true;
+                        continue;
+                    }
                     match self.value::<S>(f, env, slots) {
-                        Some(x) => acc = acc.mul(x, *div),
+                        Some(x) => {
+                            masked |= *by == By::Mask && x.real() == 0.0;
+                            acc = acc.mul(x, *by == By::Over);
+                        }
                         None => skip = true,
                     }
                 }
-                (!skip).then_some(acc)
+                // A mask at 0 makes the product 0, as the reference's does.
+                (!skip).then_some(if masked { S::truth(false) } else { acc })
             }
             Value::Binary(op, a, b) => {
                 let (a, b) = (
@@ -644,7 +664,7 @@ impl Cx<'_> {
                 .is_none_or(|t| self.values[t].elem.is_integral()),
             Value::Sum(scope) => self.integral(&scope.body),
             Value::Neg(x) | Value::Not(x) | Value::Concat(_, _, x) => self.integral(x),
-            Value::Product(fs) => fs.iter().all(|(div, f)| !div && self.integral(f)),
+            Value::Product(fs) => fs.iter().all(|(by, f)| *by != By::Over && self.integral(f)),
             Value::Binary(op, a, b) => *op != BinOp::Pow && self.integral(a) && self.integral(b),
             Value::Call(Func::Builtin(b), args) => {
                 matches!(
@@ -718,17 +738,8 @@ pub(super) fn row_value<S: Scalar>(values: &[Tensor], t: Option<usize>, row: usi
     }
 }
 
-/// One element of a tensor at positions computed from the point; `None` when a position
-/// leaves the tensor (or the element is undefined under relational semantics), unless
-/// `total`, which reads both as 0.
-fn read<S: Scalar>(
-    t: &Tensor,
-    index: &[IndexFn],
-    env: &[i64],
-    (total, relational): (bool, bool),
-) -> Option<S> {
-    let zero = S::truth(false);
-    let outside = if total { Some(zero) } else { None };
+/// One element of a tensor at positions computed from the point.
+fn read<S: Scalar>(t: &Tensor, index: &[IndexFn], env: &[i64]) -> Element<S> {
     let mut key = [0u32; 8];
     let mut heap = Vec::new();
     let key: &mut [u32] = if index.len() <= key.len() {
@@ -740,14 +751,10 @@ fn read<S: Scalar>(
     for ((f, &n), k) in index.iter().zip(&t.shape).zip(key.iter_mut()) {
         match f.eval(env) {
             Some(i) if i >= 0 && (i as u64) < n as u64 => *k = i as u32,
-            _ => return outside,
+            _ => return Element::Outside,
         }
     }
-    match S::read(t, key) {
-        Some(v) => Some(v),
-        None if relational && !total => None,
-        None => Some(zero),
-    }
+    S::read(t, key).map_or(Element::Undefined, Element::Defined)
 }
 
 /// [`read`] of a tensor with open axes (`axes`, §8): an index there is a value (open
@@ -758,9 +765,7 @@ fn read_open<S: Scalar>(
     index: &[IndexFn],
     env: &[i64],
     axes: &[Option<&ValueTable>],
-    (total, relational): (bool, bool),
-) -> Option<S> {
-    let zero = S::truth(false);
+) -> Element<S> {
     let mut key = Vec::with_capacity(index.len());
     let mut absent = false;
     for (ax, (f, &n)) in index.iter().zip(&t.shape).enumerate() {
@@ -770,14 +775,12 @@ fn read_open<S: Scalar>(
                 key.push(i as u32)
             }
             At::Absent => absent = true,
-            _ if total => return Some(zero),
-            _ => return None,
+            _ => return Element::Outside,
         }
     }
     match (!absent).then(|| S::read(t, &key)).flatten() {
-        Some(v) => Some(v),
-        None if relational && !total => None,
-        None => Some(zero),
+        Some(v) => Element::Defined(v),
+        None => Element::Undefined,
     }
 }
 
@@ -791,9 +794,7 @@ pub(super) fn read_affine<S: Scalar>(
     bits: Option<&[u64]>,
     at: &[crate::plan::nest::Affine],
     env: &[i64],
-    (total, relational): (bool, bool),
-) -> Option<S> {
-    let zero = S::truth(false);
+) -> Element<S> {
     let mut offset = 0usize;
     let mut key = [0u32; MAX_AFFINE_RANK];
     for (ax, ((coefs, c), &n)) in at.iter().zip(&t.shape).enumerate() {
@@ -802,7 +803,7 @@ pub(super) fn read_affine<S: Scalar>(
             i += env[v] * k;
         }
         if i < 0 || i as u64 >= n as u64 {
-            return if total { Some(zero) } else { None };
+            return Element::Outside;
         }
         offset = offset * n + i as usize;
         key[ax] = i as u32;
@@ -817,11 +818,7 @@ pub(super) fn read_affine<S: Scalar>(
         }
         _ => S::read(t, &key[..at.len()]),
     };
-    match value {
-        Some(v) => Some(v),
-        None if relational && !total => None,
-        None => Some(zero),
-    }
+    value.map_or(Element::Undefined, Element::Defined)
 }
 
 /// A dense tensor as defined elements, every one of them.

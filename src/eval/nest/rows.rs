@@ -6,7 +6,7 @@
 
 use super::{read_affine, row_value, Cx, MAX_AFFINE_RANK};
 use crate::functions::Builtin;
-use crate::plan::nest::Value;
+use crate::plan::nest::{By, Value};
 use crate::semantics::{Func, VarId};
 use crate::syntax::ast::BinOp;
 use crate::tensor::Storage;
@@ -80,7 +80,7 @@ impl Cx<'_> {
                 let mut out = Row::filled(n, 0.0);
                 for j in 0..n {
                     env[along.var] = j as i64;
-                    match read_affine::<f64>(t, bits, at, env, (*total, *relational)) {
+                    match read_affine::<f64>(t, bits, at, env).resolve(*total, *relational) {
                         Some(x) => out.values[j] = x,
                         None => out.defined[j] = false,
                     }
@@ -90,17 +90,31 @@ impl Cx<'_> {
             }
             Value::Neg(x) => self.map(x, env, slots, along, |a| -a),
             Value::Not(x) => self.map(x, env, slots, along, |a| 1.0 - a),
+            // Where an undefined element masks the product, a point at a time.
+            Value::Product(fs) if fs.iter().any(|(by, _)| *by == By::Defined) => {
+                self.pointwise(v, env, slots, along)
+            }
             Value::Product(fs) => {
                 let mut acc = Row::filled(n, 1.0);
-                for (div, f) in fs {
+                let mut masks = Vec::new();
+                for (by, f) in fs {
                     let r = self.eval_row(f, env, slots, along);
-                    for j in 0..n {
-                        if *div {
-                            acc.values[j] /= r.values[j];
-                        } else {
-                            acc.values[j] *= r.values[j];
-                        }
-                        acc.defined[j] &= r.defined[j];
+                    let pairs = acc.values.iter_mut().zip(&r.values);
+                    match by {
+                        By::Over => pairs.for_each(|(a, x)| *a /= x),
+                        By::Times | By::Mask | By::Defined => pairs.for_each(|(a, x)| *a *= x),
+                    }
+                    for (d, x) in acc.defined.iter_mut().zip(&r.defined) {
+                        *d &= x;
+                    }
+                    if *by == By::Mask {
+                        masks.push(r.values);
+                    }
+                }
+                // A mask at 0 makes the product 0, as the reference's does.
+                for m in &masks {
+                    for (v, _) in acc.values.iter_mut().zip(m).filter(|(_, m)| **m == 0.0) {
+                        *v = 0.0;
                     }
                 }
                 acc
