@@ -17,7 +17,6 @@ use crate::eval::dense::{
 };
 use crate::eval::EvalOptions;
 use crate::functions::Structural;
-use crate::plan::backward::nested_normalize;
 use crate::plan::einsum::{gradient_term, Contraction, DenseEquation, Expr, Factor, Path};
 use crate::plan::rows::{RowOp, RowProgram};
 use crate::semantics::VarId;
@@ -332,25 +331,23 @@ fn to_factors(
 }
 
 /// Whether [`backward_dense`] takes `d` with these values (it then returns `true`): the
-/// checks it makes before adding anything, so a caller can choose another path first. They
-/// do not depend on where windows lie, so one step of an index recursion answers for all.
+/// checks it makes before adding anything, so a caller can choose another path first. Only
+/// the inputs are checked here; what the program alone decides is the plan's
+/// ([`crate::plan::backward::declines`]). They do not depend on where windows lie, so one
+/// step of an index recursion answers for all.
 pub(crate) fn covers(
     d: &DenseEquation,
     values: &[Tensor],
     o: &EvalOptions,
 ) -> Result<(), &'static str> {
-    let factors = || d.terms.iter().flat_map(|c| &c.sparse);
-    if factors().any(|f| !f.shift.is_empty()) {
-        return Err("a shifted relation as a factor");
-    }
-    // The tuples of a tensor of defined elements weigh by their values, which the scatter's
-    // backward pass does not apply.
+    // The scatter's backward pass takes a relation's tuples, not a dense copy of it.
     let relation = |t: usize| matches!(values[t].storage, crate::tensor::Storage::Relation(_));
-    if factors().any(|f| !relation(f.tensor)) {
-        return Err("a tensor of defined elements as a factor");
-    }
-    if nested_normalize(&d.expr, false) {
-        return Err("a softmax or lnorm inside another");
+    if d.terms
+        .iter()
+        .flat_map(|c| &c.sparse)
+        .any(|f| !relation(f.tensor))
+    {
+        return Err("a relation not stored as its tuples");
     }
     if fits(d, values, o.max_memory).is_err() {
         return Err("its gradients' intermediates over --max-memory");

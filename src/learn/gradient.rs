@@ -115,7 +115,17 @@ impl Sweep<'_> {
                     Some(Kernel::Dense(plans)) => plans.as_slice(),
                     _ => &[],
                 };
-                let rest = self.one_pass(st, values, (dense, terms), &upstream, &mut sink);
+                let planned_rest = match planned {
+                    Route::Dense(rest) => rest.as_slice(),
+                    _ => &[],
+                };
+                let rest = self.one_pass(
+                    (st, planned_rest),
+                    values,
+                    (dense, terms),
+                    &upstream,
+                    &mut sink,
+                );
                 Route::Dense(rest)
             }
             None | Some(StratumRecord::Steps(_)) => {
@@ -194,7 +204,7 @@ impl Sweep<'_> {
     /// it returns with why.
     fn one_pass(
         &self,
-        st: &Stratum,
+        (st, planned_rest): (&Stratum, &[(usize, &'static str)]),
         values: &[Tensor],
         (dense, kept): (&[DenseEquation], &KeptTerms),
         upstream: &[Vec<f64>],
@@ -205,7 +215,13 @@ impl Sweep<'_> {
         // part is checked before any adds its gradients.
         let mut done = vec![false; p.equations.len()];
         let mut declined: Vec<Option<&'static str>> = vec![None; p.equations.len()];
+        for &(e, why) in planned_rest {
+            declined[e] = Some(why);
+        }
         for d in dense {
+            if declined[d.equation].is_some() {
+                continue;
+            }
             if let Err(why) = covers(d, values, self.o) {
                 declined[d.equation].get_or_insert(why);
             }

@@ -144,25 +144,10 @@ fn by_reference(
 ) -> Vec<(usize, &'static str)> {
     let mut rest = Vec::new();
     for &e in equations {
-        let parts: Vec<&DenseEquation> = plans.iter().filter(|d| d.equation == e).collect();
-        let why = if parts.is_empty() {
-            Some("no dense plan")
-        } else if parts
-            .iter()
-            .flat_map(|d| d.terms.iter().flat_map(|c| &c.sparse))
-            .any(|f| !f.shift.is_empty())
-        {
-            Some("a shifted relation as a factor")
-        } else if parts
-            .iter()
-            .flat_map(|d| d.terms.iter().flat_map(|c| &c.sparse))
-            .any(|f| p.tensors[f.tensor].kind != Kind::Bool)
-        {
-            Some("a tensor of defined elements as a factor")
-        } else if parts.iter().any(|d| nested_normalize(&d.expr, false)) {
-            Some("a softmax or lnorm inside another")
-        } else {
-            None
+        let mut parts = plans.iter().filter(|d| d.equation == e).peekable();
+        let why = match parts.peek() {
+            None => Some("no dense plan"),
+            Some(_) => parts.find_map(|d| declines(p, d)),
         };
         if let Some(why) = why.filter(|_| p.tensors[p.equations[e].target].kind == Kind::Real) {
             rest.push((e, why));
@@ -171,9 +156,25 @@ fn by_reference(
     rest
 }
 
+/// Why the dense backward pass cannot take a planned dense equation, whatever its inputs:
+/// the scatter of a relation's tuples neither shifts nor weighs them by values, and only one
+/// level of `softmax`/`lnorm` is lifted.
+pub(crate) fn declines(p: &Checked, d: &DenseEquation) -> Option<&'static str> {
+    let sparse = || d.terms.iter().flat_map(|c| &c.sparse);
+    if sparse().any(|f| !f.shift.is_empty()) {
+        Some("a shifted relation as a factor")
+    } else if sparse().any(|f| p.tensors[f.tensor].kind != Kind::Bool) {
+        Some("a tensor of defined elements as a factor")
+    } else if nested_normalize(&d.expr, false) {
+        Some("a softmax or lnorm inside another")
+    } else {
+        None
+    }
+}
+
 /// Whether a `softmax`/`lnorm` lies inside another (the dense backward pass lifts one
 /// level).
-pub(crate) fn nested_normalize(e: &Expr, inside: bool) -> bool {
+fn nested_normalize(e: &Expr, inside: bool) -> bool {
     match e {
         Expr::Normalize(_, _, x) => inside || nested_normalize(x, true),
         Expr::Term(_) | Expr::Const(_) | Expr::Var(_) => false,

@@ -36,7 +36,8 @@ pub struct Steps {
     pub equations: Vec<StepEquation>,
     /// Whether learning can differentiate the stratum step by step on the dense kernels
     /// (`learn::steps_backward`): sums, every equation on a one-step dense plan that moves
-    /// to each of its steps.
+    /// to each of its steps and whose gradients the dense kernels take
+    /// ([`super::backward::declines`]).
     pub differentiable: bool,
     /// Whether the stratum's `int` tensors are computed from integer values (§8): every
     /// step runs its loop nests in exact i64, no dense plan (which computes in floats).
@@ -338,7 +339,9 @@ pub(crate) fn plan_steps(p: &Checked, st: &Stratum, sparse: &[bool]) -> Option<S
                 return false;
             };
             let mut moved = dense.clone();
-            eq.extreme.is_none() && (0..eq.range).all(|x| eq.move_to(x, &mut moved))
+            eq.extreme.is_none()
+                && super::backward::declines(p, dense).is_none()
+                && (0..eq.range).all(|x| eq.move_to(x, &mut moved))
         });
     Some(Steps {
         axes,
