@@ -496,11 +496,17 @@ impl<'a> Cx<'a> {
             Node::Neg(x) => self.value::<S>(x, env, total).map(S::neg),
             Node::Not(x) => self.value::<S>(x, env, true).map(S::not),
             Node::Binary(op, a, b) => {
-                let (a, b) = (
+                let (x, y) = (
                     self.value::<S>(a, env, total),
                     self.value::<S>(b, env, total),
                 );
-                a?.binary(*op, b?)
+                let (x, y) = (x?, y?);
+                // An integer `%` or `//` by 0 is nothing.
+                let kinds = |t: usize| self.p.tensors[t].kind;
+                if y.real() == 0.0 && crate::semantics::divides_integers(*op, (a, b), &kinds) {
+                    return None;
+                }
+                x.binary(*op, y)
             }
             Node::Compare(op, a, b) => {
                 // Variables and constants compare exactly, as integers where they are.

@@ -121,8 +121,7 @@ impl Scalar for f64 {
     }
     #[inline]
     fn binary(self, op: BinOp, b: f64) -> Option<f64> {
-        let by_zero = matches!(op, BinOp::Rem | BinOp::Quot) && b == 0.0 && self.fract() == 0.0;
-        (!by_zero).then(|| op.apply(self, b))
+        Some(op.apply(self, b))
     }
     #[inline]
     fn compare(self, op: CmpOp, b: f64) -> f64 {

@@ -190,39 +190,7 @@ impl Back<'_, '_, '_> {
                 }
             }
             Node::Sum { vars, body } => self.sum(vars, body, env, a, total),
-            Node::Product(fs) => {
-                // A constant factor that is 0 (a false relation element) zeroes every other
-                // factor's derivative: nothing to pass back, and the others need no evaluation.
-                for (div, f) in fs {
-                    if !*div && !self.wants(f) && self.cx.eval(f, env, total) == Some(0.0) {
-                        return;
-                    }
-                }
-                let mut vals = Vec::with_capacity(fs.len());
-                for (_, f) in fs {
-                    match self.cx.eval(f, env, total) {
-                        Some(v) => vals.push(v),
-                        None => return,
-                    }
-                }
-                for (i, (div, f)) in fs.iter().enumerate() {
-                    if !self.wants(f) {
-                        continue;
-                    }
-                    let mut others = 1.0;
-                    for (j, ((dj, _), &v)) in fs.iter().zip(&vals).enumerate() {
-                        if j != i {
-                            others = if *dj { others / v } else { others * v };
-                        }
-                    }
-                    let d = if *div {
-                        -others / (vals[i] * vals[i])
-                    } else {
-                        others
-                    };
-                    self.node(f, env, a * d, total);
-                }
-            }
+            Node::Product(fs) => self.product(fs, env, a, total),
             Node::Neg(x) => self.node(x, env, -a, total),
             Node::Not(x) => self.node(x, env, -a, true),
             Node::Binary(op, x, y) => {
@@ -270,6 +238,42 @@ impl Back<'_, '_, '_> {
                 self.cx.split_concat(*out, parts, env);
                 self.node(arg, env, a, total);
             }
+        }
+    }
+
+    /// A product: each wanted factor receives `a` times the others' product (divided, for a
+    /// divisor).
+    fn product(&mut self, fs: &[(bool, Node)], env: &mut [i64], a: f64, total: bool) {
+        // A constant factor that is 0 (a false relation element) zeroes every other
+        // factor's derivative: nothing to pass back, and the others need no evaluation.
+        for (div, f) in fs {
+            if !*div && !self.wants(f) && self.cx.eval(f, env, total) == Some(0.0) {
+                return;
+            }
+        }
+        let mut vals = Vec::with_capacity(fs.len());
+        for (_, f) in fs {
+            match self.cx.eval(f, env, total) {
+                Some(v) => vals.push(v),
+                None => return,
+            }
+        }
+        for (i, (div, f)) in fs.iter().enumerate() {
+            if !self.wants(f) {
+                continue;
+            }
+            let mut others = 1.0;
+            for (j, ((dj, _), &v)) in fs.iter().zip(&vals).enumerate() {
+                if j != i {
+                    others = if *dj { others / v } else { others * v };
+                }
+            }
+            let d = if *div {
+                -others / (vals[i] * vals[i])
+            } else {
+                others
+            };
+            self.node(f, env, a * d, total);
         }
     }
 

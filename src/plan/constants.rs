@@ -37,18 +37,32 @@ pub(crate) fn value(p: &Checked, n: &Node) -> Option<f64> {
         Node::Neg(x) => -value(p, x)?,
         Node::Not(x) => 1.0 - value(p, x)?,
         Node::Product(fs) => {
-            let mut acc = 1.0;
+            let (mut acc, mut masked) = (1.0, false);
             for (div, f) in fs {
                 let v = value(p, f)?;
                 if *div {
                     acc /= v;
                 } else {
+                    // A false comparison masks the product (docs/language.md, "masks").
+                    masked |= v == 0.0 && p.mask(f).is_some();
                     acc *= v;
                 }
             }
-            acc
+            if masked {
+                0.0
+            } else {
+                acc
+            }
         }
-        Node::Binary(op, a, b) => op.apply(value(p, a)?, value(p, b)?),
+        Node::Binary(op, a, b) => {
+            let (x, y) = (value(p, a)?, value(p, b)?);
+            // An integer `%` or `//` by 0 is nothing: not a number to fold.
+            let kinds = |t: usize| p.tensors[t].kind;
+            if y == 0.0 && crate::semantics::divides_integers(*op, (a, b), &kinds) {
+                return None;
+            }
+            op.apply(x, y)
+        }
         Node::Compare(op, a, b) => {
             if op.holds(value(p, a)?, value(p, b)?) {
                 1.0

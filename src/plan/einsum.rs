@@ -940,6 +940,13 @@ fn expr(
                 .map(|(div, f)| Some((*div, sub(f)?)))
                 .collect::<Option<_>>()?,
         ),
+        // An integer `%` or `//` is nothing where it divides by 0, which a dense array cannot
+        // hold: the loop nests take it.
+        Node::Binary(op, a, b)
+            if crate::semantics::divides_integers(*op, (a, b), &|t| p.tensors[t].kind) =>
+        {
+            return None
+        }
         Node::Binary(op, a, b) => Expr::Binary(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
         Node::Compare(op, a, b) => Expr::Compare(*op, Box::new(sub(a)?), Box::new(sub(b)?)),
         Node::Call(f, args) => Expr::Call(f.clone(), args.iter().map(sub).collect::<Option<_>>()?),

@@ -698,6 +698,12 @@ impl Compiler<'_> {
                 !(relational && sparse) && self.inside(index, &info.shape)
             }
             Node::Not(_) => true,
+            // An integer `%` or `//` is nothing where it divides by 0.
+            Node::Binary(op, a, b)
+                if crate::semantics::divides_integers(*op, (a, b), &|t| self.p.tensors[t].kind) =>
+            {
+                false
+            }
             // A summation point over an empty range is nothing.
             Node::Sum { vars, .. } if vars.iter().any(|&v| self.eq.vars[v].range == 0) => false,
             _ => n.children().into_iter().all(|c| self.always_defined(c)),

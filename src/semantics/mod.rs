@@ -22,7 +22,7 @@ mod params;
 mod query;
 mod reals;
 mod strata;
-pub(crate) use strata::integral;
+pub(crate) use strata::{divides_integers, integral};
 pub mod strings;
 mod values;
 

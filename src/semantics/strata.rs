@@ -305,6 +305,18 @@ impl Ctx<'_> {
     }
 }
 
+/// Whether `a op b` divides integers (`%` or `//` of two integral operands) by a divisor
+/// that may be 0: it is nothing there, on every engine (docs/language.md, §5.1 choice); a
+/// real `%` by 0 is NaN, as NumPy's `fmod` is.
+pub(crate) fn divides_integers(
+    op: BinOp,
+    (a, b): (&Node, &Node),
+    kinds: &dyn Fn(usize) -> Kind,
+) -> bool {
+    let nonzero = matches!(b.inside_empty_sums(), Node::Const(c) if c.value() != 0.0);
+    matches!(op, BinOp::Rem | BinOp::Quot) && !nonzero && integral(a, kinds) && integral(b, kinds)
+}
+
 /// Whether a right-hand side keeps integer values exact (§4).
 pub(crate) fn integral(n: &Node, kinds: &dyn Fn(usize) -> Kind) -> bool {
     match n {

@@ -866,11 +866,10 @@ fn backward_loops(
     scratch: &mut Scratch,
     term: &mut TermAdjoint,
 ) {
-    if up.iter().all(|&a| a == 0.0) {
-        return;
-    }
     let Scratch { vals, adj, picks } = scratch;
-    let Some(root) = p.ops.len().checked_sub(1) else {
+    // A row whose adjoints are all 0 passes nothing back.
+    let nonzero = up.iter().any(|&a| a != 0.0);
+    let Some(root) = p.ops.len().checked_sub(1).filter(|_| nonzero) else {
         return;
     };
     let Some(picks) = masked_picks((d, rows, terms), at, picks) else {
@@ -900,7 +899,8 @@ fn backward_loops(
         }
         match op {
             RowOp::Term(k) => term(i, *k, a, picks),
-            RowOp::Const(_) | RowOp::Var(_) | RowOp::Table(_) | RowOp::Compare(..) => {}
+            RowOp::Const(_) | RowOp::Var(_) | RowOp::Table(_) => {}
+            RowOp::Compare(..) | RowOp::Quot(..) => {}
             RowOp::Neg(x) | RowOp::Not(x) => pass!(*x, |_| -1.0),
             RowOp::Add(x, y) => {
                 pass!(*x, |_| 1.0);
@@ -916,16 +916,15 @@ fn backward_loops(
                 pass!(*y, |j| vx[j]);
             }
             RowOp::Mask(x, m) => {
-                let (vx, vm) = (v(*x), v(*m));
+                // The mask is a comparison: nothing passes back through it.
+                let vm = v(*m);
                 pass!(*x, |j| masked(1.0, vm[j]));
-                pass!(*m, |j| masked(vx[j], 1.0));
             }
             RowOp::Div(x, y) => {
                 let (vx, vy) = (v(*x), v(*y));
                 pass!(*x, |j| 1.0 / vy[j]);
                 pass!(*y, |j| -vx[j] / (vy[j] * vy[j]));
             }
-            RowOp::Quot(..) => {}
             RowOp::Rem(x, y) => {
                 let (vx, vy) = (v(*x), v(*y));
                 pass!(*x, |_| 1.0);

@@ -31,6 +31,32 @@ pub struct Incremental {
     last_good: Option<Vec<Tensor>>,
 }
 
+/// A dataflow input's change: the input's number, the tuple, +1 or −1.
+type Input = (usize, Row, isize);
+
+/// Each changed element's last change (its sign, and the value of a tensor with values).
+type NetChanges = BTreeMap<(TensorId, Vec<u32>), (isize, Option<f64>)>;
+
+/// Changes apply in order: a tuple holds after the commit if its last change inserts it. An
+/// element of a tensor with values is keyed by its positions: its last change sets (or
+/// removes) it.
+fn net_changes(p: &Checked, changes: &[(TensorId, Vec<u32>, isize)]) -> NetChanges {
+    let mut net = NetChanges::new();
+    for (t, row, d) in changes {
+        let rank = p.tensors[*t].shape.len();
+        match p.tensors[*t].kind != Kind::Bool && row.len() == rank + 2 {
+            true => {
+                let (pos, v) = Delta::value(row);
+                net.insert((*t, pos.to_vec()), (d.signum(), Some(v)));
+            }
+            false => {
+                net.insert((*t, row.clone()), (d.signum(), None));
+            }
+        }
+    }
+    net
+}
+
 /// What every process of an incremental run computes before its dataflow starts.
 struct Prepared<'a> {
     flow: DataflowPlan,
@@ -232,23 +258,40 @@ impl Incremental {
             true => Some(self.derived_values(p)),
             false => None,
         };
-        // Changes apply in order: a tuple holds after the commit if its last change
-        // inserts it.
-        // An element of a tensor with values is keyed by its positions: its last change
-        // sets (or removes) it.
-        let mut net: BTreeMap<(TensorId, Vec<u32>), (isize, Option<f64>)> = BTreeMap::new();
-        for (t, row, d) in changes {
-            let rank = p.tensors[*t].shape.len();
-            match p.tensors[*t].kind != Kind::Bool && row.len() == rank + 2 {
-                true => {
-                    let (pos, v) = Delta::value(row);
-                    net.insert((*t, pos.to_vec()), (d.signum(), Some(v)));
-                }
-                false => {
-                    net.insert((*t, row.clone()), (d.signum(), None));
-                }
+        let (mut inputs, facts) = self.take_facts(p, net_changes(p, changes));
+        let mut deltas = self.rerun_before(p, (plan, o), &facts, &mut inputs)?;
+        self.take_dataflow(p, o, inputs, &mut deltas)?;
+        self.rerun_after(p, (plan, o), &mut deltas)?;
+        let late = self.late.keys().map(|(t, _)| *t);
+        if let Some(d) = trouble(p, (&self.flow, o), late, &self.values) {
+            if let Some(kept) = kept {
+                self.last_good = Some(kept);
             }
+            return Err(d.into());
         }
+        if let Some(good) = self.last_good.take() {
+            deltas = self
+                .derived(p)
+                .map(|t| (t, difference(&good[t], &self.values[t])))
+                .filter(|(_, d)| !d.added.is_empty() || !d.removed.is_empty())
+                .collect();
+        }
+        for d in deltas.values_mut() {
+            d.added.sort_unstable();
+            d.removed.sort_unstable();
+        }
+        Ok(deltas)
+    }
+
+    /// Applies the net changes to the facts they change (the given tuples, or the tensors'
+    /// values) and returns what the dataflow's inputs receive and each tensor's change of
+    /// facts. A tuple that already holds, or an element set to the value it has, is no
+    /// change.
+    fn take_facts(
+        &mut self,
+        p: &Checked,
+        net: NetChanges,
+    ) -> (Vec<Input>, BTreeMap<TensorId, Delta>) {
         let mut inputs = Vec::new();
         let mut facts: BTreeMap<TensorId, Delta> = BTreeMap::new();
         for ((t, row), (d, value)) in net {
@@ -304,8 +347,18 @@ impl Incremental {
                 None => self.values[t] = patched(&self.values[t], delta),
             }
         }
-        // Strata before the dataflow that read changed facts run again; what changes in
-        // the relations they give the dataflow enters it with the facts.
+        (inputs, facts)
+    }
+
+    /// Runs again the strata before the dataflow that read changed facts; what changes in
+    /// the relations they give the dataflow joins `inputs`. Returns their tensors' changes.
+    fn rerun_before(
+        &mut self,
+        p: &Checked,
+        (plan, o): (&Plan, &EvalOptions),
+        facts: &BTreeMap<TensorId, Delta>,
+        inputs: &mut Vec<Input>,
+    ) -> Result<BTreeMap<TensorId, Delta>, Diagnostics> {
         let mut deltas: BTreeMap<TensorId, Delta> = BTreeMap::new();
         let changed: Vec<TensorId> = facts.keys().copied().collect();
         let before = |i: usize| self.flow.placement[i] == Placement::Before;
@@ -314,26 +367,39 @@ impl Incremental {
             .iter()
             .enumerate()
             .any(|(i, s)| before(i) && reads_any(p, s, &changed));
-        if rerun {
-            let old = self.rerun(p, plan, o, &|x: &Placement| *x == Placement::Before)?;
-            for (i, st) in p.strata.iter().enumerate() {
-                if self.flow.placement[i] != Placement::Before || st.equations.is_empty() {
-                    continue;
+        if !rerun {
+            return Ok(deltas);
+        }
+        let old = self.rerun(p, plan, o, &|x: &Placement| *x == Placement::Before)?;
+        for (i, st) in p.strata.iter().enumerate() {
+            if self.flow.placement[i] != Placement::Before || st.equations.is_empty() {
+                continue;
+            }
+            for &t in &st.tensors {
+                if let Some(k) = self.flow.inputs.iter().position(|&u| u == t) {
+                    let valued = self.flow.valued.contains(&t);
+                    let (added, removed) = row_changes(&old[t], &self.values[t], valued);
+                    inputs.extend(added.into_iter().map(|r| (k, r, 1)));
+                    inputs.extend(removed.into_iter().map(|r| (k, r, -1)));
                 }
-                for &t in &st.tensors {
-                    if let Some(k) = self.flow.inputs.iter().position(|&u| u == t) {
-                        let valued = self.flow.valued.contains(&t);
-                        let (added, removed) = row_changes(&old[t], &self.values[t], valued);
-                        inputs.extend(added.into_iter().map(|r| (k, r, 1)));
-                        inputs.extend(removed.into_iter().map(|r| (k, r, -1)));
-                    }
-                    let d = difference(&old[t], &self.values[t]);
-                    if !d.added.is_empty() || !d.removed.is_empty() {
-                        deltas.insert(t, d);
-                    }
+                let d = difference(&old[t], &self.values[t]);
+                if !d.added.is_empty() || !d.removed.is_empty() {
+                    deltas.insert(t, d);
                 }
             }
         }
+        Ok(deltas)
+    }
+
+    /// Runs the dataflow's round on `inputs` and applies what it derives to the tensors of
+    /// its strata, adding their changes to `deltas`.
+    fn take_dataflow(
+        &mut self,
+        p: &Checked,
+        o: &EvalOptions,
+        inputs: Vec<Input>,
+        deltas: &mut BTreeMap<TensorId, Delta>,
+    ) -> Result<(), Diagnostics> {
         let (out, late) = self
             .live
             .round(inputs)
@@ -368,45 +434,32 @@ impl Incremental {
                 }
             }
         }
-        if self
-            .flow
-            .placement
-            .iter()
-            .any(|x| matches!(x, Placement::After(_)))
-        {
-            let before = self.rerun(p, plan, o, &|x: &Placement| {
-                matches!(x, Placement::After(_))
-            })?;
-            for (i, st) in p.strata.iter().enumerate() {
-                if let Placement::After(_) = self.flow.placement[i] {
-                    for &t in &st.tensors {
-                        let d = difference(&before[t], &self.values[t]);
-                        if !d.added.is_empty() || !d.removed.is_empty() {
-                            deltas.insert(t, d);
-                        }
+        Ok(())
+    }
+
+    /// Runs again the strata after the dataflow, adding their tensors' changes to `deltas`.
+    fn rerun_after(
+        &mut self,
+        p: &Checked,
+        (plan, o): (&Plan, &EvalOptions),
+        deltas: &mut BTreeMap<TensorId, Delta>,
+    ) -> Result<(), Diagnostics> {
+        let after = |x: &Placement| matches!(x, Placement::After(_));
+        if !self.flow.placement.iter().any(after) {
+            return Ok(());
+        }
+        let before = self.rerun(p, plan, o, &after)?;
+        for (i, st) in p.strata.iter().enumerate() {
+            if after(&self.flow.placement[i]) {
+                for &t in &st.tensors {
+                    let d = difference(&before[t], &self.values[t]);
+                    if !d.added.is_empty() || !d.removed.is_empty() {
+                        deltas.insert(t, d);
                     }
                 }
             }
         }
-        let late = self.late.keys().map(|(t, _)| *t);
-        if let Some(d) = trouble(p, (&self.flow, o), late, &self.values) {
-            if let Some(kept) = kept {
-                self.last_good = Some(kept);
-            }
-            return Err(d.into());
-        }
-        if let Some(good) = self.last_good.take() {
-            deltas = self
-                .derived(p)
-                .map(|t| (t, difference(&good[t], &self.values[t])))
-                .filter(|(_, d)| !d.added.is_empty() || !d.removed.is_empty())
-                .collect();
-        }
-        for d in deltas.values_mut() {
-            d.added.sort_unstable();
-            d.removed.sort_unstable();
-        }
-        Ok(deltas)
+        Ok(())
     }
 
     /// The value of element `pos` of tensor `t` with values, among its facts (if the

@@ -576,11 +576,16 @@ impl Cx<'_> {
                 (!skip).then_some(if masked { S::truth(false) } else { acc })
             }
             Value::Binary(op, a, b) => {
-                let (a, b) = (
+                let (x, y) = (
                     self.value::<S>(a, env, slots),
                     self.value::<S>(b, env, slots),
                 );
-                a?.binary(*op, b?)
+                let (x, y) = (x?, y?);
+                // An integer `%` or `//` by 0 is nothing, as the reference's is.
+                if y.real() == 0.0 && self.divides_integers(*op, a, b) {
+                    return None;
+                }
+                x.binary(*op, y)
             }
             Value::Compare(op, a, b) => {
                 // Variables and constants compare exactly, as integers where they are.
@@ -648,6 +653,11 @@ impl Cx<'_> {
                 self.value::<S>(arg, env, slots)
             }
         }
+    }
+
+    /// Whether `a op b` divides integers ([`crate::semantics::divides_integers`]).
+    pub(super) fn divides_integers(&self, op: BinOp, a: &Value, b: &Value) -> bool {
+        matches!(op, BinOp::Rem | BinOp::Quot) && self.integral(a) && self.integral(b)
     }
 
     /// Whether a value computes an integer (no real read, constant or operation), so an

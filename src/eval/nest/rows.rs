@@ -94,30 +94,10 @@ impl Cx<'_> {
             Value::Product(fs) if fs.iter().any(|(by, _)| *by == By::Defined) => {
                 self.pointwise(v, env, slots, along)
             }
-            Value::Product(fs) => {
-                let mut acc = Row::filled(n, 1.0);
-                let mut masks = Vec::new();
-                for (by, f) in fs {
-                    let r = self.eval_row(f, env, slots, along);
-                    let pairs = acc.values.iter_mut().zip(&r.values);
-                    match by {
-                        By::Over => pairs.for_each(|(a, x)| *a /= x),
-                        By::Times | By::Mask | By::Defined => pairs.for_each(|(a, x)| *a *= x),
-                    }
-                    for (d, x) in acc.defined.iter_mut().zip(&r.defined) {
-                        *d &= x;
-                    }
-                    if *by == By::Mask {
-                        masks.push(r.values);
-                    }
-                }
-                // A mask at 0 makes the product 0, as the reference's does.
-                for m in &masks {
-                    for (v, _) in acc.values.iter_mut().zip(m).filter(|(_, m)| **m == 0.0) {
-                        *v = 0.0;
-                    }
-                }
-                acc
+            Value::Product(fs) => self.product_row(fs, env, slots, along),
+            // An integer `%` or `//` is nothing where it divides by 0: a point at a time.
+            Value::Binary(op, a, b) if self.divides_integers(*op, a, b) => {
+                self.pointwise(v, env, slots, along)
             }
             Value::Binary(op, a, b) => {
                 let (a, b) = (
@@ -152,6 +132,39 @@ impl Cx<'_> {
             // functions and reads by arbitrary arithmetic: one point at a time.
             _ => self.pointwise(v, env, slots, along),
         }
+    }
+
+    /// A product along the row: its factors multiplied or divided in order, then 0 wherever
+    /// a mask is 0, as the reference's product is.
+    fn product_row(
+        &self,
+        fs: &[(By, Value)],
+        env: &mut [i64],
+        slots: &mut [usize],
+        along: Along,
+    ) -> Row {
+        let mut acc = Row::filled(along.n, 1.0);
+        let mut masks = Vec::new();
+        for (by, f) in fs {
+            let r = self.eval_row(f, env, slots, along);
+            let pairs = acc.values.iter_mut().zip(&r.values);
+            match by {
+                By::Over => pairs.for_each(|(a, x)| *a /= x),
+                By::Times | By::Mask | By::Defined => pairs.for_each(|(a, x)| *a *= x),
+            }
+            for (d, x) in acc.defined.iter_mut().zip(&r.defined) {
+                *d &= x;
+            }
+            if *by == By::Mask {
+                masks.push(r.values);
+            }
+        }
+        for m in &masks {
+            for (v, _) in acc.values.iter_mut().zip(m).filter(|(_, m)| **m == 0.0) {
+                *v = 0.0;
+            }
+        }
+        acc
     }
 
     /// `f` of a row.
