@@ -14,6 +14,7 @@ use crate::diagnostics::Diagnostics;
 use crate::functions::RowStats;
 use crate::semantics::{Checked, Equation, Family, Func, Mask, Node, Stratum};
 use crate::syntax::ast::Num;
+use crate::tensor::odometer::advance_vars;
 use crate::tensor::Tensor;
 use std::collections::BTreeMap;
 
@@ -277,18 +278,8 @@ pub(crate) fn assignments(
     }
     loop {
         f(env)?;
-        let mut k = vars.len();
-        loop {
-            if k == 0 {
-                return Ok(());
-            }
-            k -= 1;
-            let v = vars[k];
-            env[v] += 1;
-            if (env[v] as usize) < eq.vars[v].range {
-                break;
-            }
-            env[v] = 0;
+        if !advance_vars(env, vars, |v| eq.vars[v].range) {
+            return Ok(());
         }
     }
 }
@@ -696,21 +687,11 @@ impl<'a> Cx<'a> {
                     Some(a) => a.fold(family, x),
                 });
             }
-            let mut k = vars.len();
-            loop {
-                if k == 0 {
-                    return match family {
-                        Family::Avg => acc.map(|a| S::of_real(a.real() / count as f64)),
-                        _ => acc,
-                    };
-                }
-                k -= 1;
-                let v = vars[k];
-                env[v] += 1;
-                if (env[v] as usize) < self.eq.vars[v].range {
-                    break;
-                }
-                env[v] = 0;
+            if !advance_vars(env, vars, |v| self.eq.vars[v].range) {
+                return match family {
+                    Family::Avg => acc.map(|a| S::of_real(a.real() / count as f64)),
+                    _ => acc,
+                };
             }
         }
     }

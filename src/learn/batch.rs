@@ -160,13 +160,7 @@ fn slice_tensor(t: &Tensor, axes: &[usize], rows: &[usize], new_pos: &[Option<us
                 off += i * s;
             }
             v.gather(off as i64, 1, block);
-            for k in (0..idx.len()).rev() {
-                idx[k] += 1;
-                if idx[k] < shape[k] {
-                    break;
-                }
-                idx[k] = 0;
-            }
+            crate::tensor::odometer::advance(&mut idx, &shape);
         }
         return Tensor {
             elem: t.elem,

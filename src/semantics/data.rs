@@ -748,13 +748,7 @@ impl<'a> Ctx<'a> {
             } else {
                 g.add(&idx, v);
             }
-            for ax in (0..idx.len()).rev() {
-                idx[ax] += 1;
-                if idx[ax] < shape[ax] {
-                    break;
-                }
-                idx[ax] = 0;
-            }
+            crate::tensor::odometer::advance(&mut idx, shape);
         }
     }
 

@@ -7,6 +7,7 @@
 mod dense;
 pub mod fallible;
 mod init;
+pub(crate) mod odometer;
 mod sparse;
 mod values;
 
@@ -710,13 +711,7 @@ impl Tensor {
 
     /// The next index in row-major order (wrapping to all zeros after the last).
     fn step(&self, idx: &mut [usize]) {
-        for ax in (0..idx.len()).rev() {
-            idx[ax] += 1;
-            if idx[ax] < self.shape[ax] {
-                break;
-            }
-            idx[ax] = 0;
-        }
+        odometer::advance(idx, &self.shape);
     }
 
     /// All elements as a dense row-major vector of integers (undefined ones as 0): an `int`

@@ -6,6 +6,7 @@
 use super::*;
 use crate::plan::einsum::InPlaceEpilogue;
 use crate::plan::rows::RowProgram;
+use crate::tensor::odometer::{advance, carries};
 
 /// Where each element of an equation's grid lands in its target.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,20 +39,13 @@ impl Placement {
                 .for_each(|(i, a)| f(i, a)),
             Placement::Strided { base, steps, dims } => {
                 let mut idx = vec![0usize; dims.len()];
+                let carry = carries(steps, dims);
                 let mut at = *base;
                 for i in 0..len {
                     if let Ok(a) = usize::try_from(at) {
                         f(i, a);
                     }
-                    for ax in (0..dims.len()).rev() {
-                        idx[ax] += 1;
-                        at += steps[ax];
-                        if idx[ax] < dims[ax] {
-                            break;
-                        }
-                        at -= steps[ax] * dims[ax] as i64;
-                        idx[ax] = 0;
-                    }
+                    at = advance(&mut idx, dims).map_or(*base, |ax| at + carry[ax]);
                 }
             }
         }
@@ -157,6 +151,7 @@ impl Placement {
                     row *= dims[outer];
                 }
                 let mut idx = vec![0usize; outer];
+                let carry = carries(&steps[..outer], &dims[..outer]);
                 let mut at = *base;
                 let mut i = 0;
                 while i < len {
@@ -172,15 +167,7 @@ impl Placement {
                         }
                     }
                     i += row.max(1);
-                    for ax in (0..outer).rev() {
-                        idx[ax] += 1;
-                        at += steps[ax];
-                        if idx[ax] < dims[ax] {
-                            break;
-                        }
-                        at -= steps[ax] * dims[ax] as i64;
-                        idx[ax] = 0;
-                    }
+                    at = advance(&mut idx, &dims[..outer]).map_or(*base, |ax| at + carry[ax]);
                     if outer == 0 {
                         break;
                     }
@@ -518,13 +505,7 @@ pub(crate) fn targets(d: &DenseEquation) -> Vec<Option<usize>> {
             };
         }
         out.push(offset);
-        for ax in (0..dims.len()).rev() {
-            idx[ax] += 1;
-            if idx[ax] < dims[ax] {
-                break;
-            }
-            idx[ax] = 0;
-        }
+        advance(&mut idx, &dims);
     }
     out
 }

@@ -4,6 +4,7 @@
 //! over variables no later product needs.
 
 use super::*;
+use crate::tensor::odometer::{advance, carries};
 
 /// A tensor being contracted: row-major values over `vars`, borrowed from an input until an
 /// operation has to write. Contractions of f32 tensors run in f32 (`Contraction::single`);
@@ -224,6 +225,7 @@ pub(super) fn strided_copy<T: Num>(
     };
     let outer = dims.len().saturating_sub(1);
     let mut idx = vec![0usize; outer];
+    let carry = carries(&strides[..outer], &dims[..outer]);
     let mut at = offset;
     let read = |p: i64| {
         let x = usize::try_from(p).ok().and_then(|p| data.get(p));
@@ -242,15 +244,7 @@ pub(super) fn strided_copy<T: Num>(
             Some(run) if step == 1 => out.extend_from_slice(run),
             _ => out.extend((0..inner as i64).map(|i| read(at + i * step))),
         }
-        for ax in (0..outer).rev() {
-            idx[ax] += 1;
-            at += strides[ax];
-            if idx[ax] < dims[ax] {
-                break;
-            }
-            at -= strides[ax] * dims[ax] as i64;
-            idx[ax] = 0;
-        }
+        at = advance(&mut idx, &dims[..outer]).map_or(offset, |ax| at + carry[ax]);
     }
     out
 }
