@@ -26,6 +26,15 @@ pub(crate) fn scalar(p: &Checked, t: TensorId) -> Option<f64> {
 /// The value of a node that has no variables and reads only scalar constants; `None` for any
 /// other node (and for registered functions, which are only known at evaluation).
 pub(crate) fn value(p: &Checked, n: &Node) -> Option<f64> {
+    let v = folded(p, n)?;
+    // An integer past 2^53 is not exact in f64: the integer evaluators compute it in i64.
+    let exact = v.abs() <= 9_007_199_254_740_992.0
+        || !crate::semantics::integral(n, &|t| p.tensors[t].kind);
+    exact.then_some(v)
+}
+
+/// [`value`] of one node, its operands folded first.
+fn folded(p: &Checked, n: &Node) -> Option<f64> {
     Some(match n {
         Node::Const(k) => k.value(),
         Node::Read {

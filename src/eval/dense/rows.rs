@@ -17,6 +17,7 @@ use crate::plan::rows::{RowLayout, RowOp, RowProgram, Table};
 use crate::plan::schedule::{ROW_BLOCK, ROW_WORK};
 use crate::semantics::VarId;
 use crate::syntax::ast::CmpOp;
+use crate::tensor::odometer::{advance, carries};
 use smallvec::{smallvec, SmallVec};
 use std::borrow::Cow;
 
@@ -226,24 +227,26 @@ impl<'d> Rows<'d> {
                 *a = idx.iter().zip(s).map(|(i, s)| i * s).sum();
             }
         }
+        let dims = &l.dims[..outer];
+        // Each term's offset change when an axis advances.
+        let carry: Vec<Vec<i64>> = l
+            .steps
+            .iter()
+            .map(|s| {
+                let s: Vec<i64> = s[..outer].iter().map(|&x| x as i64).collect();
+                carries(&s, dims)
+            })
+            .collect();
         let mut env: Small<usize> = smallvec![0; d.extents.len()];
         for row in range.start..range.end.min(l.count) {
             for (&v, &x) in d.out.iter().zip(&idx) {
                 env[v] = x;
             }
             f(row, &at, &env);
-            for ax in (0..outer).rev() {
-                idx[ax] += 1;
-                for (a, s) in at.iter_mut().zip(&l.steps) {
-                    *a += s[ax];
+            if let Some(ax) = advance(&mut idx, dims) {
+                for (a, c) in at.iter_mut().zip(&carry) {
+                    *a = a.wrapping_add_signed(c[ax] as isize);
                 }
-                if idx[ax] < l.dims[ax] {
-                    break;
-                }
-                for (a, s) in at.iter_mut().zip(&l.steps) {
-                    *a -= s[ax] * l.dims[ax];
-                }
-                idx[ax] = 0;
             }
         }
     }

@@ -4,6 +4,7 @@
 //! shifted positions are seen through their shifted tuples.
 
 use super::*;
+use crate::tensor::odometer::{advance, carries};
 
 /// A relation's tuples, or a tensor of defined elements' positions with their values (each
 /// tuple's weight); `None` for a dense tensor.
@@ -315,6 +316,15 @@ impl TupleWalk {
         let slice: usize = self.free.iter().map(|a| a.0).product();
         let mut idx = vec![0usize; self.free.len()];
         let mut at = vec![0usize; self.operands];
+        // The result's and each operand's offset change when a free variable advances.
+        let dims: Vec<usize> = self.free.iter().map(|a| a.0).collect();
+        let strides = |of: &dyn Fn(&Axis) -> usize| -> Vec<i64> {
+            self.free.iter().map(|a| of(a) as i64).collect()
+        };
+        let out_carry = carries(&strides(&|a| a.1), &dims);
+        let carry: Vec<Vec<i64>> = (0..self.operands)
+            .map(|k| carries(&strides(&|a| a.2[k]), &dims))
+            .collect();
         for i in tuples {
             let tuple = rel.tuple(i);
             if tuple
@@ -338,20 +348,11 @@ impl TupleWalk {
             idx.iter_mut().for_each(|i| *i = 0);
             for _ in 0..slice {
                 f(i, at_out, &at, false);
-                for (ax, (n, so, sp)) in self.free.iter().enumerate().rev() {
-                    idx[ax] += 1;
-                    at_out += so;
-                    for (a, s) in at.iter_mut().zip(sp) {
-                        *a += s;
+                if let Some(ax) = advance(&mut idx, &dims) {
+                    at_out = at_out.wrapping_add_signed(out_carry[ax] as isize);
+                    for (a, c) in at.iter_mut().zip(&carry) {
+                        *a = a.wrapping_add_signed(c[ax] as isize);
                     }
-                    if idx[ax] < *n {
-                        break;
-                    }
-                    at_out -= so * n;
-                    for (a, s) in at.iter_mut().zip(sp) {
-                        *a -= s * n;
-                    }
-                    idx[ax] = 0;
                 }
             }
         }
