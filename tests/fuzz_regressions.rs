@@ -215,3 +215,16 @@ fn masks_leave_points_out_beside_infinities_on_both_engines() {
         assert_eq!(common::stdout(&out), expected, "{engine}");
     }
 }
+
+#[test]
+fn integer_division_by_zero_is_nothing_and_real_remainder_nan_on_both_engines() {
+    // docs/language.md §5.1 choice: `59 % 0` is nothing (W is not written), `X[i] % 0` of a
+    // real tensor is NaN, and a sum whose every point is nothing is nothing (`K[1]`).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_regressions/agreement");
+    let expected = "W = 0\nY[0] = NaN\nY[1] = 1\nY[2] = NaN\nK[0] = 0\nK[1] = 0\nK[2] = 0\n";
+    for engine in ["standard", "reference"] {
+        let file = "integer_remainder_by_zero_in_a_constant.tl";
+        let out = common::tl(&dir, &["run", file, "--engine", engine]);
+        assert_eq!(common::stdout(&out), expected, "{engine}");
+    }
+}
