@@ -620,25 +620,11 @@ impl Session {
             );
         };
         let eval = eval_options(options, &self.functions);
-        let mut reference = crate::eval::Reference.evaluate(checked, &eval)?;
-        // A relation evaluated on demand (§9) holds the tuples its readers ask for: both
-        // engines are compared there.
-        let asked: Vec<&[semantics::Query]> = self
-            .plan
-            .iter()
-            .flat_map(|plan| &plan.strata)
-            .filter_map(|sp| sp.demand.as_ref().map(|(q, _)| q.as_slice()))
-            .collect();
-        if asked.is_empty() {
-            return Ok(crate::verify::compare(checked, values, &reference));
-        }
-        let mut engine = values.clone();
-        for queries in asked {
-            let t = queries[0].tensor;
-            engine[t] = crate::verify::matching(&engine[t], queries);
-            reference[t] = crate::verify::matching(&reference[t], queries);
-        }
-        Ok(crate::verify::compare(checked, &engine, &reference))
+        let reference = crate::eval::Reference.evaluate(checked, &eval)?;
+        Ok(match &self.plan {
+            Some(plan) => crate::verify::compare_planned(checked, plan, values, &reference),
+            None => crate::verify::compare(checked, values, &reference),
+        })
     }
 
     /// The value of a tensor after a run.

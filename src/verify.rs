@@ -61,6 +61,48 @@ pub(crate) fn matching(t: &Tensor, queries: &[crate::semantics::Query]) -> Tenso
     Tensor::relation_flat(t.shape.clone(), tuples, count)
 }
 
+/// Compares every tensor of `engine`, evaluated by `plan`, with `reference`: a relation the
+/// plan evaluates on demand (§9) on the tuples its readers ask for, one it narrows to what
+/// its readers keep on the engine's tuples (each must be the reference's; its readers, which
+/// are compared in full, show that nothing they need is missing).
+pub fn compare_planned(
+    p: &Checked,
+    plan: &crate::plan::Plan,
+    engine: &[Tensor],
+    reference: &[Tensor],
+) -> Vec<Difference> {
+    let asked: Vec<&[crate::semantics::Query]> = plan
+        .strata
+        .iter()
+        .filter_map(|sp| sp.demand.as_ref().map(|(q, _)| q.as_slice()))
+        .collect();
+    if asked.is_empty() && plan.narrowed.is_empty() {
+        return compare(p, engine, reference);
+    }
+    let (mut engine, mut reference) = (engine.to_vec(), reference.to_vec());
+    for queries in asked {
+        let t = queries[0].tensor;
+        engine[t] = matching(&engine[t], queries);
+        reference[t] = matching(&reference[t], queries);
+    }
+    for &t in &plan.narrowed {
+        reference[t] = within(&reference[t], &engine[t]);
+    }
+    compare(p, &engine, &reference)
+}
+
+/// The true tuples of relation `r` that `kept` holds too.
+fn within(r: &Tensor, kept: &Tensor) -> Tensor {
+    let tuples: Vec<u32> = r
+        .entries()
+        .into_iter()
+        .filter(|(idx, v)| *v != 0.0 && kept.get(idx).is_some_and(|x| x != 0.0))
+        .flat_map(|(idx, _)| idx.into_iter().map(|i| i as u32))
+        .collect();
+    let count = tuples.len() / r.shape.len().max(1);
+    Tensor::relation_flat(r.shape.clone(), tuples, count)
+}
+
 /// Compares every tensor of `engine` with `reference` (both indexed like `p.tensors`).
 pub fn compare(p: &Checked, engine: &[Tensor], reference: &[Tensor]) -> Vec<Difference> {
     p.tensors

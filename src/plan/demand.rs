@@ -160,9 +160,10 @@ pub(crate) fn asked_by_program(p: &Checked, st: &Stratum) -> Option<Vec<Query>> 
 /// x < 2`), and nothing else reads, prints or writes it, its own rules take that comparison
 /// on their head's term for the column, so `Pair(x, y) :- N(x), N(y)` derives 2 rows of
 /// pairs, not 10,001.
-pub(crate) fn narrow_by_readers(p: &Checked, strata: &mut [super::StratumPlan]) {
+pub(crate) fn narrow_by_readers(p: &Checked, strata: &mut [super::StratumPlan]) -> Vec<TensorId> {
     use super::datalog::{Filter, Operand};
     use super::Kernel;
+    let mut narrowed = Vec::new();
     for (i, st) in p.strata.iter().enumerate() {
         let [t] = st.tensors[..] else {
             continue;
@@ -231,6 +232,7 @@ pub(crate) fn narrow_by_readers(p: &Checked, strata: &mut [super::StratumPlan]) 
         let Some(common) = common.filter(|c| !c.is_empty() && readers > 0) else {
             continue;
         };
+        narrowed.push(t);
         if let Kernel::Datalog(rules, _) = &mut strata[i].kernel {
             for r in rules.iter_mut() {
                 for (col, f) in &common {
@@ -244,6 +246,7 @@ pub(crate) fn narrow_by_readers(p: &Checked, strata: &mut [super::StratumPlan]) 
             }
         }
     }
+    narrowed
 }
 
 /// The magic-sets rewrite of every query in `asked` (patterns of one relation binding the

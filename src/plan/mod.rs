@@ -93,6 +93,9 @@ pub struct Plan {
     /// The registered functions (§16) the program calls, each with an equation that calls
     /// it: what an evaluation checks its options for, without walking every equation.
     pub user_functions: Vec<(String, crate::diagnostics::Span)>,
+    /// Relations narrowed to what their readers keep (§9, [`demand::narrow_by_readers`]):
+    /// nothing prints or writes them, so they hold fewer tuples than the reference's.
+    pub narrowed: Vec<crate::semantics::TensorId>,
 }
 
 /// A sum of sparse products with at least this many elements as a dense array (128 MiB of
@@ -120,6 +123,7 @@ impl Plan {
             })
             .collect();
         Plan {
+            narrowed: Vec::new(),
             strata,
             sparse: vec![false; p.tensors.len()],
             user_functions: p.user_functions(),
@@ -152,8 +156,9 @@ pub(crate) fn plan(p: &Checked) -> Plan {
         }
         strata.push(sp);
     }
-    demand::narrow_by_readers(p, &mut strata);
+    let narrowed = demand::narrow_by_readers(p, &mut strata);
     Plan {
+        narrowed,
         strata,
         sparse,
         user_functions: p.user_functions(),
