@@ -51,10 +51,15 @@ pub(crate) fn matching(t: &Tensor, queries: &[crate::semantics::Query]) -> Tenso
             })
         })
     };
+    true_where(t, fits)
+}
+
+/// The true tuples of relation `t` at the positions `keep` admits.
+fn true_where(t: &Tensor, keep: impl Fn(&[usize]) -> bool) -> Tensor {
     let tuples: Vec<u32> = t
         .entries()
         .into_iter()
-        .filter(|(idx, v)| *v != 0.0 && fits(idx))
+        .filter(|(idx, v)| *v != 0.0 && keep(idx))
         .flat_map(|(idx, _)| idx.into_iter().map(|i| i as u32))
         .collect();
     let count = tuples.len() / t.shape.len().max(1);
@@ -86,21 +91,10 @@ pub fn compare_planned(
         reference[t] = matching(&reference[t], queries);
     }
     for &t in &plan.narrowed {
-        reference[t] = within(&reference[t], &engine[t]);
+        let kept = &engine[t];
+        reference[t] = true_where(&reference[t], |idx| kept.get(idx).is_some_and(|x| x != 0.0));
     }
     compare(p, &engine, &reference)
-}
-
-/// The true tuples of relation `r` that `kept` holds too.
-fn within(r: &Tensor, kept: &Tensor) -> Tensor {
-    let tuples: Vec<u32> = r
-        .entries()
-        .into_iter()
-        .filter(|(idx, v)| *v != 0.0 && kept.get(idx).is_some_and(|x| x != 0.0))
-        .flat_map(|(idx, _)| idx.into_iter().map(|i| i as u32))
-        .collect();
-    let count = tuples.len() / r.shape.len().max(1);
-    Tensor::relation_flat(r.shape.clone(), tuples, count)
 }
 
 /// Compares every tensor of `engine` with `reference` (both indexed like `p.tensors`).

@@ -8,7 +8,7 @@ use super::accumulate::Accumulator;
 use super::fixpoint;
 use super::initial::empty;
 use super::open::{axis_table, index_at, At, OpenVars};
-use super::scalar::{Element, Exact, Scalar};
+use super::scalar::{element_at, Element, Exact, Scalar};
 use super::{Decision, Engine, EvalOptions, Evaluation, Ran};
 use crate::diagnostics::Diagnostics;
 use crate::functions::RowStats;
@@ -17,9 +17,6 @@ use crate::syntax::ast::Num;
 use crate::tensor::odometer::advance_vars;
 use crate::tensor::Tensor;
 use std::collections::BTreeMap;
-
-/// Reads of tensors up to this rank build their index on the stack.
-const MAX_STACK_RANK: usize = 8;
 
 /// The oracle evaluator.
 #[derive(Clone, Copy, Debug, Default)]
@@ -591,24 +588,10 @@ impl<'a> Cx<'a> {
                 .domains
                 .iter()
                 .any(|&d| self.p.domains[d].is_open());
-        if open {
-            return Some(self.element_open(t, tensor, index, env));
-        }
-        let mut key = [0u32; MAX_STACK_RANK];
-        let mut heap = Vec::new();
-        let key: &mut [u32] = if index.len() <= MAX_STACK_RANK {
-            &mut key[..index.len()]
-        } else {
-            heap.resize(index.len(), 0);
-            &mut heap
-        };
-        for ((f, &n), k) in index.iter().zip(&t.shape).zip(key.iter_mut()) {
-            match f.eval(env) {
-                Some(i) if i >= 0 && (i as u64) < n as u64 => *k = i as u32,
-                _ => return Some(Element::Outside),
-            }
-        }
-        Some(S::read(t, key).map_or(Element::Undefined, Element::Defined))
+        Some(match open {
+            true => self.element_open(t, tensor, index, env),
+            false => element_at(t, index, env),
+        })
     }
 
     /// Whether a factor that masks where its element is undefined has none at the point.

@@ -35,6 +35,31 @@ impl<S: Scalar> Element<S> {
     }
 }
 
+/// The element of `t` at positions computed from the point `env` (every axis closed: an
+/// open column's values go through its table, `eval/open.rs`). Read by the reference and
+/// the loop nests alike, so the two find the same element.
+pub(crate) fn element_at<S: Scalar>(
+    t: &Tensor,
+    index: &[crate::semantics::IndexFn],
+    env: &[i64],
+) -> Element<S> {
+    let mut key = [0u32; 8];
+    let mut heap = Vec::new();
+    let key: &mut [u32] = if index.len() <= key.len() {
+        &mut key[..index.len()]
+    } else {
+        heap.resize(index.len(), 0);
+        &mut heap
+    };
+    for ((f, &n), k) in index.iter().zip(&t.shape).zip(key.iter_mut()) {
+        match f.eval(env) {
+            Some(i) if i >= 0 && (i as u64) < n as u64 => *k = i as u32,
+            _ => return Element::Outside,
+        }
+    }
+    S::read(t, key).map_or(Element::Undefined, Element::Defined)
+}
+
 /// What an element is computed in.
 pub(crate) trait Scalar: Copy {
     /// Whether this is the exact integer type (a comparison of reals in an integer equation

@@ -13,7 +13,7 @@ use super::fixpoint;
 use super::EvalOptions;
 use crate::diagnostics::Diagnostics;
 use crate::eval::open::{place, At, Open, OpenVars};
-use crate::eval::scalar::Element;
+use crate::eval::scalar::{element_at, Element};
 use crate::eval::scalar::{Exact, Scalar};
 use crate::functions::Builtin;
 use crate::plan::nest::{By, Level, NestEquation, Position, Scan, Scope, Value};
@@ -515,9 +515,9 @@ impl Cx<'_> {
             }
             Value::Read { tensor, index, .. } => match self.open.and_then(|o| o.axes(*tensor)) {
                 Some(axes) => Some(read_open(&self.values[*tensor], index, env, &axes)),
-                None => Some(read(&self.values[*tensor], index, env)),
+                None => Some(element_at(&self.values[*tensor], index, env)),
             },
-            Value::Slice { index, .. } => Some(read(self.slice?, index, env)),
+            Value::Slice { index, .. } => Some(element_at(self.slice?, index, env)),
             _ => None,
         }
     }
@@ -748,26 +748,7 @@ pub(super) fn row_value<S: Scalar>(values: &[Tensor], t: Option<usize>, row: usi
     }
 }
 
-/// One element of a tensor at positions computed from the point.
-fn read<S: Scalar>(t: &Tensor, index: &[IndexFn], env: &[i64]) -> Element<S> {
-    let mut key = [0u32; 8];
-    let mut heap = Vec::new();
-    let key: &mut [u32] = if index.len() <= key.len() {
-        &mut key[..index.len()]
-    } else {
-        heap.resize(index.len(), 0);
-        &mut heap
-    };
-    for ((f, &n), k) in index.iter().zip(&t.shape).zip(key.iter_mut()) {
-        match f.eval(env) {
-            Some(i) if i >= 0 && (i as u64) < n as u64 => *k = i as u32,
-            _ => return Element::Outside,
-        }
-    }
-    S::read(t, key).map_or(Element::Undefined, Element::Defined)
-}
-
-/// [`read`] of a tensor with open axes (`axes`, §8): an index there is a value (open
+/// [`element_at`] of a tensor with open axes (`axes`, §8): an index there is a value (open
 /// variables hold theirs at a point), looked up in the axis's table; a value the table
 /// lacks is in no tuple.
 fn read_open<S: Scalar>(
