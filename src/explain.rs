@@ -12,7 +12,7 @@ use crate::plan::datalog::{
     join_order, keys_within, variable_order, Atom, JoinStats, JoinStep, LetValue, Rule, Term,
 };
 use crate::plan::einsum::{Contraction, DenseEquation, Path};
-use crate::plan::nest::{Level, Position, Scope, Value};
+use crate::plan::nest::{Level, NestEquation, Position, Scope, Value};
 use crate::plan::{Kernel, Plan};
 use crate::semantics::{Checked, Equation, Family, Stratum, TensorId, VarId};
 use crate::tensor::Storage;
@@ -122,6 +122,7 @@ pub(crate) fn explain(p: &Checked, plan: &Plan, source: &str, threads: usize) ->
                     let eq = &p.equations[n.equation];
                     let _ = writeln!(out, "  {}", statement(eq, source));
                     nest_plan(&mut out, p, eq, &n.root, 4);
+                    skipped_zeros(&mut out, p, n, 4);
                 }
             }
             Kernel::Reference => {
@@ -279,6 +280,7 @@ impl Explaining<'_> {
                 None => {
                     let _ = writeln!(out, "    each step: a loop nest");
                     nest_plan(out, p, eq, &s.nest.root, 6);
+                    skipped_zeros(out, p, &s.nest, 6);
                 }
             }
         }
@@ -352,6 +354,28 @@ pub(crate) fn tables(out: &mut String, d: &DenseEquation, eq: &Equation, indent:
             );
         }
     }
+}
+
+/// The run-time condition of a nest that scans past stored zeros
+/// ([`crate::plan::nest::SkippedZeros`]).
+fn skipped_zeros(out: &mut String, p: &Checked, n: &NestEquation, indent: usize) {
+    let Some(z) = &n.zeros else {
+        return;
+    };
+    let names = |ts: &[usize]| {
+        let names: Vec<&str> = ts.iter().map(|&t| p.tensors[t].name.as_str()).collect();
+        names.join(", ")
+    };
+    let mut condition = format!("{} finite", names(&z.needs.finite));
+    if !z.needs.nonzero.is_empty() {
+        condition += &format!(", {} nowhere 0", names(&z.needs.nonzero));
+    }
+    let _ = writeln!(
+        out,
+        "{:indent$}stored zeros of {} left out where {condition} (checked at run time; else read at every point)",
+        "",
+        names(&z.needs.skipped)
+    );
 }
 
 /// A scope's loops, one per line, indented by `indent`, with the scopes nested in its body.

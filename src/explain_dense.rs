@@ -44,7 +44,17 @@ pub(crate) fn dense(
 fn term(p: &Checked, eq: &Equation, c: &Contraction) -> String {
     let mut what: Vec<String> = c.path.iter().map(|path| order(p, c, path)).collect();
     if let Some(r) = &c.sparse {
-        what.push(format!("tuples of {}", p.tensors[r.tensor].name));
+        let mut tuples = format!("tuples of {}", p.tensors[r.tensor].name);
+        if !c.finite.is_empty() {
+            // Its zeros are numbers (`Contraction::finite`).
+            let finite: Vec<&str> = c
+                .finite
+                .iter()
+                .map(|&t| p.tensors[t].name.as_str())
+                .collect();
+            tuples += &format!(" (where {} finite; checked at run time)", finite.join(", "));
+        }
+        what.push(tuples);
     }
     let pairs = c.factors.len().saturating_sub(1);
     let kernel = match (&c.sparse, pairs) {

@@ -848,3 +848,56 @@ fn a_declared_matrix_of_few_rows_is_stored_as_them() {
         assert_eq!(run(&src, "Top").0, vec![16_777_216.0], "{n} nodes");
     }
 }
+
+/// A declared matrix stored as its few weighted rows keeps its zeros as numbers (docs/
+/// language.md, "skipping zeros"): beside an infinite factor (`Z[0] = 1 / 0`) or a zero
+/// divisor, 0 · inf and 0 / 0 are NaN on both engines, so the loop nests and the dense
+/// scatter read the stored zeros then, and say so in the decision log; beside finite
+/// factors they still leave them out.
+#[test]
+fn stored_zeros_are_numbers_beside_infinities() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two rows the values below follow, and enough others for `Agg` to be planned dense.
+    let rows: String = (2..300).map(|i| format!("{i}\t{}\t1.5\n", i * 7)).collect();
+    std::fs::write(
+        dir.path().join("w.tsv"),
+        format!("0\t1\t2.0\n1\t0\t3.0\n{rows}"),
+    )
+    .unwrap();
+    let src = "Node : 3000\nD : 2\nW : real[Node, Node]\nW = \"w.tsv\"\n\
+               V[y] = (y > 0) + 0 W[0, y]\nZ[y] = 1 / V[y]\nF[y] = 1 / (V[y] + 1)\n\
+               Zd : real[Node, D]\nZd[y, d] = Z[y] + d\n\
+               A[x] = W[x, y] Z[y]\nB[x] = W[x, y] / V[y]\nC[x] = W[x, y] F[y]\n\
+               Agg[x, d] = W[x, y] Zd[y, d]\n";
+    let run = |engine: &dyn Engine| {
+        let mut s = Session::new();
+        s.load_source("z.tl", src, dir.path()).unwrap();
+        s.run_with(engine, &RunOptions::default())
+            .map_err(|d| d.render("z.tl", src))
+            .unwrap();
+        let at = |name: &str, i: usize| s.tensor(name).unwrap().to_dense_values()[i];
+        let values = [at("A", 2), at("B", 2), at("C", 0), at("C", 1), at("Agg", 5)];
+        (values, s.decisions_text().unwrap_or_default())
+    };
+    for engine in [&Standard as &dyn Engine, &Reference] {
+        let ([a, b, c0, c1, agg], log) = run(engine);
+        assert!(
+            a.is_nan() && b.is_nan() && agg.is_nan(),
+            "{a} {b} {agg}\n{log}"
+        );
+        assert_eq!((c0, c1), (1.0, 3.0), "{log}");
+    }
+    let (_, log) = run(&Standard);
+    let line = |t: &str| {
+        log.lines()
+            .find(|l| l.contains(&format!(": {t}:")))
+            .unwrap_or("")
+    };
+    assert!(line("A").contains("`W` read at every point"), "{log}");
+    assert!(line("B").contains("the divisor `V` holds a 0"), "{log}");
+    assert!(!line("C").contains("read at every point"), "{log}");
+    assert!(
+        line("Agg").contains("`Zd` holds an infinity or NaN beside"),
+        "{log}"
+    );
+}

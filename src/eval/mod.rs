@@ -162,6 +162,14 @@ pub enum Declined {
     /// The kernel's own checks (a virtual index, semi-naive `min=`/`max=`) found a case
     /// whose outcome only the loop nests define.
     Unsupported(&'static str),
+    /// A factor beside a tensor stored as its non-zeros holds an infinity or NaN (`None`:
+    /// a constant factor is one), so the stored zeros, numbers, must be read.
+    NotFinite {
+        /// The tensor stored as its non-zeros.
+        stored: usize,
+        /// The factor that is not finite.
+        factor: Option<usize>,
+    },
 }
 
 impl Declined {
@@ -180,6 +188,11 @@ impl Declined {
             }
             Declined::ExtremeWithData => "a `max=`/`min=` tensor with data of its own".into(),
             Declined::Unsupported(why) => (*why).into(),
+            Declined::NotFinite { stored, factor } => format!(
+                "{} holds an infinity or NaN beside the stored zeros of `{}`",
+                factor.map_or("a constant".into(), |t| format!("`{}`", name(t))),
+                name(*stored)
+            ),
         }
     }
 }

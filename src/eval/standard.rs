@@ -453,9 +453,14 @@ impl<'a> State<'a> {
             self.log(i, Ran::Reference, Some(why.into()));
         } else {
             let sparse = &self.plan.sparse;
-            nest::evaluate_stratum(self.p, st, (&sp.nests, sparse), &mut self.values, self.o)?;
-            let why =
+            let read_zeros =
+                nest::evaluate_stratum(self.p, st, (&sp.nests, sparse), &mut self.values, self.o)?;
+            let declined =
                 declined.map(|d| format!("the planned kernel declined: {}", d.describe(self.p)));
+            let why = match (declined, read_zeros) {
+                (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+                (a, b) => a.or(b),
+            };
             self.log(i, Ran::Nest, why);
         }
         Ok(())

@@ -146,6 +146,11 @@ pub struct Contraction {
     /// (`Neig(n, m) Z[m, d]`, `W[n, m] Z[m, d]` read from a valued file): its tuples select
     /// what the dense product adds where (times their values), in time linear in the tuples.
     pub sparse: Option<Factor>,
+    /// Tensors whose values must all be finite for `sparse`'s tuples to stand for the whole
+    /// product: where it is a tensor stored as its non-zeros (not a mask), its zeros are
+    /// numbers, and 0 times an infinity is NaN. Its dense factors, checked before the term
+    /// runs (it declines to the loop nests otherwise).
+    pub finite: Vec<TensorId>,
     /// What the dense factors' product keeps: `out`, then the relation's other variables.
     pub keep: Vec<VarId>,
     /// Rows of the first output variable evaluated at a time, when a gathered window
@@ -201,6 +206,7 @@ impl Contraction {
             flops: self.flops,
             single: self.single,
             sparse: self.sparse.clone(),
+            finite: self.finite.clone(),
             keep: self.keep.clone(),
             chunk: self.chunk,
             gradients: Vec::new(),
@@ -606,7 +612,7 @@ fn dense_equation(p: &Checked, e: usize, eq: &Equation, sparse: &[bool]) -> Opti
     d.layout = RowLayout::new(&d, d.terms.iter().map(|c| c.out.as_slice()));
     d.scratch = scratch(&d);
     d.in_place = in_place(p, &d);
-    d.mask = mask(&d).filter(|_| eq.family == Family::Sum);
+    d.mask = mask(p, &d).filter(|_| eq.family == Family::Sum);
     d.read_back = read_back(&d);
     Some(d)
 }
@@ -716,17 +722,20 @@ fn read_back(d: &DenseEquation) -> Vec<bool> {
     reads
 }
 
-/// [`DenseEquation::mask`]: a term a relation's tuples make, with no dense factors, whose
+/// [`DenseEquation::mask`]: a term a relation's tuples make (a mask, never a tensor merely
+/// stored as its non-zeros), with no dense factors, whose
 /// zeros the expression keeps, under a sum (never `max=`/`min=`, where 0 is a value), for
 /// an expression the rows evaluate as planned (not over its own product's buffer).
-fn mask(d: &DenseEquation) -> Option<usize> {
+fn mask(p: &Checked, d: &DenseEquation) -> Option<usize> {
     if d.program.is_none() || d.in_place.is_some() {
         return None;
     }
     (0..d.terms.len()).find(|&k| {
         let c = &d.terms[k];
         c.factors.is_empty()
-            && c.sparse.as_ref().is_some_and(|f| f.shift.is_empty())
+            && c.sparse
+                .as_ref()
+                .is_some_and(|f| f.shift.is_empty() && p.masks(f.tensor))
             && vanishes_with(&d.expr, k)
     })
 }
@@ -895,11 +904,15 @@ fn expr(
                 flops: 0.0,
                 single: false,
                 sparse: None,
+                finite: Vec::new(),
                 keep: Vec::new(),
                 chunk: None,
                 gradients: Vec::new(),
             };
             collect((p, sparse), n, &mut c)?;
+            if c.sparse.as_ref().is_some_and(|f| !p.masks(f.tensor)) {
+                c.finite = c.factors.iter().map(|f| f.tensor).collect();
+            }
             // Free variables must all be on the left-hand side; summed ones must be read (a
             // summed variable no factor reads would multiply the term by its extent).
             let read = |v: VarId| {
@@ -1361,6 +1374,7 @@ pub(crate) fn gradient_term(c: &Contraction, j: usize, adjoint: &[VarId]) -> Con
         flops: 0.0,
         single: c.single,
         sparse: None,
+        finite: Vec::new(),
         keep: target,
         chunk: None,
         gradients: Vec::new(),

@@ -47,6 +47,52 @@ pub struct NestEquation {
     /// summed variables where their points can be combined into the element directly (every
     /// family but `avg=`, whose mean is taken per left-hand-side point first).
     pub root: Scope,
+    /// Where a scan leaves out the zeros of a tensor stored as its non-zeros (not a mask):
+    /// what must hold at run time for that to be exact, and the nest to run otherwise.
+    pub zeros: Option<Box<SkippedZeros>>,
+}
+
+/// The condition under which a nest may leave out the zeros of a tensor that
+/// [`super::Plan::sparse`] stores as its non-zeros, and the nest to run where it fails.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SkippedZeros {
+    /// What the data must satisfy.
+    pub needs: Needs,
+    /// The same equation with every such tensor read at each point rather than scanned.
+    pub unscanned: NestEquation,
+}
+
+/// Stored zeros are numbers, so the product at a skipped point is 0 only if its other
+/// factors are finite there and its divisors are not 0 (0 · inf and 0 / 0 are NaN): the
+/// plan cannot know that, the data can.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Needs {
+    /// The tensors stored as their non-zeros whose zeros the scans leave out.
+    pub skipped: Vec<TensorId>,
+    /// Tensors whose values must all be finite: those the other factors read.
+    pub finite: Vec<TensorId>,
+    /// Divisors that must be 0 nowhere.
+    pub nonzero: Vec<TensorId>,
+}
+
+impl Needs {
+    fn add(&mut self, more: Needs) {
+        for t in more.skipped {
+            if !self.skipped.contains(&t) {
+                self.skipped.push(t);
+            }
+        }
+        for t in more.finite {
+            if !self.finite.contains(&t) {
+                self.finite.push(t);
+            }
+        }
+        for t in more.nonzero {
+            if !self.nonzero.contains(&t) {
+                self.nonzero.push(t);
+            }
+        }
+    }
 }
 
 /// One summation point: its loops, and the value at each point.
@@ -292,6 +338,7 @@ pub(super) fn plan_bound(
         slots: 0,
         family: eq.family,
         sparse,
+        zeros: None,
     };
     let target = &p.tensors[eq.target];
     // Points may be skipped at the root when an element nobody writes is the same as one
@@ -318,6 +365,13 @@ pub(super) fn plan_bound(
         true => Skip::WhereDefined,
     };
     let root = cx.scope(&vars, body, eq.family, skip, false);
+    // Planned without any stored zeros to skip, the alternative needs no condition.
+    let zeros = cx.zeros.map(|needs| {
+        Box::new(SkippedZeros {
+            needs,
+            unscanned: plan_bound(p, e, eq, bound, &[]),
+        })
+    });
     NestEquation {
         equation: e,
         target: eq.target,
@@ -327,6 +381,7 @@ pub(super) fn plan_bound(
         slots: cx.slots,
         steps: eq.virtual_var.map(|v| (v, eq.vars[v].range)),
         root,
+        zeros,
     }
 }
 
@@ -367,6 +422,7 @@ pub(crate) fn computed(p: &Checked, e: usize, n: &Node, own: &[TensorId]) -> Opt
         slots: 0,
         family: Family::Sum,
         sparse: &[],
+        zeros: None,
     };
     Some(cx.value(n, false))
 }
@@ -377,6 +433,8 @@ struct Compiler<'a> {
     slots: usize,
     family: Family,
     sparse: &'a [bool],
+    /// What the scans of stored zeros placed so far need ([`SkippedZeros`]).
+    zeros: Option<Needs>,
 }
 
 /// Whether points of a scope may be left out when a scanned factor or a filter is 0.
@@ -511,8 +569,12 @@ impl Compiler<'_> {
         family: Family,
         placed: &mut Placed,
     ) {
-        let mut candidates: Vec<usize> = (0..factors.len())
+        let scannable: Vec<usize> = (0..factors.len())
             .filter(|&k| !factors[k].0 && self.scannable(factors[k].1, vars))
+            .collect();
+        let mut candidates: Vec<usize> = scannable
+            .into_iter()
+            .filter(|&k| self.zeros_skippable(factors, k))
             .collect();
         while !candidates.is_empty() {
             // The most positions known first, then the smallest, then source order.
@@ -636,6 +698,94 @@ impl Compiler<'_> {
                 placed.filters.push(k);
                 placed.levels.push(Level::Filter(self.value(f, false)));
             }
+        }
+    }
+
+    /// Whether factor `k` may be scanned as far as its zeros go: always for a mask (a
+    /// relation, a tensor of defined elements); for a tensor stored as its non-zeros, where
+    /// every other factor is finite and every divisor nonzero given conditions on the data,
+    /// which the nest then needs ([`SkippedZeros`]).
+    fn zeros_skippable(&mut self, factors: &[(bool, &Node)], k: usize) -> bool {
+        let Node::Read { tensor, .. } = factors[k].1 else {
+            return true;
+        };
+        if self.p.masks(*tensor) {
+            return true;
+        }
+        let mut needs = Needs {
+            skipped: vec![*tensor],
+            ..Needs::default()
+        };
+        let finite = factors
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != k)
+            .all(|(_, &(div, f))| self.finite_where(f, div, &mut needs));
+        if finite {
+            self.zeros.get_or_insert_with(Needs::default).add(needs);
+        }
+        finite
+    }
+
+    /// Whether `n` (a divisor when `div`) is a finite number, and as a divisor not 0, at
+    /// every point, given what it adds to `needs` of the data: reads, sums, `+`, `-`,
+    /// products, integer powers and functions finite on finite arguments (`relu`, `tanh`,
+    /// `sin`…) are; `exp`, `log`, `sqrt`, `/` by a computed value and user functions may
+    /// not be (a sum of finite numbers may still overflow: that is left as it is).
+    fn finite_where(&self, n: &Node, div: bool, needs: &mut Needs) -> bool {
+        use crate::functions::Builtin;
+        let n = n.inside_empty_sums();
+        if div {
+            return match n {
+                Node::Const(c) => c.value() != 0.0 && c.value().is_finite(),
+                Node::Read {
+                    tensor,
+                    slice: false,
+                    ..
+                } => {
+                    needs.finite.push(*tensor);
+                    needs.nonzero.push(*tensor);
+                    true
+                }
+                _ => false,
+            };
+        }
+        let nonzero_const =
+            |b: &Node| matches!(b, Node::Const(c) if c.value() != 0.0 && c.value().is_finite());
+        match n {
+            Node::Const(c) => c.value().is_finite(),
+            Node::Var(_) | Node::Compare(..) => true,
+            Node::Read { slice: true, .. } => false,
+            Node::Read { tensor, .. } => {
+                if self.p.tensors[*tensor].kind != Kind::Bool {
+                    needs.finite.push(*tensor);
+                }
+                true
+            }
+            Node::Sum { body, .. } | Node::Neg(body) | Node::Not(body) => {
+                self.finite_where(body, false, needs)
+            }
+            Node::Concat { arg, .. } => self.finite_where(arg, false, needs),
+            Node::Product(fs) => fs.iter().all(|(d, f)| self.finite_where(f, *d, needs)),
+            Node::Binary(BinOp::Add | BinOp::Sub, a, b) => {
+                self.finite_where(a, false, needs) && self.finite_where(b, false, needs)
+            }
+            Node::Binary(BinOp::Pow, a, b) => {
+                let whole = matches!(b.inside_empty_sums(), Node::Const(c) if c.value() >= 0.0 && c.value().fract() == 0.0);
+                whole && self.finite_where(a, false, needs)
+            }
+            Node::Binary(BinOp::Rem | BinOp::Quot, a, b) => {
+                nonzero_const(b.inside_empty_sums()) && self.finite_where(a, false, needs)
+            }
+            Node::Call(Func::Builtin(f), args) => {
+                let total = match f {
+                    Builtin::Sig => args.len() == 1,
+                    Builtin::Exp | Builtin::Log | Builtin::Sqrt => false,
+                    _ => true,
+                };
+                total && args.iter().all(|a| self.finite_where(a, false, needs))
+            }
+            Node::Call(Func::User(_), _) | Node::Normalize(..) => false,
         }
     }
 

@@ -64,16 +64,25 @@ impl Checked {
     /// number does.
     pub fn mask(&self, factor: &Node) -> Option<Mask> {
         match factor.inside_empty_sums() {
-            Node::Read { tensor, .. } => {
-                let info = &self.tensors[*tensor];
-                match (info.kind == Kind::Bool, info.sparse_values) {
-                    (true, _) => Some(Mask::False),
-                    (false, true) => Some(Mask::Undefined),
-                    (false, false) => None,
-                }
-            }
+            Node::Read { tensor, .. } => self.read_mask(*tensor),
             Node::Compare(..) => Some(Mask::False),
             _ => None,
+        }
+    }
+
+    /// Whether a read of tensor `t` masks a product it multiplies ([`Checked::mask`]): a
+    /// relation or a tensor of defined elements. Any other tensor's zeros are numbers, even
+    /// where the plan stores it as its non-zeros.
+    pub fn masks(&self, t: TensorId) -> bool {
+        self.read_mask(t).is_some()
+    }
+
+    fn read_mask(&self, t: TensorId) -> Option<Mask> {
+        let info = &self.tensors[t];
+        match (info.kind == Kind::Bool, info.sparse_values) {
+            (true, _) => Some(Mask::False),
+            (false, true) => Some(Mask::Undefined),
+            (false, false) => None,
         }
     }
 

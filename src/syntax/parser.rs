@@ -70,6 +70,21 @@ struct Parser<'a> {
     /// Integer functions called in the indices of the rule being parsed (`H(band(x, 3))`),
     /// each standing for a fresh variable the rule's body binds to the call (§8).
     index_calls: Vec<(Name, Expr)>,
+    /// Names at which [`Parser::primary`] failed, by token position. `f(…)` that fails as an
+    /// access is parsed again as a call, so without this every nested `g(…)` that fails is
+    /// parsed twice per level, in time exponential in the nesting (a fuzzer's 1 KB input
+    /// took seconds).
+    failed: std::collections::HashMap<usize, Failed>,
+    /// How many times the nesting limit has stopped the parse.
+    too_deep: usize,
+}
+
+/// A failure of [`Parser::primary`] at a name: the same tokens fail the same way, at any
+/// depth from `from` on (0 unless the nesting limit was the reason).
+struct Failed {
+    error: Diagnostic,
+    end: usize,
+    from: usize,
 }
 
 /// Names of the variables standing for index calls start with `#`, which no source
@@ -103,6 +118,8 @@ impl<'a> Parser<'a> {
             functions,
             depth: 0,
             index_calls: Vec::new(),
+            failed: std::collections::HashMap::new(),
+            too_deep: 0,
         }
     }
 
@@ -839,6 +856,7 @@ impl<'a> Parser<'a> {
 
     fn enter(&mut self) -> PResult<()> {
         if self.depth >= MAX_DEPTH {
+            self.too_deep += 1;
             return Err(Diagnostic::error(
                 codes::SYNTAX,
                 self.span(),
@@ -917,7 +935,12 @@ impl<'a> Parser<'a> {
                     return self.call();
                 }
                 let start = self.pos;
-                match self.access() {
+                if let Some(f) = self.failed.get(&start).filter(|f| self.depth >= f.from) {
+                    self.pos = f.end;
+                    return Err(f.error.clone());
+                }
+                let too_deep = self.too_deep;
+                let parsed = match self.access() {
                     Ok(a) => Ok(Expr::Access(a)),
                     Err(e) if self.peek_at_from(start, 1) == Some(&Tok::LParen) => {
                         // `f(expr)` with an unknown `f`: parse it as a call so that checking
@@ -926,7 +949,17 @@ impl<'a> Parser<'a> {
                         self.call().map_err(|_| e)
                     }
                     Err(e) => Err(e),
+                };
+                if let Err(e) = &parsed {
+                    let from = if self.too_deep > too_deep {
+                        self.depth
+                    } else {
+                        0
+                    };
+                    let (error, end) = (e.clone(), self.pos);
+                    self.failed.insert(start, Failed { error, end, from });
                 }
+                parsed
             }
             _ => Err(self.unexpected("an expression")),
         }

@@ -6,6 +6,7 @@
 
 mod dense;
 pub mod fallible;
+mod finite;
 mod init;
 pub(crate) mod odometer;
 mod sparse;

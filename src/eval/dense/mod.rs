@@ -31,6 +31,7 @@ mod operand;
 mod products;
 pub(crate) mod rows;
 mod scatter;
+mod skipped_zeros;
 pub(crate) mod split;
 
 use budget::*;
@@ -40,6 +41,7 @@ use normalize::*;
 use operand::*;
 use products::*;
 use scatter::*;
+use skipped_zeros::zeros_skippable;
 
 pub(crate) use epilogue::{keep_grid, Placement};
 
@@ -133,6 +135,7 @@ fn evaluate_once(
 ) -> Result<(), Declined> {
     for d in plans {
         fits(d, values, o.max_memory)?;
+        zeros_skippable(d, values)?;
     }
     let threads = o.threads.max(1);
     for &t in &st.tensors {
@@ -207,6 +210,7 @@ pub(super) fn contributions(
     mut keep: Option<&mut Vec<Option<KeptTerm>>>,
 ) -> Option<(Grid, Placement)> {
     fits(d, values, o.max_memory).ok()?;
+    zeros_skippable(d, values).ok()?;
     // Into a target without data of its own, an f32 grid is added as computed (it fills
     // `keep` only when it gives a grid).
     let f32_grid = match p.data[d.target] {

@@ -16,7 +16,7 @@ use crate::eval::open::{place, At, Open, OpenVars};
 use crate::eval::scalar::{element_at, Element};
 use crate::eval::scalar::{Exact, Scalar};
 use crate::functions::Builtin;
-use crate::plan::nest::{By, Level, NestEquation, Position, Scan, Scope, Value};
+use crate::plan::nest::{By, Level, Needs, NestEquation, Position, Scan, Scope, Value};
 use crate::semantics::{Checked, Family, Func, IndexFn, Stratum};
 use crate::syntax::ast::{BinOp, Num};
 use crate::tensor::{Relation, Storage, Tensor, ValueTable};
@@ -25,15 +25,24 @@ use crate::tensor::{Relation, Storage, Tensor, ValueTable};
 /// iterated from its current values until nothing changes (§9), as the reference does.
 ///
 /// Tensors that `sparse` marks (`plan::Plan::sparse`) are accumulated and stored as their
-/// non-zero elements.
+/// non-zero elements. Returns why any equation read stored zeros at every point rather than
+/// scanning past them (in the last round of a recursion), for the decision log.
 pub(super) fn evaluate_stratum(
     p: &Checked,
     st: &Stratum,
     (plans, sparse): (&[NestEquation], &[bool]),
     values: &mut [Tensor],
     o: &EvalOptions,
-) -> Result<(), Diagnostics> {
+) -> Result<Option<String>, Diagnostics> {
+    let read_zeros = |values: &[Tensor]| {
+        let why: Vec<String> = plans
+            .iter()
+            .filter_map(|n| unskipped(p, n, values))
+            .collect();
+        (!why.is_empty()).then(|| why.join("; "))
+    };
     if !st.recursive {
+        let why = read_zeros(values);
         for &t in &st.tensors {
             let acc = match sparse.get(t) {
                 Some(true) => Accumulator::entries(&p.tensors[t]),
@@ -41,12 +50,13 @@ pub(super) fn evaluate_stratum(
             };
             values[t] = compute(p, t, plans, values, o, acc)?;
         }
-        return Ok(());
+        return Ok(why);
     }
     let mut last_change = 0.0;
     let cap = fixpoint::iteration_cap(p, st, o.max_iters);
     for _ in 0..cap {
         crate::eval::stop::check(p, st, &o.stop)?;
+        let why = read_zeros(values);
         let next: Vec<Tensor> = st
             .tensors
             .iter()
@@ -72,7 +82,7 @@ pub(super) fn evaluate_stratum(
             values[t] = new;
         }
         if converged {
-            return Ok(());
+            return Ok(why);
         }
     }
     Err(fixpoint::not_converged(p, st, cap, last_change).into())
@@ -111,6 +121,7 @@ fn run_equation(
     o: &EvalOptions,
     acc: &mut Accumulator,
 ) -> Result<(), Diagnostics> {
+    let n = exact(n, values);
     // A tensor the plan expected as defined elements may have been stored dense (a
     // `max=` tensor every element of which was written): its scans then follow all of its
     // elements.
@@ -194,6 +205,7 @@ pub(super) fn contributions<S: Scalar>(
     bound: Option<(usize, i64)>,
     f: &mut dyn FnMut(&[usize], S),
 ) {
+    let n = exact(n, values);
     let indexes = Indexes::build(n, values);
     // Index recursion runs over dense axes, which open columns never are.
     let cx = Cx {
@@ -208,6 +220,49 @@ pub(super) fn contributions<S: Scalar>(
         env[v] = x;
     }
     cx.run::<S>(n, &mut env, f);
+}
+
+/// The nest that computes `n` exactly from these values: `n`, or, where it would leave out
+/// the zeros of a tensor stored as its non-zeros beside an infinite or NaN factor or a zero
+/// divisor ([`crate::plan::nest::SkippedZeros`]), the one that reads them.
+fn exact<'n>(n: &'n NestEquation, values: &[Tensor]) -> &'n NestEquation {
+    match &n.zeros {
+        Some(z) if !holds(&z.needs, values) => &z.unscanned,
+        _ => n,
+    }
+}
+
+/// Whether the data meet what skipping stored zeros needs.
+fn holds(needs: &Needs, values: &[Tensor]) -> bool {
+    needs.finite.iter().all(|&t| values[t].finite())
+        && needs.nonzero.iter().all(|&t| values[t].nowhere_zero())
+}
+
+/// Why `n` reads stored zeros at every point rather than scanning past them, if it does.
+fn unskipped(p: &Checked, n: &NestEquation, values: &[Tensor]) -> Option<String> {
+    let needs = &n.zeros.as_ref()?.needs;
+    let names = |ts: &[usize]| {
+        let names: Vec<String> = ts
+            .iter()
+            .map(|&t| format!("`{}`", p.tensors[t].name))
+            .collect();
+        names.join(", ")
+    };
+    let infinite = needs.finite.iter().find(|&&t| !values[t].finite());
+    let why = match infinite {
+        Some(&t) => format!(
+            "{} holds an infinity or NaN (0 times it is NaN)",
+            names(&[t])
+        ),
+        None => {
+            let &zero = needs.nonzero.iter().find(|&&t| !values[t].nowhere_zero())?;
+            format!("the divisor {} holds a 0 (0 / 0 is NaN)", names(&[zero]))
+        }
+    };
+    Some(format!(
+        "{} read at every point, stored zeros included: {why}",
+        names(&needs.skipped)
+    ))
 }
 
 /// What a nest reads: the values, options, per scan a way to find its tuples, and the
