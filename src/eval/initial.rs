@@ -38,7 +38,7 @@ pub(crate) fn is_sparse(info: &TensorInfo) -> bool {
 
 /// An error when the tensor would not fit `--max-memory` as a dense array.
 pub(crate) fn fits_dense(info: &TensorInfo, o: &EvalOptions) -> Result<(), Diagnostics> {
-    let n: u128 = info.shape.iter().map(|&d| d as u128).product();
+    let n = info.elements();
     let bytes = n.saturating_mul(info.elem.dense_bytes());
     if bytes > o.max_memory as u128 {
         return Err(Diagnostic::error(

@@ -262,11 +262,7 @@ fn write_extreme(t: &mut Tensor, writes: &mut [(usize, f64)], family: Family) ->
             v = combine(v, writes[k].1);
             k += 1;
         }
-        let mut rest = at;
-        for (slot, &n) in key.iter_mut().zip(&shape).rev() {
-            *slot = (rest % n.max(1)) as u32;
-            rest /= n.max(1);
-        }
+        crate::tensor::odometer::unflatten(at, &shape, |ax, x| key[ax] = x as u32);
         // A step's element after every stored one is new (most are).
         if v.is_finite() && s.push_last(&key, elem.round(v)) {
             continue;

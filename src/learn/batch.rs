@@ -144,10 +144,7 @@ fn slice_tensor(t: &Tensor, axes: &[usize], rows: &[usize], new_pos: &[Option<us
     if let Storage::Dense(v) = &t.storage {
         // Gather: the axes after the last batched one are contiguous in both, so each
         // block of them is copied whole from its example's place, no index lists.
-        let mut strides = vec![1usize; t.shape.len()];
-        for k in (0..t.shape.len().saturating_sub(1)).rev() {
-            strides[k] = strides[k + 1] * t.shape[k + 1];
-        }
+        let strides = crate::tensor::odometer::row_major(&t.shape);
         let last = axes.iter().copied().max().unwrap_or(0);
         let inner: usize = shape[last + 1..].iter().product();
         let total: usize = shape.iter().product();

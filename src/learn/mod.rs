@@ -119,7 +119,7 @@ fn step_bytes(p: &Checked, active: &[bool], trainable: &[TensorId]) -> u128 {
         .enumerate()
         .filter(|&(t, info)| active[t] && crate::semantics::budget::is_dense(info))
         .map(|(t, info)| {
-            let n: u128 = info.shape.iter().map(|&d| d as u128).product();
+            let n = info.elements();
             let per = match trainable.contains(&t) {
                 true => PER_PARAMETER,
                 false => PER_ROUTED,

@@ -228,7 +228,7 @@ fn nests_cheaper(
 fn stored_sparse(p: &Checked, st: &Stratum, sp: &StratumPlan, t: usize) -> bool {
     use crate::semantics::{Family, Kind};
     let info = &p.tensors[t];
-    let elements: u128 = info.shape.iter().map(|&n| n as u128).product();
+    let elements = info.elements();
     let candidate = info.kind != Kind::Bool
         && info.family == Family::Sum
         && !info.sparse_values

@@ -430,10 +430,8 @@ impl RowLayout {
         let total: usize = dims.iter().product();
         let steps = vars
             .map(|vars| {
-                let mut own = vec![1usize; vars.len()];
-                for k in (0..vars.len().saturating_sub(1)).rev() {
-                    own[k] = own[k + 1] * d.extents[vars[k + 1]];
-                }
+                let dims: Vec<usize> = vars.iter().map(|&v| d.extents[v]).collect();
+                let own = crate::tensor::odometer::row_major(&dims);
                 d.out
                     .iter()
                     .map(|v| vars.iter().position(|x| x == v).map_or(0, |k| own[k]))

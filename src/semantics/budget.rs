@@ -27,7 +27,7 @@ impl Need {
             .enumerate()
             .filter(|&(k, t)| dense(k) && is_dense(t))
             .map(|(k, t)| {
-                let n: u128 = t.shape.iter().map(|&d| d as u128).product();
+                let n = t.elements();
                 (
                     k,
                     n.saturating_mul(t.elem.dense_bytes()),

@@ -578,7 +578,7 @@ impl<'a> Ctx<'a> {
     /// the same elements.
     fn store_by_data(&mut self, info: &TensorInfo, g: Gather) -> Option<Tensor> {
         let rank = info.shape.len();
-        let elements: u128 = info.shape.iter().map(|&n| n as u128).product();
+        let elements = info.elements();
         let elem = info.elem;
         if worth_storing_sparsely(elements, g.values.len()) {
             let add = |a: Option<f64>, v: f64| elem.round(a.unwrap_or(0.0) + v);
@@ -655,7 +655,7 @@ impl<'a> Ctx<'a> {
 
     /// Whether `info` fits `--max-memory` as a dense tensor; an error where it does not.
     pub(super) fn fits_dense(&mut self, info: &TensorInfo) -> bool {
-        let n: u128 = info.shape.iter().map(|&d| d as u128).product();
+        let n = info.elements();
         let bytes = n.saturating_mul(info.elem.dense_bytes());
         if bytes > self.input.settings.max_memory as u128 {
             self.diags.push(

@@ -151,6 +151,17 @@ pub struct TensorInfo {
     pub declared: Option<Span>,
 }
 
+impl TensorInfo {
+    /// Its number of elements, saturating at `u128::MAX`: open columns make extents near
+    /// 2⁶⁴, whose product over three axes passes even u128.
+    pub fn elements(&self) -> u128 {
+        self.shape
+            .iter()
+            .try_fold(1u128, |a, &n| a.checked_mul(n as u128))
+            .unwrap_or(u128::MAX)
+    }
+}
+
 /// A domain of §4.
 #[derive(Clone, Debug, Default)]
 pub struct Domain {

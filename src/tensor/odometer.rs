@@ -16,6 +16,25 @@ pub(crate) fn advance(idx: &mut [usize], dims: &[usize]) -> Option<usize> {
     None
 }
 
+/// Row-major strides of a grid of extents `dims`: the last axis 1, each other the product
+/// of the extents after it.
+pub(crate) fn row_major(dims: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; dims.len()];
+    for k in (0..dims.len().saturating_sub(1)).rev() {
+        s[k] = s[k + 1] * dims[k + 1];
+    }
+    s
+}
+
+/// The position of the row-major offset `at` in a grid of extents `dims`: `set(axis, i)` for
+/// every axis, the last first (an empty axis counts as one).
+pub(crate) fn unflatten(mut at: usize, dims: &[usize], mut set: impl FnMut(usize, usize)) {
+    for (ax, &n) in dims.iter().enumerate().rev() {
+        set(ax, at % n.max(1));
+        at /= n.max(1);
+    }
+}
+
 /// [`advance`] over the entries `vars` of `env`, each of extent `extent(v)`: the variables
 /// of an equation stepped in place; `false` after the last point.
 pub(crate) fn advance_vars(
@@ -71,5 +90,10 @@ mod tests {
             points += 1;
         }
         assert_eq!((points, env), (6, [7, 0, 0]));
+        let strides = row_major(&[2, 3, 4]);
+        assert_eq!(strides, [12, 4, 1]);
+        let mut at = [0usize; 3];
+        unflatten(23, &[2, 3, 4], |ax, i| at[ax] = i);
+        assert_eq!(at, [1, 2, 3]);
     }
 }

@@ -352,11 +352,7 @@ fn extreme(
     let mut out = Tensor::sparse(info.elem, info.shape.clone());
     let mut idx = vec![0usize; info.shape.len()];
     for (i, v) in acc.into_iter().enumerate().filter(|&(i, _)| hit[i]) {
-        let mut rest = i;
-        for (slot, &extent) in idx.iter_mut().zip(&info.shape).rev() {
-            *slot = rest % extent;
-            rest /= extent;
-        }
+        crate::tensor::odometer::unflatten(i, &info.shape, |ax, x| idx[ax] = x);
         out.set(&idx, v);
     }
     Ok(out)

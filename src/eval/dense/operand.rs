@@ -4,7 +4,7 @@
 //! over variables no later product needs.
 
 use super::*;
-use crate::tensor::odometer::{advance, carries};
+use crate::tensor::odometer::{advance, carries, row_major};
 
 /// A tensor being contracted: row-major values over `vars`, borrowed from an input until an
 /// operation has to write. Contractions of f32 tensors run in f32 (`Contraction::single`);
@@ -279,33 +279,34 @@ pub(super) fn transposed_copy<T: Num>(
     let out_strides = row_major(dims);
     let da = out_strides[a];
     let mut out = vec![T::default(); total];
-    // An odometer over every axis but `a` and the last.
+    // Every axis but `a` and the last, stepped with both offsets carried along.
     let others: Vec<usize> = (0..last).filter(|&k| k != a).collect();
+    let outer: Vec<usize> = others.iter().map(|&ax| dims[ax]).collect();
+    let src_carry = carries(
+        &others.iter().map(|&ax| strides[ax]).collect::<Vec<_>>(),
+        &outer,
+    );
+    let out_steps: Vec<i64> = others.iter().map(|&ax| out_strides[ax] as i64).collect();
+    let dst_carry = carries(&out_steps, &outer);
     let mut idx = vec![0usize; others.len()];
     let planes = total / (na * nl);
-    let (mut src, mut dst) = (offset as usize, 0usize);
+    let (mut src, mut dst) = (offset, 0i64);
     for _ in 0..planes {
+        let (plane_src, plane_dst) = (src as usize, dst as usize);
         for a0 in (0..na).step_by(TILE) {
             for l0 in (0..nl).step_by(TILE) {
                 for ia in a0..(a0 + TILE).min(na) {
-                    let row = dst + ia * da;
-                    let from = src + ia;
+                    let row = plane_dst + ia * da;
+                    let from = plane_src + ia;
                     for il in l0..(l0 + TILE).min(nl) {
                         out[row + il] = data[from + il * step];
                     }
                 }
             }
         }
-        for (k, &ax) in others.iter().enumerate().rev() {
-            idx[k] += 1;
-            src += strides[ax] as usize;
-            dst += out_strides[ax];
-            if idx[k] < dims[ax] {
-                break;
-            }
-            src -= strides[ax] as usize * dims[ax];
-            dst -= out_strides[ax] * dims[ax];
-            idx[k] = 0;
+        if let Some(ax) = advance(&mut idx, &outer) {
+            src += src_carry[ax];
+            dst += dst_carry[ax];
         }
     }
     Some(out)
@@ -314,15 +315,6 @@ pub(super) fn transposed_copy<T: Num>(
 /// Row-major strides of `vars`.
 pub(super) fn strides(vars: &[VarId], extents: &[usize]) -> Vec<usize> {
     row_major(&vars.iter().map(|&v| extents[v]).collect::<Vec<_>>())
-}
-
-/// Row-major strides of an array of extents `dims`.
-pub(super) fn row_major(dims: &[usize]) -> Vec<usize> {
-    let mut s = vec![1usize; dims.len()];
-    for k in (0..dims.len().saturating_sub(1)).rev() {
-        s[k] = s[k + 1] * dims[k + 1];
-    }
-    s
 }
 
 /// The operand with its axes in `order` (a permutation of its variables); a large copy
@@ -479,11 +471,7 @@ mod tests {
                 let got = strided_copy(&data, 0, &s, &d);
                 let mut idx = vec![0usize; d.len()];
                 for (at, &x) in got.iter().enumerate() {
-                    let mut rest = at;
-                    for ax in (0..d.len()).rev() {
-                        idx[ax] = rest % d[ax];
-                        rest /= d[ax];
-                    }
+                    crate::tensor::odometer::unflatten(at, &d, |ax, i| idx[ax] = i);
                     let want: i64 = idx.iter().zip(&s).map(|(&i, &s)| i as i64 * s).sum();
                     assert_eq!(x, want as f32, "{dims:?} as {order:?} at {at}");
                 }

@@ -6,6 +6,7 @@
 
 use super::operand::Num;
 use crate::plan::schedule::{INNER_BLOCKS, INNER_OUTPUT, INNER_RATIO, PRODUCT_WORK};
+use crate::tensor::odometer;
 use std::mem::MaybeUninit;
 
 /// One loop around a contraction's matrix products: its extent and its stride in each
@@ -50,7 +51,8 @@ pub(super) fn looped<T: Num>(
         }
         None => (rhs, loops),
     };
-    let count: usize = loops.iter().map(|l| l.0).product();
+    let extents: Vec<usize> = loops.iter().map(|l| l.0).collect();
+    let count: usize = extents.iter().product();
     let len = count * m * n;
     // The output is written once, by the products, and never zeroed first (a pass over
     // memory as long as the products' own writes).
@@ -61,13 +63,11 @@ pub(super) fn looped<T: Num>(
     // Product `b` of the batch reads its operands at these offsets (`b` row-major over the
     // loops).
     let one = |(b, block): (usize, &mut [MaybeUninit<T>]), threads: usize| {
-        let (mut ox, mut oy, mut rest) = (0usize, 0usize, b);
-        for &(extent, sx, sy) in loops.iter().rev() {
-            let i = rest % extent.max(1);
-            rest /= extent.max(1);
-            ox += i * sx;
-            oy += i * sy;
-        }
+        let (mut ox, mut oy) = (0usize, 0usize);
+        odometer::unflatten(b, &extents, |ax, i| {
+            ox += i * loops[ax].1;
+            oy += i * loops[ax].2;
+        });
         let (lhs, rhs) = ((lhs.0, ox, lhs.1), (rhs.0, oy, rhs.1));
         matmul((m, n, k), lhs, rhs, block, unit, threads);
     };

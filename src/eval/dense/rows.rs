@@ -17,7 +17,7 @@ use crate::plan::rows::{RowLayout, RowOp, RowProgram, Table};
 use crate::plan::schedule::{ROW_BLOCK, ROW_WORK};
 use crate::semantics::VarId;
 use crate::syntax::ast::CmpOp;
-use crate::tensor::odometer::{advance, carries};
+use crate::tensor::odometer::{self, advance, carries};
 use smallvec::{smallvec, SmallVec};
 use std::borrow::Cow;
 
@@ -82,10 +82,7 @@ impl Tabulated {
     /// the operations, in the order, of [`forward_row`].
     fn new(t: &Table, d: &DenseEquation) -> Tabulated {
         let dims: Vec<usize> = t.vars.iter().map(|&v| d.extents[v]).collect();
-        let mut strides = vec![1usize; dims.len()];
-        for k in (0..dims.len().saturating_sub(1)).rev() {
-            strides[k] = strides[k + 1] * dims[k + 1];
-        }
+        let strides = odometer::row_major(&dims);
         let total: usize = dims.iter().product();
         let mut env = vec![0usize; d.extents.len()];
         let mut vals = vec![0.0; t.ops.len()];
@@ -216,11 +213,7 @@ impl<'d> Rows<'d> {
         let l = &*self.0;
         let outer = l.dims.len().saturating_sub(1);
         let mut idx: Small<usize> = smallvec![0; outer];
-        let mut rest = range.start;
-        for ax in (0..outer).rev() {
-            idx[ax] = rest % l.dims[ax].max(1);
-            rest /= l.dims[ax].max(1);
-        }
+        odometer::unflatten(range.start, &l.dims[..outer], |ax, i| idx[ax] = i);
         let mut at: Small<usize> = smallvec![0; l.steps.len()];
         if outer > 0 {
             for (a, s) in at.iter_mut().zip(&l.steps) {
