@@ -3,9 +3,52 @@
 //! the engines report the same errors.
 
 use super::EvalOptions;
-use crate::diagnostics::{codes, Diagnostic};
+use crate::diagnostics::{codes, Diagnostic, Diagnostics};
 use crate::semantics::{Checked, Kind, Stratum, TensorId};
 use crate::tensor::{Storage, Tensor};
+
+/// Iterates X ← F(X) from the current values until no tensor of the stratum moves by more
+/// than its [`tolerance`] (§9), within [`iteration_cap`] iterations: the Jacobi iteration the
+/// reference and the loop nests share, so they stop, and fail, alike. `next(iteration,
+/// values)` computes every tensor of the stratum, in `st.tensors` order, from the last
+/// iterate.
+pub(crate) fn jacobi(
+    p: &Checked,
+    st: &Stratum,
+    values: &mut [Tensor],
+    o: &EvalOptions,
+    mut next: impl FnMut(usize, &[Tensor]) -> Result<Vec<Tensor>, Diagnostics>,
+) -> Result<(), Diagnostics> {
+    let mut last_change = 0.0;
+    let cap = iteration_cap(p, st, o.max_iters);
+    for iteration in 0..cap {
+        super::stop::check(p, st, &o.stop)?;
+        let next = next(iteration, values)?;
+        let mut converged = true;
+        last_change = 0.0f64;
+        for (&t, new) in st.tensors.iter().zip(next) {
+            if let Some(bad) = blew_up(&values[t], &new) {
+                return Err(diverged(p, st, t, bad).into());
+            }
+            match change(&values[t], &new) {
+                Some(c) if c <= tolerance(p, t, o) => {}
+                Some(c) => {
+                    converged = false;
+                    last_change = last_change.max(c);
+                }
+                None => {
+                    converged = false;
+                    last_change = f64::INFINITY;
+                }
+            }
+            values[t] = new;
+        }
+        if converged {
+            return Ok(());
+        }
+    }
+    Err(not_converged(p, st, cap, last_change).into())
+}
 
 /// The largest change at which tensor `t` counts as settled: `--tol` for real tensors, none
 /// for Boolean and integer ones (they must stop changing exactly).

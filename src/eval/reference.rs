@@ -118,48 +118,18 @@ fn fixpoint(
     o: &EvalOptions,
     mut rec: Option<&mut Record>,
 ) -> Result<(), Diagnostics> {
-    let mut last_change = 0.0;
-    let cap = fixpoint::iteration_cap(p, st, o.max_iters);
-    for iteration in 0..cap {
-        super::stop::check(p, st, &o.stop)?;
+    fixpoint::jacobi(p, st, values, o, |iteration, values| {
         if let Some(r) = rec.as_deref_mut() {
             r.iterates
                 .push(st.tensors.iter().map(|&t| values[t].clone()).collect());
         }
         let mut next = Vec::with_capacity(st.tensors.len());
         for &t in &st.tensors {
-            next.push(compute(
-                p,
-                t,
-                values,
-                o,
-                rec.as_deref_mut().map(|r| (iteration, r)),
-            )?);
+            let rec = rec.as_deref_mut().map(|r| (iteration, r));
+            next.push(compute(p, t, values, o, rec)?);
         }
-        let mut converged = true;
-        last_change = 0.0f64;
-        for (&t, new) in st.tensors.iter().zip(next) {
-            if let Some(bad) = fixpoint::blew_up(&values[t], &new) {
-                return Err(fixpoint::diverged(p, st, t, bad).into());
-            }
-            match fixpoint::change(&values[t], &new) {
-                Some(c) if c <= fixpoint::tolerance(p, t, o) => {}
-                Some(c) => {
-                    converged = false;
-                    last_change = last_change.max(c);
-                }
-                None => {
-                    converged = false;
-                    last_change = f64::INFINITY;
-                }
-            }
-            values[t] = new;
-        }
-        if converged {
-            return Ok(());
-        }
-    }
-    Err(fixpoint::not_converged(p, st, cap, last_change).into())
+        Ok(next)
+    })
 }
 
 /// One tensor's value: its data combined with every equation's contributions.

@@ -52,40 +52,15 @@ pub(super) fn evaluate_stratum(
         }
         return Ok(why);
     }
-    let mut last_change = 0.0;
-    let cap = fixpoint::iteration_cap(p, st, o.max_iters);
-    for _ in 0..cap {
-        crate::eval::stop::check(p, st, &o.stop)?;
-        let why = read_zeros(values);
-        let next: Vec<Tensor> = st
-            .tensors
+    let mut why = None;
+    fixpoint::jacobi(p, st, values, o, |_, values| {
+        why = read_zeros(values);
+        st.tensors
             .iter()
             .map(|&t| compute(p, t, plans, values, o, Accumulator::new(&p.tensors[t])))
-            .collect::<Result<_, _>>()?;
-        let mut converged = true;
-        last_change = 0.0f64;
-        for (&t, new) in st.tensors.iter().zip(next) {
-            if let Some(bad) = fixpoint::blew_up(&values[t], &new) {
-                return Err(fixpoint::diverged(p, st, t, bad).into());
-            }
-            match fixpoint::change(&values[t], &new) {
-                Some(c) if c <= fixpoint::tolerance(p, t, o) => {}
-                Some(c) => {
-                    converged = false;
-                    last_change = last_change.max(c);
-                }
-                None => {
-                    converged = false;
-                    last_change = f64::INFINITY;
-                }
-            }
-            values[t] = new;
-        }
-        if converged {
-            return Ok(why);
-        }
-    }
-    Err(fixpoint::not_converged(p, st, cap, last_change).into())
+            .collect()
+    })?;
+    Ok(why)
 }
 
 /// One tensor's value: its data combined with every equation's contributions in `acc`.
