@@ -417,7 +417,6 @@ impl<'a> Cx<'a> {
 
     /// [`Cx::eval`] in `S`: f64, or exactly for an `int` tensor ([`super::scalar`]).
     fn value<S: Scalar>(&self, n: &Node, env: &mut [i64], total: bool) -> Option<S> {
-        let zero = S::truth(false);
         match n {
             Node::Const(c) => Some(S::constant(c.value())),
             Node::Var(v) => Some(S::var(self.open.number(*v, env[*v]))),
@@ -429,28 +428,7 @@ impl<'a> Cx<'a> {
                 .element::<S>(*tensor, index, *slice, env)?
                 .resolve(total, self.relational()),
             Node::Sum { vars, body } => self.sum::<S>(vars, body, env, total),
-            Node::Product(fs) => {
-                let mut acc = S::truth(true);
-                let (mut skip, mut masked) = (false, false);
-                // Undefined elements are nothing under `max=`/`min=`, not masks.
-                let nothing = self.relational() && !total;
-                for (div, f) in fs {
-                    let mask = if *div { None } else { self.p.mask(f) };
-                    if mask == Some(Mask::Undefined) && !nothing && self.undefined(f, env) {
-                        masked = true;
-                        continue;
-                    }
-                    match self.value::<S>(f, env, total) {
-                        Some(v) => {
-                            masked |= mask == Some(Mask::False) && v.real() == 0.0;
-                            acc = acc.mul(v, *div);
-                        }
-                        None => skip = true,
-                    }
-                }
-                // A mask makes the product 0 (0 · inf included), unless it is nothing.
-                (!skip).then_some(if masked { zero } else { acc })
-            }
+            Node::Product(fs) => self.product::<S>(fs, env, total),
             Node::Neg(x) => self.value::<S>(x, env, total).map(S::neg),
             Node::Not(x) => self.value::<S>(x, env, true).map(S::not),
             Node::Binary(op, a, b) => {
@@ -520,6 +498,31 @@ impl<'a> Cx<'a> {
                 self.value::<S>(arg, env, total)
             }
         }
+    }
+
+    /// A product's value: its factors left to right, a divisor dividing; nothing where a
+    /// factor is, and 0 where a mask is false or undefined, whatever the other factors are
+    /// (docs/language.md, "masks").
+    fn product<S: Scalar>(&self, fs: &[(bool, Node)], env: &mut [i64], total: bool) -> Option<S> {
+        let mut acc = S::truth(true);
+        let (mut skip, mut masked) = (false, false);
+        // Undefined elements are nothing under `max=`/`min=`, not masks.
+        let nothing = self.relational() && !total;
+        for (div, f) in fs {
+            let mask = if *div { None } else { self.p.mask(f) };
+            if mask == Some(Mask::Undefined) && !nothing && self.undefined(f, env) {
+                masked = true;
+                continue;
+            }
+            match self.value::<S>(f, env, total) {
+                Some(v) => {
+                    masked |= mask == Some(Mask::False) && v.real() == 0.0;
+                    acc = acc.mul(v, *div);
+                }
+                None => skip = true,
+            }
+        }
+        (!skip).then_some(if masked { S::truth(false) } else { acc })
     }
 
     /// Whether a subexpression computes an integer (no real read, constant or operation),

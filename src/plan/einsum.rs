@@ -895,53 +895,7 @@ fn expr(
             return sub(&independent(p, vars, body)?);
         }
         Node::Sum { .. } | Node::Read { .. } => {
-            let mut c = Contraction {
-                out: Vec::new(),
-                factors: Vec::new(),
-                scale: 1.0,
-                extents: extents.to_vec(),
-                path: None,
-                flops: 0.0,
-                single: false,
-                sparse: None,
-                finite: Vec::new(),
-                keep: Vec::new(),
-                chunk: None,
-                gradients: Vec::new(),
-            };
-            collect((p, sparse), n, &mut c)?;
-            if c.sparse.as_ref().is_some_and(|f| !p.masks(f.tensor)) {
-                c.finite = c.factors.iter().map(|f| f.tensor).collect();
-            }
-            // Free variables must all be on the left-hand side; summed ones must be read (a
-            // summed variable no factor reads would multiply the term by its extent).
-            let read = |v: VarId| {
-                c.factors
-                    .iter()
-                    .chain(&c.sparse)
-                    .any(|f| f.vars.contains(&v))
-            };
-            let empty = c.factors.is_empty() && c.sparse.is_none();
-            if empty || !summed(n).into_iter().all(read) {
-                return None;
-            }
-            c.out = out.iter().copied().filter(|&v| read(v)).collect();
-            c.keep = c.out.clone();
-            for k in 0..c.factors.len() {
-                order_window(&mut c, k);
-            }
-            for &v in c.sparse.iter().flat_map(|f| &f.vars) {
-                if !c.keep.contains(&v) {
-                    c.keep.push(v);
-                }
-            }
-            if !c.factors.is_empty() {
-                let (path, flops) = best_path(&c);
-                c.path = Some(path);
-                c.flops = flops;
-            }
-            c.chunk = chunk_rows(&c);
-            terms.push(c);
+            terms.push(contraction((p, sparse), n, out, extents)?);
             Expr::Term(terms.len() - 1)
         }
         Node::Const(k) => Expr::Const(k.value()),
@@ -970,6 +924,64 @@ fn expr(
         }
         _ => return None,
     })
+}
+
+/// One term: a sum (or a read) over a product of tensor reads and constants, with its
+/// contraction path; `None` where `n` is not one, or a free variable is not on the
+/// left-hand side, or a summed one is read by no factor.
+fn contraction(
+    (p, sparse): (&Checked, &[bool]),
+    n: &Node,
+    out: &[VarId],
+    extents: &[usize],
+) -> Option<Contraction> {
+    let mut c = Contraction {
+        out: Vec::new(),
+        factors: Vec::new(),
+        scale: 1.0,
+        extents: extents.to_vec(),
+        path: None,
+        flops: 0.0,
+        single: false,
+        sparse: None,
+        finite: Vec::new(),
+        keep: Vec::new(),
+        chunk: None,
+        gradients: Vec::new(),
+    };
+    collect((p, sparse), n, &mut c)?;
+    if c.sparse.as_ref().is_some_and(|f| !p.masks(f.tensor)) {
+        c.finite = c.factors.iter().map(|f| f.tensor).collect();
+    }
+    // Free variables must all be on the left-hand side; summed ones must be read (a
+    // summed variable no factor reads would multiply the term by its extent).
+    let read = |v: VarId| {
+        c.factors
+            .iter()
+            .chain(&c.sparse)
+            .any(|f| f.vars.contains(&v))
+    };
+    let empty = c.factors.is_empty() && c.sparse.is_none();
+    if empty || !summed(n).into_iter().all(read) {
+        return None;
+    }
+    c.out = out.iter().copied().filter(|&v| read(v)).collect();
+    c.keep = c.out.clone();
+    for k in 0..c.factors.len() {
+        order_window(&mut c, k);
+    }
+    for &v in c.sparse.iter().flat_map(|f| &f.vars) {
+        if !c.keep.contains(&v) {
+            c.keep.push(v);
+        }
+    }
+    if !c.factors.is_empty() {
+        let (path, flops) = best_path(&c);
+        c.path = Some(path);
+        c.flops = flops;
+    }
+    c.chunk = chunk_rows(&c);
+    Some(c)
 }
 
 /// The operator and sides of a summation point's body that is a sum or difference both of
