@@ -214,6 +214,33 @@ fn binding<'n>(
     })
 }
 
+/// The variable of `rest` to loop over next, in order, except that with equalities to bind
+/// (`equal`): one an equality binds now first, and one an equality could bind once others
+/// are bound last (`n = Out[x] + m` binds `n` after `m` rather than ranging over both).
+fn next_var(
+    rest: &[VarId],
+    factors: &[(bool, &Node)],
+    vars: &[VarId],
+    equal: bool,
+    placed: &Placed,
+) -> Option<VarId> {
+    let first = *rest.first()?;
+    if !equal {
+        return Some(first);
+    }
+    let bindable =
+        |v: VarId, bound: &[VarId]| binding(factors, &placed.filters, v, vars, bound).is_some();
+    if let Some(&v) = rest.iter().find(|&&v| bindable(v, &placed.bound)) {
+        return Some(v);
+    }
+    // Bindable once every other variable is bound.
+    let later = |v: VarId| {
+        let others: Vec<VarId> = vars.iter().copied().filter(|&u| u != v).collect();
+        bindable(v, &others)
+    };
+    Some(rest.iter().copied().find(|&v| !later(v)).unwrap_or(first))
+}
+
 /// `f` as a variable plus a constant, if it is one.
 fn shifted(f: &IndexFn) -> Option<(VarId, i64)> {
     match super::einsum::affine(f)? {
@@ -490,10 +517,15 @@ impl Compiler<'_> {
         if may_skip {
             self.place_scans(&factors, vars, family, &mut placed);
         }
-        for &v in vars {
-            if !placed.bound.contains(&v) {
-                self.place_var(v, &factors, vars, (family, may_skip), &mut placed);
-            }
+        let equal = may_skip && family == Family::Sum;
+        let mut rest: Vec<VarId> = vars
+            .iter()
+            .copied()
+            .filter(|v| !placed.bound.contains(v))
+            .collect();
+        while let Some(v) = next_var(&rest, &factors, vars, equal, &placed) {
+            rest.retain(|&u| u != v);
+            self.place_var(v, &factors, vars, (family, may_skip), &mut placed);
         }
         // Scanned factors read their tuple's value; filters that passed are worth 1 and drop
         // out of the product. The others keep their order, so the arithmetic is the
@@ -1116,6 +1148,28 @@ mod tests {
             ),
             "{:?}",
             n.root.levels
+        );
+    }
+
+    #[test]
+    fn a_variable_an_equality_can_bind_is_looped_over_last() {
+        // `n` comes first in the head, but `n = Out[x] + m` binds it once `m` is known.
+        let c = checked(
+            "Edge(1, 2). Edge(0, 2).\nNode(x) :- Edge(x, _).\nOut[x] = Edge(x, z)\n\
+             Reach(0, 0).\nReach(x, n) :- Node(x), Reach(y, m) (y + x), n = Out[x] + m, n < 8.\n",
+        );
+        let t = c.tensor_id("Reach").unwrap();
+        let e = c.equations.iter().position(|e| e.target == t).unwrap();
+        let n = plan_nest(&c, e, &[]);
+        let var = |name: &str| c.equations[e].vars.iter().position(|v| v.name == name);
+        let levels = n.root.levels.as_slice();
+        assert!(
+            matches!(
+                levels,
+                [Level::Scan(_), Level::Range { var: m, .. }, Level::Bind { var: b, .. }, ..]
+                    if Some(*m) == var("m") && Some(*b) == var("n")
+            ),
+            "{levels:?}"
         );
     }
 
